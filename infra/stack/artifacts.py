@@ -1,0 +1,253 @@
+"""Install what the stack runs, from the registries, into caches that later runs reuse.
+
+JVM artifacts: Maven (infra/maven/*.xml, Maven Central only) into ~/.m2, then staged into
+<cache>/<component>-<version>/. MariaDB: Debian's package. Nothing is downloaded at run time.
+"""
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.stack.errors import DownloadFailed, PrerequisiteMissing
+from infra.stack.settings import INFRA_DIR, StackSettings
+from infra.stack.versions import Versions
+
+log = logging.getLogger("stack")
+MAVEN_DIR = INFRA_DIR / "maven"
+COMPLETE = ".complete"
+
+
+@dataclass(frozen=True)
+class Installed:
+    """Where the installed artifacts are."""
+
+    java_home: Path
+    kafka_lib: Path
+    s3proxy_lib: Path
+    spark_jars_dir: Path
+    connect_plugins: Path
+    elasticsearch_zip: Path
+
+    @property
+    def java(self) -> Path:
+        return self.java_home / "bin" / "java"
+
+    def spark_jars(self) -> list[Path]:
+        return sorted(self.spark_jars_dir.glob("*.jar"))
+
+
+@contextmanager
+def _step(what: str) -> Iterator[None]:
+    log.info("%s ...", what)
+    started = time.monotonic()
+    yield
+    log.info("%s: done in %.1f s", what, time.monotonic() - started)
+
+
+def find_java(settings: StackSettings, minimum: int) -> Path:
+    """The JDK home to run every JVM component with; checks its major version."""
+    if settings.java_home is not None:
+        java = settings.java_home / "bin" / "java"
+    elif os.environ.get("JAVA_HOME"):
+        java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+    else:
+        found = shutil.which("java")
+        java = Path(found).resolve() if found else Path("java-not-found")
+    if not java.exists():
+        raise PrerequisiteMissing(
+            f"no Java runtime found (looked for {java})",
+            hint=f"install a JDK >= {minimum} (Debian: apt-get install openjdk-17-jdk-headless) "
+            "or set STACK_JAVA_HOME to one",
+        )
+    out = subprocess.run([str(java), "-version"], capture_output=True, text=True, check=False).stderr
+    match = re.search(r'version "(\d+)', out)
+    major = int(match.group(1)) if match else 0
+    if major < minimum:
+        raise PrerequisiteMissing(
+            f"{java} is Java {major or 'unknown'}; the stack needs Java >= {minimum}",
+            hint="set STACK_JAVA_HOME to a JDK 17 or newer",
+        )
+    return java.parent.parent
+
+
+def _mvn(args: list[str], what: str) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise PrerequisiteMissing(
+            "Maven (mvn) is not on PATH; it resolves the stack's jars from Maven Central",
+            hint="apt-get install maven",
+        )
+    cmd = [mvn, "-B", "-q", "-s", str(MAVEN_DIR / "settings.xml"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise DownloadFailed(f"Maven could not resolve {what}:\n{tail}")
+
+
+def _staged(target: Path) -> bool:
+    return (target / COMPLETE).exists()
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Move a finished staging folder into place, so a half-done one is never used."""
+    (tmp / COMPLETE).touch()
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(target)
+
+
+def _copy_dependencies(pom: str, versions: Versions, out: Path, strip_version: bool = False) -> None:
+    props = [f"-D{k}={v}" for k, v in versions.maven_properties().items()]
+    extra = ["-Dmdep.stripVersion=true"] if strip_version else []
+    _mvn(
+        ["-f", str(MAVEN_DIR / pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
+         f"-DoutputDirectory={out}", *props, *extra],
+        what=f"the jars of {pom}",
+    )
+
+
+def _stage_lib(cache: Path, name: str, pom: str, versions: Versions) -> Path:
+    target = cache / name / "lib"
+    if not _staged(target):
+        with _step(f"resolving {name} jars from Maven Central"):
+            tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=cache))
+            _copy_dependencies(pom, versions, tmp)
+            _publish(tmp, target)
+    return target
+
+
+def pyspark_jars_dir() -> Path:
+    import pyspark  # noqa: PLC0415 - only needed when staging Spark jars
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def _stage_spark_jars(cache: Path, versions: Versions) -> Path:
+    """Spark's Kafka connector and Delta Lake, minus every jar the pyspark package already has."""
+    target = cache / f"spark-{versions.spark}-delta-{versions.delta}" / "jars"
+    if _staged(target):
+        return target
+    with _step(f"resolving Spark {versions.spark} Kafka connector and Delta {versions.delta} jars"):
+        tmp = Path(tempfile.mkdtemp(prefix="spark-", dir=cache))
+        _copy_dependencies("spark.xml", versions, tmp, strip_version=True)
+        shipped = [p.name for p in pyspark_jars_dir().glob("*.jar")]
+        for jar in tmp.glob("*.jar"):
+            artifact = jar.stem
+            if any(re.match(rf"{re.escape(artifact)}-\d", name) for name in shipped):
+                jar.unlink()
+        _publish(tmp, target)
+    return target
+
+
+def _stage_debezium(cache: Path, versions: Versions) -> Path:
+    target = cache / f"debezium-{versions.debezium}" / "plugins"
+    if _staged(target):
+        return target
+    with _step(f"resolving the Debezium {versions.debezium} MariaDB connector plugin"):
+        tmp = Path(tempfile.mkdtemp(prefix="debezium-", dir=cache))
+        artifact = f"io.debezium:debezium-connector-mariadb:{versions.debezium}:tar.gz:plugin"
+        _mvn(["dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={tmp}"], what=artifact)
+        archive = next(tmp.glob("*.tar.gz"))
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        archive.unlink()
+        _publish(tmp, target)
+    return target
+
+
+def _stage_elasticsearch(cache: Path, versions: Versions) -> Path:
+    target = cache / f"elasticsearch-{versions.elasticsearch}"
+    if not _staged(target):
+        with _step(f"resolving Elasticsearch {versions.elasticsearch} (integ-test-zip)"):
+            tmp = Path(tempfile.mkdtemp(prefix="elasticsearch-", dir=cache))
+            artifact = (
+                "org.elasticsearch.distribution.integ-test-zip:elasticsearch:"
+                f"{versions.elasticsearch}:zip"
+            )
+            _mvn(["dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={tmp}"], what=artifact)
+            _publish(tmp, target)
+    return next(target.glob("elasticsearch-*.zip"))
+
+
+def _run_as_root(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
+        raise DownloadFailed(f"{what} failed ({' '.join(cmd)}):\n{tail}")
+
+
+def ensure_mariadb(versions: Versions) -> None:
+    """MariaDB server and client from Debian's packages; the system service is never started."""
+    if not (shutil.which("mariadbd") or Path("/usr/sbin/mariadbd").exists()) or not shutil.which("mariadb"):
+        if os.geteuid() != 0 or not shutil.which("apt-get"):
+            raise PrerequisiteMissing(
+                "MariaDB is not installed",
+                hint="install it: sudo apt-get install mariadb-server mariadb-client",
+            )
+        with _step("installing MariaDB from Debian's packages"):
+            _apt_install(["mariadb-server", "mariadb-client"])
+    out = subprocess.run(["/usr/sbin/mariadbd", "--version"], capture_output=True, text=True, check=False)
+    if versions.mariadb_line not in out.stdout:
+        raise PrerequisiteMissing(
+            f"MariaDB {versions.mariadb_line} expected, found: {out.stdout.strip()}",
+            hint="infra/versions.toml pins the MariaDB line; install that one or update the pin",
+        )
+
+
+def _apt_install(packages: list[str]) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    _run_as_root(["apt-get", "update", "-q"], "apt-get update", env)
+    # policy-rc.d = 101 keeps the package from starting a system MariaDB on port 3306.
+    policy = Path("/usr/sbin/policy-rc.d")
+    created = not policy.exists()
+    if created:
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        _run_as_root(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+            f"apt-get install {' '.join(packages)}", env,
+        )
+    finally:
+        if created:
+            policy.unlink()
+
+
+def ensure_service_user(name: str) -> None:
+    """Elasticsearch refuses to run as root; it and MariaDB run as this system user."""
+    if subprocess.run(["id", "-u", name], capture_output=True, check=False).returncode == 0:
+        return
+    _run_as_root(
+        ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+         "--shell", "/usr/sbin/nologin", name],
+        f"creating the service user {name}",
+    )
+
+
+def install(settings: StackSettings, versions: Versions) -> Installed:
+    """Everything the stack needs, installed or found in the caches. Idempotent."""
+    java_home = find_java(settings, versions.java_minimum)
+    cache = settings.cache_dir
+    cache.mkdir(parents=True, exist_ok=True)
+    installed = Installed(
+        java_home=java_home,
+        kafka_lib=_stage_lib(cache, f"kafka-{versions.kafka}", "kafka.xml", versions),
+        s3proxy_lib=_stage_lib(cache, f"s3proxy-{versions.s3proxy}", "s3proxy.xml", versions),
+        spark_jars_dir=_stage_spark_jars(cache, versions),
+        connect_plugins=_stage_debezium(cache, versions),
+        elasticsearch_zip=_stage_elasticsearch(cache, versions),
+    )
+    ensure_mariadb(versions)
+    if os.geteuid() == 0:
+        ensure_service_user(settings.service_user)
+    return installed

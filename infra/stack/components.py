@@ -1,0 +1,248 @@
+"""The components of the local stack: how each is prepared, started and named.
+
+Config files in infra/ and connect/ are shared with docker-compose.yml; what only the local
+stack needs (paths under the state folder, loopback listeners, ports, credentials) is added
+here when the file is rendered into <state>/<component>/.
+"""
+
+import base64
+import os
+import shutil
+import subprocess
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra.stack.artifacts import Installed
+from infra.stack.errors import ComponentFailed
+from infra.stack.settings import INFRA_DIR, StackSettings
+
+
+@dataclass(frozen=True)
+class Component:
+    """One supervised process of the stack."""
+
+    name: str
+    ports: dict[str, int]
+    command: list[str]
+    directory: Path
+    environment: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    stop_wait_s: int = 30
+
+    def log_file(self, settings: StackSettings) -> Path:
+        return settings.logs_dir / f"{self.name}.log"
+
+
+def component_ports(settings: StackSettings) -> dict[str, dict[str, int]]:
+    """Every component's ports by purpose, in start order: Connect needs Kafka and MariaDB."""
+    return {
+        "mariadb": {"sql": settings.mariadb_port},
+        "kafka": {"broker": settings.kafka_port, "controller": settings.kafka_controller_port},
+        "s3": {"s3": settings.s3_port},
+        "elasticsearch": {
+            "http": settings.elasticsearch_port, "transport": settings.elasticsearch_transport_port,
+        },
+        "connect": {"rest": settings.connect_port},
+    }
+
+
+def render_properties(base: Path, overrides: dict[str, str]) -> str:
+    """A shared .properties file with the local stack's settings appended (later keys win)."""
+    lines = [f"{key}={value}" for key, value in overrides.items()]
+    return base.read_text() + "\n# --- local stack (infra.stack) ---\n" + "\n".join(lines) + "\n"
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(text)
+
+
+def _service_user(settings: StackSettings) -> str | None:
+    return settings.service_user if os.geteuid() == 0 else None
+
+
+def _chown_tree(path: Path, user: str | None) -> None:
+    if user is not None:
+        subprocess.run(["chown", "-R", f"{user}:", str(path)], check=True)
+
+
+def _jvm(installed: Installed, heap: str, *props: str) -> list[str]:
+    return [str(installed.java), f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", *props]
+
+
+def kafka(settings: StackSettings, installed: Installed) -> Component:
+    state = settings.state_dir / "kafka"
+    config = state / "server.properties"
+    overrides = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{settings.kafka_port},"
+        f"CONTROLLER://127.0.0.1:{settings.kafka_controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{settings.kafka_port}",
+        "controller.quorum.voters": f"1@127.0.0.1:{settings.kafka_controller_port}",
+        "log.dirs": str(state / "data"),
+    }
+    _write_private(config, render_properties(INFRA_DIR / "kafka" / "server.properties", overrides))
+    classpath = f"{installed.kafka_lib}/*"
+    log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
+    if not (state / "data" / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        proc = subprocess.run(
+            [str(installed.java), log4j, "-cp", classpath, "kafka.tools.StorageTool", "format",
+             "-t", cluster_id, "-c", str(config)],
+            capture_output=True, text=True, check=False,
+        )
+        if proc.returncode != 0:
+            raise ComponentFailed(f"formatting Kafka's storage failed:\n{proc.stdout}{proc.stderr}")
+    return Component(
+        name="kafka",
+        ports=component_ports(settings)["kafka"],
+        command=[*_jvm(installed, settings.kafka_heap, log4j), "-cp", classpath, "kafka.Kafka", str(config)],
+        directory=state,
+        stop_wait_s=60,
+    )
+
+
+def connect(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> Component:
+    state = settings.state_dir / "connect"
+    config = state / "worker.properties"
+    overrides = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "listeners": f"http://127.0.0.1:{settings.connect_port}",
+        "rest.advertised.host.name": "127.0.0.1",
+        "rest.advertised.port": str(settings.connect_port),
+        "plugin.path": str(installed.connect_plugins),
+    }
+    _write_private(config, render_properties(INFRA_DIR / "connect" / "connect-distributed.properties", overrides))
+    log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
+    return Component(
+        name="connect",
+        ports=component_ports(settings)["connect"],
+        command=[
+            *_jvm(installed, settings.connect_heap, log4j), "-cp", f"{installed.kafka_lib}/*",
+            "org.apache.kafka.connect.cli.ConnectDistributed", str(config),
+        ],
+        directory=state,
+        # Resolved by the worker's EnvVarConfigProvider in connect/*.json.
+        environment={
+            "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+            "MARIADB_HOST": "127.0.0.1",
+            "MARIADB_PORT": str(settings.mariadb_port),
+            "DEBEZIUM_DB_PASSWORD": secrets["DEBEZIUM_DB_PASSWORD"],
+        },
+        stop_wait_s=60,
+    )
+
+
+def mariadb(settings: StackSettings) -> Component:
+    state = settings.state_dir / "mariadb"
+    data = state / "data"
+    user = _service_user(settings)
+    if not (data / "mysql").exists():
+        data.mkdir(parents=True, exist_ok=True)
+        _chown_tree(state, user)
+        cmd = ["mariadb-install-db", "--no-defaults", f"--datadir={data}",
+               "--auth-root-authentication-method=socket", "--skip-test-db"]
+        if user:
+            cmd.append(f"--user={user}")
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise ComponentFailed(f"initialising MariaDB's data folder failed:\n{proc.stdout}{proc.stderr}")
+    _chown_tree(state, user)
+    command = [
+        "/usr/sbin/mariadbd", f"--defaults-file={INFRA_DIR / 'mariadb' / 'my.cnf'}",
+        f"--datadir={data}", f"--socket={mariadb_socket(settings)}", f"--pid-file={state / 'mariadb.pid'}",
+        f"--port={settings.mariadb_port}", "--bind-address=127.0.0.1",
+    ]
+    if user:
+        command.append(f"--user={user}")
+    return Component(name="mariadb", ports=component_ports(settings)["mariadb"], command=command,
+                     directory=state, stop_wait_s=60)
+
+
+def mariadb_socket(settings: StackSettings) -> Path:
+    return settings.state_dir / "mariadb" / "mariadb.sock"
+
+
+def elasticsearch(settings: StackSettings, installed: Installed) -> Component:
+    state = settings.state_dir / "elasticsearch"
+    home = state / "home"
+    if not (home / "bin" / "elasticsearch").exists():
+        _unzip_single_root(installed.elasticsearch_zip, home)
+    # Rendered afresh each start: nothing a previous start wrote (keystore, certificates) lingers.
+    conf = state / "config"
+    shutil.rmtree(conf, ignore_errors=True)
+    shutil.copytree(home / "config", conf)
+    shutil.copy(INFRA_DIR / "elasticsearch" / "elasticsearch.yml", conf / "elasticsearch.yml")
+    heap = settings.elasticsearch_heap
+    (conf / "jvm.options.d").mkdir(exist_ok=True)
+    (conf / "jvm.options.d" / "heap.options").write_text(f"-Xms{heap}\n-Xmx{heap}\n")
+    for sub in ("data", "logs"):
+        (state / sub).mkdir(parents=True, exist_ok=True)
+    user = _service_user(settings)
+    _chown_tree(state, user)
+    return Component(
+        name="elasticsearch",
+        ports=component_ports(settings)["elasticsearch"],
+        command=[
+            str(home / "bin" / "elasticsearch"),
+            "-E", f"path.data={state / 'data'}", "-E", f"path.logs={state / 'logs'}",
+            "-E", "network.host=127.0.0.1", "-E", f"http.port={settings.elasticsearch_port}",
+            "-E", f"transport.port={settings.elasticsearch_transport_port}",
+        ],
+        directory=state,
+        environment={"ES_JAVA_HOME": str(installed.java_home), "ES_PATH_CONF": str(conf)},
+        user=user,
+        stop_wait_s=60,
+    )
+
+
+def _unzip_single_root(archive: Path, target: Path) -> None:
+    """Unpack a zip whose entries sit under one top folder into target, keeping file modes."""
+    tmp = target.with_name(target.name + ".unpacking")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with zipfile.ZipFile(archive) as zf:
+        zf.extractall(tmp)
+        for info in zf.infolist():
+            mode = info.external_attr >> 16
+            if mode:
+                (tmp / info.filename).chmod(mode & 0o7777)
+    (root,) = list(tmp.iterdir())
+    root.rename(target)
+    tmp.rmdir()
+
+
+def s3(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> Component:
+    state = settings.state_dir / "s3"
+    (state / "data").mkdir(parents=True, exist_ok=True)
+    config = state / "s3proxy.properties"
+    overrides = {
+        "s3proxy.endpoint": settings.s3_endpoint_url,
+        "s3proxy.identity": secrets["S3_ACCESS_KEY"],
+        "s3proxy.credential": secrets["S3_SECRET_KEY"],
+        "jclouds.filesystem.basedir": str(state / "data"),
+        "jclouds.region": settings.s3_region,
+    }
+    _write_private(config, render_properties(INFRA_DIR / "s3proxy" / "s3proxy.properties", overrides))
+    logback = f"-Dlogback.configurationFile={INFRA_DIR / 's3proxy' / 'logback.xml'}"
+    return Component(
+        name="s3",
+        ports=component_ports(settings)["s3"],
+        command=[*_jvm(installed, settings.s3_heap, logback), "-cp", f"{installed.s3proxy_lib}/*",
+                 "org.gaul.s3proxy.Main", "--properties", str(config)],
+        directory=state,
+    )
+
+
+def prepare_components(
+    settings: StackSettings, installed: Installed, secrets: dict[str, str]
+) -> list[Component]:
+    """Render configs and initialise data folders (first run only); the components in start order."""
+    return [
+        mariadb(settings),
+        kafka(settings, installed),
+        s3(settings, installed, secrets),
+        elasticsearch(settings, installed),
+        connect(settings, installed, secrets),
+    ]

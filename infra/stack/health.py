@@ -1,0 +1,85 @@
+"""Is each component usable, not merely started? One check per component.
+
+Each check returns a short detail on success and raises (any exception) when not usable.
+"""
+
+import json
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pymysql
+from botocore.config import Config
+from confluent_kafka.admin import AdminClient
+
+from infra.stack.settings import StackSettings
+
+
+def http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback URLs from settings
+        raw = resp.read()
+    return json.loads(raw) if raw else None
+
+
+def s3_client(settings: StackSettings, secrets: dict[str, str]) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=settings.s3_endpoint_url,
+        aws_access_key_id=secrets["S3_ACCESS_KEY"],
+        aws_secret_access_key=secrets["S3_SECRET_KEY"],
+        region_name=settings.s3_region,
+        config=Config(connect_timeout=3, read_timeout=5, retries={"max_attempts": 1}),
+    )
+
+
+def check_kafka(settings: StackSettings, secrets: dict[str, str]) -> str:
+    meta = AdminClient({"bootstrap.servers": settings.bootstrap_servers}).list_topics(timeout=5)
+    if not meta.brokers:
+        raise RuntimeError("no broker in metadata")
+    return f"{len(meta.brokers)} broker, {len(meta.topics)} topics"
+
+
+def check_mariadb(settings: StackSettings, secrets: dict[str, str]) -> str:
+    conn = pymysql.connect(
+        host="127.0.0.1", port=settings.mariadb_port, user="ratings_app",
+        password=secrets["APP_DB_PASSWORD"], database="demo", connect_timeout=3,
+    )
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM customers")
+        (count,) = cur.fetchone() or (0,)
+    return f"demo.customers has {count} rows"
+
+
+def check_connect(settings: StackSettings, secrets: dict[str, str]) -> str:
+    status = http_json("GET", f"{settings.connect_url}/connectors/{settings.connector_name}/status")
+    states = [status["connector"]["state"], *(t["state"] for t in status["tasks"])]
+    if not status["tasks"] or any(s != "RUNNING" for s in states):
+        trace = next((t.get("trace", "") for t in status["tasks"] if t["state"] == "FAILED"), "")
+        raise RuntimeError(f"connector {settings.connector_name}: {states} {trace[:400]}")
+    return f"connector {settings.connector_name} RUNNING, {len(status['tasks'])} task(s)"
+
+
+def check_elasticsearch(settings: StackSettings, secrets: dict[str, str]) -> str:
+    health = http_json("GET", f"{settings.elasticsearch_url}/_cluster/health")
+    if health["status"] not in {"green", "yellow"}:
+        raise RuntimeError(f"cluster health {health['status']}")
+    return f"cluster {health['status']}"
+
+
+def check_s3(settings: StackSettings, secrets: dict[str, str]) -> str:
+    names = [b["Name"] for b in s3_client(settings, secrets).list_buckets()["Buckets"]]
+    if settings.s3_bucket not in names:
+        raise RuntimeError(f"bucket {settings.s3_bucket} missing (buckets: {names})")
+    return f"bucket {settings.s3_bucket}"
+
+
+CHECKS: dict[str, Callable[[StackSettings, dict[str, str]], str]] = {
+    "mariadb": check_mariadb,
+    "kafka": check_kafka,
+    "s3": check_s3,
+    "elasticsearch": check_elasticsearch,
+    "connect": check_connect,
+}

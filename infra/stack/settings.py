@@ -1,0 +1,67 @@
+"""Settings of the local stack: where state and caches live, ports, memory. Read once, frozen.
+
+Every field can be set from the environment with the prefix STACK_ (STACK_KAFKA_PORT=19092 ...).
+"""
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INFRA_DIR = REPO_ROOT / "infra"
+
+
+def _default_cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "ratings-stack"
+
+
+class StackSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STACK_", frozen=True, extra="forbid")
+
+    state_dir: Path = Field(REPO_ROOT / ".state", description="data, logs and rendered configs")
+    cache_dir: Path = Field(default_factory=_default_cache_dir, description="staged jars, reused by clones")
+    java_home: Path | None = Field(None, description="JDK for every JVM component; default: the java on PATH")
+    service_user: str = Field(
+        "ratings-stack", description="unprivileged user for Elasticsearch and MariaDB when run as root"
+    )
+
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    connect_port: int = 8083
+    mariadb_port: int = 3306
+    elasticsearch_port: int = 9200
+    elasticsearch_transport_port: int = 9300
+    s3_port: int = 9000
+
+    kafka_heap: str = "768m"
+    connect_heap: str = "768m"
+    elasticsearch_heap: str = "768m"
+    s3_heap: str = "256m"
+
+    s3_bucket: str = "ratings-lake"
+    s3_region: str = "us-east-1"
+    connector_name: str = "mariadb-customers"
+    start_timeout_s: float = Field(240.0, description="how long `up` waits for one component")
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def connect_url(self) -> str:
+        return f"http://127.0.0.1:{self.connect_port}"
+
+    @property
+    def elasticsearch_url(self) -> str:
+        return f"http://127.0.0.1:{self.elasticsearch_port}"
+
+    @property
+    def s3_endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"

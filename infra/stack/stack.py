@@ -1,0 +1,244 @@
+"""up, down, status, clean: the local stack's life cycle."""
+
+import logging
+import os
+import shutil
+import socket
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from infra.stack import bootstrap
+from infra.stack.artifacts import Installed, install
+from infra.stack.components import component_ports, prepare_components
+from infra.stack.errors import ComponentFailed, PortInUse
+from infra.stack.health import CHECKS, http_json
+from infra.stack.secrets import ensure_secrets, read_env_file, write_env_file
+from infra.stack.settings import StackSettings
+from infra.stack.supervise import FAILED_STATES, Supervisor, render_config
+from infra.stack.versions import load_versions
+
+log = logging.getLogger("stack")
+PORT_SETTING = {
+    "sql": "STACK_MARIADB_PORT", "broker": "STACK_KAFKA_PORT", "controller": "STACK_KAFKA_CONTROLLER_PORT",
+    "s3": "STACK_S3_PORT", "http": "STACK_ELASTICSEARCH_PORT",
+    "transport": "STACK_ELASTICSEARCH_TRANSPORT_PORT", "rest": "STACK_CONNECT_PORT",
+}
+
+
+def stack_env_path(settings: StackSettings) -> Path:
+    return settings.state_dir / "stack.env"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def check_ports(settings: StackSettings, sup: Supervisor) -> None:
+    """Every port of every component this `up` will start must be free."""
+    daemon = sup.running()
+    for name, ports in component_ports(settings).items():
+        if daemon and sup.state(name) in {"RUNNING", "STARTING"}:
+            continue
+        for purpose, port in ports.items():
+            if not _port_free(port):
+                raise PortInUse(
+                    f"port {port} ({name} {purpose}) is already in use by another process",
+                    hint=f"find it with `ss -ltnp 'sport = :{port}'` and stop it, "
+                    f"or choose another port with {PORT_SETTING[purpose]}=...",
+                )
+
+
+def _ensure_traversable(path: Path) -> None:
+    """The unprivileged service user must reach the state folder: add o+x where it is missing."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            log.info("allowing other users to traverse %s (o+x) for the service user", parent)
+            parent.chmod(mode | stat.S_IXOTH)
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    if not path.exists():
+        return f"(no log at {path})"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _wait(
+    settings: StackSettings, sup: Supervisor, name: str, probe: Callable[[], object], what: str = ""
+) -> None:
+    """Until probe() passes; fails at once when the process dies, with the tail of its log."""
+    what = what or name
+    started = time.monotonic()
+    last_note = started
+    last_error = ""
+    log_file = settings.logs_dir / f"{name}.log"
+    while True:
+        state = sup.state(name)
+        if state in FAILED_STATES:
+            raise ComponentFailed(
+                f"{name} died during start (supervisor state {state}); last lines of {log_file}:\n"
+                + log_tail(log_file),
+                hint=f"read {log_file}; `make status` shows every component",
+            )
+        try:
+            probe()
+            log.info("%s is ready (%.0f s)", what, time.monotonic() - started)
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure of a probe means "not ready yet"
+            last_error = f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        if now - started > settings.start_timeout_s:
+            raise ComponentFailed(
+                f"{name} did not become usable within {settings.start_timeout_s:.0f} s "
+                f"({last_error}); last lines of {log_file}:\n{log_tail(log_file)}",
+                hint="STACK_START_TIMEOUT_S raises the limit on a slow machine",
+            )
+        if now - last_note >= 10:
+            log.info("waiting for %s (%.0f s): %s", what, now - started, last_error[:200])
+            last_note = now
+        time.sleep(1)
+
+
+def up(settings: StackSettings) -> None:
+    started = time.monotonic()
+    versions = load_versions()
+    installed = install(settings, versions)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        _ensure_traversable(settings.state_dir)
+    secrets = ensure_secrets(settings.state_dir)
+    sup = Supervisor(settings)
+    check_ports(settings, sup)
+    components = prepare_components(settings, installed, secrets)
+    sup.start_daemon(render_config(settings, components))
+
+    def check(name: str) -> Callable[[], object]:
+        return lambda: CHECKS[name](settings, secrets)
+
+    # 1. Independent components start together.
+    for name in ("mariadb", "kafka", "s3", "elasticsearch"):
+        sup.start(name)
+    # 2. MariaDB: schema and users; Kafka: topics. Connect needs both.
+    _wait(settings, sup, "mariadb", lambda: bootstrap.mariadb_socket_ready(settings) or _raise("no socket"))
+    bootstrap.bootstrap_mariadb(settings, secrets)
+    _wait(settings, sup, "kafka", check("kafka"))
+    bootstrap.create_topics(settings)
+    # 3. Connect, then the connector, until it and its task are RUNNING.
+    sup.start("connect")
+    rest = f"{settings.connect_url}/connector-plugins"
+    _wait(settings, sup, "connect", lambda: http_json("GET", rest), what="Kafka Connect REST API")
+    bootstrap.register_connector(settings)
+    _wait(settings, sup, "connect", check("connect"), what=f"connector {settings.connector_name}")
+    # 4. The lake bucket, and Elasticsearch.
+    _wait(settings, sup, "s3", lambda: bootstrap.ensure_bucket(settings, secrets))
+    _wait(settings, sup, "elasticsearch", check("elasticsearch"))
+    write_stack_env(settings, installed, secrets)
+    log.info("stack is up in %.0f s; clients read %s", time.monotonic() - started, stack_env_path(settings))
+
+
+def _raise(message: str) -> None:
+    raise RuntimeError(message)
+
+
+def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> None:
+    """Everything a client (tests, jobs, services) needs to reach the stack, in one file."""
+    values = {
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "CONNECT_URL": settings.connect_url,
+        "MARIADB_HOST": "127.0.0.1",
+        "MARIADB_PORT": str(settings.mariadb_port),
+        "MARIADB_DATABASE": "demo",
+        "APP_DB_USER": "ratings_app",
+        "APP_DB_PASSWORD": secrets["APP_DB_PASSWORD"],
+        "ELASTICSEARCH_URL": settings.elasticsearch_url,
+        "S3_ENDPOINT_URL": settings.s3_endpoint_url,
+        "S3_BUCKET": settings.s3_bucket,
+        "S3_REGION": settings.s3_region,
+        "S3_ACCESS_KEY": secrets["S3_ACCESS_KEY"],
+        "S3_SECRET_KEY": secrets["S3_SECRET_KEY"],
+        "SPARK_JARS": ",".join(str(p) for p in installed.spark_jars()),
+        "JAVA_HOME": str(installed.java_home),
+    }
+    write_env_file(stack_env_path(settings), values, "Written by `make up`: how clients reach the local stack.")
+
+
+def _rss_kib(pid: int) -> int:
+    """Resident memory of a process and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo.extend(children.get(current, []))
+        try:
+            for line in (Path("/proc") / str(current) / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def status(settings: StackSettings) -> bool:
+    """Print one line per component; True when every component is healthy."""
+    sup = Supervisor(settings)
+    daemon = sup.running()
+    secrets_file = settings.state_dir / "secrets.env"
+    secrets = read_env_file(secrets_file) if secrets_file.exists() else {}
+    rows = [("COMPONENT", "STATE", "HEALTH", "PORTS", "RSS", "LOG")]
+    healthy = daemon
+    for name, ports in component_ports(settings).items():
+        info = sup.info(name) if daemon else None
+        state = str(info["statename"]) if info else "STOPPED"
+        detail, rss = "-", "-"
+        if state == "RUNNING" and info:
+            rss = f"{_rss_kib(int(info['pid'])) / 1024:.0f} MiB"
+            try:
+                detail = "ok: " + CHECKS[name](settings, secrets)
+            except Exception as exc:  # noqa: BLE001 - shown to the user as the health
+                detail = f"UNHEALTHY: {type(exc).__name__}: {str(exc)[:80]}"
+                healthy = False
+        else:
+            healthy = False
+        port_text = ",".join(f"{purpose}={port}" for purpose, port in ports.items())
+        rows.append((name, state, detail, port_text, rss, str(settings.logs_dir / f"{name}.log")))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    if not daemon:
+        print(f"supervisor: not running (state folder {settings.state_dir}); `make up` starts the stack")
+    return healthy
+
+
+def down(settings: StackSettings) -> None:
+    sup = Supervisor(settings)
+    if not sup.running():
+        log.info("stack is not running")
+        return
+    for name in reversed(list(component_ports(settings))):
+        if sup.info(name):
+            log.info("stopping %s ...", name)
+            sup.stop(name)
+    sup.shutdown()
+    log.info("stack stopped; data kept in %s", settings.state_dir)
+
+
+def clean(settings: StackSettings) -> None:
+    down(settings)
+    if settings.state_dir.exists():
+        shutil.rmtree(settings.state_dir)
+        log.info("removed %s (downloads stay cached in %s)", settings.state_dir, settings.cache_dir)

@@ -1,0 +1,53 @@
+"""The pinned artifact versions (infra/versions.toml), read once."""
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+VERSIONS_FILE = Path(__file__).resolve().parent.parent / "versions.toml"
+
+
+@dataclass(frozen=True)
+class Versions:
+    kafka: str
+    log4j: str
+    slf4j: str
+    debezium: str
+    elasticsearch: str
+    s3proxy: str
+    spark: str
+    delta: str
+    mariadb_line: str
+    java_minimum: int
+    python: dict[str, str]
+
+    def maven_properties(self) -> dict[str, str]:
+        """The -D properties the POMs in infra/maven use."""
+        return {
+            "kafka.version": self.kafka,
+            "log4j.version": self.log4j,
+            "slf4j.version": self.slf4j,
+            "s3proxy.version": self.s3proxy,
+            "spark.version": self.spark,
+            "delta.version": self.delta,
+        }
+
+
+@cache
+def load_versions(path: Path = VERSIONS_FILE) -> Versions:
+    data = tomllib.loads(path.read_text())
+    maven = data["maven"]
+    return Versions(
+        kafka=maven["kafka"],
+        log4j=maven["log4j"],
+        slf4j=maven["slf4j"],
+        debezium=maven["debezium"],
+        elasticsearch=maven["elasticsearch"],
+        s3proxy=maven["s3proxy"],
+        spark=maven["spark"],
+        delta=maven["delta"],
+        mariadb_line=data["debian"]["mariadb-server"].split(":", 1)[-1],
+        java_minimum=int(data["java"]["minimum"]),
+        python=dict(data["python"]),
+    )
