@@ -17,7 +17,8 @@ SECRET_MARKERS = ("PASSWORD", "SECRET", "ACCESS_KEY")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.stack", description=__doc__)
     parser.add_argument(
-        "command", choices=["install", "up", "down", "status", "clean", "env"],
+        "command",
+        choices=["install", "up", "down", "status", "clean", "env"],
         help="install: fetch artifacts only; env: print how clients reach the stack (secrets masked)",
     )
     args = parser.parse_args(argv)

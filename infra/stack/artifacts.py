@@ -110,8 +110,15 @@ def _copy_dependencies(pom: str, versions: Versions, out: Path, strip_version: b
     props = [f"-D{k}={v}" for k, v in versions.maven_properties().items()]
     extra = ["-Dmdep.stripVersion=true"] if strip_version else []
     _mvn(
-        ["-f", str(MAVEN_DIR / pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
-         f"-DoutputDirectory={out}", *props, *extra],
+        [
+            "-f",
+            str(MAVEN_DIR / pom),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={out}",
+            *props,
+            *extra,
+        ],
         what=f"the jars of {pom}",
     )
 
@@ -171,8 +178,7 @@ def _stage_elasticsearch(cache: Path, versions: Versions) -> Path:
         with _step(f"resolving Elasticsearch {versions.elasticsearch} (integ-test-zip)"):
             tmp = Path(tempfile.mkdtemp(prefix="elasticsearch-", dir=cache))
             artifact = (
-                "org.elasticsearch.distribution.integ-test-zip:elasticsearch:"
-                f"{versions.elasticsearch}:zip"
+                f"org.elasticsearch.distribution.integ-test-zip:elasticsearch:{versions.elasticsearch}:zip"
             )
             _mvn(["dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={tmp}"], what=artifact)
             _publish(tmp, target)
@@ -216,7 +222,8 @@ def _apt_install(packages: list[str]) -> None:
     try:
         _run_as_root(
             ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
-            f"apt-get install {' '.join(packages)}", env,
+            f"apt-get install {' '.join(packages)}",
+            env,
         )
     finally:
         if created:
@@ -228,8 +235,16 @@ def ensure_service_user(name: str) -> None:
     if subprocess.run(["id", "-u", name], capture_output=True, check=False).returncode == 0:
         return
     _run_as_root(
-        ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
-         "--shell", "/usr/sbin/nologin", name],
+        [
+            "useradd",
+            "--system",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
         f"creating the service user {name}",
     )
 

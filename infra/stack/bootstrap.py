@@ -31,8 +31,8 @@ class TopicSpec:
 def read_topics(path: Path = TOPICS_FILE) -> list[TopicSpec]:
     """infra/kafka/topics.txt: `name partitions key=value,...` per line (`-` for no config)."""
     specs = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        line = line.split("#", 1)[0].strip()
+    for number, raw_line in enumerate(path.read_text().splitlines(), start=1):
+        line = raw_line.split("#", 1)[0].strip()
         if not line:
             continue
         parts = line.split()
@@ -68,18 +68,25 @@ def bootstrap_mariadb(settings: StackSettings, secrets: dict[str, str]) -> None:
     sql = (INFRA_DIR / "mariadb" / "init" / "01-schema.sql").read_text() + "\n" + users.substitute(secrets)
     proc = subprocess.run(
         ["mariadb", f"--socket={mariadb_socket(settings)}", "-u", _os_user(), "--batch"],
-        input=sql, capture_output=True, text=True, check=False,
+        input=sql,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise ComponentFailed(f"applying the MariaDB schema and users failed: {proc.stderr.strip()}")
 
 
-def mariadb_socket_ready(settings: StackSettings) -> bool:
+def check_mariadb_socket(settings: StackSettings) -> None:
+    """Raises until the local admin can run a query over the server's socket."""
     proc = subprocess.run(
         ["mariadb", f"--socket={mariadb_socket(settings)}", "-u", _os_user(), "-e", "SELECT 1"],
-        capture_output=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    return proc.returncode == 0
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip() or "mariadb client failed")
 
 
 def connector_config(name: str) -> dict[str, str]:
@@ -88,8 +95,12 @@ def connector_config(name: str) -> dict[str, str]:
 
 def register_connector(settings: StackSettings) -> None:
     """PUT /connectors/<name>/config creates or updates: safe to repeat."""
-    http_json("PUT", f"{settings.connect_url}/connectors/{settings.connector_name}/config",
-              connector_config(settings.connector_name), timeout=30)
+    http_json(
+        "PUT",
+        f"{settings.connect_url}/connectors/{settings.connector_name}/config",
+        connector_config(settings.connector_name),
+        timeout=30,
+    )
 
 
 def ensure_bucket(settings: StackSettings, secrets: dict[str, str]) -> None:

@@ -42,7 +42,8 @@ def component_ports(settings: StackSettings) -> dict[str, dict[str, int]]:
         "kafka": {"broker": settings.kafka_port, "controller": settings.kafka_controller_port},
         "s3": {"s3": settings.s3_port},
         "elasticsearch": {
-            "http": settings.elasticsearch_port, "transport": settings.elasticsearch_transport_port,
+            "http": settings.elasticsearch_port,
+            "transport": settings.elasticsearch_transport_port,
         },
         "connect": {"rest": settings.connect_port},
     }
@@ -89,9 +90,21 @@ def kafka(settings: StackSettings, installed: Installed) -> Component:
     if not (state / "data" / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         proc = subprocess.run(
-            [str(installed.java), log4j, "-cp", classpath, "kafka.tools.StorageTool", "format",
-             "-t", cluster_id, "-c", str(config)],
-            capture_output=True, text=True, check=False,
+            [
+                str(installed.java),
+                log4j,
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(config),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0:
             raise ComponentFailed(f"formatting Kafka's storage failed:\n{proc.stdout}{proc.stderr}")
@@ -114,14 +127,19 @@ def connect(settings: StackSettings, installed: Installed, secrets: dict[str, st
         "rest.advertised.port": str(settings.connect_port),
         "plugin.path": str(installed.connect_plugins),
     }
-    _write_private(config, render_properties(INFRA_DIR / "connect" / "connect-distributed.properties", overrides))
+    _write_private(
+        config, render_properties(INFRA_DIR / "connect" / "connect-distributed.properties", overrides)
+    )
     log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
     return Component(
         name="connect",
         ports=component_ports(settings)["connect"],
         command=[
-            *_jvm(installed, settings.connect_heap, log4j), "-cp", f"{installed.kafka_lib}/*",
-            "org.apache.kafka.connect.cli.ConnectDistributed", str(config),
+            *_jvm(installed, settings.connect_heap, log4j),
+            "-cp",
+            f"{installed.kafka_lib}/*",
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            str(config),
         ],
         directory=state,
         # Resolved by the worker's EnvVarConfigProvider in connect/*.json.
@@ -142,8 +160,13 @@ def mariadb(settings: StackSettings) -> Component:
     if not (data / "mysql").exists():
         data.mkdir(parents=True, exist_ok=True)
         _chown_tree(state, user)
-        cmd = ["mariadb-install-db", "--no-defaults", f"--datadir={data}",
-               "--auth-root-authentication-method=socket", "--skip-test-db"]
+        cmd = [
+            "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={data}",
+            "--auth-root-authentication-method=socket",
+            "--skip-test-db",
+        ]
         if user:
             cmd.append(f"--user={user}")
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -151,14 +174,23 @@ def mariadb(settings: StackSettings) -> Component:
             raise ComponentFailed(f"initialising MariaDB's data folder failed:\n{proc.stdout}{proc.stderr}")
     _chown_tree(state, user)
     command = [
-        "/usr/sbin/mariadbd", f"--defaults-file={INFRA_DIR / 'mariadb' / 'my.cnf'}",
-        f"--datadir={data}", f"--socket={mariadb_socket(settings)}", f"--pid-file={state / 'mariadb.pid'}",
-        f"--port={settings.mariadb_port}", "--bind-address=127.0.0.1",
+        "/usr/sbin/mariadbd",
+        f"--defaults-file={INFRA_DIR / 'mariadb' / 'my.cnf'}",
+        f"--datadir={data}",
+        f"--socket={mariadb_socket(settings)}",
+        f"--pid-file={state / 'mariadb.pid'}",
+        f"--port={settings.mariadb_port}",
+        "--bind-address=127.0.0.1",
     ]
     if user:
         command.append(f"--user={user}")
-    return Component(name="mariadb", ports=component_ports(settings)["mariadb"], command=command,
-                     directory=state, stop_wait_s=60)
+    return Component(
+        name="mariadb",
+        ports=component_ports(settings)["mariadb"],
+        command=command,
+        directory=state,
+        stop_wait_s=60,
+    )
 
 
 def mariadb_socket(settings: StackSettings) -> Path:
@@ -187,9 +219,16 @@ def elasticsearch(settings: StackSettings, installed: Installed) -> Component:
         ports=component_ports(settings)["elasticsearch"],
         command=[
             str(home / "bin" / "elasticsearch"),
-            "-E", f"path.data={state / 'data'}", "-E", f"path.logs={state / 'logs'}",
-            "-E", "network.host=127.0.0.1", "-E", f"http.port={settings.elasticsearch_port}",
-            "-E", f"transport.port={settings.elasticsearch_transport_port}",
+            "-E",
+            f"path.data={state / 'data'}",
+            "-E",
+            f"path.logs={state / 'logs'}",
+            "-E",
+            "network.host=127.0.0.1",
+            "-E",
+            f"http.port={settings.elasticsearch_port}",
+            "-E",
+            f"transport.port={settings.elasticsearch_transport_port}",
         ],
         directory=state,
         environment={"ES_JAVA_HOME": str(installed.java_home), "ES_PATH_CONF": str(conf)},
@@ -229,8 +268,14 @@ def s3(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -
     return Component(
         name="s3",
         ports=component_ports(settings)["s3"],
-        command=[*_jvm(installed, settings.s3_heap, logback), "-cp", f"{installed.s3proxy_lib}/*",
-                 "org.gaul.s3proxy.Main", "--properties", str(config)],
+        command=[
+            *_jvm(installed, settings.s3_heap, logback),
+            "-cp",
+            f"{installed.s3proxy_lib}/*",
+            "org.gaul.s3proxy.Main",
+            "--properties",
+            str(config),
+        ],
         directory=state,
     )
 

@@ -18,8 +18,9 @@ from infra.stack.settings import StackSettings
 
 def http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback URLs from settings
+    headers = {"Content-Type": "application/json"}
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310 - http URLs from settings
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http URLs from settings
         raw = resp.read()
     return json.loads(raw) if raw else None
 
@@ -44,8 +45,12 @@ def check_kafka(settings: StackSettings, secrets: dict[str, str]) -> str:
 
 def check_mariadb(settings: StackSettings, secrets: dict[str, str]) -> str:
     conn = pymysql.connect(
-        host="127.0.0.1", port=settings.mariadb_port, user="ratings_app",
-        password=secrets["APP_DB_PASSWORD"], database="demo", connect_timeout=3,
+        host="127.0.0.1",
+        port=settings.mariadb_port,
+        user="ratings_app",
+        password=secrets["APP_DB_PASSWORD"],
+        database="demo",
+        connect_timeout=3,
     )
     with conn, conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM customers")

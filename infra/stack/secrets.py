@@ -11,8 +11,8 @@ SECRET_NAMES = ("DEBEZIUM_DB_PASSWORD", "APP_DB_PASSWORD", "S3_ACCESS_KEY", "S3_
 
 def read_env_file(path: Path) -> dict[str, str]:
     values: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
+    for raw_line in path.read_text().splitlines():
+        line = raw_line.strip()
         if line and not line.startswith("#") and "=" in line:
             name, value = line.split("=", 1)
             values[name.strip()] = value.strip()

@@ -21,9 +21,13 @@ from infra.stack.versions import load_versions
 
 log = logging.getLogger("stack")
 PORT_SETTING = {
-    "sql": "STACK_MARIADB_PORT", "broker": "STACK_KAFKA_PORT", "controller": "STACK_KAFKA_CONTROLLER_PORT",
-    "s3": "STACK_S3_PORT", "http": "STACK_ELASTICSEARCH_PORT",
-    "transport": "STACK_ELASTICSEARCH_TRANSPORT_PORT", "rest": "STACK_CONNECT_PORT",
+    "sql": "STACK_MARIADB_PORT",
+    "broker": "STACK_KAFKA_PORT",
+    "controller": "STACK_KAFKA_CONTROLLER_PORT",
+    "s3": "STACK_S3_PORT",
+    "http": "STACK_ELASTICSEARCH_PORT",
+    "transport": "STACK_ELASTICSEARCH_TRANSPORT_PORT",
+    "rest": "STACK_CONNECT_PORT",
 }
 
 
@@ -127,7 +131,7 @@ def up(settings: StackSettings) -> None:
     for name in ("mariadb", "kafka", "s3", "elasticsearch"):
         sup.start(name)
     # 2. MariaDB: schema and users; Kafka: topics. Connect needs both.
-    _wait(settings, sup, "mariadb", lambda: bootstrap.mariadb_socket_ready(settings) or _raise("no socket"))
+    _wait(settings, sup, "mariadb", lambda: bootstrap.check_mariadb_socket(settings))
     bootstrap.bootstrap_mariadb(settings, secrets)
     _wait(settings, sup, "kafka", check("kafka"))
     bootstrap.create_topics(settings)
@@ -142,10 +146,6 @@ def up(settings: StackSettings) -> None:
     _wait(settings, sup, "elasticsearch", check("elasticsearch"))
     write_stack_env(settings, installed, secrets)
     log.info("stack is up in %.0f s; clients read %s", time.monotonic() - started, stack_env_path(settings))
-
-
-def _raise(message: str) -> None:
-    raise RuntimeError(message)
 
 
 def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> None:
@@ -167,7 +167,9 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
         "SPARK_JARS": ",".join(str(p) for p in installed.spark_jars()),
         "JAVA_HOME": str(installed.java_home),
     }
-    write_env_file(stack_env_path(settings), values, "Written by `make up`: how clients reach the local stack.")
+    write_env_file(
+        stack_env_path(settings), values, "Written by `make up`: how clients reach the local stack."
+    )
 
 
 def _rss_kib(pid: int) -> int:

@@ -87,8 +87,8 @@ class Supervisor:
 
     def __init__(self, settings: StackSettings) -> None:
         self.settings = settings
-        transport = SupervisorTransport(None, None, f"unix://{socket_path(settings)}")
-        self._proxy = ServerProxy("http://127.0.0.1", transport=transport)
+        self._transport = SupervisorTransport(None, None, f"unix://{socket_path(settings)}")
+        self._proxy = ServerProxy("http://127.0.0.1", transport=self._transport)
 
     @property
     def rpc(self) -> Any:
@@ -98,9 +98,10 @@ class Supervisor:
         if not socket_path(self.settings).exists():
             return False
         try:
-            return cast(dict[str, Any], self.rpc.getState())["statename"] == "RUNNING"
+            state = cast(dict[str, Any], self.rpc.getState())
         except (OSError, Fault):
             return False
+        return bool(state["statename"] == "RUNNING")
 
     def start_daemon(self, config: str) -> None:
         """Write the config and start supervisord, or reload it when it is already running."""
@@ -114,7 +115,9 @@ class Supervisor:
             return
         socket_path(self.settings).unlink(missing_ok=True)
         supervisord = Path(sys.executable).parent / "supervisord"
-        proc = subprocess.run([str(supervisord), "-c", str(path)], capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [str(supervisord), "-c", str(path)], capture_output=True, text=True, check=False
+        )
         if proc.returncode != 0:
             raise ComponentFailed(
                 f"supervisord did not start: {(proc.stdout + proc.stderr).strip()}",
@@ -161,3 +164,8 @@ class Supervisor:
         deadline = time.monotonic() + 30
         while self.running() and time.monotonic() < deadline:
             time.sleep(0.2)
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection to supervisord (it is reopened by the next call)."""
+        self._transport.close()

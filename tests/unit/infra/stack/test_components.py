@@ -1,0 +1,20 @@
+from pathlib import Path
+
+from infra.stack.components import component_ports, render_properties
+from infra.stack.settings import StackSettings
+
+
+def test_overrides_are_appended_so_they_win(tmp_path: Path) -> None:
+    base = tmp_path / "base.properties"
+    base.write_text("a=1\nlisteners=shared\n")
+    text = render_properties(base, {"listeners": "PLAINTEXT://127.0.0.1:1"})
+    lines = [line for line in text.splitlines() if line.startswith("listeners=")]
+    assert lines == ["listeners=shared", "listeners=PLAINTEXT://127.0.0.1:1"]
+
+
+def test_every_port_is_distinct_and_settable(tmp_path: Path) -> None:
+    settings = StackSettings(state_dir=tmp_path, kafka_port=19092)
+    ports = [port for by_purpose in component_ports(settings).values() for port in by_purpose.values()]
+    assert len(ports) == len(set(ports))
+    assert component_ports(settings)["kafka"]["broker"] == 19092
+    assert list(component_ports(settings)) == ["mariadb", "kafka", "s3", "elasticsearch", "connect"]

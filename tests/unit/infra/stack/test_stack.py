@@ -1,0 +1,94 @@
+"""Failure is explained: a taken port names port and component; a dying process fails `up`
+with the tail of its log. These run a real supervisord with tiny programs, no stack needed."""
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.stack.components import Component
+from infra.stack.errors import ComponentFailed, PortInUse
+from infra.stack.settings import StackSettings
+from infra.stack.stack import _wait, check_ports
+from infra.stack.supervise import Supervisor, render_config
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_taken_port_names_the_port_the_component_and_the_setting(tmp_path: Path) -> None:
+    port_fields = [name for name in StackSettings.model_fields if name.endswith("_port")]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        ports = {name: _free_port() for name in port_fields} | {"elasticsearch_port": taken}
+        settings = StackSettings(state_dir=tmp_path, **ports)
+        with pytest.raises(PortInUse, match=rf"port {taken} \(elasticsearch http\)") as err:
+            check_ports(settings, Supervisor(settings))
+    assert "STACK_ELASTICSEARCH_PORT" in err.value.hint
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[tuple[StackSettings, Supervisor]]:
+    settings = StackSettings(state_dir=tmp_path / "state", start_timeout_s=20)
+    sup = Supervisor(settings)
+    programs = [
+        Component(
+            name="doomed",
+            ports={},
+            command=["/bin/sh", "-c", "echo disk is on fire; exit 3"],
+            directory=tmp_path,
+        ),
+        Component(
+            name="sleeper",
+            ports={},
+            command=["/bin/sleep", "300"],
+            directory=tmp_path,
+            environment={"SECRET_TOKEN": "abc"},
+        ),
+    ]
+    sup.start_daemon(render_config(settings, programs))
+    yield settings, sup
+    sup.shutdown()
+
+
+def test_a_component_that_dies_during_start_fails_with_its_log(
+    supervisor: tuple[StackSettings, Supervisor],
+) -> None:
+    settings, sup = supervisor
+    sup.start("doomed")
+    with pytest.raises(ComponentFailed, match=r"doomed died during start(.|\n)*disk is on fire"):
+        _wait(settings, sup, "doomed", lambda: 1 / 0)
+
+
+def test_a_running_component_is_waited_for_until_its_probe_passes(
+    supervisor: tuple[StackSettings, Supervisor],
+) -> None:
+    settings, sup = supervisor
+    sup.start("sleeper")
+    attempts = []
+
+    def probe() -> None:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ConnectionRefusedError("not yet")
+
+    _wait(settings, sup, "sleeper", probe)
+    assert len(attempts) == 3
+    assert sup.state("sleeper") in {"STARTING", "RUNNING"}
+    sup.stop("sleeper")
+    assert sup.state("sleeper") == "STOPPED"
+
+
+def test_the_supervisor_config_is_private_because_it_holds_credentials(
+    supervisor: tuple[StackSettings, Supervisor],
+) -> None:
+    settings, _ = supervisor
+    conf = settings.state_dir / "supervisor" / "supervisord.conf"
+    assert 'SECRET_TOKEN="abc"' in conf.read_text()
+    assert conf.stat().st_mode & 0o077 == 0
