@@ -1,0 +1,82 @@
+"""MariaDB changes reach Kafka through Debezium as c/u/d events, with a tombstone after a delete."""
+
+import json
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+StackEnv = dict[str, str]
+CDC_TOPIC = "asgard.demo.customers"
+
+
+def _consumer_at_end(stack_env: StackEnv, topic: str) -> Consumer:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+            "group.id": f"test-{time.time_ns()}",
+            "enable.auto.commit": False,
+        }
+    )
+    _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    consumer.assign([TopicPartition(topic, 0, high)])
+    return consumer
+
+
+def _events_for(consumer: Consumer, customer_id: int, count: int, timeout_s: float = 60) -> list[Any]:
+    """(key, value) of the next `count` events of one customer; value None for a tombstone."""
+    events: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(events) < count and time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error() is not None:
+            continue
+        key = json.loads(msg.key())
+        if key["id"] == customer_id:
+            events.append((key, json.loads(msg.value()) if msg.value() is not None else None))
+    return events
+
+
+def test_insert_update_delete_become_c_u_d_and_a_tombstone(stack_env: StackEnv, db: Any, unique: str) -> None:
+    consumer = _consumer_at_end(stack_env, CDC_TOPIC)
+    email = f"{unique}@example.com"
+    try:
+        with db.cursor() as cur:
+            cur.execute(
+                "INSERT INTO customers (first_name, last_name, email, gender, club_status, region, comments)"
+                " VALUES ('Ada', 'Lovelace', %s, 'Female', 'silver', 'EMEA', 'test')",
+                (email,),
+            )
+            customer_id = cur.lastrowid
+            cur.execute("UPDATE customers SET club_status = 'platinum' WHERE id = %s", (customer_id,))
+            cur.execute("DELETE FROM customers WHERE id = %s", (customer_id,))
+        events = _events_for(consumer, customer_id, 4)
+    finally:
+        consumer.close()
+
+    assert [value["op"] if value else None for _, value in events] == ["c", "u", "d", None]
+    created, updated, deleted, _tombstone = (value for _, value in events)
+    assert created["before"] is None
+    assert created["after"]["email"] == email
+    assert created["after"]["region"] == "EMEA"
+    assert created["source"]["table"] == "customers"
+    assert created["source"]["ts_ms"] > 0
+    assert updated["before"]["club_status"] == "silver"
+    assert updated["after"]["club_status"] == "platinum"
+    assert deleted["before"]["club_status"] == "platinum"
+    assert deleted["after"] is None
+
+
+def test_debezium_sends_heartbeats_while_the_table_is_quiet(stack_env: StackEnv) -> None:
+    consumer = _consumer_at_end(stack_env, "__debezium-heartbeat.asgard")
+    try:
+        deadline = time.monotonic() + 30
+        beat = None
+        while beat is None and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                beat = json.loads(msg.value())
+    finally:
+        consumer.close()
+    assert beat is not None, "no heartbeat within 30 s"
+    assert beat["ts_ms"] > 0

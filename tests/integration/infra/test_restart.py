@@ -1,0 +1,96 @@
+"""Data survives `make down` / `make up`: topics and messages, rows, objects, documents.
+
+Runs last (marker restarts_stack) because it stops the stack the other tests use."""
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pymysql
+import pytest
+from confluent_kafka import Consumer, Producer
+from elasticsearch import Elasticsearch
+
+StackEnv = dict[str, str]
+
+
+def _stack(command: str, expect_rc: int = 0) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.stack", command],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == expect_rc, f"`infra.stack {command}`:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+def _db(stack_env: StackEnv) -> Any:
+    return pymysql.connect(
+        host=stack_env["MARIADB_HOST"],
+        port=int(stack_env["MARIADB_PORT"]),
+        user=stack_env["APP_DB_USER"],
+        password=stack_env["APP_DB_PASSWORD"],
+        database=stack_env["MARIADB_DATABASE"],
+        autocommit=True,
+    )
+
+
+def _first_message(servers: str, topic: str) -> bytes | None:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": f"{topic}-{time.time_ns()}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    try:
+        for _ in range(30):
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                return msg.value()
+    finally:
+        consumer.close()
+    return None
+
+
+@pytest.mark.restarts_stack
+def test_topics_rows_objects_and_documents_survive_down_and_up(
+    stack_env: StackEnv, new_topic: str, s3: Any, unique: str
+) -> None:
+    servers = stack_env["KAFKA_BOOTSTRAP_SERVERS"]
+    producer = Producer({"bootstrap.servers": servers})
+    producer.produce(new_topic, b"kept across restarts")
+    assert producer.flush(30) == 0
+    with _db(stack_env) as conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO customers (first_name, email, club_status) VALUES ('Kept', %s, 'gold')",
+            (f"{unique}@example.com",),
+        )
+        customer_id = cur.lastrowid
+    bucket, key = stack_env["S3_BUCKET"], f"tests/{unique}/kept.txt"
+    s3.put_object(Bucket=bucket, Key=key, Body=b"kept")
+    es = Elasticsearch(stack_env["ELASTICSEARCH_URL"])
+    es.index(index=f"test-{unique}", id="1", document={"kept": True}, refresh="wait_for")
+    es.close()
+
+    assert "stack stopped" in _stack("down")
+    assert "supervisor: not running" in _stack("status", expect_rc=1)
+    assert "stack is up" in _stack("up")
+
+    assert _first_message(servers, new_topic) == b"kept across restarts"
+    with _db(stack_env) as conn, conn.cursor() as cur:
+        cur.execute("SELECT club_status FROM customers WHERE id = %s", (customer_id,))
+        assert cur.fetchone() == ("gold",)
+        cur.execute("DELETE FROM customers WHERE id = %s", (customer_id,))
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"kept"
+    s3.delete_object(Bucket=bucket, Key=key)
+    es = Elasticsearch(stack_env["ELASTICSEARCH_URL"])
+    try:
+        assert es.get(index=f"test-{unique}", id="1")["_source"] == {"kept": True}
+    finally:
+        es.indices.delete(index=f"test-{unique}")
+        es.close()
