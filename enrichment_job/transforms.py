@@ -1,0 +1,178 @@
+"""Pure DataFrame transforms of the job: no I/O, no Python per record, all Spark SQL expressions.
+
+Raw Kafka rows (key, value, topic, partition, offset, timestamp) come in; readable records,
+dead letters with their reason, customer versions, and enriched records and alerts go out.
+"""
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from enrichment_job.schemas import (
+    CDC_ENVELOPE,
+    CORRUPT,
+    CUSTOMER_FIELDS,
+    RATING_FIELDS,
+    RATING_PARSE_SCHEMA,
+    REQUIRED_RATING_FIELDS,
+)
+
+KAFKA_META = ("key", "value", "topic", "partition", "offset", "timestamp")
+PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+CUSTOMER_COLUMNS = [f.name for f in CUSTOMER_FIELDS.fields if f.name != "id"]
+
+
+def _first_reason(checks: list[tuple[Column, str]]) -> Column:
+    """The reason of the first failing check, or null when every check passes."""
+    reason = F.lit(None).cast("string")
+    for failed, text in reversed(checks):
+        reason = F.when(failed, F.lit(text)).otherwise(reason)
+    return reason
+
+
+def parse_ratings(raw: DataFrame) -> DataFrame:
+    """Rating fields plus `dlq_reason`: null for a readable rating, else why it is not."""
+    text = F.col("value").cast("string")
+    parsed = raw.withColumn("_json", text).withColumn(
+        "_r", F.from_json(text, RATING_PARSE_SCHEMA, PARSE_OPTIONS)
+    )
+    checks: list[tuple[Column, str]] = [
+        (F.col("value").isNull(), "empty value"),
+        (F.json_object_keys("_json").isNull(), "not a JSON object"),
+    ]
+    checks += [
+        (F.get_json_object("_json", f"$.{name}").isNull(), f"missing field {name}")
+        for name in REQUIRED_RATING_FIELDS
+    ]
+    checks += [
+        (
+            F.get_json_object("_json", f"$.{field.name}").isNotNull() & F.col(f"_r.{field.name}").isNull(),
+            f"field {field.name} is not {field.dataType.simpleString()}",
+        )
+        for field in RATING_FIELDS.fields
+    ]
+    checks.append((~F.col("_r.stars").between(1, 5), "stars outside 1..5"))
+    return parsed.select(
+        *[F.col(f"_r.{f.name}").alias(f.name) for f in RATING_FIELDS.fields],
+        *KAFKA_META,
+        _first_reason(checks).alias("dlq_reason"),
+    )
+
+
+def parse_cdc(raw: DataFrame) -> DataFrame:
+    """Debezium change events: the envelope, `is_tombstone`, and `dlq_reason` (null when readable)."""
+    text = F.col("value").cast("string")
+    parsed = raw.withColumn("_json", text).withColumn("_e", F.from_json(text, CDC_ENVELOPE, PARSE_OPTIONS))
+    row_id = F.when(F.col("_e.op") == "d", F.col("_e.before.id")).otherwise(F.col("_e.after.id"))
+    checks: list[tuple[Column, str]] = [
+        (F.json_object_keys("_json").isNull(), "not a JSON object"),
+        (F.col(f"_e.{CORRUPT}").isNotNull(), "unreadable change event"),
+        (~F.col("_e.op").isin("c", "r", "u", "d") | F.col("_e.op").isNull(), "unknown op"),
+        (row_id.isNull(), "change event without a customer id"),
+        (F.col("_e.source.ts_ms").isNull(), "change event without source.ts_ms"),
+    ]
+    tombstone = F.col("value").isNull()
+    return parsed.select(
+        F.col("_e.*"),
+        row_id.alias("customer_id"),
+        tombstone.alias("is_tombstone"),
+        *KAFKA_META,
+        F.when(tombstone, F.lit(None)).otherwise(_first_reason(checks)).alias("dlq_reason"),
+    ).drop(CORRUPT)
+
+
+def to_versions(events: DataFrame) -> DataFrame:
+    """Readable change events (no tombstones) as versions: create/read/update open a version with
+    the row's values; a delete opens a `deleted` version, which ends the one before."""
+    deleted = F.col("op") == "d"
+    return events.select(
+        F.col("customer_id").alias("id"),
+        *[
+            F.when(deleted, F.lit(None)).otherwise(F.col(f"after.{name}")).alias(name)
+            for name in CUSTOMER_COLUMNS
+        ],
+        F.col("source.ts_ms").alias("valid_from"),
+        deleted.alias("deleted"),
+        "op",
+        F.col("source.file").alias("source_file"),
+        F.col("source.pos").alias("source_pos"),
+        F.col("source.row").alias("source_row"),
+        F.col("partition").alias("cdc_partition"),
+        F.col("offset").alias("cdc_offset"),
+    )
+
+
+def with_validity(versions: DataFrame) -> DataFrame:
+    """Adds `valid_to` (the next version's valid_from, null for the current one) and `is_first`.
+
+    Versions are ordered by database time, then binlog position, then CDC offset; a replayed
+    duplicate of the same binlog row is dropped first."""
+    unique = versions.dropDuplicates(["id", "source_file", "source_pos", "source_row", "op"])
+    order = Window.partitionBy("id").orderBy(
+        "valid_from", "source_file", "source_pos", "source_row", "cdc_offset"
+    )
+    return unique.withColumn("valid_to", F.lead("valid_from").over(order)).withColumn(
+        "is_first", F.row_number().over(order) == 1
+    )
+
+
+def asof_join(ratings: DataFrame, table: DataFrame, grace_ms: int) -> DataFrame:
+    """Each rating with the customer version valid at its rating_time (left join: unmatched kept).
+
+    Within `grace_ms` before a customer's first version, a rating joins that first version
+    (the row was created a moment after the rating). A deleted version matches no one."""
+    r, v = ratings.alias("r"), table.alias("v")
+    valid_at = (F.col("v.valid_from") <= F.col("r.rating_time")) & (
+        F.col("v.valid_to").isNull() | (F.col("r.rating_time") < F.col("v.valid_to"))
+    )
+    within_grace = (
+        F.col("v.is_first")
+        & (F.col("r.rating_time") < F.col("v.valid_from"))
+        & (F.col("v.valid_from") <= F.col("r.rating_time") + F.lit(grace_ms))
+    )
+    condition = (F.col("r.user_id") == F.col("v.id")) & (valid_at | within_grace) & ~F.col("v.deleted")
+    matched = F.col("v.id").isNotNull()
+    return r.join(v, condition, "left").select(
+        *[F.col(f"r.{f.name}") for f in RATING_FIELDS.fields],
+        *[F.col(f"v.{name}") for name in CUSTOMER_COLUMNS],
+        F.when(matched, F.concat_ws(" ", "v.first_name", "v.last_name")).alias("full_name"),
+        matched.alias("customer_matched"),
+        F.when(matched, F.format_string("%s:%d:%d", "v.source_file", "v.source_pos", "v.source_row")).alias(
+            "customer_version"
+        ),
+        F.col("v.valid_from").alias("customer_valid_from"),
+        F.col("r.timestamp").alias("rating_kafka_ts"),
+        F.col("r.partition").alias("rating_partition"),
+        F.col("r.offset").alias("rating_offset"),
+    )
+
+
+def alerts(enriched: DataFrame, stars_below: int, club_status: str) -> DataFrame:
+    """Enriched ratings that match the alert rule: stars < stars_below and the given club status."""
+    return enriched.where((F.col("stars") < stars_below) & (F.col("club_status") == club_status))
+
+
+def as_kafka_records(df: DataFrame, key: str) -> DataFrame:
+    """key (string bytes) and value (JSON of every column), as Spark's Kafka sink takes them."""
+    return df.select(
+        F.col(key).cast("string").alias("key"),
+        F.to_json(F.struct(*[F.col(c) for c in df.columns])).alias("value"),
+    )
+
+
+def dead_letters(bad: DataFrame, stage: str) -> DataFrame:
+    """The original key and bytes, with the reason and origin as headers (Kafka Connect style)."""
+
+    def header(name: str, value: Column) -> Column:
+        return F.struct(F.lit(f"dlq.{name}").alias("key"), value.cast("string").cast("binary").alias("value"))
+
+    return bad.select(
+        "key",
+        "value",
+        F.array(
+            header("reason", F.col("dlq_reason")),
+            header("stage", F.lit(stage)),
+            header("topic", F.col("topic")),
+            header("partition", F.col("partition")),
+            header("offset", F.col("offset")),
+        ).alias("headers"),
+    )

@@ -1,0 +1,192 @@
+"""The job's transforms on small in-memory data: parsing, dead-letter reasons, versions, the
+as-of join with grace, alerts."""
+
+import json
+from typing import Any
+
+import pytest
+
+from enrichment_job import transforms as T
+
+# py4j leaves its gateway sockets to the garbage collector; that is py4j's, not a leak of ours.
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+RAW = "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP"
+
+
+def _raw(spark: Any, values: list[bytes | None], topic: str = "ratings") -> Any:
+    rows = [(b"k", v, topic, 0, i, None) for i, v in enumerate(values)]
+    return spark.createDataFrame(rows, RAW)
+
+
+def _rating(**overrides: Any) -> bytes:
+    rating = {
+        "rating_id": 1,
+        "user_id": 7,
+        "stars": 4,
+        "route_id": 3,
+        "rating_time": 1_000,
+        "channel": "web",
+        "message": "ok",
+    }
+    rating.update(overrides)
+    return json.dumps({k: v for k, v in rating.items() if v is not ...}).encode()
+
+
+RATING_CASES: list[tuple[bytes | None, str | None]] = [
+    (_rating(), None),
+    (_rating(route_id=..., channel=..., message=...), None),
+    (None, "empty value"),
+    (b"{not json", "not a JSON object"),
+    (b"[1, 2]", "not a JSON object"),
+    (_rating(stars=...), "missing field stars"),
+    (_rating(user_id=None), "missing field user_id"),
+    (_rating(stars="five"), "field stars is not int"),
+    (_rating(rating_time=1.5), "field rating_time is not bigint"),
+    (_rating(stars=0), "stars outside 1..5"),
+    (_rating(stars=6), "stars outside 1..5"),
+]
+
+
+def test_each_rating_is_readable_or_has_a_reason(spark: Any) -> None:
+    rows = T.parse_ratings(_raw(spark, [value for value, _ in RATING_CASES])).orderBy("offset").collect()
+    assert [row.dlq_reason for row in rows] == [reason for _, reason in RATING_CASES]
+    good = [row for row in rows if row.dlq_reason is None]
+    assert [(row.rating_id, row.user_id, row.rating_time) for row in good] == [(1, 7, 1_000)] * 2
+
+
+def _event(op: str, cid: int, ts: int, pos: int, **after: Any) -> bytes:
+    row = {"id": cid, "first_name": "Ada", "last_name": "L", "club_status": "silver", **after}
+    envelope = {
+        "before": row if op in ("u", "d") else None,
+        "after": None if op == "d" else row,
+        "op": op,
+        "ts_ms": ts + 5,
+        "source": {"ts_ms": ts, "file": "mariadb-bin.000001", "pos": pos, "row": 0, "table": "customers"},
+    }
+    return json.dumps(envelope).encode()
+
+
+def test_change_events_become_versions_and_bad_ones_have_reasons(spark: Any) -> None:
+    values = [
+        _event("c", 7, 1_000, 10),
+        _event("u", 7, 2_000, 20, club_status="platinum"),
+        _event("d", 7, 3_000, 30),
+        None,  # tombstone after the delete
+        b"garbage",
+        json.dumps({"op": "x", "after": {"id": 1}, "source": {"ts_ms": 1}}).encode(),
+        json.dumps({"op": "c", "after": {"first_name": "no id"}, "source": {"ts_ms": 1}}).encode(),
+    ]
+    events = T.parse_cdc(_raw(spark, values, "asgard.demo.customers")).collect()
+    assert [e.dlq_reason for e in events] == [
+        None,
+        None,
+        None,
+        None,
+        "not a JSON object",
+        "unknown op",
+        "change event without a customer id",
+    ]
+    assert [e.is_tombstone for e in events][:4] == [False, False, False, True]
+
+    good = T.parse_cdc(_raw(spark, values[:3], "asgard.demo.customers"))
+    versions = T.with_validity(T.to_versions(good)).orderBy("valid_from").collect()
+    assert [(v.valid_from, v.valid_to, v.deleted, v.club_status, v.is_first) for v in versions] == [
+        (1_000, 2_000, False, "silver", True),
+        (2_000, 3_000, False, "platinum", False),
+        (3_000, None, True, None, False),
+    ]
+
+
+def test_a_replayed_change_event_does_not_make_a_second_version(spark: Any) -> None:
+    values = [_event("c", 7, 1_000, 10), _event("c", 7, 1_000, 10)]
+    versions = T.with_validity(T.to_versions(T.parse_cdc(_raw(spark, values)))).collect()
+    assert len(versions) == 1
+    assert versions[0].valid_to is None
+
+
+def _table(spark: Any) -> Any:
+    values = [
+        _event("c", 7, 1_000, 10, last_name="Lovelace"),
+        _event("u", 7, 2_000, 20, last_name="Lovelace", club_status="platinum"),
+        _event("d", 7, 3_000, 30),
+        _event("c", 7, 4_000, 40, last_name="Again", club_status="gold"),
+        _event("c", 8, 10_000, 50, first_name="Late", last_name="Comer", club_status="gold"),
+    ]
+    return T.with_validity(T.to_versions(T.parse_cdc(_raw(spark, values))))
+
+
+def _ratings(spark: Any, pairs: list[tuple[int, int]]) -> Any:
+    values = [_rating(rating_id=i, user_id=uid, rating_time=t) for i, (uid, t) in enumerate(pairs)]
+    return T.parse_ratings(_raw(spark, values)).where("dlq_reason IS NULL")
+
+
+# (user_id, rating_time, grace_ms, club status of the version joined, or None for unmatched)
+JOIN_CASES = [
+    (7, 1_500, 0, "silver"),  # the version valid at the rating's time
+    (7, 2_000, 0, "platinum"),  # an update opens its version at its own time
+    (7, 3_500, 0, None),  # deleted: unmatched
+    (7, 4_000, 0, "gold"),  # re-inserted: matched again
+    (7, 500, 0, None),  # before the customer existed, no grace
+    (7, 500, 600, "silver"),  # created within the grace after the rating: its first row
+    (8, 9_000, 1_000, "gold"),  # exactly at the grace limit
+    (8, 8_999, 1_000, None),  # beyond the grace: unmatched
+    (99, 1_500, 5_000, None),  # no such customer
+]
+
+
+@pytest.mark.parametrize("grace_ms", sorted({case[2] for case in JOIN_CASES}))
+def test_asof_join(spark: Any, grace_ms: int) -> None:
+    cases = [case for case in JOIN_CASES if case[2] == grace_ms]
+    ratings = _ratings(spark, [(uid, t) for uid, t, _, _ in cases])
+    rows = T.asof_join(ratings, _table(spark), grace_ms).orderBy("rating_id").collect()
+    assert [row.club_status for row in rows] == [expected for *_, expected in cases]
+    assert [row.customer_matched for row in rows] == [expected is not None for *_, expected in cases]
+    assert [row.customer_version is None for row in rows] == [expected is None for *_, expected in cases]
+
+
+def test_every_rating_comes_out_once_matched_or_not(spark: Any) -> None:
+    pairs = [(7, t) for t in range(0, 5_000, 100)] + [(8, 9_500), (42, 1)]
+    out = T.asof_join(_ratings(spark, pairs), _table(spark), 1_000).collect()
+    assert sorted(r.rating_id for r in out) == list(range(len(pairs)))
+
+
+def test_full_name_and_alert_rule(spark: Any) -> None:
+    ratings = T.parse_ratings(
+        _raw(
+            spark,
+            [
+                _rating(rating_id=1, stars=2, rating_time=2_500),
+                _rating(rating_id=2, stars=3, rating_time=2_500),
+                _rating(rating_id=3, stars=1, rating_time=1_500),
+            ],
+        )
+    ).where("dlq_reason IS NULL")
+    enriched = T.asof_join(ratings, _table(spark), 0)
+    assert {r.rating_id: r.full_name for r in enriched.collect()} == {
+        1: "Ada Lovelace",
+        2: "Ada Lovelace",
+        3: "Ada Lovelace",
+    }
+    assert [r.rating_id for r in T.alerts(enriched, stars_below=3, club_status="platinum").collect()] == [1]
+
+
+def test_dead_letters_keep_the_original_bytes_and_say_why(spark: Any) -> None:
+    bad = T.parse_ratings(_raw(spark, [b"{broken"])).where("dlq_reason IS NOT NULL")
+    (row,) = T.dead_letters(bad, "enrichment").collect()
+    assert row.value == b"{broken"
+    headers = {h.key: bytes(h.value).decode() for h in row.headers}
+    assert headers == {
+        "dlq.reason": "not a JSON object",
+        "dlq.stage": "enrichment",
+        "dlq.topic": "ratings",
+        "dlq.partition": "0",
+        "dlq.offset": "0",
+    }
+
+
+def test_kafka_records_are_keyed_json(spark: Any) -> None:
+    enriched = T.asof_join(_ratings(spark, [(7, 1_500)]), _table(spark), 0)
+    (record,) = T.as_kafka_records(enriched, key="user_id").collect()
+    assert record.key == "7"
+    body = json.loads(record.value)
+    assert body["club_status"] == "silver" and body["customer_matched"] is True
