@@ -151,11 +151,13 @@ def alerts(enriched: DataFrame, stars_below: int, club_status: str) -> DataFrame
     return enriched.where((F.col("stars") < stars_below) & (F.col("club_status") == club_status))
 
 
-def as_kafka_records(df: DataFrame, key: str) -> DataFrame:
-    """key (string bytes) and value (JSON of every column), as Spark's Kafka sink takes them."""
+def as_kafka_records(df: DataFrame, key: str, keep: tuple[str, ...] = ()) -> DataFrame:
+    """key (string) and value (JSON of every column), plus the `keep` columns unchanged."""
     return df.select(
         F.col(key).cast("string").alias("key"),
-        F.to_json(F.struct(*[F.col(c) for c in df.columns])).alias("value"),
+        # Nulls stay in the record (an unmatched rating says club_status: null, not nothing).
+        F.to_json(F.struct(*[F.col(c) for c in df.columns]), {"ignoreNullFields": "false"}).alias("value"),
+        *keep,
     )
 
 
@@ -176,3 +178,17 @@ def dead_letters(bad: DataFrame, stage: str) -> DataFrame:
             header("offset", F.col("offset")),
         ).alias("headers"),
     )
+
+
+def release(ratings: DataFrame, watermark_ms: int | None, grace_ms: int) -> DataFrame:
+    """Adds `released`: the CDC table is complete past rating_time + grace (so the join can no
+    longer change), and every earlier rating of the same customer is released too (order)."""
+    if watermark_ms is None:
+        return ratings.withColumn("released", F.lit(False))
+    ready = (F.col("rating_time") + F.lit(grace_ms) < F.lit(watermark_ms)).cast("int")
+    earlier = (
+        Window.partitionBy("user_id")
+        .orderBy("partition", "offset")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    return ratings.withColumn("released", F.min(ready).over(earlier) == 1)

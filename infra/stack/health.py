@@ -37,7 +37,9 @@ def s3_client(settings: StackSettings, secrets: dict[str, str]) -> Any:
 
 
 def check_kafka(settings: StackSettings, secrets: dict[str, str]) -> str:
-    meta = AdminClient({"bootstrap.servers": settings.bootstrap_servers}).list_topics(timeout=5)
+    # log_level 2: a broker that is still starting is this check's answer, not an error to print.
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 2})
+    meta = admin.list_topics(timeout=5)
     if not meta.brokers:
         raise RuntimeError("no broker in metadata")
     return f"{len(meta.brokers)} broker, {len(meta.topics)} topics"

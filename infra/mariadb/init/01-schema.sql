@@ -14,11 +14,12 @@ CREATE TABLE IF NOT EXISTS demo.customers (
     update_ts   TIMESTAMP    NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP
 );
 
--- A quiet database writes no binlog, and Debezium emits heartbeats only as it reads binlog
--- events, so the CDC watermark would stall. This event touches one row every second; Debezium
--- then sends a heartbeat each heartbeat.interval.ms. The table is not captured
--- (table.include.list names only demo.customers) and the event runs with its definer's rights,
--- so the Debezium user needs no write privilege. Needs event_scheduler=ON (my.cnf).
+-- A quiet database writes no binlog, so Debezium would send nothing and the job could not tell
+-- "no change" from "not delivered yet". This event touches one row every second. Debezium
+-- captures it and routes it into the customers' CDC topic (connect/mariadb-customers.json), so
+-- the topic carries, in binlog order, a database timestamp at least every second: the job's CDC
+-- watermark. The event runs with its definer's rights: the Debezium user writes nothing.
+-- Needs event_scheduler=ON (my.cnf).
 CREATE TABLE IF NOT EXISTS demo.debezium_heartbeat (
     id TINYINT      NOT NULL PRIMARY KEY,
     ts TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)

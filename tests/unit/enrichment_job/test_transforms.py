@@ -190,3 +190,17 @@ def test_kafka_records_are_keyed_json(spark: Any) -> None:
     assert record.key == "7"
     body = json.loads(record.value)
     assert body["club_status"] == "silver" and body["customer_matched"] is True
+    unmatched = T.asof_join(_ratings(spark, [(99, 1_500)]), _table(spark), 0)
+    (record,) = T.as_kafka_records(unmatched, key="user_id").collect()
+    assert json.loads(record.value)["club_status"] is None
+
+
+def test_release_waits_for_the_watermark_and_keeps_each_customers_order(spark: Any) -> None:
+    # user 7: offsets 0,1,2 with times 100, 5_000, 200; user 8: offset 3 at time 300
+    ratings = _ratings(spark, [(7, 100), (7, 5_000), (7, 200), (8, 300)])
+    assert [r.released for r in T.release(ratings, None, 0).orderBy("offset").collect()] == [False] * 4
+    flags = {r.offset: r.released for r in T.release(ratings, 1_000, 500).collect()}
+    # offset 2 is old enough but waits behind offset 1 of the same customer; user 8 is independent.
+    assert flags == {0: True, 1: False, 2: False, 3: True}
+    flags = {r.offset: r.released for r in T.release(ratings, 6_000, 500).collect()}
+    assert flags == {0: True, 1: True, 2: True, 3: True}

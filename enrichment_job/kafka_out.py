@@ -1,0 +1,121 @@
+"""Exactly-once output of a micro-batch to Kafka.
+
+Spark's Kafka sink is at-least-once: a batch re-run after a crash writes again. Here each
+batch's records and a marker {"batch_id": N, ...} go to Kafka in one transaction. After a
+restart Spark re-runs the last batch with the same id; the marker says whether that batch is
+already in Kafka, and if it is, nothing is written twice. Readers use isolation.level =
+read_committed. `init_transactions` fences a zombie instance with the same transactional id.
+"""
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+log = logging.getLogger("enrichment_job")
+Header = tuple[str, str | bytes | None]
+
+
+@dataclass(frozen=True)
+class Records:
+    """What one batch writes to one topic: keys, values (None = tombstone), optional headers."""
+
+    topic: str
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
+    headers: Sequence[list[Header] | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def last_marker(config: dict[str, str], topic: str, key: str, timeout_s: float = 30) -> dict[str, Any] | None:
+    """The last committed marker for `key` in the (single-partition, compacted) commits topic."""
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": f"marker-reader-{key}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        if high <= low:
+            return None
+        consumer.assign([TopicPartition(topic, 0, low)])
+        marker = None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            error, value = msg.error(), msg.value()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return marker
+                raise KafkaException(error)
+            if msg.key() == key.encode() and value is not None:
+                marker = json.loads(value)
+        raise TimeoutError(f"could not read {topic} to its end within {timeout_s} s")
+    finally:
+        consumer.close()
+
+
+class TransactionalOutput:
+    """One transactional producer per streaming query; `write` is called once per batch."""
+
+    def __init__(self, config: dict[str, str], transactional_id: str, commits_topic: str) -> None:
+        self.commits_topic = commits_topic
+        self.marker_key = transactional_id
+        self.producer = Producer(
+            {
+                **config,
+                "transactional.id": transactional_id,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "compression.type": "lz4",
+                "queue.buffering.max.messages": 2_000_000,
+                "queue.buffering.max.kbytes": 2_097_151,
+            }
+        )
+        self.producer.init_transactions(60)
+        self.marker = last_marker(config, commits_topic, transactional_id)
+        log.info("%s: last committed batch %s", transactional_id, self.marker and self.marker["batch_id"])
+
+    def committed(self, batch_id: int) -> bool:
+        return self.marker is not None and batch_id <= int(self.marker["batch_id"])
+
+    def write(self, batch_id: int, outputs: Iterable[Records], marker: dict[str, Any]) -> int:
+        """All records of the batch plus its marker, atomically. Returns the number written."""
+        written = 0
+        self.producer.begin_transaction()
+        try:
+            for records in outputs:
+                headers = records.headers or [None] * len(records)
+                for key, value, hdrs in zip(records.keys, records.values, headers, strict=True):
+                    self._produce(records.topic, key, value, hdrs)
+                written += len(records)
+            body = {"batch_id": batch_id, **marker}
+            self._produce(self.commits_topic, self.marker_key.encode(), json.dumps(body).encode(), None)
+            self.producer.commit_transaction(120)
+        except Exception:
+            self.producer.abort_transaction(60)
+            raise
+        self.marker = body
+        return written
+
+    def _produce(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[Header] | None
+    ) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=headers)
+                return
+            except BufferError:  # local queue full: let librdkafka send, then try again
+                self.producer.poll(0.05)

@@ -1,0 +1,158 @@
+"""Progress of the job as Spark users expect it: a log line per batch and a JSON file of the
+latest figures (rows/s, batch duration, waiting ratings, CDC watermark lag, dead letters)."""
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+log = logging.getLogger("enrichment_job")
+
+
+def _lag_ms(watermark_ms: int | None) -> int | None:
+    return None if watermark_ms is None else int(time.time() * 1000) - watermark_ms
+
+
+class Steps:
+    """Where a batch's time goes: `with steps("name"): ...` adds the seconds spent under a name."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str) -> "_Step":
+        return _Step(self, name)
+
+    def summary(self) -> str:
+        return " ".join(f"{name}={secs:.2f}" for name, secs in self.seconds.items())
+
+
+class _Step:
+    def __init__(self, steps: Steps, name: str) -> None:
+        self.steps, self.name = steps, name
+
+    def __enter__(self) -> None:
+        self.started = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        elapsed = time.monotonic() - self.started
+        self.steps.seconds[self.name] = self.steps.seconds.get(self.name, 0.0) + elapsed
+
+
+class Metrics:
+    """Latest figures per query, written to `path` (atomically) after each batch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._totals = {"dlq_records": 0, "enriched": 0, "alerts": 0, "cdc_changes": 0}
+        self._data: dict[str, Any] = {"totals": self._totals}
+
+    def _update(self, section: str, values: dict[str, Any]) -> None:
+        with self._lock:
+            self._data[section] = {
+                **self._data.get(section, {}),
+                **values,
+                "updated_at_ms": int(time.time() * 1000),
+            }
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self._data, indent=2))
+            tmp.replace(self.path)
+
+    def cdc_batch(
+        self, batch_id: int, changes: int, bad: int, watermark_ms: int | None, seconds: float
+    ) -> None:
+        self._totals["cdc_changes"] += changes
+        self._totals["dlq_records"] += bad
+        lag = _lag_ms(watermark_ms)
+        self._update(
+            "cdc",
+            {
+                "batch_id": batch_id,
+                "changes": changes,
+                "dlq": bad,
+                "watermark_ms": watermark_ms,
+                "watermark_lag_ms": lag,
+                "handler_s": round(seconds, 3),
+            },
+        )
+        log.info(
+            "cdc batch %d: %d changes, %d dead letters, watermark lag %s ms, %.2f s",
+            batch_id,
+            changes,
+            bad,
+            lag,
+            seconds,
+        )
+
+    def enrich_batch(
+        self, batch_id: int, counts: dict[str, int], watermark_ms: int | None, seconds: float, steps: Steps
+    ) -> None:
+        self._totals["enriched"] += counts["enriched"]
+        self._totals["alerts"] += counts["alerts"]
+        self._totals["dlq_records"] += counts["dlq"]
+        self._update(
+            "enrichment",
+            {
+                "batch_id": batch_id,
+                **counts,
+                "watermark_ms": watermark_ms,
+                "watermark_lag_ms": _lag_ms(watermark_ms),
+                "handler_s": round(seconds, 3),
+                "steps_s": {k: round(v, 3) for k, v in steps.seconds.items()},
+            },
+        )
+        log.info(
+            "enrichment batch %d: %d new, %d enriched, %d alerts, %d dead letters, %d waiting, "
+            "lag %s ms, %.2f s (%s)",
+            batch_id,
+            counts["new"],
+            counts["enriched"],
+            counts["alerts"],
+            counts["dlq"],
+            counts["waiting"],
+            _lag_ms(watermark_ms),
+            seconds,
+            steps.summary(),
+        )
+
+    def progress(self, name: str, values: dict[str, Any]) -> None:
+        self._update(f"query:{name}", values)
+
+
+class ProgressListener(StreamingQueryListener):
+    """Spark's own progress per query: input and processed rows per second, batch duration."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def onQueryStarted(self, event: Any) -> None:
+        log.info("query %s started (run %s)", event.name, event.runId)
+
+    def onQueryProgress(self, event: Any) -> None:
+        p = event.progress
+        values = {
+            "batch_id": p.batchId,
+            "input_rows": p.numInputRows,
+            "input_rows_per_s": round(p.inputRowsPerSecond, 1),
+            "processed_rows_per_s": round(p.processedRowsPerSecond, 1),
+            "batch_duration_ms": p.batchDuration,
+        }
+        self.metrics.progress(p.name, values)
+        if p.numInputRows:
+            log.info("query %s progress: %s", p.name, values)
+
+    def onQueryIdle(self, event: Any) -> None:
+        return
+
+    def onQueryTerminated(self, event: Any) -> None:
+        log.log(
+            logging.ERROR if event.exception else logging.INFO,
+            "query %s terminated %s",
+            event.id,
+            event.exception or "",
+        )

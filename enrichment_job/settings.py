@@ -1,0 +1,80 @@
+"""Settings of the enrichment job: read once at start, frozen.
+
+From the environment with the prefix ENRICH_ (ENRICH_GRACE_MS=5000), or from a file named by
+ENRICH_ENV_FILE (lines NAME=value, the same names). A bad value stops the job with a message
+that names the setting.
+"""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from infra.stack.settings import REPO_ROOT
+
+
+class JobSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENRICH_", frozen=True, extra="forbid")
+
+    # Kafka
+    bootstrap_servers: str = "127.0.0.1:9092"
+    ratings_topic: str = "ratings"
+    cdc_topic: str = "asgard.demo.customers"
+    customers_topic: str = "customers"
+    enriched_topic: str = "ratings-with-customer-data"
+    alerts_topic: str = "unhappy-platinum-customers"
+    dlq_topic: str = "enrichment-dlq"
+    commits_topic: str = Field(
+        "enrichment-commits", description="compacted: the last batch each query committed (exactly once)"
+    )
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int = Field(200_000, gt=0, description="per query and micro-batch")
+    kafka_extra: dict[str, str] = Field(
+        default_factory=dict, description="extra librdkafka/Spark Kafka options"
+    )
+
+    # Where the job keeps its state (the checkpoint, the customer table, waiting ratings)
+    state_dir: Path = REPO_ROOT / ".state" / "enrichment"
+
+    # Join and alert rule
+    grace_ms: int = Field(
+        5_000, ge=0, description="a rating may join a customer row created this long after it"
+    )
+    alert_stars_below: int = Field(3, ge=1, le=6)
+    alert_club_status: Literal["bronze", "silver", "gold", "platinum"] = "platinum"
+
+    # Spark
+    master: str = "local[2]"
+    trigger_interval: str = "500 milliseconds"
+    spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
+    shuffle_partitions: int = 2
+    driver_memory: str = "2g"
+    ui_enabled: bool = True
+    maintenance_every_batches: int = Field(200, gt=0, description="compact and vacuum the table this often")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.state_dir / "checkpoints"
+
+    @property
+    def table_path(self) -> Path:
+        return self.state_dir / "customer_versions"
+
+    @property
+    def pending_path(self) -> Path:
+        return self.state_dir / "waiting_ratings"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.state_dir / "metrics.json"
+
+    def kafka_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source ("kafka." + the client's own dotted names)."""
+        return {"kafka.bootstrap.servers": self.bootstrap_servers} | {
+            f"kafka.{k}": v for k, v in self.kafka_extra.items()
+        }
+
+    def producer_config(self) -> dict[str, str]:
+        """librdkafka settings of the job's own transactional producers."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_extra}

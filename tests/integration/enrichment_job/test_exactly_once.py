@@ -1,0 +1,138 @@
+"""f. kill -9 in the middle of a steady stream, restart from the checkpoint: every rating once
+in the enriched topic, every alert once in the alert topic (read_committed).
+h. Replay: a fresh job (new checkpoint and table) over the same inputs gives the same records."""
+
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from support.enrichment import Job, Topics, create_topics, delete_topics, produce, rating, read_topic, values
+
+StackEnv = dict[str, str]
+GRACE_MS = 1000
+RATINGS = 600
+JOINED_FIELDS = (
+    "user_id",
+    "stars",
+    "customer_matched",
+    "club_status",
+    "full_name",
+    "email",
+    "customer_version",
+)
+
+
+@dataclass
+class CrashRun:
+    topics: Topics
+    produced: dict[int, int]  # rating_id -> stars
+    platinum: set[int]
+    enriched: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+
+
+def _customers(stack_env: StackEnv) -> tuple[list[int], set[int]]:
+    conn = pymysql.connect(
+        host=stack_env["MARIADB_HOST"],
+        port=int(stack_env["MARIADB_PORT"]),
+        user=stack_env["APP_DB_USER"],
+        password=stack_env["APP_DB_PASSWORD"],
+        database=stack_env["MARIADB_DATABASE"],
+        autocommit=True,
+    )
+    ids, platinum = [], set()
+    with conn, conn.cursor() as cur:
+        for i in range(6):
+            status = "platinum" if i % 2 else "silver"
+            cur.execute(
+                "INSERT INTO customers (first_name, last_name, email, club_status) VALUES ('Eo', %s, %s, %s)",
+                (str(i), f"{uuid.uuid4().hex[:8]}@example.com", status),
+            )
+            ids.append(cur.lastrowid)
+            if status == "platinum":
+                platinum.add(cur.lastrowid)
+    return ids, platinum
+
+
+def _steady_stream(stack_env: StackEnv, topic: str, customers: list[int], produced: dict[int, int]) -> None:
+    rnd = random.Random(7)
+    base = time.time_ns() // 1000
+    for i in range(RATINGS):
+        rid, user, stars = base + i, rnd.choice(customers), rnd.randint(1, 5)
+        produce(stack_env, topic, [rating(rid, user, stars, int(time.time() * 1000))])
+        produced[rid] = stars
+        time.sleep(0.04)
+
+
+@pytest.fixture(scope="module")
+def crash_run(stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRun]:
+    topics = Topics()
+    names = create_topics(stack_env, topics)
+    customers, platinum = _customers(stack_env)
+    time.sleep(2)  # let the rows reach the CDC topic before the ratings
+    state = tmp_path_factory.mktemp("crash") / "job"
+    job = Job(stack_env, topics, state, GRACE_MS).start()
+    produced: dict[int, int] = {}
+    stream = threading.Thread(
+        target=_steady_stream, args=(stack_env, topics.name("ratings"), customers, produced)
+    )
+    stream.start()
+    time.sleep(10)
+    job.kill()
+    killed_at = len(produced)
+    job = Job(stack_env, topics, state, GRACE_MS).start()
+    stream.join()
+    try:
+        enriched = values(
+            read_topic(stack_env, topics.name("enriched"), min_records=RATINGS, timeout_s=300, idle_s=15)
+        )
+        alerts = values(read_topic(stack_env, topics.name("alerts"), timeout_s=60, idle_s=5))
+    finally:
+        job.stop()
+    assert 0 < killed_at < RATINGS, "the job must die in the middle of the stream"
+    yield CrashRun(topics, produced, platinum, enriched, alerts)
+    delete_topics(stack_env, names)
+
+
+def test_f_kill_9_and_restart_every_rating_and_alert_exactly_once(crash_run: CrashRun) -> None:
+    counts = Counter(v["rating_id"] for v in crash_run.enriched)
+    assert set(counts) == set(crash_run.produced)
+    assert [rid for rid, n in counts.items() if n > 1] == []
+    expected_alerts = {
+        v["rating_id"] for v in crash_run.enriched if v["stars"] < 3 and v["user_id"] in crash_run.platinum
+    }
+    alert_counts = Counter(v["rating_id"] for v in crash_run.alerts)
+    assert set(alert_counts) == expected_alerts and expected_alerts
+    assert max(alert_counts.values()) == 1
+
+
+def test_h_a_fresh_job_over_the_same_inputs_gives_the_same_records(
+    stack_env: StackEnv, crash_run: CrashRun, tmp_path: Path
+) -> None:
+    replay_topics = Topics()
+    names = create_topics(stack_env, replay_topics)
+    job = Job(stack_env, replay_topics, tmp_path / "replay", GRACE_MS)
+    job.env["ENRICH_RATINGS_TOPIC"] = crash_run.topics.name("ratings")
+    job.start()
+    try:
+        replayed = values(
+            read_topic(
+                stack_env, replay_topics.name("enriched"), min_records=RATINGS, timeout_s=300, idle_s=10
+            )
+        )
+    finally:
+        job.stop()
+        delete_topics(stack_env, names)
+
+    def joined(records: list[dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
+        return {v["rating_id"]: tuple(v[f] for f in JOINED_FIELDS) for v in records}
+
+    assert joined(replayed) == joined(crash_run.enriched)

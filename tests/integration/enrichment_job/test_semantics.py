@@ -1,0 +1,225 @@
+"""The join semantics of DESIGN.md against the real stack: MariaDB statements through Debezium,
+ratings through Kafka, outputs read back from Kafka with read_committed.
+
+One job (grace 3 s) serves the tests that only add data; bootstrap, crash and replay start
+jobs of their own."""
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.enrichment import (
+    Job,
+    Topics,
+    create_topics,
+    db_now_ms,
+    delete_topics,
+    produce,
+    rating,
+    read_topic,
+    values,
+)
+
+StackEnv = dict[str, str]
+GRACE_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def job(stack_env: StackEnv, topics: Topics, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
+    job = Job(stack_env, topics, tmp_path_factory.mktemp("jobs") / "main", GRACE_MS).start()
+    yield job
+    job.stop()
+
+
+def _insert(db: Any, club_status: str, customer_id: int | None = None) -> int:
+    with db.cursor() as cur:
+        cur.execute(
+            "INSERT INTO customers (id, first_name, last_name, email, gender, club_status, region, comments)"
+            " VALUES (%s, 'Test', %s, %s, 'Female', %s, 'EMEA', 'integration test')",
+            (customer_id, uuid.uuid4().hex[:8], f"{uuid.uuid4().hex[:8]}@example.com", club_status),
+        )
+        return int(customer_id or cur.lastrowid)
+
+
+def _execute(db: Any, sql: str, *args: Any) -> None:
+    with db.cursor() as cur:
+        cur.execute(sql, args)
+
+
+def _next_second(db: Any) -> int:
+    """Waits into the next database second (Debezium's change times have whole seconds)."""
+    start = db_now_ms(db) // 1000
+    while db_now_ms(db) // 1000 == start:
+        time.sleep(0.05)
+    return db_now_ms(db)
+
+
+def _by_rating(
+    stack_env: StackEnv, topic: str, rating_ids: set[int], timeout_s: float = 120
+) -> dict[int, Any]:
+    found: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not rating_ids <= set(found):
+        for value in values(read_topic(stack_env, topic, timeout_s=10)):
+            if value["rating_id"] in rating_ids:
+                found[value["rating_id"]] = value
+    assert set(found) == rating_ids, f"missing {rating_ids - set(found)}"
+    return found
+
+
+def _ids() -> Iterator[int]:
+    base = time.time_ns() // 1000
+    return iter(range(base, base + 1_000_000))
+
+
+IDS = _ids()
+
+
+def test_a_rating_joins_the_row_valid_at_its_time_and_updates_apply_later(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    customer = _insert(db, "silver")
+    t_silver = _next_second(db)
+    _execute(db, "UPDATE customers SET club_status = 'platinum' WHERE id = %s", customer)
+    t_platinum = _next_second(db)
+    before, after = next(IDS), next(IDS)
+    produce(
+        stack_env,
+        topics.name("ratings"),
+        [rating(before, customer, 1, t_silver - 500), rating(after, customer, 1, t_platinum)],
+    )
+    out = _by_rating(stack_env, topics.name("enriched"), {before, after})
+    assert out[before]["club_status"] == "silver"
+    assert out[after]["club_status"] == "platinum"
+    assert out[after]["customer_matched"] is True
+    assert out[after]["full_name"].startswith("Test ")
+    assert out[before]["customer_version"] != out[after]["customer_version"]
+    alerts = _by_rating(stack_env, topics.name("alerts"), {after})
+    assert alerts[after]["club_status"] == "platinum" and alerts[after]["stars"] == 1
+
+
+def test_b_after_a_delete_ratings_are_unmatched_and_a_reinsert_matches_again(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    customer = _insert(db, "gold")
+    _next_second(db)
+    _execute(db, "DELETE FROM customers WHERE id = %s", customer)
+    t_deleted = _next_second(db)
+    _insert(db, "bronze", customer_id=customer)
+    t_back = _next_second(db)
+    gone, back = next(IDS), next(IDS)
+    produce(
+        stack_env,
+        topics.name("ratings"),
+        # The last millisecond of the delete's second, before the re-insert's second began.
+        [rating(gone, customer, 4, t_deleted // 1000 * 1000 - 1), rating(back, customer, 4, t_back)],
+    )
+    out = _by_rating(stack_env, topics.name("enriched"), {gone, back})
+    assert out[gone]["customer_matched"] is False and out[gone]["club_status"] is None
+    assert out[back]["customer_matched"] is True and out[back]["club_status"] == "bronze"
+
+
+def test_d_grace_joins_a_row_created_shortly_after_the_rating_and_not_later(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    now = db_now_ms(db)
+    customer = _insert(db, "platinum")  # created about now
+    within, beyond = next(IDS), next(IDS)
+    produce(
+        stack_env,
+        topics.name("ratings"),
+        [rating(within, customer, 5, now - 1000), rating(beyond, customer, 5, now - GRACE_MS - 2000)],
+    )
+    out = _by_rating(stack_env, topics.name("enriched"), {within, beyond})
+    assert out[within]["customer_matched"] is True and out[within]["club_status"] == "platinum"
+    assert out[beyond]["customer_matched"] is False
+
+
+def test_e_records_of_one_customer_come_out_in_input_order(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    customer = _insert(db, "platinum")
+    t0 = _next_second(db)
+    # Rating times out of order on purpose: order follows the input offsets, not the times.
+    ids = [next(IDS) for _ in range(30)]
+    produce(
+        stack_env,
+        topics.name("ratings"),
+        [rating(rid, customer, 1 + i % 2, t0 + (i * 7919) % 900) for i, rid in enumerate(ids)],
+    )
+    _by_rating(stack_env, topics.name("enriched"), set(ids))
+    enriched = [
+        v["rating_id"]
+        for v in values(read_topic(stack_env, topics.name("enriched"), timeout_s=10))
+        if v["user_id"] == customer
+    ]
+    alerts = [
+        v["rating_id"]
+        for v in values(read_topic(stack_env, topics.name("alerts"), timeout_s=10))
+        if v["user_id"] == customer
+    ]
+    assert enriched == ids
+    assert alerts == [rid for i, rid in enumerate(ids) if 1 + i % 2 < 3]
+
+
+def test_g_bad_records_go_to_the_dlq_with_reasons_and_good_ones_around_them_are_enriched(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    customer = _insert(db, "silver")
+    t0 = _next_second(db)
+    first, last = next(IDS), next(IDS)
+    marker = uuid.uuid4().hex
+    bad = {
+        f"{{not json {marker}": "not a JSON object",
+        json.dumps(
+            {"marker": marker, "user_id": customer, "stars": 3, "rating_time": t0}
+        ): "missing field rating_id",
+        json.dumps(
+            {"marker": marker, "rating_id": 1, "user_id": customer, "stars": "3", "rating_time": t0}
+        ): "field stars is not int",
+        json.dumps(
+            {"marker": marker, "rating_id": 2, "user_id": customer, "stars": 9, "rating_time": t0}
+        ): "stars outside 1..5",
+    }
+    produce(
+        stack_env,
+        topics.name("ratings"),
+        [rating(first, customer, 3, t0), *((b"bad", v.encode()) for v in bad), rating(last, customer, 3, t0)],
+    )
+    out = _by_rating(stack_env, topics.name("enriched"), {first, last})
+    assert all(v["customer_matched"] for v in out.values())
+    dead = [
+        r
+        for r in read_topic(stack_env, topics.name("dlq"), min_records=len(bad), timeout_s=60)
+        if marker.encode() in r.value()
+    ]
+    reasons = {r.value().decode(): dict(r.headers())["dlq.reason"].decode() for r in dead}
+    assert reasons == bad
+    for record in dead:
+        headers = dict(record.headers())
+        assert headers["dlq.topic"].decode() == topics.name("ratings")
+        assert int(headers["dlq.offset"]) >= 0
+
+
+def test_c_a_fresh_job_waits_for_the_table_so_no_rating_is_unmatched_for_being_early(
+    stack_env: StackEnv, db: Any, tmp_path: Path
+) -> None:
+    own = Topics()
+    customers = [_insert(db, "gold") for _ in range(5)]
+    t0 = _next_second(db)
+    ids = [next(IDS) for _ in customers]
+    names = create_topics(stack_env, own)
+    produce(
+        stack_env, own.name("ratings"), [rating(rid, c, 2, t0) for rid, c in zip(ids, customers, strict=True)]
+    )
+    job = Job(stack_env, own, tmp_path / "fresh", GRACE_MS).start()
+    try:
+        out = _by_rating(stack_env, own.name("enriched"), set(ids))
+    finally:
+        job.stop()
+        delete_topics(stack_env, names)
+    assert all(v["customer_matched"] and v["club_status"] == "gold" for v in out.values())

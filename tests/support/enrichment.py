@@ -1,0 +1,181 @@
+"""Helpers of the enrichment job's integration tests: the job as a child process, its topics,
+producing ratings and reading outputs back."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+StackEnv = dict[str, str]
+OUTPUTS = ("ratings", "enriched", "alerts", "dlq")
+
+
+@dataclass
+class Topics:
+    suffix: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+    def name(self, role: str) -> str:
+        return f"test-{role}-{self.suffix}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "ENRICH_RATINGS_TOPIC": self.name("ratings"),
+            "ENRICH_ENRICHED_TOPIC": self.name("enriched"),
+            "ENRICH_ALERTS_TOPIC": self.name("alerts"),
+            "ENRICH_DLQ_TOPIC": self.name("dlq"),
+            "ENRICH_CUSTOMERS_TOPIC": self.name("customers"),
+        }
+
+
+class Job:
+    """`python -m enrichment_job` with its own state folder; killable like a real crash."""
+
+    def __init__(self, stack_env: StackEnv, topics: Topics, state_dir: Path, grace_ms: int) -> None:
+        self.state_dir = state_dir
+        self.log = state_dir.with_suffix(".log")
+        self.env = {
+            **os.environ,
+            **topics.env(),
+            "ENRICH_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+            "ENRICH_SPARK_JARS": stack_env["SPARK_JARS"],
+            "ENRICH_STATE_DIR": str(state_dir),
+            "ENRICH_GRACE_MS": str(grace_ms),
+            "ENRICH_UI_ENABLED": "false",
+            "ENRICH_TRIGGER_INTERVAL": "1 second",
+            "JAVA_HOME": stack_env["JAVA_HOME"],
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "Job":
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "enrichment_job"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: the Spark JVM included
+            )
+        self.wait_caught_up()
+        return self
+
+    def metrics(self) -> dict[str, Any]:
+        path = self.state_dir / "metrics.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def wait_caught_up(self, timeout_s: float = 240) -> None:
+        """Until the CDC watermark is within a few seconds of now and a ratings batch has run."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                pytest.fail(f"job exited with {self.proc.returncode}:\n{self.tail()}")
+            m = self.metrics()
+            lag = m.get("cdc", {}).get("watermark_lag_ms")
+            if lag is not None and lag < 8000 and "enrichment" in m:
+                return
+            time.sleep(1)
+        pytest.fail(f"job did not catch up within {timeout_s} s:\n{self.tail()}")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """kill -9 the driver: the Python process and its Spark JVM, with no chance to clean up."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+
+
+def db_now_ms(db: Any) -> int:
+    with db.cursor() as cur:
+        cur.execute("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+        return int(cur.fetchone()[0])
+
+
+def produce(stack_env: StackEnv, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
+    producer = Producer({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def rating(
+    rating_id: int, user_id: int, stars: int, rating_time: int, message: str = "ok"
+) -> tuple[bytes, bytes]:
+    body = {
+        "rating_id": rating_id,
+        "user_id": user_id,
+        "stars": stars,
+        "route_id": 1,
+        "rating_time": rating_time,
+        "channel": "web",
+        "message": message,
+    }
+    return str(user_id).encode(), json.dumps(body).encode()
+
+
+def read_topic(
+    stack_env: StackEnv, topic: str, min_records: int = 0, timeout_s: float = 60, idle_s: float = 2
+) -> list[Any]:
+    """Every committed record of a topic from the start (isolation.level=read_committed): reads
+    until at least `min_records` have come and then none for `idle_s`, or until `timeout_s`."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    records: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    last_new = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            if len(records) >= min_records and time.monotonic() - last_new >= idle_s:
+                break
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                records.append(msg)
+                last_new = time.monotonic()
+    finally:
+        consumer.close()
+    return records
+
+
+def values(records: list[Any]) -> list[dict[str, Any]]:
+    return [json.loads(r.value()) for r in records]
+
+
+def create_topics(stack_env: StackEnv, topics: Topics, partitions: int = 2) -> list[str]:
+    admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
+    names = [topics.name(role) for role in (*OUTPUTS, "customers")]
+    new = [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+    for future in admin.create_topics(new).values():
+        future.result(30)
+    return names
+
+
+def delete_topics(stack_env: StackEnv, names: list[str]) -> None:
+    AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]}).delete_topics(names)
