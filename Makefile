@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STACK := $(BIN)/python -m infra.stack
 
-.PHONY: help install up down status clean demo test test-unit test-integration lint format typecheck env
+.PHONY: help install up down status clean demo test test-unit test-integration lint format typecheck env bench-job
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -59,3 +59,6 @@ format: $(STAMP) ## ruff format and fix
 
 typecheck: $(STAMP) ## mypy, strict
 	$(BIN)/mypy
+
+bench-job: up ## enrichment job figures: fixed-rate latency and saturation throughput (ARGS="--rate 2000")
+	$(BIN)/python -m enrichment_job.bench $(ARGS)

@@ -34,7 +34,7 @@ class JobSettings(BaseSettings):
         default_factory=dict, description="extra librdkafka/Spark Kafka options"
     )
 
-    # Where the job keeps its state (the checkpoint, the customer table, waiting ratings)
+    # Where the job keeps its state: the checkpoints, the customer table, metrics (local paths)
     state_dir: Path = REPO_ROOT / ".state" / "enrichment"
 
     # Join and alert rule
@@ -60,10 +60,6 @@ class JobSettings(BaseSettings):
     @property
     def table_path(self) -> Path:
         return self.state_dir / "customer_versions"
-
-    @property
-    def pending_path(self) -> Path:
-        return self.state_dir / "waiting_ratings"
 
     @property
     def metrics_file(self) -> Path:

@@ -48,9 +48,10 @@ class CustomerTable:
             empty.write.format("delta").option("userMetadata", json.dumps({"watermark_ms": None})).save(
                 self.path
             )
-        last = DeltaTable.forPath(self.spark, self.path).history(1).collect()[0]
-        meta = json.loads(last["userMetadata"] or "{}")
-        state = TableState(int(last["version"]), meta.get("watermark_ms"))
+        # The newest commit that carries a watermark (maintenance commits carry none).
+        history = DeltaTable.forPath(self.spark, self.path).history(50).collect()
+        metas = [json.loads(h["userMetadata"]) for h in history if h["userMetadata"]]
+        state = TableState(int(history[0]["version"]), metas[0].get("watermark_ms") if metas else None)
         log.info("customer table %s: data version %d, watermark %s", self.path, *vars(state).values())
         return state
 

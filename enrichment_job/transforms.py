@@ -82,15 +82,23 @@ def parse_cdc(raw: DataFrame) -> DataFrame:
 
 def to_versions(events: DataFrame) -> DataFrame:
     """Readable change events (no tombstones) as versions: create/read/update open a version with
-    the row's values; a delete opens a `deleted` version, which ends the one before."""
+    the row's values; a delete opens a `deleted` version, which ends the one before.
+
+    A change is valid from its database time (source.ts_ms). A snapshot read ("r") carries the
+    snapshot's time instead, so it is valid from the row's own update_ts when it has one: a
+    customer that existed before the connector started still matches older ratings."""
     deleted = F.col("op") == "d"
+    row_time = F.unix_millis(F.to_timestamp(F.col("after.update_ts")))
+    valid_from = F.when(F.col("op") == "r", F.coalesce(row_time, F.col("source.ts_ms"))).otherwise(
+        F.col("source.ts_ms")
+    )
     return events.select(
         F.col("customer_id").alias("id"),
         *[
             F.when(deleted, F.lit(None)).otherwise(F.col(f"after.{name}")).alias(name)
             for name in CUSTOMER_COLUMNS
         ],
-        F.col("source.ts_ms").alias("valid_from"),
+        valid_from.alias("valid_from"),
         deleted.alias("deleted"),
         "op",
         F.col("source.file").alias("source_file"),

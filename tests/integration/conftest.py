@@ -5,10 +5,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import pymysql
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from infra.stack.clients import app_db
 from infra.stack.health import s3_client
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import StackSettings
@@ -47,14 +47,7 @@ def new_topic(admin: AdminClient, unique: str) -> Iterator[str]:
 @pytest.fixture
 def db(stack_env: StackEnv) -> Iterator[Any]:
     """A connection as the application's least-privilege user, autocommit on."""
-    conn = pymysql.connect(
-        host=stack_env["MARIADB_HOST"],
-        port=int(stack_env["MARIADB_PORT"]),
-        user=stack_env["APP_DB_USER"],
-        password=stack_env["APP_DB_PASSWORD"],
-        database=stack_env["MARIADB_DATABASE"],
-        autocommit=True,
-    )
+    conn = app_db(stack_env)
     yield conn
     conn.close()
 

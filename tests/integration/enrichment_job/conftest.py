@@ -3,9 +3,10 @@
 from collections.abc import Iterator
 from typing import Any
 
-import pymysql
 import pytest
 from support.enrichment import StackEnv, Topics, create_topics, delete_topics
+
+from infra.stack.clients import app_db
 
 
 @pytest.fixture(scope="module")
@@ -18,13 +19,6 @@ def topics(stack_env: StackEnv) -> Iterator[Topics]:
 
 @pytest.fixture(scope="module")
 def db(stack_env: StackEnv) -> Iterator[Any]:
-    conn = pymysql.connect(
-        host=stack_env["MARIADB_HOST"],
-        port=int(stack_env["MARIADB_PORT"]),
-        user=stack_env["APP_DB_USER"],
-        password=stack_env["APP_DB_PASSWORD"],
-        database=stack_env["MARIADB_DATABASE"],
-        autocommit=True,
-    )
+    conn = app_db(stack_env)
     yield conn
     conn.close()

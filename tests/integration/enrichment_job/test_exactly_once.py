@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 from support.enrichment import Job, Topics, create_topics, delete_topics, produce, rating, read_topic, values
+
+from infra.stack.clients import app_db
 
 StackEnv = dict[str, str]
 GRACE_MS = 1000
@@ -40,14 +41,7 @@ class CrashRun:
 
 
 def _customers(stack_env: StackEnv) -> tuple[list[int], set[int]]:
-    conn = pymysql.connect(
-        host=stack_env["MARIADB_HOST"],
-        port=int(stack_env["MARIADB_PORT"]),
-        user=stack_env["APP_DB_USER"],
-        password=stack_env["APP_DB_PASSWORD"],
-        database=stack_env["MARIADB_DATABASE"],
-        autocommit=True,
-    )
+    conn = app_db(stack_env)
     ids, platinum = [], set()
     with conn, conn.cursor() as cur:
         for i in range(6):

@@ -7,11 +7,12 @@ import sys
 import time
 from typing import Any
 
-import pymysql
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from elasticsearch import Elasticsearch
+
+from infra.stack.clients import app_db
 
 StackEnv = dict[str, str]
 
@@ -26,17 +27,6 @@ def _stack(command: str, expect_rc: int = 0) -> str:
     )
     assert proc.returncode == expect_rc, f"`infra.stack {command}`:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout + proc.stderr
-
-
-def _db(stack_env: StackEnv) -> Any:
-    return pymysql.connect(
-        host=stack_env["MARIADB_HOST"],
-        port=int(stack_env["MARIADB_PORT"]),
-        user=stack_env["APP_DB_USER"],
-        password=stack_env["APP_DB_PASSWORD"],
-        database=stack_env["MARIADB_DATABASE"],
-        autocommit=True,
-    )
 
 
 def _first_message(servers: str, topic: str) -> bytes | None:
@@ -73,7 +63,7 @@ def test_topics_rows_objects_and_documents_survive_down_and_up(
     topic = f"test-restart-{unique}"
     AdminClient({"bootstrap.servers": servers}).create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     _produce_one(servers, topic, b"kept across restarts")
-    with _db(stack_env) as conn, conn.cursor() as cur:
+    with app_db(stack_env) as conn, conn.cursor() as cur:
         cur.execute(
             "INSERT INTO customers (first_name, email, club_status) VALUES ('Kept', %s, 'gold')",
             (f"{unique}@example.com",),
@@ -91,7 +81,7 @@ def test_topics_rows_objects_and_documents_survive_down_and_up(
 
     assert _first_message(servers, topic) == b"kept across restarts"
     AdminClient({"bootstrap.servers": servers}).delete_topics([topic])[topic].result(30)
-    with _db(stack_env) as conn, conn.cursor() as cur:
+    with app_db(stack_env) as conn, conn.cursor() as cur:
         cur.execute("SELECT club_status FROM customers WHERE id = %s", (customer_id,))
         assert cur.fetchone() == ("gold",)
         cur.execute("DELETE FROM customers WHERE id = %s", (customer_id,))

@@ -204,3 +204,12 @@ def test_release_waits_for_the_watermark_and_keeps_each_customers_order(spark: A
     assert flags == {0: True, 1: False, 2: False, 3: True}
     flags = {r.offset: r.released for r in T.release(ratings, 6_000, 500).collect()}
     assert flags == {0: True, 1: True, 2: True, 3: True}
+
+
+def test_a_snapshot_row_is_valid_from_its_own_update_time_not_the_snapshot_time(spark: Any) -> None:
+    values = [
+        _event("r", 9, 50_000, 5, update_ts="1970-01-01T00:00:10Z"),
+        _event("r", 10, 50_000, 6),  # no update_ts: the snapshot's time
+    ]
+    versions = T.to_versions(T.parse_cdc(_raw(spark, values))).orderBy("id").collect()
+    assert [(v.id, v.valid_from) for v in versions] == [(9, 10_000), (10, 50_000)]

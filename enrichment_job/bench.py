@@ -1,0 +1,278 @@
+"""make bench-job: the enrichment job's throughput and latency on this machine, as figures.
+
+Against the running local stack: seeds customers in MariaDB, starts the job (fresh state, its
+own topics), keeps a trickle of customer updates going, then
+1. fixed rate: ratings at --rate per second for --duration seconds; latency is the time from a
+   rating's production (its rating_time) to its enriched record being readable with
+   read_committed;
+2. saturation: a backlog of --saturation ratings; throughput is backlog / time to drain it.
+Prints the figures and writes them as JSON (--out).
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from infra.stack.clients import app_db
+from infra.stack.secrets import read_env_file
+from infra.stack.settings import REPO_ROOT, StackSettings
+from infra.stack.stack import stack_env_path
+
+STATUSES = ("bronze", "silver", "gold", "platinum")
+
+
+def seed_customers(env: dict[str, str], count: int) -> list[int]:
+    conn = app_db(env)
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM customers")
+        missing = count - int(cur.fetchone()[0])
+        rnd = random.Random(1)
+        for start in range(0, max(missing, 0), 5000):
+            rows = [
+                (
+                    f"First{i}",
+                    f"Last{i}",
+                    f"c{i}-{uuid.uuid4().hex[:6]}@example.com",
+                    rnd.choice(STATUSES),
+                    "EMEA",
+                )
+                for i in range(start, min(start + 5000, missing))
+            ]
+            cur.executemany(
+                "INSERT INTO customers (first_name, last_name, email, club_status, region)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                rows,
+            )
+            print(f"  seeded {start + len(rows)}/{missing} customers", flush=True)
+        cur.execute("SELECT id FROM customers")
+        return [int(r[0]) for r in cur.fetchall()]
+
+
+def trickle_updates(env: dict[str, str], ids: list[int], per_s: float, stop: threading.Event) -> None:
+    conn, rnd = app_db(env), random.Random(2)
+    with conn, conn.cursor() as cur:
+        while not stop.wait(1 / per_s):
+            cur.execute(
+                "UPDATE customers SET club_status = %s WHERE id = %s", (rnd.choice(STATUSES), rnd.choice(ids))
+            )
+
+
+class Latencies(threading.Thread):
+    """Reads the enriched topic (read_committed) and records, per record, now - rating_time."""
+
+    def __init__(self, servers: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": servers,
+                "group.id": f"bench-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self.consumer.subscribe([topic])
+        self.samples: list[tuple[float, int]] = []  # (seen at, latency ms)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for msg in self.consumer.consume(10_000, 0.2):
+                value = msg.value()
+                if msg.error() is None and value is not None:
+                    now = time.time()
+                    self.samples.append((now, int(now * 1000) - json.loads(value)["rating_time"]))
+        self.consumer.close()
+
+
+def produce_ratings(producer: Producer, topic: str, ids: list[int], count: int, rate: float | None) -> None:
+    rnd = random.Random(3)
+    started = time.monotonic()
+    base = time.time_ns() // 1000
+    for i in range(count):
+        if rate is not None:
+            ahead = started + i / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+        user = rnd.choice(ids) if rnd.random() > 0.05 else 10_000_000 + i  # some match no customer
+        body = {
+            "rating_id": base + i,
+            "user_id": user,
+            "stars": rnd.randint(1, 5),
+            "route_id": rnd.randint(1, 50),
+            "rating_time": int(time.time() * 1000),
+            "channel": rnd.choice(("web", "iOS", "android")),
+            "message": "the train was on time",
+        }
+        while True:
+            try:
+                producer.produce(topic, key=str(user).encode(), value=json.dumps(body).encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(60)
+
+
+def percentile(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))]) if ordered else float("nan")
+
+
+def wait_for(latencies: Latencies, count: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while len(latencies.samples) < count and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return len(latencies.samples) >= count
+
+
+def start_job(
+    env: dict[str, str], topics: dict[str, str], state: Path, grace_ms: int, log: Path
+) -> subprocess.Popen[bytes]:
+    job_env = {
+        **os.environ,
+        "ENRICH_BOOTSTRAP_SERVERS": env["KAFKA_BOOTSTRAP_SERVERS"],
+        "ENRICH_SPARK_JARS": env["SPARK_JARS"],
+        "JAVA_HOME": env["JAVA_HOME"],
+        "ENRICH_STATE_DIR": str(state),
+        "ENRICH_GRACE_MS": str(grace_ms),
+        "ENRICH_UI_ENABLED": "false",
+        **{f"ENRICH_{role.upper()}_TOPIC": name for role, name in topics.items()},
+    }
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "enrichment_job"],
+            env=job_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_caught_up(state: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the job exited with {proc.returncode}; see its log")
+        path = state / "metrics.json"
+        if path.exists():
+            metrics = json.loads(path.read_text())
+            lag = metrics.get("cdc", {}).get("watermark_lag_ms")
+            if lag is not None and lag < 5000 and "enrichment" in metrics:
+                return
+        time.sleep(1)
+    raise SystemExit("the job did not catch up with the CDC topic in time")
+
+
+def main() -> int:  # noqa: PLR0915 - one benchmark, its phases in order
+    parser = argparse.ArgumentParser(
+        prog="make bench-job", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--customers", type=int, default=100_000)
+    parser.add_argument(
+        "--rate", type=float, default=5_000, help="ratings per second in the fixed-rate phase"
+    )
+    parser.add_argument("--duration", type=float, default=60, help="seconds of the fixed-rate phase")
+    parser.add_argument("--saturation", type=int, default=200_000, help="ratings in the saturation backlog")
+    parser.add_argument("--updates-per-s", type=float, default=5)
+    parser.add_argument("--grace-ms", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "job.json")
+    args = parser.parse_args()
+
+    env = read_env_file(stack_env_path(StackSettings()))
+    servers = env["KAFKA_BOOTSTRAP_SERVERS"]
+    suffix = uuid.uuid4().hex[:8]
+    topics = {
+        role: f"bench-{role}-{suffix}" for role in ("ratings", "enriched", "alerts", "dlq", "customers")
+    }
+    admin = AdminClient({"bootstrap.servers": servers})
+    for future in admin.create_topics(
+        [NewTopic(t, num_partitions=4, replication_factor=1) for t in topics.values()]
+    ).values():
+        future.result(30)
+    print(f"seeding {args.customers} customers ...", flush=True)
+    ids = seed_customers(env, args.customers)
+    state = args.out.parent / f"job-state-{suffix}"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    log = state.with_suffix(".log")
+    print(f"starting the job (log {log}) and waiting for it to load the customer table ...", flush=True)
+    started = time.monotonic()
+    proc = start_job(env, topics, state, args.grace_ms, log)
+    stop = threading.Event()
+    results: dict[str, Any] = {
+        "customers": len(ids),
+        "grace_ms": args.grace_ms,
+        "machine_cores": os.cpu_count(),
+    }
+    try:
+        wait_caught_up(state, proc, 900)
+        results["startup_s"] = round(time.monotonic() - started, 1)
+        threading.Thread(
+            target=trickle_updates, args=(env, ids, args.updates_per_s, stop), daemon=True
+        ).start()
+        latencies = Latencies(servers, topics["enriched"])
+        latencies.start()
+        producer = Producer({"bootstrap.servers": servers, "linger.ms": 5, "compression.type": "lz4"})
+
+        fixed = int(args.rate * args.duration)
+        print(f"fixed rate: {fixed} ratings at {args.rate:.0f}/s ...", flush=True)
+        t0 = time.time()
+        produce_ratings(producer, topics["ratings"], ids, fixed, args.rate)
+        produced_s = time.time() - t0
+        drained = wait_for(latencies, fixed, 300)
+        lat = [ms for _, ms in latencies.samples[:fixed]]
+        results["fixed_rate"] = {
+            "target_per_s": args.rate,
+            "produced_per_s": round(fixed / produced_s),
+            "enriched": len(lat),
+            "complete": drained,
+            "p50_ms": percentile(lat, 0.5),
+            "p99_ms": percentile(lat, 0.99),
+            "max_ms": max(lat, default=None),
+            "last_enriched_after_s": round(latencies.samples[-1][0] - t0, 1) if lat else None,
+        }
+        print(json.dumps(results["fixed_rate"]), flush=True)
+
+        print(f"saturation: a backlog of {args.saturation} ratings ...", flush=True)
+        before = len(latencies.samples)
+        t1 = time.time()
+        produce_ratings(producer, topics["ratings"], ids, args.saturation, None)
+        produced_s = time.time() - t1
+        drained = wait_for(latencies, before + args.saturation, 900)
+        done = latencies.samples[before:]
+        elapsed = (done[-1][0] - t1) if done else float("nan")
+        results["saturation"] = {
+            "backlog": args.saturation,
+            "produced_in_s": round(produced_s, 1),
+            "enriched": len(done),
+            "complete": drained,
+            "drain_s": round(elapsed, 1),
+            "events_per_s": round(len(done) / elapsed) if done else 0,
+        }
+        print(json.dumps(results["saturation"]), flush=True)
+        latencies.stop.set()
+        metrics = json.loads((state / "metrics.json").read_text())
+        results["last_batch_steps_s"] = metrics.get("enrichment", {}).get("steps_s")
+    finally:
+        stop.set()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(120)
+        admin.delete_topics(list(topics.values()))
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"results in {args.out}:\n{json.dumps(results, indent=2)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

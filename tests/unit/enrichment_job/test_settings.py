@@ -1,0 +1,53 @@
+"""The job's settings: every one is documented in README.md, and a bad value names the setting."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from enrichment_job.settings import JobSettings
+
+REPO = Path(__file__).resolve().parents[3]
+# Not a field: it names the file the settings are read from.
+NOT_FIELDS = {"ENRICH_ENV_FILE"}
+
+
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("ENRICH_"):
+            monkeypatch.delenv(name)
+
+
+def test_every_setting_is_documented_and_every_documented_one_exists() -> None:
+    readme = (REPO / "README.md").read_text()
+    documented = set(re.findall(r"\bENRICH_[A-Z0-9_]+", readme)) - NOT_FIELDS
+    fields = {f"ENRICH_{name.upper()}" for name in JobSettings.model_fields}
+    assert documented - fields == set(), "README.md names settings the job does not have"
+    assert fields - documented == set(), "settings missing from README.md"
+
+
+def test_a_bad_value_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("ENRICH_GRACE_MS", "-5")
+    with pytest.raises(pydantic.ValidationError, match="grace_ms"):
+        JobSettings()
+
+
+def test_the_job_stops_before_spark_with_the_setting_named() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENRICH_")}
+    env["ENRICH_GRACE_MS"] = "-5"
+    done = subprocess.run(
+        [sys.executable, "-m", "enrichment_job"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "ENRICH_GRACE_MS" in done.stderr
