@@ -178,4 +178,6 @@ def create_topics(stack_env: StackEnv, topics: Topics, partitions: int = 2) -> l
 
 
 def delete_topics(stack_env: StackEnv, names: list[str]) -> None:
-    AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]}).delete_topics(names)
+    admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
+    for future in admin.delete_topics(names).values():
+        future.result(30)

@@ -61,7 +61,8 @@ def test_topics_rows_objects_and_documents_survive_down_and_up(
 ) -> None:
     servers = stack_env["KAFKA_BOOTSTRAP_SERVERS"]
     topic = f"test-restart-{unique}"
-    AdminClient({"bootstrap.servers": servers}).create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": servers})  # kept: its futures need a live handle
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     _produce_one(servers, topic, b"kept across restarts")
     with app_db(stack_env) as conn, conn.cursor() as cur:
         cur.execute(
@@ -80,7 +81,8 @@ def test_topics_rows_objects_and_documents_survive_down_and_up(
     assert "stack is up" in _stack("up")
 
     assert _first_message(servers, topic) == b"kept across restarts"
-    AdminClient({"bootstrap.servers": servers}).delete_topics([topic])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": servers})
+    admin.delete_topics([topic])[topic].result(30)
     with app_db(stack_env) as conn, conn.cursor() as cur:
         cur.execute("SELECT club_status FROM customers WHERE id = %s", (customer_id,))
         assert cur.fetchone() == ("gold",)
