@@ -15,18 +15,6 @@ from enrichment_job.table import CustomerTable
 from enrichment_job.transforms import dead_letters, parse_cdc, to_versions
 
 log = logging.getLogger("enrichment_job")
-CUSTOMER_ROW = [
-    "id",
-    "first_name",
-    "last_name",
-    "email",
-    "gender",
-    "club_status",
-    "region",
-    "comments",
-    "create_ts",
-    "update_ts",
-]
 
 
 class CdcIngestion:
