@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+
+from support.kafka import drop_topics, make_topics, produce, read_topic, values
+
+__all__ = ["Job", "Topics", "create_topics", "delete_topics", "produce", "rating", "read_topic", "values"]
 
 StackEnv = dict[str, str]
 OUTPUTS = ("ratings", "enriched", "alerts", "dlq")
@@ -111,13 +113,6 @@ def db_now_ms(db: Any) -> int:
         return int(cur.fetchone()[0])
 
 
-def produce(stack_env: StackEnv, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
-    producer = Producer({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
-    for key, value in records:
-        producer.produce(topic, key=key, value=value)
-    assert producer.flush(30) == 0
-
-
 def rating(
     rating_id: int, user_id: int, stars: int, rating_time: int, message: str = "ok"
 ) -> tuple[bytes, bytes]:
@@ -133,51 +128,11 @@ def rating(
     return str(user_id).encode(), json.dumps(body).encode()
 
 
-def read_topic(
-    stack_env: StackEnv, topic: str, min_records: int = 0, timeout_s: float = 60, idle_s: float = 2
-) -> list[Any]:
-    """Every committed record of a topic from the start (isolation.level=read_committed): reads
-    until at least `min_records` have come and then none for `idle_s`, or until `timeout_s`."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    meta = consumer.list_topics(topic, timeout=10).topics[topic]
-    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-    records: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    last_new = time.monotonic()
-    try:
-        while time.monotonic() < deadline:
-            if len(records) >= min_records and time.monotonic() - last_new >= idle_s:
-                break
-            msg = consumer.poll(0.2)
-            if msg is not None and msg.error() is None:
-                records.append(msg)
-                last_new = time.monotonic()
-    finally:
-        consumer.close()
-    return records
-
-
-def values(records: list[Any]) -> list[dict[str, Any]]:
-    return [json.loads(r.value()) for r in records]
-
-
 def create_topics(stack_env: StackEnv, topics: Topics, partitions: int = 2) -> list[str]:
-    admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
     names = [topics.name(role) for role in (*OUTPUTS, "customers")]
-    new = [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
-    for future in admin.create_topics(new).values():
-        future.result(30)
+    make_topics(stack_env, names, partitions)
     return names
 
 
 def delete_topics(stack_env: StackEnv, names: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
-    for future in admin.delete_topics(names).values():
-        future.result(30)
+    drop_topics(stack_env, names)

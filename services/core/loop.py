@@ -1,0 +1,200 @@
+"""The consumer loop every service runs: collect a batch, decode it, let the sink write it,
+dead-letter what failed, and only then commit the batch's offsets.
+
+    1. collect up to `batch_max_records`, or what came within `batch_max_wait_ms` of the first
+    2. decode each record (a RecordError sends it to the dead-letter list)
+    3. sink.write(good records): the sink confirms, or returns per-record rejections
+    4. dead letters produced and confirmed by Kafka
+    5. offsets committed (the highest offset + 1 per partition of the batch), synchronously
+
+The loop owns retries: when the sink or the dead-letter topic is unavailable it pauses every
+assigned partition, backs off (capped, with jitter; polling keeps the group membership alive),
+and writes the same batch again. Sinks are idempotent, so a batch that partly landed is safe to
+repeat, and a crash between 3 and 5 replays it.
+"""
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
+
+from services.core.dlq import DeadLetters
+from services.core.errors import RecordError, ServiceError, SinkUnavailable
+from services.core.metrics import Metrics
+from services.core.records import Incoming, Rejected
+from services.core.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Sink(Protocol[T]):
+    def write(self, records: list[Incoming[T]]) -> list[Rejected]:
+        """Write the records durably and return those the downstream rejected for good.
+        Raise SinkUnavailable to have the same batch retried, FatalSinkError to stop."""
+
+    def close(self) -> None: ...
+
+
+class _Stopping(ServiceError):
+    """The service was asked to stop while it waited for the downstream."""
+
+
+class ConsumerLoop(Generic[T]):
+    def __init__(
+        self,
+        name: str,
+        settings: ServiceSettings,
+        *,
+        decode: Callable[[Message], T],
+        sink: Sink[T],
+        consumer: Consumer,
+        dead_letters: DeadLetters,
+        metrics: Metrics,
+    ) -> None:
+        self.name, self.settings, self.decode, self.sink = name, settings, decode, sink
+        self.consumer, self.dead_letters, self.metrics = consumer, dead_letters, metrics
+        self._stopping = False
+        self._paused = False
+
+    def stop(self) -> None:
+        """Finish the batch at hand, commit it, and return from run(). Safe from a signal handler."""
+        self._stopping = True
+
+    def run(self) -> None:
+        self.consumer.subscribe(list(self.settings.input_topics), on_assign=self._on_assign)
+        log.info(
+            "%s: consuming %s as group %s",
+            self.name,
+            ", ".join(self.settings.input_topics),
+            self.settings.group_id,
+        )
+        self.metrics.set("state", "running")
+        try:
+            while not self._stopping:
+                batch = self._collect()
+                if batch:
+                    self._deliver(batch)
+                self.metrics.maybe_report()
+        except _Stopping:
+            log.info("%s: stopped while waiting for the downstream; the batch will be replayed", self.name)
+        finally:
+            self.metrics.set("state", "stopped")
+            self.metrics.maybe_report(force=True)
+            self.consumer.close()
+            self.sink.close()
+
+    # 1. collect
+    def _collect(self) -> list[Message]:
+        batch: list[Message] = []
+        deadline: float | None = None
+        wanted = self.settings.batch_max_records
+        while not self._stopping and len(batch) < wanted:
+            timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+            for message in self.consumer.consume(min(wanted - len(batch), 10_000), timeout):
+                if self._usable(message):
+                    batch.append(message)
+            if not batch:
+                return batch
+            deadline = deadline or time.monotonic() + self.settings.batch_max_wait_ms / 1000
+            if time.monotonic() >= deadline:
+                break
+        self.metrics.add("consumed", len(batch))
+        return batch
+
+    def _usable(self, message: Message) -> bool:
+        err = message.error()
+        if err is None:
+            return True
+        if err.fatal():
+            raise KafkaException(err)
+        if err.code() != KafkaError._PARTITION_EOF:
+            log.warning("%s: consumer: %s", self.name, err)
+        return False
+
+    # 2.-5. decode, write, dead-letter, commit
+    def _deliver(self, batch: list[Message]) -> None:
+        good: list[Incoming[T]] = []
+        rejected: list[Rejected] = []
+        for message in batch:
+            try:
+                good.append(Incoming(self.decode(message), message))
+            except RecordError as err:
+                rejected.append(Rejected(message, str(err)))
+        if good:
+            rejected += self._with_retries(lambda: self.sink.write(good))
+        if rejected:
+            self._with_retries(lambda: self.dead_letters.send(rejected))
+        self.metrics.add("written", len(good) - len(rejected))
+        self.metrics.add("dead_letters", len(rejected))
+        self._commit(batch)
+        self._resume()
+
+    def _commit(self, batch: list[Message]) -> None:
+        next_offsets: dict[tuple[str, int], int] = {}
+        for m in batch:
+            key = (str(m.topic()), int(m.partition() or 0))
+            next_offsets[key] = max(next_offsets.get(key, 0), int(m.offset() or 0) + 1)
+        offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as err:
+            # After a rebalance the partitions belong to another member, which replays from the
+            # last commit; the sinks are idempotent, so nothing is doubled.
+            log.warning("%s: commit failed (%s); the new owner replays these records", self.name, err)
+
+    # retries while the downstream is away
+    def _with_retries(self, write: Callable[[], R]) -> R:
+        retrying = Retrying(
+            retry=retry_if_exception_type(SinkUnavailable),
+            wait=wait_exponential_jitter(
+                initial=self.settings.retry_initial_ms / 1000, max=self.settings.retry_max_ms / 1000
+            ),
+            before_sleep=self._pause,
+            sleep=self._idle,
+            reraise=True,
+        )
+        return retrying(write)
+
+    def _pause(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        self.metrics.add("retries")
+        self.metrics.set("state", "waiting for downstream")
+        self.metrics.set("last_error", str(error))
+        delay = state.next_action.sleep if state.next_action else 0.0
+        log.warning(
+            "%s: downstream unavailable (attempt %d, next in %.1f s): %s",
+            self.name,
+            state.attempt_number,
+            delay,
+            error,
+        )
+        if not self._paused:
+            self.consumer.pause(self.consumer.assignment())
+            self._paused = True
+
+    def _idle(self, seconds: float) -> None:
+        """Wait without leaving the group: poll (nothing comes, the partitions are paused)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self._stopping:
+                raise _Stopping
+            self.consumer.poll(min(0.5, max(0.0, deadline - time.monotonic())))
+            self.metrics.maybe_report()
+
+    def _resume(self) -> None:
+        if self._paused:
+            self.consumer.resume(self.consumer.assignment())
+            self._paused = False
+            self.metrics.set("state", "running")
+            log.info("%s: downstream is back; resumed", self.name)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("%s: assigned %s", self.name, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
+        if self._paused:
+            consumer.pause(partitions)

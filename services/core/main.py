@@ -1,0 +1,72 @@
+"""The entry point every service shares: settings, logging, signals, the loop, exit codes.
+
+Exit codes: 0 stopped on request, 1 the downstream refused for good (FatalSinkError) or Kafka
+failed fatally, 2 a bad setting.
+"""
+
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from confluent_kafka import Consumer, KafkaException, Message, Producer
+
+from services.core.dlq import DeadLetters
+from services.core.errors import ConfigError, FatalSinkError
+from services.core.loop import ConsumerLoop, Sink
+from services.core.metrics import Metrics
+from services.core.settings import ServiceSettings, load_settings
+
+T = TypeVar("T")
+S = TypeVar("S", bound=ServiceSettings)
+
+
+@dataclass(frozen=True)
+class Service(Generic[S, T]):
+    """What makes a service: its name, settings class, record decoder and sink factory."""
+
+    name: str
+    settings_class: type[S]
+    decode: Callable[[Message], T]
+    make_sink: Callable[[S], Sink[T]]
+
+
+def build_loop(service: Service[S, T], settings: S) -> ConsumerLoop[T]:
+    """The loop with real Kafka clients (tests use this too, with their own settings)."""
+    metrics = Metrics(service.name, settings.metrics_file, settings.metrics_interval_s)
+    dead_letters = DeadLetters(Producer(settings.producer_config()), settings.dlq_topic, service.name)
+    return ConsumerLoop(
+        service.name,
+        settings,
+        decode=service.decode,
+        sink=service.make_sink(settings),
+        consumer=Consumer(settings.consumer_config()),
+        dead_letters=dead_letters,
+        metrics=metrics,
+    )
+
+
+def run(service: Service[Any, Any]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log = logging.getLogger(service.name)
+    try:
+        settings = load_settings(service.settings_class)
+        logging.getLogger().setLevel(settings.log_level.upper())
+        loop = build_loop(service, settings)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: loop.stop())
+    try:
+        loop.run()
+    except FatalSinkError as err:
+        log.error("stopping: %s", err)
+        return 1
+    except KafkaException as err:
+        log.error("stopping: Kafka failed: %s", err)
+        return 1
+    log.info("stopped")
+    return 0

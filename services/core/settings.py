@@ -1,0 +1,78 @@
+"""Settings every service shares: Kafka, batching, retries, metrics. Each service subclasses
+`ServiceSettings` with its own prefix (SLACK_, ES_SINK_, S3_SINK_) and adds its sink's settings.
+
+Read once at start from the environment, or from the file named by <PREFIX>ENV_FILE (lines
+NAME=value, the same names). `load_settings` turns a bad value into a ConfigError naming the
+variable.
+"""
+
+import os
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from services.core.errors import ConfigError
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    group_id: str = Field("", description="consumer group; each service has its own default")
+    input_topics: tuple[str, ...] = ()
+    dlq_topic: str = ""
+    kafka_extra: dict[str, str] = Field(
+        default_factory=dict, description="extra librdkafka settings (JSON), e.g. security.protocol"
+    )
+    batch_max_records: int = Field(1000, gt=0, description="hand the sink a batch at this many records")
+    batch_max_wait_ms: int = Field(1000, gt=0, description="... or when the oldest record waited this long")
+    retry_initial_ms: int = Field(500, gt=0, description="first pause after the downstream failed")
+    retry_max_ms: int = Field(30_000, gt=0, description="longest pause between retries (capped backoff)")
+    metrics_file: Path | None = Field(None, description="JSON file with the service's figures, rewritten")
+    metrics_interval_s: float = Field(10.0, gt=0, description="log a progress line this often")
+    log_level: str = "INFO"
+
+    def consumer_config(self) -> dict[str, str | int | bool]:
+        """librdkafka settings of the input consumer: committed data only, manual commits."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group_id,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "max.poll.interval.ms": 300_000,
+            **self.kafka_extra,
+        }
+
+    def producer_config(self) -> dict[str, str | int | bool]:
+        """librdkafka settings of the dead-letter producer: idempotent, every replica confirms."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            **self.kafka_extra,
+        }
+
+
+S = TypeVar("S", bound=ServiceSettings)
+
+
+def load_settings(cls: type[S]) -> S:
+    """Settings from the environment (or <PREFIX>ENV_FILE); a bad one raises ConfigError naming it."""
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    env_file = os.environ.get(f"{prefix}ENV_FILE")
+    if env_file and not Path(env_file).is_file():
+        raise ConfigError(f"setting {prefix}ENV_FILE: no such file: {env_file}")
+    try:
+        return cls(_env_file=env_file)
+    except ValidationError as err:
+        problems = []
+        for problem in err.errors():
+            name = "_".join(str(p) for p in problem["loc"]).upper()
+            problems.append(f"setting {prefix}{name}: {problem['msg']}")
+        raise ConfigError("; ".join(problems)) from None
+    except SettingsError as err:
+        raise ConfigError(f"{prefix}*: {err}") from None
