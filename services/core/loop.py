@@ -153,7 +153,9 @@ class ConsumerLoop(Generic[T]):
         retrying = Retrying(
             retry=retry_if_exception_type(SinkUnavailable),
             wait=wait_exponential_jitter(
-                initial=self.settings.retry_initial_ms / 1000, max=self.settings.retry_max_ms / 1000
+                multiplier=self.settings.retry_initial_ms / 1000,
+                max=self.settings.retry_max_ms / 1000,
+                jitter=self.settings.retry_initial_ms / 1000,
             ),
             before_sleep=self._pause,
             sleep=self._idle,
