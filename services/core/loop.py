@@ -95,8 +95,11 @@ class ConsumerLoop(Generic[T]):
         deadline: float | None = None
         wanted = self.settings.batch_max_records
         while not self._stopping and len(batch) < wanted:
+            # consume() returns when it has `n` records or the time is up: ask for one record
+            # until the batch has begun, so the first record is not held back by the timeout.
             timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
-            for message in self.consumer.consume(min(wanted - len(batch), 10_000), timeout):
+            n = 1 if deadline is None else min(wanted - len(batch), 10_000)
+            for message in self.consumer.consume(n, timeout):
                 if self._usable(message):
                     batch.append(message)
             if not batch:
@@ -130,7 +133,8 @@ class ConsumerLoop(Generic[T]):
             rejected += self._with_retries(lambda: self.sink.write(good))
         if rejected:
             self._with_retries(lambda: self.dead_letters.send(rejected))
-        self.metrics.add("written", len(good) - len(rejected))
+        # written = batch minus every dead letter (unreadable ones were never in `good`)
+        self.metrics.add("written", len(batch) - len(rejected))
         self.metrics.add("dead_letters", len(rejected))
         self._commit(batch)
         self._resume()
