@@ -1,0 +1,1 @@
+"""Posts a Slack message per unhappy platinum customer alert, exactly once, within Slack's rate."""

@@ -1,0 +1,147 @@
+"""Slack messages from alerts, as pure functions: one Block Kit message per alert, or one summary
+for alerts that came faster than the rate allows.
+
+Everything taken from a record is escaped for Slack's mrkdwn (`&`, `<`, `>`), so text a customer
+typed cannot mention (`<!channel>`, `<@U123>`) or hide a link (`<http://x|y>`). Messages are sent
+with `link_names: false` and no `parse`, and every message carries metadata naming the rating ids
+it covers: that is how a restart finds out what Slack already has.
+"""
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from services.slack_notifier.alert import Alert
+
+EVENT_TYPE = "unhappy_platinum_alert"
+REVIEW_MAX_CHARS = 2000
+FALLBACK_MAX_CHARS = 300
+SECTION_MAX_CHARS = 2900
+FIELD_MAX_CHARS = 500
+NAME_MAX_CHARS = 80
+
+
+@dataclass(frozen=True)
+class SlackMessage:
+    """What one post sends: fallback text, blocks, metadata, and the rating ids it covers."""
+
+    text: str
+    blocks: list[dict[str, Any]]
+    rating_ids: tuple[int, ...]
+    kind: str = "alert"
+    metadata: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        payload = {"kind": self.kind, "rating_ids": [str(i) for i in self.rating_ids]}
+        object.__setattr__(self, "metadata", {"event_type": EVENT_TYPE, "event_payload": payload})
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body fields (without channel) for chat.postMessage or an incoming webhook."""
+        return {
+            "text": self.text,
+            "blocks": self.blocks,
+            "metadata": self.metadata,
+            "link_names": False,
+            "unfurl_links": False,
+            "unfurl_media": False,
+        }
+
+
+ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def escape(text: str, limit: int = FIELD_MAX_CHARS) -> str:
+    """Slack's control characters as entities, so no mention, channel ping or link survives; at
+    most `limit` characters (ending in "…" when cut), never cutting an entity in half."""
+    out: list[str] = []
+    size = 0
+    for char in text:
+        piece = ENTITIES.get(char, char)
+        if size + len(piece) > limit - 1:
+            return "".join(out) + "…"
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
+
+
+def utc(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def stars(count: int) -> str:
+    return f"{count}/5 " + "★" * count + "☆" * (5 - count)
+
+
+def _mrkdwn(text: str) -> dict[str, str]:
+    return {"type": "mrkdwn", "text": text}
+
+
+def alert_message(alert: Alert) -> SlackMessage:
+    name, email = escape(alert.name), escape(alert.email)
+    review = escape(alert.message, REVIEW_MAX_CHARS) or "_(no text)_"
+    fields = [
+        ("Customer", name),
+        ("Email", email),
+        ("Club status", escape(alert.club_status)),
+        ("Stars", stars(alert.stars)),
+        ("Channel", escape(alert.channel) or "-"),
+        ("Time", utc(alert.rating_time_ms)),
+    ]
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": "Unhappy customer alert"}},
+        {"type": "section", "fields": [_mrkdwn(f"*{label}*\n{value}") for label, value in fields]},
+        {"type": "section", "text": _mrkdwn(f"*Review*\n{review}")},
+        {"type": "context", "elements": [_mrkdwn(f"rating id {alert.rating_id}")]},
+    ]
+    text = escape(
+        f"Unhappy {alert.club_status} customer {alert.name} ({alert.email}) gave "
+        f"{alert.stars}/5 via {alert.channel or '-'}: {alert.message}",
+        FALLBACK_MAX_CHARS,
+    )
+    return SlackMessage(text=text, blocks=blocks, rating_ids=(alert.rating_id,))
+
+
+def summary_message(alerts: list[Alert], max_lines: int) -> SlackMessage:
+    """One message for alerts beyond the rate: their count, and a capped list of who and what."""
+    lines: list[str] = []
+    for a in alerts[:max_lines]:
+        line = f"• {escape(a.name, NAME_MAX_CHARS)}: {stars(a.stars)}, rating id {a.rating_id}"
+        if sum(len(x) + 1 for x in lines) + len(line) > SECTION_MAX_CHARS - 100:
+            break
+        lines.append(line)
+    shown = alerts[: len(lines)]
+    if len(alerts) > len(shown):
+        lines.append(f"…and {len(alerts) - len(shown)} more (all rating ids are in the message metadata)")
+    listing = "\n".join(lines)
+    headline = f"{len(alerts)} more unhappy customer alerts"
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": headline}},
+        {
+            "type": "section",
+            "text": _mrkdwn("Alerts came faster than Slack's rate allows, so these are summarised:"),
+        },
+        {"type": "section", "text": _mrkdwn(listing)},
+    ]
+    names = ", ".join(a.name for a in shown)
+    text = escape(f"{headline}: {names}", FALLBACK_MAX_CHARS)
+    return SlackMessage(
+        text=text, blocks=blocks, rating_ids=tuple(a.rating_id for a in alerts), kind="summary"
+    )
+
+
+def fold(alerts: list[Alert], posts_allowed: int, max_lines: int) -> list[SlackMessage]:
+    """One message per alert while they fit in `posts_allowed`; else the first `posts_allowed - 1`
+    alone and the rest in one summary. At least one message, whatever the budget."""
+    allowed = max(posts_allowed, 1)
+    if len(alerts) <= allowed:
+        return [alert_message(a) for a in alerts]
+    alone = alerts[: allowed - 1]
+    return [*(alert_message(a) for a in alone), summary_message(alerts[allowed - 1 :], max_lines)]
+
+
+def covered_ids(metadata: dict[str, Any] | None) -> set[int]:
+    """The rating ids a posted message covers, read back from its metadata (history)."""
+    if not metadata or metadata.get("event_type") != EVENT_TYPE:
+        return set()
+    ids = (metadata.get("event_payload") or {}).get("rating_ids") or []
+    return {int(i) for i in ids if str(i).lstrip("-").isdigit()}
