@@ -1,0 +1,1 @@
+"""Enriched ratings and alerts from Kafka into Elasticsearch daily indices, for Kibana dashboards."""

@@ -1,0 +1,49 @@
+"""The es_sink's settings (prefix ES_SINK_): the shared Kafka/batch/retry settings plus where and
+how to index. Secrets are SecretStr and never logged."""
+
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from services.core.settings import ServiceSettings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE_FILE = REPO_ROOT / "infra" / "elasticsearch" / "ratings-index-template.json"
+
+
+class EsSinkSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="ES_SINK_", frozen=True, extra="forbid")
+
+    group_id: str = "es-sink"
+    input_topics: tuple[str, ...] = ("ratings-with-customer-data", "unhappy-platinum-customers")
+    dlq_topic: str = "es-sink-dlq"
+    batch_max_records: int = Field(2000, gt=0, description="one bulk request at this many records")
+    batch_max_wait_ms: int = Field(500, gt=0, description="... or when the oldest record waited this long")
+
+    alert_topics: tuple[str, ...] = Field(
+        ("unhappy-platinum-customers",), description="input topics whose records are alerts"
+    )
+    url: str = "http://127.0.0.1:9200"
+    username: SecretStr | None = None
+    password: SecretStr | None = None
+    api_key: SecretStr | None = None
+    request_timeout_s: float = Field(30.0, gt=0, description="per bulk request")
+    ratings_index_prefix: str = Field("ratings-", min_length=1, description="+ YYYY.MM.DD of rating_time")
+    ratings_alias: str = Field("ratings", min_length=1)
+    alerts_index_prefix: str = Field("unhappy-platinum-", min_length=1)
+    alerts_alias: str = Field("unhappy-platinum", min_length=1)
+    template_file: Path = TEMPLATE_FILE
+    install_template: bool = True
+
+    @model_validator(mode="after")
+    def _one_way_to_log_in(self) -> Self:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("ES_SINK_USERNAME and ES_SINK_PASSWORD go together")
+        if self.api_key is not None and self.username is not None:
+            raise ValueError("set ES_SINK_API_KEY or ES_SINK_USERNAME/PASSWORD, not both")
+        ratings, alerts = self.ratings_index_prefix, self.alerts_index_prefix
+        if ratings.startswith(alerts) or alerts.startswith(ratings):
+            raise ValueError("ES_SINK_RATINGS_INDEX_PREFIX and ES_SINK_ALERTS_INDEX_PREFIX must not overlap")
+        return self

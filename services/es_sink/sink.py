@@ -1,0 +1,114 @@
+"""The I/O writer: one bulk request per batch, each answer item classified by `outcomes`."""
+
+import json
+import logging
+from typing import Any, cast
+
+from elasticsearch import ApiError, Elasticsearch, TransportError
+
+from services.core.enriched import EnrichedRating
+from services.core.errors import ConfigError, FatalSinkError, SinkUnavailable
+from services.core.records import Incoming, Rejected
+from services.es_sink.config import EsSinkSettings
+from services.es_sink.documents import Document, bulk_lines, index_template
+from services.es_sink.outcomes import CREDENTIALS, Outcome, outcome, raise_for_request, reason
+
+log = logging.getLogger(__name__)
+
+# only what classification needs: the answer of a 2,000-item bulk stays small
+BULK_FILTER = ["errors", "items.*.status", "items.*.error"]
+
+
+def load_template(settings: EsSinkSettings) -> Document:
+    try:
+        template = json.loads(settings.template_file.read_text())
+    except (OSError, ValueError) as err:
+        where = settings.template_file
+        raise ConfigError(f"setting ES_SINK_TEMPLATE_FILE: cannot read {where}: {err}") from None
+    if not isinstance(template, dict) or "mappings" not in template.get("template", {}):
+        raise ConfigError(f"setting ES_SINK_TEMPLATE_FILE: {settings.template_file} has no template.mappings")
+    return template
+
+
+def make_client(settings: EsSinkSettings) -> Elasticsearch:
+    """Retries off: the consumer loop is the one owner of retries."""
+    auth: dict[str, Any] = {}
+    if settings.api_key is not None:
+        auth["api_key"] = settings.api_key.get_secret_value()
+    elif settings.username is not None and settings.password is not None:
+        auth["basic_auth"] = (settings.username.get_secret_value(), settings.password.get_secret_value())
+    return Elasticsearch(
+        settings.url,
+        request_timeout=settings.request_timeout_s,
+        max_retries=0,
+        retry_on_timeout=False,
+        **auth,
+    )
+
+
+class EsSink:
+    def __init__(self, settings: EsSinkSettings, client: Elasticsearch, template: Document) -> None:
+        self.settings, self.client = settings, client
+        families = (
+            (settings.ratings_index_prefix, settings.ratings_alias),
+            (settings.alerts_index_prefix, settings.alerts_alias),
+        )
+        self.templates = {alias: index_template(template, prefix, alias) for prefix, alias in families}
+        self._templates_installed = not settings.install_template
+
+    def write(self, records: list[Incoming[EnrichedRating]]) -> list[Rejected]:
+        # 1. templates first (once), so every new daily index gets the mappings and the alias
+        if not self._templates_installed:
+            self._call(self._install_templates)
+            self._templates_installed = True
+        # 2. one bulk request, _id = rating_id
+        operations = bulk_lines([(self._prefix(r.topic), r.value) for r in records])
+        # the client's type says mappings; it sends pre-serialized NDJSON lines as they are
+        lines = cast(Any, operations)
+        answer = self._call(lambda: self.client.bulk(operations=lines, filter_path=BULK_FILTER).body)
+        # 3. each item: ok, reject (dead letter), or the whole batch again / stop
+        if not answer.get("errors"):
+            return []
+        return self._classify(records, answer["items"])
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _prefix(self, topic: str) -> str:
+        if topic in self.settings.alert_topics:
+            return self.settings.alerts_index_prefix
+        return self.settings.ratings_index_prefix
+
+    def _install_templates(self) -> None:
+        for name, body in self.templates.items():
+            self.client.indices.put_index_template(name=name, **body)
+            log.info("index template %s installed for %s", name, body["index_patterns"][0])
+
+    def _classify(self, records: list[Incoming[EnrichedRating]], items: list[Any]) -> list[Rejected]:
+        rejected: list[Rejected] = []
+        retry: list[str] = []
+        for record, item in zip(records, items, strict=True):
+            result = next(iter(item.values()))
+            kind = outcome(int(result["status"]))
+            why = reason(result.get("error"))
+            if kind is Outcome.FATAL:
+                hint = f"; {CREDENTIALS}" if result["status"] in (401, 403) else ""
+                raise FatalSinkError(f"elasticsearch refused a document ({result['status']}: {why}){hint}")
+            if kind is Outcome.RETRY:
+                retry.append(f"{result['status']} {why}")
+            elif kind is Outcome.REJECT:
+                rejected.append(Rejected(record.message, why))
+        if retry:
+            raise SinkUnavailable(f"{len(retry)} of {len(records)} documents not indexed, e.g. {retry[0]}")
+        return rejected
+
+    @staticmethod
+    def _call(request: Any) -> Any:
+        """Run a request; connection errors and HTTP errors through the one table."""
+        try:
+            return request()
+        except ApiError as err:
+            raise_for_request(int(err.meta.status), str(err))
+        except TransportError as err:  # connection refused or reset, timeout
+            raise SinkUnavailable(f"elasticsearch unreachable: {err}") from err
+        raise AssertionError("unreachable")
