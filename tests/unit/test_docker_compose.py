@@ -144,6 +144,7 @@ def test_image_versions_mirror_versions_toml(services: dict[str, Service]) -> No
         "mariadb": f"mariadb:{v.mariadb_line}",
         "elasticsearch": f"docker.elastic.co/elasticsearch/elasticsearch:{v.elasticsearch}",
         "kibana": f"docker.elastic.co/kibana/kibana:{v.elasticsearch}",
+        "kibana-setup": f"docker.elastic.co/kibana/kibana:{v.elasticsearch}",
         "s3": f"andrewgaul/s3proxy:s3proxy-{v.s3proxy}",
     }
     assert {name: services[name]["image"] for name in expected} == expected
