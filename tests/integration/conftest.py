@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from support.services import kill_leftovers
 
 from infra.stack.clients import app_db
 from infra.stack.health import s3_client
@@ -23,6 +24,12 @@ def stack_env() -> StackEnv:
     if not path.exists():
         pytest.fail(f"the local stack is not up ({path} is missing): run `make up` first")
     return read_env_file(path)
+
+
+@pytest.fixture(autouse=True)
+def _no_service_outlives_its_test() -> Iterator[None]:
+    yield
+    kill_leftovers()
 
 
 @pytest.fixture

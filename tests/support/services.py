@@ -58,6 +58,17 @@ def unique_name(role: str) -> str:
     return f"test-{role}-{uuid.uuid4().hex[:8]}"
 
 
+RUNNING: list["ServiceProcess"] = []  # every process a test started; see kill_leftovers()
+
+
+def kill_leftovers() -> None:
+    """kill -9 what a test left running (a failed assertion skips its own stop())."""
+    while RUNNING:
+        service = RUNNING.pop()
+        if service.proc is not None and service.proc.poll() is None:
+            service.kill()
+
+
 class ServiceProcess:
     """`python -m services.<name>` with its own environment; its log next to its metrics file."""
 
@@ -82,6 +93,7 @@ class ServiceProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        RUNNING.append(self)
         return self
 
     def metrics(self) -> dict[str, Any]:
