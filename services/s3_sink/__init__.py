@@ -1,0 +1,1 @@
+"""The S3 sink: enriched ratings into the data lake as Parquet, partitioned by date and hour (UTC)."""

@@ -1,0 +1,108 @@
+"""The writer with a client that records PUTs (or fails like S3 would): one Parquet object per
+partition and hour, rejected records returned with their reason, failures classified."""
+
+import io
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+from confluent_kafka import Message
+from support.services import enriched_record
+
+from services.core.errors import ConfigError, FatalSinkError, SinkUnavailable
+from services.core.records import Incoming
+from services.s3_sink.config import S3SinkSettings
+from services.s3_sink.rows import decode_value
+from services.s3_sink.schema import LAKE_SCHEMA
+from services.s3_sink.sink import S3Sink
+
+
+class RecordingClient:
+    def __init__(self, fail_with: Exception | None = None) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.fail_with = fail_with
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.objects[f"{Bucket}/{Key}"] = Body
+
+    def head_bucket(self, Bucket: str) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+
+
+def incoming(partition: int, offset: int, value: bytes) -> Incoming[bytes]:
+    message = Message(topic="enriched", partition=partition, offset=offset, value=value)
+    return Incoming(decode_value(message), message)
+
+
+def sink(client: RecordingClient) -> S3Sink:
+    return S3Sink(S3SinkSettings(prefix="/lake/", bucket="bkt"), client)
+
+
+def test_a_batch_becomes_one_parquet_object_per_partition_and_hour() -> None:
+    client = RecordingClient()
+    hour = 1_795_000_000_000 // 3_600_000 * 3_600_000
+    records = [
+        incoming(0, 10, json.dumps(enriched_record(1, rating_time=hour + 5)).encode()),
+        incoming(1, 20, json.dumps(enriched_record(2, rating_time=hour + 6)).encode()),
+        incoming(0, 11, b"not json"),
+        incoming(0, 12, json.dumps(enriched_record(3, rating_time=hour + 3_600_000)).encode()),
+        incoming(0, 13, json.dumps(enriched_record(4, rating_time=hour + 7)).encode()),
+    ]
+    rejected = sink(client).write(records)
+    assert [(r.message.offset(), r.reason) for r in rejected] == [(11, "Invalid value. in row 0")]
+    folder = "bkt/lake/dt=2026-11-18"
+    assert sorted(client.objects) == [
+        f"{folder}/hour=11/enriched+0+00000000000000000010.parquet",
+        f"{folder}/hour=11/enriched+1+00000000000000000020.parquet",
+        f"{folder}/hour=12/enriched+0+00000000000000000012.parquet",
+    ]
+    first = pq.read_table(
+        io.BytesIO(client.objects[f"{folder}/hour=11/enriched+0+00000000000000000010.parquet"])
+    )
+    assert first.schema.remove_metadata() == LAKE_SCHEMA
+    assert first.column("rating_id").to_pylist() == [1, 4]
+    assert (
+        pq.read_metadata(io.BytesIO(client.objects[sorted(client.objects)[0]]))
+        .row_group(0)
+        .column(0)
+        .compression
+        == "ZSTD"
+    )
+
+
+@pytest.mark.parametrize(
+    ("err", "kind"),
+    [
+        (EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), SinkUnavailable),
+        (
+            ClientError(
+                {"Error": {"Code": "NoSuchBucket"}, "ResponseMetadata": {"HTTPStatusCode": 404}}, "Put"
+            ),
+            FatalSinkError,
+        ),
+    ],
+)
+def test_a_failed_put_raises_what_the_loop_needs(err: Exception, kind: type[Exception]) -> None:
+    records = [incoming(0, 1, json.dumps(enriched_record(1)).encode())]
+    with pytest.raises(kind):
+        sink(RecordingClient(err)).write(records)
+
+
+def test_wrong_bucket_or_credentials_stop_at_start_but_an_outage_does_not() -> None:
+    missing = ClientError(
+        {"Error": {"Code": "404"}, "ResponseMetadata": {"HTTPStatusCode": 404}}, "HeadBucket"
+    )
+    with pytest.raises(ConfigError, match="S3_SINK_BUCKET"):
+        sink(RecordingClient(missing)).check_bucket()
+    sink(RecordingClient(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))).check_bucket()
+
+
+def test_a_batch_of_only_bad_records_writes_nothing() -> None:
+    client = RecordingClient()
+    rejected = sink(client).write([incoming(0, 1, b"[]"), incoming(0, 2, b"{}")])
+    assert len(rejected) == 2
+    assert client.objects == {}
