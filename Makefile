@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STACK := $(BIN)/python -m infra.stack
 
-.PHONY: help install up down status clean demo test test-unit test-integration lint format typecheck env bench-job
+.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job lake-query
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -37,8 +37,15 @@ clean: $(STAMP) ## stop and wipe the stack's state (downloads stay cached)
 env: $(STAMP) ## print how clients reach the stack (secrets masked)
 	$(STACK) env
 
-demo: up ## the product end to end (for now: the stack and its status)
-	$(STACK) status
+DURATION ?= 0
+RATE ?= 100
+CUSTOMERS ?= 3000
+demo: up ## the pipeline end to end with load and a live view (DURATION=120 runs unattended; RATE, CUSTOMERS)
+	$(BIN)/python -m infra.demo --duration $(DURATION) --rate $(RATE) --customers $(CUSTOMERS)
+
+loadgen: up ## only the load generator, until Ctrl-C (RATE, CUSTOMERS)
+	@set -a && . .state/stack.env && set +a && LOADGEN_DB_PASSWORD="$$APP_DB_PASSWORD" \
+	  LOADGEN_BOOTSTRAP_SERVERS="$$KAFKA_BOOTSTRAP_SERVERS" $(BIN)/python -m services.loadgen --rate $(RATE) --customers $(CUSTOMERS)
 
 test: up ## the whole test suite against the real stack (what CI runs)
 	$(BIN)/pytest
@@ -60,5 +67,13 @@ format: $(STAMP) ## ruff format and fix
 typecheck: $(STAMP) ## mypy, strict
 	$(BIN)/mypy
 
+bench: up ## every benchmark, then bench-results/bench.json and bench.png (ARGS="--only es_sink s3_sink")
+	$(BIN)/python -m infra.bench $(ARGS)
+
 bench-job: up ## enrichment job figures: fixed-rate latency and saturation throughput (ARGS="--rate 2000")
 	$(BIN)/python -m enrichment_job.bench $(ARGS)
+
+lake-query: up ## the data lake's ratings per day and club status (pyarrow over the S3 server)
+	@set -a && . .state/stack.env && set +a && S3_SINK_ENDPOINT_URL="$$S3_ENDPOINT_URL" S3_SINK_BUCKET="$$S3_BUCKET" \
+	  S3_SINK_REGION="$$S3_REGION" S3_SINK_ACCESS_KEY="$$S3_ACCESS_KEY" S3_SINK_SECRET_KEY="$$S3_SECRET_KEY" \
+	  $(BIN)/python -m services.s3_sink.lake_query

@@ -5,6 +5,7 @@ Settings come from LOADGEN_* variables; the flags override the most used ones.
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="random seed (LOADGEN_SEED)")
     flags = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
     try:
-        settings = LoadgenSettings(**flags)
+        settings = LoadgenSettings(_env_file=os.environ.get("LOADGEN_ENV_FILE"), **flags)
     except ValidationError as err:
         for problem in err.errors():
             name = "_".join(str(p) for p in problem["loc"]).upper()

@@ -83,6 +83,10 @@ def main() -> int:
         return 2
     where = f"s3://{settings.bucket}/{settings.key_prefix}"
     try:
+        root = f"{settings.bucket}/{settings.key_prefix}".rstrip("/")
+        if lake_filesystem(settings).get_file_info(root).type == fs.FileType.NotFound:
+            print(f"{where}: no objects yet (the S3 sink writes them as enriched ratings arrive)")
+            return 0
         dataset = lake_dataset(settings)
         files = len(dataset.files)
         counts = counts_by_day_and_status(dataset)

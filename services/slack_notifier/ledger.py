@@ -29,6 +29,10 @@ def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:
         yield items[start : start + CHUNK]
 
 
+def ledger_path(state_dir: Path) -> Path:
+    return state_dir / "ledger.sqlite3"
+
+
 class Ledger:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,6 +56,15 @@ class Ledger:
 
     def posted(self, ids: Iterable[int]) -> set[int]:
         return set(self._select("posted", ids))
+
+    def posted_between(self, low: int, high: int) -> dict[int, float]:
+        """Posted ids within [low, high] with when they were posted (epoch s): how `make demo`
+        counts this run's Slack posts and measures alert latency."""
+        rows = self.conn.execute(
+            "SELECT rating_id, updated_at FROM alerts WHERE state = 'posted' AND rating_id BETWEEN ? AND ?",
+            (low, high),
+        )
+        return {int(r[0]): float(r[1]) for r in rows}
 
     def pending(self) -> dict[int, float]:
         """Every pending id with the time it was marked (a crash left them undecided)."""

@@ -17,7 +17,7 @@ from services.core.errors import FatalSinkError
 from services.core.records import Incoming, Rejected
 from services.slack_notifier.alert import Alert
 from services.slack_notifier.config import SlackSettings
-from services.slack_notifier.ledger import Ledger
+from services.slack_notifier.ledger import Ledger, ledger_path
 from services.slack_notifier.message import SlackMessage, covered_ids, fold
 from services.slack_notifier.rate import TokenBucket
 from services.slack_notifier.responses import MessageRejected
@@ -118,7 +118,7 @@ def _ids(ids: tuple[int, ...]) -> str:
 
 def make_sink(settings: SlackSettings) -> SlackSink:
     try:
-        ledger = Ledger(settings.state_dir / "ledger.sqlite3")
+        ledger = Ledger(ledger_path(settings.state_dir))
     except OSError as err:
         raise FatalSinkError(
             f"cannot open the ledger under SLACK_STATE_DIR={settings.state_dir}: {err}"

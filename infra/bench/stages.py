@@ -1,0 +1,96 @@
+"""The benchmarks `make bench` runs, each a command that writes its figures as JSON, and how to
+read the figures the summary and the plot show from each file."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    command: tuple[str, ...]
+    result: str  # file name under the results folder
+
+    def figures(self, results: Path) -> dict[str, Any] | None:
+        path = results / self.result
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+def stages(results: Path) -> list[Stage]:
+    return [
+        Stage(
+            "pipeline",
+            (
+                "infra.demo",
+                "--duration",
+                "60",
+                "--rate",
+                "20",
+                "--plain",
+                "--summary",
+                str(results / "pipeline.json"),
+            ),
+            "pipeline.json",
+        ),
+        Stage(
+            "job",
+            (
+                "enrichment_job.bench",
+                "--rate",
+                "5000",
+                "--duration",
+                "30",
+                "--saturation",
+                "100000",
+                "--out",
+                str(results / "job.json"),
+            ),
+            "job.json",
+        ),
+        Stage("es_sink", ("services.es_sink.bench",), "es_sink.json"),
+        Stage("s3_sink", ("services.s3_sink.bench",), "s3_sink.json"),
+        Stage("slack_notifier", ("services.slack_notifier.bench",), "slack_notifier.json"),
+    ]
+
+
+def _get(data: dict[str, Any] | None, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def throughput(results: dict[str, dict[str, Any] | None]) -> list[tuple[str, float | None, float]]:
+    """(what, events per second reached, goal)."""
+    return [
+        ("enrichment job\n(saturation)", _get(results["job"], "saturation", "events_per_s"), 30_000),
+        ("Elasticsearch sink", _get(results["es_sink"], "figures", "docs_per_s"), 5_000),
+        ("S3 lake sink", _get(results["s3_sink"], "figures", "rows_per_s"), 50_000),
+    ]
+
+
+def _ms_to_s(value: Any) -> float | None:
+    return None if value is None else float(value) / 1000
+
+
+def latency(results: dict[str, dict[str, Any] | None]) -> list[tuple[str, float | None, float | None, float]]:
+    """(what, p50 s, p99 s, goal for p99 s)."""
+    pipe = _get(results["pipeline"], "latency_s") or {}
+    enrich = pipe.get("rating produced -> enriched by the job", {})
+    alert = pipe.get("rating produced -> Slack post", {})
+    job = _get(results["job"], "fixed_rate") or {}
+    slack = _get(results["slack_notifier"], "figures") or {}
+    return [
+        (
+            "job at 5,000/s\n(produced -> committed)",
+            _ms_to_s(job.get("p50_ms")),
+            _ms_to_s(job.get("p99_ms")),
+            1.5,
+        ),
+        ("job at 20/s\n(produced -> enriched)", enrich.get("p50"), enrich.get("p99"), 1.5),
+        ("alert end to end at 20/s\n(produced -> Slack post)", alert.get("p50"), alert.get("p99"), 2.5),
+        ("notifier only\n(alert -> Slack post)", slack.get("latency_p50_s"), slack.get("latency_p99_s"), 2.5),
+    ]

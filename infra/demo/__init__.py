@@ -1,0 +1,1 @@
+"""`make demo`: the whole pipeline on the local stack, with a load generator and a live view."""

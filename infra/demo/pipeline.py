@@ -1,0 +1,152 @@
+"""The demo's processes: the enrichment job, the three services and the load generator, each a
+child in its own process group with its log under <state>/demo/logs, all configured from the
+stack's client settings (<state>/stack.env)."""
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("demo")
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    root: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def metrics(self, name: str) -> Path:
+        return self.root / "metrics" / f"{name}.json"
+
+    @property
+    def job_state(self) -> Path:
+        return self.root / "enrichment"
+
+    @property
+    def slack_state(self) -> Path:
+        return self.root / "slack-notifier"
+
+
+def service_envs(stack: dict[str, str], paths: DemoPaths) -> dict[str, dict[str, str]]:
+    """Each process's environment: the stack's addresses and credentials under its own prefix."""
+    kafka = stack["KAFKA_BOOTSTRAP_SERVERS"]
+    return {
+        "enrichment": {
+            "ENRICH_BOOTSTRAP_SERVERS": kafka,
+            "ENRICH_SPARK_JARS": stack["SPARK_JARS"],
+            "ENRICH_STATE_DIR": str(paths.job_state),
+            "ENRICH_UI_ENABLED": "false",
+            "JAVA_HOME": stack["JAVA_HOME"],
+        },
+        "slack_notifier": {
+            "SLACK_BOOTSTRAP_SERVERS": kafka,
+            "SLACK_STATE_DIR": str(paths.slack_state),
+            "SLACK_METRICS_FILE": str(paths.metrics("slack_notifier")),
+            "SLACK_METRICS_INTERVAL_S": "1",
+        },
+        "es_sink": {
+            "ES_SINK_BOOTSTRAP_SERVERS": kafka,
+            "ES_SINK_URL": stack["ELASTICSEARCH_URL"],
+            "ES_SINK_METRICS_FILE": str(paths.metrics("es_sink")),
+            "ES_SINK_METRICS_INTERVAL_S": "1",
+        },
+        "s3_sink": {
+            "S3_SINK_BOOTSTRAP_SERVERS": kafka,
+            "S3_SINK_ENDPOINT_URL": stack["S3_ENDPOINT_URL"],
+            "S3_SINK_REGION": stack["S3_REGION"],
+            "S3_SINK_BUCKET": stack["S3_BUCKET"],
+            "S3_SINK_ACCESS_KEY": stack["S3_ACCESS_KEY"],
+            "S3_SINK_SECRET_KEY": stack["S3_SECRET_KEY"],
+            "S3_SINK_BATCH_MAX_WAIT_MS": "5000",
+            "S3_SINK_METRICS_FILE": str(paths.metrics("s3_sink")),
+            "S3_SINK_METRICS_INTERVAL_S": "1",
+        },
+        "loadgen": {
+            "LOADGEN_BOOTSTRAP_SERVERS": kafka,
+            "LOADGEN_DB_HOST": stack["MARIADB_HOST"],
+            "LOADGEN_DB_PORT": stack["MARIADB_PORT"],
+            "LOADGEN_DB_NAME": stack["MARIADB_DATABASE"],
+            "LOADGEN_DB_USER": stack["APP_DB_USER"],
+            "LOADGEN_DB_PASSWORD": stack["APP_DB_PASSWORD"],
+            "LOADGEN_METRICS_FILE": str(paths.metrics("loadgen")),
+        },
+    }
+
+
+MODULES = {
+    "enrichment": "enrichment_job",
+    "slack_notifier": "services.slack_notifier",
+    "es_sink": "services.es_sink",
+    "s3_sink": "services.s3_sink",
+    "loadgen": "services.loadgen",
+}
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 15) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Pipeline:
+    """Starts children and stops every one of them, whatever happens (Ctrl-C included)."""
+
+    paths: DemoPaths
+    envs: dict[str, dict[str, str]]
+    children: dict[str, Child] = field(default_factory=dict)
+
+    def start(self, name: str, args: tuple[str, ...] = ()) -> Child:
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        logfile = self.paths.logs / f"{name}.log"
+        with logfile.open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", MODULES[name], *args],
+                env={**os.environ, **self.envs[name]},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C reaches the demo only; it stops each child itself
+            )
+        child = Child(name, proc, logfile)
+        self.children[name] = child
+        log.info("started %s (pid %d, log %s)", name, proc.pid, logfile)
+        return child
+
+    def stop(self, name: str, timeout_s: float = 60) -> int | None:
+        child = self.children.get(name)
+        if child is None:
+            return None
+        if child.alive():
+            # The job stops its queries on SIGINT (KeyboardInterrupt); the services on SIGTERM.
+            child.proc.send_signal(signal.SIGINT if name == "enrichment" else signal.SIGTERM)
+            try:
+                child.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0f s; killing it", name, timeout_s)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.proc.pid, signal.SIGKILL)  # what is left of its group (the Spark JVM)
+        child.proc.wait(30)
+        return child.proc.returncode
+
+    def stop_all(self) -> None:
+        for name in reversed(list(self.children)):
+            self.stop(name)
+
+    def dead(self) -> list[Child]:
+        return [c for name, c in self.children.items() if name != "loadgen" and not c.alive()]

@@ -1,0 +1,71 @@
+"""The demo's reconciliation verdict, latency figures and live view, from figures alone."""
+
+import time
+
+from infra.demo.figures import Snapshot
+from infra.demo.reconcile import Check, Reconciliation, TopicCounter, dlq_since, percentiles
+from infra.demo.view import alert_lines, frame
+
+
+def test_the_verdict_fails_when_any_stage_disagrees_and_says_which() -> None:
+    good = Reconciliation([Check("enriched records", 10, 10), Check("lake rows", 10, 10)])
+    assert good.ok
+    bad = Reconciliation([Check("enriched records", 10, 10), Check("lake rows", 9, 10)])
+    assert not bad.ok
+    assert "BAD lake rows" in bad.text() and "expected 10" in bad.text()
+    assert bad.as_json()["reconciled"] is False
+    missing = Reconciliation([Check("Slack posts", None, 3)])
+    assert not missing.ok
+
+
+def test_percentiles() -> None:
+    figures = percentiles([float(v) for v in range(1, 101)])
+    assert figures == {"p50": 51.0, "p99": 100.0, "max": 100.0}
+    assert percentiles([]) == {"p50": None, "p99": None, "max": None}
+
+
+def test_dead_letters_count_only_ratings_this_run_produced() -> None:
+    counter = TopicCounter.__new__(TopicCounter)
+    counter.headers = [
+        {"dlq.topic": b"ratings", "dlq.partition": b"0", "dlq.offset": b"99"},  # an earlier run
+        {"dlq.topic": b"ratings", "dlq.partition": b"0", "dlq.offset": b"100"},
+        {"dlq.topic": b"ratings", "dlq.partition": b"1", "dlq.offset": b"7"},
+        {"dlq.topic": b"asgard.demo.customers", "dlq.partition": b"0", "dlq.offset": b"500"},
+    ]
+    assert dlq_since(counter, {0: 100, 1: 5}) == 2
+
+
+def test_the_live_view_shows_every_stage_and_the_latest_alerts() -> None:
+    start = Snapshot(
+        at=time.time() - 2, ends={"ratings": 0, "enrichment_dlq": 0, "slack_dlq": 0, "es_dlq": 0, "s3_dlq": 0}
+    )
+    now = Snapshot(
+        at=time.time(),
+        ends={"ratings": 200, "enrichment_dlq": 1, "slack_dlq": 0, "es_dlq": 0, "s3_dlq": 0},
+        lag={"slack_notifier": 0, "es_sink": 5, "s3_sink": 150},
+        metrics={
+            "enrichment": {
+                "totals": {"enriched": 190},
+                "enrichment": {"waiting": 9},
+                "cdc": {"watermark_lag_ms": 900},
+            },
+            "es_sink": {"consumed": 185, "written": 185, "state": "running"},
+            "loadgen": {"customers": 3000},
+        },
+        es_docs=185,
+        lake_files=3,
+    )
+    alert = {
+        "full_name": "Rica Blaisdell",
+        "club_status": "platinum",
+        "email": "r@example.com",
+        "stars": 1,
+        "channel": "iOS",
+        "rating_time": 0,
+        "message": "late again",
+    }
+    text = frame("demo", start, start, now, [alert])
+    for stage in ("load generator", "enrichment job", "slack notifier", "elasticsearch sink", "s3 lake sink"):
+        assert stage in text
+    assert "185 docs in ratings" in text and "3 files in the lake" in text
+    assert "★☆☆☆☆ via iOS" in "\n".join(alert_lines([alert]))

@@ -1,0 +1,41 @@
+"""Every setting README.md names exists in the settings class of its program (a user who copies
+one from the README gets a working variable), and the load generator's table is complete."""
+
+import re
+from pathlib import Path
+
+from pydantic_settings import BaseSettings
+
+from enrichment_job.settings import JobSettings
+from infra.stack.settings import StackSettings
+from services.es_sink.config import EsSinkSettings
+from services.loadgen.config import LoadgenSettings
+from services.s3_sink.config import S3SinkSettings
+from services.slack_notifier.config import SlackSettings
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+CLASSES: dict[str, type[BaseSettings]] = {
+    "ENRICH_": JobSettings,
+    "STACK_": StackSettings,
+    "SLACK_": SlackSettings,
+    "ES_SINK_": EsSinkSettings,
+    "S3_SINK_": S3SinkSettings,
+    "LOADGEN_": LoadgenSettings,
+}
+NAMED = re.compile(r"\b(" + "|".join(CLASSES) + r")([A-Z0-9_]+)\b")
+
+
+def variables(cls: type[BaseSettings], prefix: str) -> set[str]:
+    return {f"{prefix}{name.upper()}" for name in cls.model_fields} | {f"{prefix}ENV_FILE"}
+
+
+def test_every_variable_the_readme_names_exists() -> None:
+    named = {(m.group(1), m.group(0)) for m in NAMED.finditer(README)}
+    unknown = {name for prefix, name in named if name not in variables(CLASSES[prefix], prefix)}
+    assert unknown == set()
+    assert len(named) > 60  # the check reads the tables, not an empty file
+
+
+def test_the_load_generator_table_lists_every_setting() -> None:
+    rows = set(re.findall(r"^\| `(LOADGEN_[A-Z0-9_]+)` \|", README, flags=re.MULTILINE))
+    assert rows == variables(LoadgenSettings, "LOADGEN_") - {"LOADGEN_ENV_FILE"}
