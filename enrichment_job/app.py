@@ -82,7 +82,7 @@ def start(settings: JobSettings) -> tuple[SparkSession, list[StreamingQuery]]:
     metrics = Metrics(settings.metrics_file)
     spark.streams.addListener(ProgressListener(metrics))
     run = run_id(settings.checkpoint_dir)
-    table = CustomerTable(spark, str(settings.table_path))
+    table = CustomerTable(spark, str(settings.table_path), settings.shuffle_partitions)
     producer = settings.producer_config()
     cdc_out = TransactionalOutput(producer, f"enrichment-{run}-cdc", settings.commits_topic)
     enrich_out = TransactionalOutput(producer, f"enrichment-{run}-ratings", settings.commits_topic)

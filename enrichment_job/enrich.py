@@ -15,16 +15,16 @@ import logging
 import time
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from enrichment_job.batch_io import kafka_records
+from enrichment_job.batch_io import collect, kafka_records, to_records
 from enrichment_job.kafka_out import TransactionalOutput
 from enrichment_job.metrics import Metrics, Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CustomerTable
 from enrichment_job.transforms import (
-    alerts,
+    alert_rule,
     as_kafka_records,
     asof_join,
     dead_letters,
@@ -91,39 +91,55 @@ class Enrichment:
             good = good.unionByName(self.waiting)
         flagged = release(good, watermark, self.settings.grace_ms).persist()
         try:
-            # 1. What stays waiting, and where it starts in each partition (for the marker).
+            # 1. What this batch read and what stays waiting (where it starts in each partition,
+            #    for the marker): one Spark job.
             with steps("waiting"):
-                still = flagged.where("NOT released").drop("released").localCheckpoint()
-                left = still.groupBy("partition").agg(F.min("offset"), F.count("*")).collect()
-                read = (
-                    parsed.groupBy("partition")
-                    .agg(F.max("offset"), F.count("*"), F.count_if(F.col("dlq_reason").isNotNull()))
-                    .collect()
+                read_stats = parsed.groupBy("partition").agg(
+                    F.lit("read").alias("kind"),
+                    F.max("offset").alias("offset"),
+                    F.count("*").alias("n"),
+                    F.count_if(F.col("dlq_reason").isNotNull()).alias("bad"),
                 )
+                left_stats = (
+                    flagged.where("NOT released")
+                    .groupBy("partition")
+                    .agg(
+                        F.lit("left").alias("kind"),
+                        F.min("offset").alias("offset"),
+                        F.count("*").alias("n"),
+                        F.lit(0).cast("long").alias("bad"),
+                    )
+                )
+                stats = read_stats.unionByName(left_stats).collect()
+                read = [(r["partition"], r["offset"], r["n"], r["bad"]) for r in stats if r["kind"] == "read"]
+                left = [(r["partition"], r["offset"], r["n"]) for r in stats if r["kind"] == "left"]
+                if not read and self.waiting is None:
+                    # Nothing new and nothing waiting: no output, and the last marker still holds.
+                    idle = {"enriched": 0, "alerts": 0, "dlq": 0, "waiting": 0, "new": 0}
+                    self.metrics.enrich_batch(batch_id, idle, watermark, time.monotonic() - started, steps)
+                    return
+                still = flagged.where("NOT released").drop("released").localCheckpoint() if left else None
                 waiting_from = {r[0]: r[1] for r in left}
                 read_to = {r[0]: r[1] + 1 for r in read}
             consumed_to = {**self.consumed_to, **read_to}
             # 2. Enriched records, alerts and dead letters, built on the JVM, in input order.
-            enriched = (
-                asof_join(flagged.where("released"), table, self.settings.grace_ms)
-                .withColumns(
-                    {
-                        "cdc_watermark_ms": F.lit(watermark),
-                        "enriched_ms": F.unix_millis(F.current_timestamp()),
-                    }
-                )
-                .persist()
+            enriched = asof_join(flagged.where("released"), table, self.settings.grace_ms).withColumns(
+                {
+                    "cdc_watermark_ms": F.lit(watermark),
+                    "enriched_ms": F.unix_millis(F.current_timestamp()),
+                }
             )
-            rule = (self.settings.alert_stars_below, self.settings.alert_club_status)
+            rule = alert_rule(self.settings.alert_stars_below, self.settings.alert_club_status)
             with steps("join+collect"):
+                # One Spark job for both topics: the alert flag comes along with each record.
+                records = collect(_keyed(enriched, rule), ORDER, extra=("is_alert",))
                 outputs = [
-                    kafka_records(_keyed(enriched), self.settings.enriched_topic, ORDER),
-                    kafka_records(_keyed(alerts(enriched, *rule)), self.settings.alerts_topic, ORDER),
+                    to_records(records, self.settings.enriched_topic),
+                    to_records(records.filter(records.column("is_alert")), self.settings.alerts_topic),
                 ]
             if any(r[3] for r in read):
                 bad = dead_letters(parsed.where("dlq_reason IS NOT NULL"), "enrichment")
                 outputs.append(kafka_records(bad, self.settings.dlq_topic))
-            enriched.unpersist()
             counts = {"enriched": len(outputs[0]), "alerts": len(outputs[1]), "dlq": sum(r[3] for r in read)}
             counts |= {"waiting": sum(r[2] for r in left), "new": sum(r[2] for r in read)}
             # 3. One transaction: the outputs and the marker that makes a re-run a no-op.
@@ -142,6 +158,8 @@ class Enrichment:
         self.metrics.enrich_batch(batch_id, counts, watermark, time.monotonic() - started, steps)
 
 
-def _keyed(enriched: DataFrame) -> DataFrame:
-    """Keyed JSON records that keep the input position, so the driver writes them in order."""
-    return as_kafka_records(enriched, key="user_id", keep=ORDER)
+def _keyed(enriched: DataFrame, rule: Column) -> DataFrame:
+    """Keyed JSON records that keep the input position, so the driver writes them in order, and
+    whether each one raises an alert (the flag is not part of the record)."""
+    flagged = enriched.withColumn("is_alert", F.coalesce(rule, F.lit(False)))
+    return as_kafka_records(flagged, key="user_id", keep=(*ORDER, "is_alert"), value_columns=enriched.columns)

@@ -9,8 +9,10 @@ import json
 import logging
 import threading
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.transforms import with_validity
@@ -25,12 +27,14 @@ class TableState:
 
 
 class CustomerTable:
-    def __init__(self, spark: SparkSession, path: str) -> None:
+    def __init__(self, spark: SparkSession, path: str, partitions: int = 2) -> None:
         self.spark = spark
         self.path = path
+        self.partitions = partitions
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()
-        self._cached: tuple[int, DataFrame] | None = None
+        self._cached: DataFrame | None = None
+        self._pending: list[DataFrame] = []  # versions appended since the cache was last refreshed
         self._state = self._load_or_create()
 
     def _latest_version(self) -> int:
@@ -70,9 +74,13 @@ class CustomerTable:
         known = [w for w in (watermark_ms, current.watermark_ms) if w is not None]
         watermark = max(known) if known else None
         data_version = current.data_version
+        added = None
         if versions is not None:
+            # Materialized once: written to Delta from memory, and kept for the enrichment
+            # query's cache after this micro-batch's DataFrame is gone.
+            added = versions.localCheckpoint()
             (
-                versions.write.format("delta")
+                added.write.format("delta")
                 .mode("append")
                 .option("txnAppId", app_id)
                 .option("txnVersion", batch_id)
@@ -82,20 +90,35 @@ class CustomerTable:
             data_version = self._latest_version()
         with self._lock:
             self._state = TableState(data_version, watermark)
+            if added is not None:
+                self._pending.append(added)
 
     def snapshot(self) -> tuple[DataFrame, TableState]:
-        """The versions with validity intervals, cached until the table's data changes. The newest
-        table is read (time travel rebuilds the log and costs seconds); rows newer than the
-        state's watermark start after it, so they cannot change a released rating's join."""
-        state = self.state
+        """The versions with validity intervals, in memory. The first call reads the whole Delta
+        table; later calls fold in only the versions appended since (their customers' validity
+        is recomputed, every other row is kept as it was), so a trickle of updates costs a small
+        merge, not a re-read of the table. Rows newer than the state's watermark start after
+        it, so they cannot change a released rating's join."""
+        with self._lock:
+            state, pending, self._pending = self._state, self._pending, []
         with self._cache_lock:
-            if self._cached is None or self._cached[0] != state.data_version:
-                fresh = with_validity(self.spark.read.format("delta").load(self.path)).cache()
-                fresh.count()
-                if self._cached is not None:
-                    self._cached[1].unpersist()
-                self._cached = (state.data_version, fresh)
-            return self._cached[1], state
+            if self._cached is None:
+                fresh = with_validity(self.spark.read.format("delta").load(self.path))
+            elif pending:
+                fresh = self._merge(self._cached, reduce(DataFrame.unionByName, pending))
+            else:
+                return self._cached, state
+            # Materialized, lineage cut; the previous one is freed once nothing refers to it.
+            self._cached = fresh.coalesce(self.partitions).localCheckpoint()
+            return self._cached, state
+
+    @staticmethod
+    def _merge(cached: DataFrame, added: DataFrame) -> DataFrame:
+        """`cached` with `added` versions folded in: only the changed customers are recomputed."""
+        ids = F.broadcast(added.select("id").distinct())
+        raw = [f.name for f in VERSION_FIELDS.fields]
+        changed = cached.select(*raw).join(ids, "id", "left_semi").unionByName(added.select(*raw))
+        return cached.join(ids, "id", "left_anti").unionByName(with_validity(changed))
 
     def maintain(self, retain_hours: float = 168) -> None:
         """Compact small files and remove ones no longer referenced (older than retain_hours)."""

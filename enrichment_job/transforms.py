@@ -138,8 +138,18 @@ def asof_join(ratings: DataFrame, table: DataFrame, grace_ms: int) -> DataFrame:
         & (F.col("v.valid_from") <= F.col("r.rating_time") + F.lit(grace_ms))
     )
     condition = (F.col("r.user_id") == F.col("v.id")) & (valid_at | within_grace) & ~F.col("v.deleted")
+    # The batch's ratings are few and the table is large: broadcast the ratings and scan the
+    # in-memory table once (no shuffle of the table), then put the hits back on every rating.
+    used = ["id", *CUSTOMER_COLUMNS, "valid_from", "source_file", "source_pos", "source_row"]
+    hits = v.join(F.broadcast(r), condition, "inner").select(
+        F.col("r.partition").alias("hit_partition"),
+        F.col("r.offset").alias("hit_offset"),
+        *[F.col(f"v.{name}") for name in used],
+    )
+    v = hits.alias("v")
+    on_hit = (F.col("r.partition") == F.col("v.hit_partition")) & (F.col("r.offset") == F.col("v.hit_offset"))
     matched = F.col("v.id").isNotNull()
-    return r.join(v, condition, "left").select(
+    return r.join(F.broadcast(v), on_hit, "left").select(
         *[F.col(f"r.{f.name}") for f in RATING_FIELDS.fields],
         *[F.col(f"v.{name}") for name in CUSTOMER_COLUMNS],
         F.when(matched, F.concat_ws(" ", "v.first_name", "v.last_name")).alias("full_name"),
@@ -154,17 +164,26 @@ def asof_join(ratings: DataFrame, table: DataFrame, grace_ms: int) -> DataFrame:
     )
 
 
+def alert_rule(stars_below: int, club_status: str) -> Column:
+    """True for enriched ratings that raise an alert: stars < stars_below and the club status."""
+    return (F.col("stars") < stars_below) & (F.col("club_status") == club_status)
+
+
 def alerts(enriched: DataFrame, stars_below: int, club_status: str) -> DataFrame:
-    """Enriched ratings that match the alert rule: stars < stars_below and the given club status."""
-    return enriched.where((F.col("stars") < stars_below) & (F.col("club_status") == club_status))
+    """Enriched ratings that match the alert rule."""
+    return enriched.where(alert_rule(stars_below, club_status))
 
 
-def as_kafka_records(df: DataFrame, key: str, keep: tuple[str, ...] = ()) -> DataFrame:
-    """key (string) and value (JSON of every column), plus the `keep` columns unchanged."""
+def as_kafka_records(
+    df: DataFrame, key: str, keep: tuple[str, ...] = (), value_columns: list[str] | None = None
+) -> DataFrame:
+    """key (string) and value (JSON of `value_columns`, default every column), plus the `keep`
+    columns unchanged."""
+    in_value = value_columns if value_columns is not None else df.columns
     return df.select(
         F.col(key).cast("string").alias("key"),
         # Nulls stay in the record (an unmatched rating says club_status: null, not nothing).
-        F.to_json(F.struct(*[F.col(c) for c in df.columns]), {"ignoreNullFields": "false"}).alias("value"),
+        F.to_json(F.struct(*[F.col(c) for c in in_value]), {"ignoreNullFields": "false"}).alias("value"),
         *keep,
     )
 
