@@ -99,6 +99,9 @@ class Demo:
 
     # 2. the pipeline
     def start_pipeline(self) -> None:
+        # Figures of an earlier run must not pass for this one's.
+        for path in (self.paths.job_state / "metrics.json", *map(self.paths.metrics, MODULES)):
+            path.unlink(missing_ok=True)
         for name in ("enrichment", "slack_notifier", "es_sink", "s3_sink"):
             self.pipeline.start(name)
         began = time.monotonic()

@@ -7,6 +7,7 @@ import random
 import threading
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,7 @@ class LoadGenerator:
         self.changes = Counter[str]()
         self.stopping = threading.Event()
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        kind = "bad" if msg.headers() else "ratings"
+    def _on_delivery(self, kind: str, err: KafkaError | None, _msg: Message) -> None:
         if err is None:
             self.delivered[kind] += 1
         else:
@@ -101,7 +101,11 @@ class LoadGenerator:
         while True:
             try:
                 self.producer.produce(
-                    self.settings.ratings_topic, value, key, headers=headers, on_delivery=self._on_delivery
+                    self.settings.ratings_topic,
+                    value,
+                    key,
+                    headers=headers,
+                    on_delivery=partial(self._on_delivery, kind),
                 )
                 break
             except BufferError:
