@@ -64,7 +64,7 @@ class Metrics:
             tmp.replace(self.path)
 
     def cdc_batch(
-        self, batch_id: int, changes: int, bad: int, watermark_ms: int | None, seconds: float
+        self, batch_id: int, changes: int, bad: int, watermark_ms: int | None, seconds: float, *, steps: Steps
     ) -> None:
         self._totals["cdc_changes"] += changes
         self._totals["dlq_records"] += bad
@@ -78,15 +78,17 @@ class Metrics:
                 "watermark_ms": watermark_ms,
                 "watermark_lag_ms": lag,
                 "handler_s": round(seconds, 3),
+                "steps_s": {k: round(v, 3) for k, v in steps.seconds.items()},
             },
         )
         log.info(
-            "cdc batch %d: %d changes, %d dead letters, watermark lag %s ms, %.2f s",
+            "cdc batch %d: %d changes, %d dead letters, watermark lag %s ms, %.2f s (%s)",
             batch_id,
             changes,
             bad,
             lag,
             seconds,
+            steps.summary(),
         )
 
     def enrich_batch(
