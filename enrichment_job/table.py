@@ -8,6 +8,7 @@ commit carries its watermark in commitInfo.userMetadata, so a restart resumes fr
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from functools import reduce
 
@@ -34,7 +35,8 @@ class CustomerTable:
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()
         self._cached: DataFrame | None = None
-        self._pending: list[DataFrame] = []  # versions appended since the cache was last refreshed
+        self._pending: list[DataFrame] = []
+        self._maintaining = threading.Event()  # versions appended since the cache was last refreshed
         self._state = self._load_or_create()
 
     def _latest_version(self) -> int:
@@ -67,31 +69,38 @@ class CustomerTable:
     def advance(
         self, versions: DataFrame | None, watermark_ms: int | None, app_id: str, batch_id: int
     ) -> None:
-        """Appends a batch's versions (if any) with the watermark in the same commit, idempotently
-        per batch (Delta txnAppId/txnVersion). A batch of heartbeats only moves the watermark in
-        memory: after a restart the table's older watermark just makes ratings wait a moment."""
+        """Publishes a batch's versions (if any) and the watermark to the enrichment query, then
+        appends the versions to Delta with the watermark in the same commit, idempotently per
+        batch (Delta txnAppId/txnVersion). A batch of heartbeats only moves the watermark in
+        memory: after a restart the table's older watermark just makes ratings wait a moment.
+
+        Publishing first takes the Delta commit (seconds here) out of the ratings' wait, and is
+        safe: if the process dies before the commit, Spark runs this CDC batch again on restart
+        and appends the same versions (same binlog positions), so every join made with them is
+        made again the same way, and the Delta watermark it restarts from is only older."""
         current = self.state
         known = [w for w in (watermark_ms, current.watermark_ms) if w is not None]
         watermark = max(known) if known else None
-        data_version = current.data_version
-        added = None
-        if versions is not None:
-            # Materialized once: written to Delta from memory, and kept for the enrichment
-            # query's cache after this micro-batch's DataFrame is gone.
-            added = versions.localCheckpoint()
-            (
-                added.write.format("delta")
-                .mode("append")
-                .option("txnAppId", app_id)
-                .option("txnVersion", batch_id)
-                .option("userMetadata", json.dumps({"watermark_ms": watermark, "batch_id": batch_id}))
-                .save(self.path)
-            )
-            data_version = self._latest_version()
+        # Materialized once: kept for the enrichment query's cache after this micro-batch's
+        # DataFrame is gone, and written to Delta from memory.
+        added = versions.localCheckpoint() if versions is not None else None
         with self._lock:
-            self._state = TableState(data_version, watermark)
+            self._state = TableState(current.data_version, watermark)
             if added is not None:
                 self._pending.append(added)
+        if added is None:
+            return
+        (
+            added.write.format("delta")
+            .mode("append")
+            .option("txnAppId", app_id)
+            .option("txnVersion", batch_id)
+            .option("userMetadata", json.dumps({"watermark_ms": watermark, "batch_id": batch_id}))
+            .save(self.path)
+        )
+        data_version = self._latest_version()
+        with self._lock:
+            self._state = TableState(data_version, self._state.watermark_ms)
 
     def snapshot(self) -> tuple[DataFrame, TableState]:
         """The versions with validity intervals, in memory. The first call reads the whole Delta
@@ -120,11 +129,28 @@ class CustomerTable:
         changed = cached.select(*raw).join(ids, "id", "left_semi").unionByName(added.select(*raw))
         return cached.join(ids, "id", "left_anti").unionByName(with_validity(changed))
 
-    def maintain(self, retain_hours: float = 168) -> None:
-        """Compact small files and remove ones no longer referenced (older than retain_hours)."""
+    def maintain(self, retain_hours: float = 168) -> bool:
+        """Compact small files and remove ones no longer referenced (older than retain_hours), in
+        a background thread: compaction takes minutes on a busy machine and must not hold back
+        the CDC query (Delta lets blind appends commit while it runs). False if one is running."""
+        if self._maintaining.is_set():
+            return False
+        self._maintaining.set()
+        threading.Thread(
+            target=self._maintain, args=(retain_hours,), name="delta-maintenance", daemon=True
+        ).start()
+        return True
+
+    def _maintain(self, retain_hours: float) -> None:
         from delta.tables import DeltaTable  # noqa: PLC0415
 
-        table = DeltaTable.forPath(self.spark, self.path)
-        table.optimize().executeCompaction()
-        table.vacuum(retain_hours)
-        log.info("customer table compacted and vacuumed")
+        try:
+            started = time.monotonic()
+            table = DeltaTable.forPath(self.spark, self.path)
+            table.optimize().executeCompaction()
+            table.vacuum(retain_hours)
+            log.info("customer table compacted and vacuumed in %.1f s", time.monotonic() - started)
+        except Exception:  # a failed compaction leaves the table as it was; the next one retries
+            log.exception("customer table maintenance failed; the table is unchanged")
+        finally:
+            self._maintaining.clear()

@@ -24,6 +24,7 @@ from elasticsearch import Elasticsearch
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
+from services.core.bench import write_result
 from services.core.main import build_loop
 from services.es_sink.config import EsSinkSettings
 from services.es_sink.service import SERVICE
@@ -197,10 +198,7 @@ def main() -> None:
             "batch_max_wait_ms": settings.batch_max_wait_ms,
         },
     }
-    print(json.dumps(result, indent=1))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"written to {args.out}")
+    write_result(result, args.out)
 
 
 if __name__ == "__main__":

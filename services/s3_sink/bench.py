@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
+from services.core.bench import write_result
 from services.core.main import build_loop
 from services.s3_sink.config import S3SinkSettings
 from services.s3_sink.service import SERVICE
@@ -188,10 +189,7 @@ def main() -> None:
         },
         "params": {**vars(args), "out": str(args.out), "machine_cores": os.cpu_count()},
     }
-    print(json.dumps(result, indent=1))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"written to {args.out}")
+    write_result(result, args.out)
 
 
 if __name__ == "__main__":
