@@ -90,10 +90,11 @@ class Observer:
 
     def snapshot(self) -> Snapshot:
         snap = Snapshot(at=time.time())
+        ends = {(tp.topic, tp.partition): tp.offset for role in TOPICS for tp in self.ends(role)}
         for role, topic in TOPICS.items():
-            snap.ends[role] = sum(self.end_offset(topic, p) for p in self.partitions[role])
+            snap.ends[role] = sum(ends[(topic, p)] for p in self.partitions[role])
         for service, (group, roles) in GROUPS.items():
-            snap.lag[service] = self._lag(group, roles)
+            snap.lag[service] = self._lag(group, roles, ends)
         snap.metrics = {name: read_json(path) for name, path in self.metrics_files.items()}
         with contextlib.suppress(OSError, ValueError):
             snap.es_docs = int(http_json("GET", f"{self.stack['ELASTICSEARCH_URL']}/ratings/_count")["count"])
@@ -104,16 +105,15 @@ class Observer:
         self._poll_alerts()
         return snap
 
-    def _lag(self, group: str, roles: tuple[str, ...]) -> int | None:
+    def _lag(self, group: str, roles: tuple[str, ...], ends: dict[tuple[str, int], int]) -> int | None:
+        """The group's records not yet committed, against the end offsets read for this tick."""
         wanted = [TopicPartition(TOPICS[r], p) for r in roles for p in self.partitions[r]]
         try:
             future = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, wanted)])
             committed = future[group].result(5).topic_partitions
         except KafkaException:
             return None
-        return sum(
-            self.end_offset(str(tp.topic), int(tp.partition)) - max(int(tp.offset), 0) for tp in committed
-        )
+        return sum(ends[(str(tp.topic), int(tp.partition))] - max(int(tp.offset), 0) for tp in committed)
 
     def _count_lake_files(self) -> int | None:
         count = 0
