@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from enrichment_job.metrics import caught_up
 from infra.stack.clients import app_db
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
@@ -167,9 +168,7 @@ def wait_caught_up(state: Path, proc: subprocess.Popen[bytes], timeout_s: float)
             raise SystemExit(f"the job exited with {proc.returncode}; see its log")
         path = state / "metrics.json"
         if path.exists():
-            metrics = json.loads(path.read_text())
-            lag = metrics.get("cdc", {}).get("watermark_lag_ms")
-            if lag is not None and lag < 5000 and "enrichment" in metrics:
+            if caught_up(json.loads(path.read_text()), max_lag_ms=5000):
                 return
         time.sleep(1)
     raise SystemExit("the job did not catch up with the CDC topic in time")

@@ -17,6 +17,13 @@ def _lag_ms(watermark_ms: int | None) -> int | None:
     return None if watermark_ms is None else int(time.time() * 1000) - watermark_ms
 
 
+def caught_up(metrics: dict[str, Any], max_lag_ms: int) -> bool:
+    """From a metrics.json: the CDC watermark is within `max_lag_ms` of now and the enrichment
+    query has run a batch (the customer table is loaded and ratings can be released)."""
+    lag = metrics.get("cdc", {}).get("watermark_lag_ms")
+    return lag is not None and lag < max_lag_ms and "enrichment" in metrics
+
+
 class Steps:
     """Where a batch's time goes: `with steps("name"): ...` adds the seconds spent under a name."""
 

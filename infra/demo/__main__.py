@@ -21,6 +21,7 @@ from pathlib import Path
 from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
+from enrichment_job.metrics import caught_up
 from infra.demo.figures import TOPICS, Observer, read_json
 from infra.demo.pipeline import MODULES, DemoPaths, Pipeline, service_envs
 from infra.demo.reconcile import (
@@ -110,7 +111,7 @@ class Demo:
             job = read_json(self.paths.job_state / "metrics.json")
             lag = job.get("cdc", {}).get("watermark_lag_ms")
             waited = time.monotonic() - began
-            if lag is not None and lag < 10_000 and "enrichment" in job:
+            if caught_up(job, max_lag_ms=10_000):
                 print(
                     f"==> enrichment job is up and has caught up with the customer table ({waited:.0f} s)",
                     flush=True,
@@ -227,13 +228,11 @@ class Demo:
         es = self.stack["ELASTICSEARCH_URL"]
         r = Reconciliation()
         r.checks += [
-            Check("ratings produced", produced, produced),
+            Check("ratings produced", produced),
             Check("enriched records", enriched.ids.total(), produced),
             Check("  distinct ratings enriched", len(enriched.ids), produced),
             Check(
-                "  of them matched to a customer",
-                sum(1 for x in enriched.records if x["customer_matched"]),
-                sum(1 for x in enriched.records if x["customer_matched"]),
+                "  of them matched to a customer", sum(1 for x in enriched.records if x["customer_matched"])
             ),
             Check("Elasticsearch documents", es_count(es, "ratings", id_range), produced),
             Check("lake rows", None if lake is None else lake.total(), produced),
@@ -241,7 +240,7 @@ class Demo:
             Check("alerts (stars < 3, platinum)", c["alerts"].ids.total(), should_alert),
             Check("  alerts in Elasticsearch", es_count(es, "unhappy-platinum", id_range), should_alert),
             Check("Slack posts (alerts covered)", None if posted is None else len(posted), should_alert),
-            Check("unreadable ratings produced", bad, bad),
+            Check("unreadable ratings produced", bad),
             Check("  enrichment-dlq", dlq_since(c["enrichment_dlq"], ratings_start), bad),
             Check("slack-notifier-dlq", len(c["slack_dlq"].headers), 0),
             Check("es-sink-dlq", len(c["es_dlq"].headers), 0),

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from enrichment_job.metrics import caught_up
 from support.kafka import drop_topics, make_topics, produce, read_topic, values
 
 __all__ = ["Job", "Topics", "create_topics", "delete_topics", "produce", "rating", "read_topic", "values"]
@@ -81,9 +82,7 @@ class Job:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 pytest.fail(f"job exited with {self.proc.returncode}:\n{self.tail()}")
-            m = self.metrics()
-            lag = m.get("cdc", {}).get("watermark_lag_ms")
-            if lag is not None and lag < 8000 and "enrichment" in m:
+            if caught_up(self.metrics(), max_lag_ms=8000):
                 return
             time.sleep(1)
         pytest.fail(f"job did not catch up within {timeout_s} s:\n{self.tail()}")

@@ -16,6 +16,9 @@ def test_the_verdict_fails_when_any_stage_disagrees_and_says_which() -> None:
     assert bad.as_json()["reconciled"] is False
     missing = Reconciliation([Check("Slack posts", None, 3)])
     assert not missing.ok
+    shown = Reconciliation([Check("ratings produced", 10), Check("lake rows", 10, 10)])
+    assert shown.ok
+    assert shown.text().splitlines()[0].startswith("      ratings produced")
 
 
 def test_percentiles() -> None:
