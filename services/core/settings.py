@@ -8,7 +8,7 @@ variable.
 
 import os
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -57,17 +57,18 @@ class ServiceSettings(BaseSettings):
         }
 
 
-S = TypeVar("S", bound=ServiceSettings)
+S = TypeVar("S", bound=BaseSettings)
 
 
-def load_settings(cls: type[S]) -> S:
-    """Settings from the environment (or <PREFIX>ENV_FILE); a bad one raises ConfigError naming it."""
+def load_settings(cls: type[S], **overrides: Any) -> S:
+    """Settings from the environment (or <PREFIX>ENV_FILE), `overrides` (command-line flags)
+    winning; a bad one raises ConfigError naming its variable."""
     prefix = str(cls.model_config.get("env_prefix", ""))
     env_file = os.environ.get(f"{prefix}ENV_FILE")
     if env_file and not Path(env_file).is_file():
         raise ConfigError(f"setting {prefix}ENV_FILE: no such file: {env_file}")
     try:
-        return cls(_env_file=env_file)
+        return cls(_env_file=env_file, **overrides)
     except ValidationError as err:
         problems = []
         for problem in err.errors():

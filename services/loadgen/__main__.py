@@ -5,13 +5,13 @@ Settings come from LOADGEN_* variables; the flags override the most used ones.
 
 import argparse
 import logging
-import os
 import signal
 import sys
 
 from confluent_kafka import Producer
-from pydantic import ValidationError
 
+from services.core.errors import ConfigError
+from services.core.settings import load_settings
 from services.loadgen.config import LoadgenSettings
 from services.loadgen.database import CustomerDb
 from services.loadgen.generator import LoadGenerator
@@ -26,11 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="random seed (LOADGEN_SEED)")
     flags = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
     try:
-        settings = LoadgenSettings(_env_file=os.environ.get("LOADGEN_ENV_FILE"), **flags)
-    except ValidationError as err:
-        for problem in err.errors():
-            name = "_".join(str(p) for p in problem["loc"]).upper()
-            print(f"error: setting LOADGEN_{name}: {problem['msg']}", file=sys.stderr)
+        settings = load_settings(LoadgenSettings, **flags)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     producer = Producer(
         {
