@@ -133,10 +133,11 @@ class ConsumerLoop(Generic[T]):
             rejected += self._with_retries(lambda: self.sink.write(good))
         if rejected:
             self._with_retries(lambda: self.dead_letters.send(rejected))
+        self._commit(batch)
+        # Counted once committed, so whoever reads the figures finds the offsets there too.
         # written = batch minus every dead letter (unreadable ones were never in `good`)
         self.metrics.add("written", len(batch) - len(rejected))
         self.metrics.add("dead_letters", len(rejected))
-        self._commit(batch)
         self._resume()
 
     def _commit(self, batch: list[Message]) -> None:

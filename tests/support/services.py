@@ -85,6 +85,8 @@ class ServiceProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "ServiceProcess":
+        # A restarted service shares the folder: its figures must not be read before it writes any.
+        self.metrics_file.unlink(missing_ok=True)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", self.module],
