@@ -29,7 +29,7 @@ def main() -> int:
     except SettingsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    spark, _queries = start(settings)
+    spark, _queries, table = start(settings)
     code = 0
     try:
         spark.streams.awaitAnyTermination()
@@ -41,6 +41,7 @@ def main() -> int:
     finally:
         for query in spark.streams.active:
             query.stop()
+        table.close()
         spark.stop()
     return code
 

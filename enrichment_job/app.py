@@ -1,6 +1,8 @@
 """Wiring: the Spark session, the two streaming queries, their checkpoints and outputs."""
 
+import json
 import logging
+import time
 import uuid
 from pathlib import Path
 
@@ -8,12 +10,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from enrichment_job.cdc import CdcIngestion
-from enrichment_job.enrich import TICK_TOPIC, Enrichment
+from enrichment_job.cdc import ingest
+from enrichment_job.enrich import Ratings
 from enrichment_job.kafka_out import TransactionalOutput
-from enrichment_job.metrics import Metrics, ProgressListener
+from enrichment_job.metrics import Metrics, ProgressListener, Steps
 from enrichment_job.settings import JobSettings
-from enrichment_job.table import CustomerTable
+from enrichment_job.table import CdcState, CustomerTable
 
 log = logging.getLogger("enrichment_job")
 
@@ -48,11 +50,129 @@ def run_id(checkpoint_dir: Path) -> str:
     return path.read_text().strip()
 
 
-def _kafka_stream(spark: SparkSession, settings: JobSettings, topic: str) -> DataFrame:
+class Pipeline:
+    """foreachBatch handler of the one streaming query, which reads the CDC topic and the ratings
+    topic together. Per micro-batch: CDC first (new versions, the watermark), then the ratings
+    released by that watermark, then one Kafka transaction with every output and the marker
+    that makes a re-run of the batch a no-op. The Delta table follows asynchronously."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: JobSettings,
+        table: CustomerTable,
+        out: TransactionalOutput,
+        metrics: Metrics,
+    ) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.table = table
+        self.out = out
+        self.metrics = metrics
+        self.ratings = Ratings(spark, settings)
+        marker = out.marker
+        self.state = CdcState.from_json(marker) if marker else table.delta_state
+        self.consumed_to: dict[int, int] = (
+            {int(p): int(o) for p, o in marker.get("consumed_to", {}).items()} if marker else {}
+        )
+        if marker is not None:
+            self._catch_up_table(int(marker["batch_id"]))
+            self.ratings.recover(marker)
+
+    def _catch_up_table(self, batch_id: int) -> None:
+        """Appends to Delta what Kafka has committed but the table has not (see table.py)."""
+        if self.table.delta_batch is not None and self.table.delta_batch >= batch_id:
+            return
+        since, until = self.table.delta_state, self.state
+        topic = self.settings.cdc_topic
+        starts = {str(p): since.cdc_to.get(p, -2) for p in until.cdc_to}  # -2: earliest
+        ends = {str(p): o for p, o in until.cdc_to.items()}
+        if not ends:
+            return
+        raw = (
+            self.spark.read.format("kafka")
+            .options(**self.settings.kafka_options())
+            .option("assign", json.dumps({topic: sorted(until.cdc_to)}))
+            .option("startingOffsets", json.dumps({topic: starts}))
+            .option("endingOffsets", json.dumps({topic: ends}))
+            .load()
+        )
+        none = raw.where(F.lit(False))
+        result = ingest(raw, none, since, self.settings.customers_topic, self.settings.dlq_topic)
+        if result.state.clock_ms != until.clock_ms:
+            log.warning(
+                "re-read CDC ends at clock %s, the marker says %s", result.state.clock_ms, until.clock_ms
+            )
+        self.table.catch_up(batch_id, result.versions, until)
+        log.info(
+            "customer table caught up with batch %d: %d versions re-read from the CDC topic",
+            batch_id,
+            result.changes,
+        )
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.out.committed(batch_id):
+            log.info("batch %d is already in Kafka; not writing it again", batch_id)
+            return
+        started, steps = time.monotonic(), Steps()
+        settings = self.settings
+        batch = batch.persist()
+        try:
+            ratings_raw = batch.where(F.col("topic") == settings.ratings_topic)
+            with steps("cdc"):
+                cdc = ingest(
+                    batch.where(F.col("topic") == settings.cdc_topic),
+                    ratings_raw,
+                    self.state,
+                    settings.customers_topic,
+                    settings.dlq_topic,
+                )
+            if cdc.changes:  # the join below needs them: the watermark counts them in
+                self.table.add(cdc.versions)
+            watermark = cdc.state.clock_ms
+            new = sum(n for _, n in cdc.ratings_read.values())
+            outputs = [cdc.customers, cdc.dead]
+            result = None
+            if new or self.ratings.waiting_count:
+                with steps("ratings"):
+                    result = self.ratings.step(ratings_raw, self.table.versions(), watermark)
+                outputs += [result.enriched, result.alerts, result.dead]
+        finally:
+            batch.unpersist()
+        consumed_to = {**self.consumed_to, **{p: o + 1 for p, (o, _) in cdc.ratings_read.items()}}
+        waiting_from = result.waiting_from if result is not None else {}
+        counts = {
+            "new": new,
+            "enriched": len(result.enriched) if result else 0,
+            "alerts": len(result.alerts) if result else 0,
+            "dlq": len(cdc.dead) + (len(result.dead) if result else 0),
+            "waiting": (result.waiting.num_rows if result and result.waiting is not None else 0),
+            "cdc_events": cdc.events,
+            "changes": cdc.changes,
+            "duplicates": cdc.duplicates,
+        }
+        marker = {
+            **cdc.state.as_json(),
+            "waiting_from": waiting_from,
+            "consumed_to": consumed_to,
+            **counts,
+        }
+        with steps("kafka"):
+            self.out.write(batch_id, outputs, marker)
+        # Committed: now the state moves on, and the table keeps the new versions.
+        self.state, self.consumed_to = cdc.state, consumed_to
+        if result is not None:
+            self.ratings.waiting = result.waiting
+        if cdc.changes:
+            self.table.commit(batch_id, cdc.versions, cdc.state)
+        self.metrics.batch(batch_id, counts, watermark, time.monotonic() - started, steps)
+
+
+def _kafka_stream(spark: SparkSession, settings: JobSettings) -> DataFrame:
     return (
         spark.readStream.format("kafka")
         .options(**settings.kafka_options())
-        .option("subscribe", topic)
+        .option("subscribe", f"{settings.cdc_topic},{settings.ratings_topic}")
         .option("startingOffsets", settings.starting_offsets)
         .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
         .load()
@@ -60,48 +180,27 @@ def _kafka_stream(spark: SparkSession, settings: JobSettings, topic: str) -> Dat
     )
 
 
-def _ticks(spark: SparkSession) -> DataFrame:
-    """One empty row per micro-batch, so waiting ratings are released while no new rating comes."""
-    return (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", 1)
-        .load()
-        .select(
-            F.lit(None).cast("binary").alias("key"),
-            F.lit(None).cast("binary").alias("value"),
-            F.lit(TICK_TOPIC).alias("topic"),
-            F.lit(-1).alias("partition"),
-            F.col("value").alias("offset"),
-            F.col("timestamp"),
-        )
-    )
-
-
-def start(settings: JobSettings) -> tuple[SparkSession, list[StreamingQuery]]:
+def start(settings: JobSettings) -> tuple[SparkSession, list[StreamingQuery], CustomerTable]:
     spark = build_session(settings)
     metrics = Metrics(settings.metrics_file)
     spark.streams.addListener(ProgressListener(metrics))
     run = run_id(settings.checkpoint_dir)
-    table = CustomerTable(spark, str(settings.table_path), settings.shuffle_partitions)
-    producer = settings.producer_config()
-    cdc_out = TransactionalOutput(producer, f"enrichment-{run}-cdc", settings.commits_topic)
-    enrich_out = TransactionalOutput(producer, f"enrichment-{run}-ratings", settings.commits_topic)
-
-    cdc = (
-        _kafka_stream(spark, settings, settings.cdc_topic)
-        .writeStream.queryName("cdc")
-        .foreachBatch(CdcIngestion(settings, table, cdc_out, f"{run}-cdc", metrics))
-        .option("checkpointLocation", str(settings.checkpoint_dir / "cdc"))
-        .trigger(processingTime=settings.trigger_interval)
-        .start()
+    table = CustomerTable(
+        spark,
+        str(settings.table_path),
+        f"{run}-cdc",
+        settings.shuffle_partitions,
+        settings.maintenance_every_batches,
     )
-    ratings = _kafka_stream(spark, settings, settings.ratings_topic).unionByName(_ticks(spark))
-    enrichment = (
-        ratings.writeStream.queryName("enrichment")
-        .foreachBatch(Enrichment(spark, settings, table, enrich_out, metrics))
-        .option("checkpointLocation", str(settings.checkpoint_dir / "enrichment"))
+    out = TransactionalOutput(settings.producer_config(), f"enrichment-{run}", settings.commits_topic)
+    pipeline = Pipeline(spark, settings, table, out, metrics)
+    query = (
+        _kafka_stream(spark, settings)
+        .writeStream.queryName("enrichment")
+        .foreachBatch(pipeline)
+        .option("checkpointLocation", str(settings.checkpoint_dir / "pipeline"))
         .trigger(processingTime=settings.trigger_interval)
         .start()
     )
     log.info("enrichment job running (run %s); metrics in %s", run, settings.metrics_file)
-    return spark, [cdc, enrichment]
+    return spark, [query], table

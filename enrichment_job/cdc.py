@@ -1,95 +1,136 @@
-"""Query 1: Debezium change events -> customer versions (Delta), the compacted `customers`
-topic, the CDC watermark, and dead letters for events the job cannot read."""
+"""Debezium change events of a micro-batch -> customer versions, the compacted `customers`
+topic's records, dead letters, and the CDC state after them (clock = watermark, position).
 
-import logging
-import time
+CDC is small next to the ratings (a heartbeat every 100 ms and the customers' changes), so the
+batch's change events come to the driver in one Spark job, as Arrow columns: nothing per record
+in Python, and no further job to learn the watermark or to keep the new versions.
+"""
 
-from pyspark.sql import DataFrame, Row
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from enrichment_job.batch_io import kafka_records
-from enrichment_job.kafka_out import TransactionalOutput
-from enrichment_job.metrics import Metrics, Steps
-from enrichment_job.settings import JobSettings
-from enrichment_job.table import CustomerTable
-from enrichment_job.transforms import dead_letters, parse_cdc, to_versions
+from enrichment_job.batch_io import to_records
+from enrichment_job.kafka_out import Records
+from enrichment_job.schemas import VERSION_FIELDS
+from enrichment_job.table import CdcState
+from enrichment_job.transforms import binlog_type, cdc_clock, dead_letters, parse_cdc, version_columns
 
-log = logging.getLogger("enrichment_job")
+HEADERS = "array<struct<key:string,value:binary>>"
 
 
-class CdcIngestion:
-    """foreachBatch handler; idempotent per batch id, so a re-run after a crash changes nothing."""
+@dataclass(frozen=True)
+class CdcResult:
+    state: CdcState  # after this batch
+    versions: pa.Table  # new customer versions (VERSION_FIELDS), in CDC order
+    customers: Records  # the compacted topic: latest row per customer, None on delete
+    dead: Records  # unreadable change events
+    events: int  # CDC records read (heartbeats and tombstones included)
+    duplicates: int  # changes Debezium sent again, skipped
+    ratings_read: dict[int, tuple[int, int]]  # the batch's ratings: partition -> (last offset, count)
 
-    def __init__(
-        self,
-        settings: JobSettings,
-        table: CustomerTable,
-        out: TransactionalOutput,
-        app_id: str,
-        metrics: Metrics,
-    ) -> None:
-        self.settings = settings
-        self.table = table
-        self.out = out
-        self.app_id = app_id
-        self.metrics = metrics
+    @property
+    def changes(self) -> int:
+        return int(self.versions.num_rows)
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        started, steps = time.monotonic(), Steps()
-        events = parse_cdc(batch).persist()
-        try:
-            good = events.where("dlq_reason IS NULL AND NOT is_tombstone")
-            customers = good.where(F.col("source.table") == "customers")
-            with steps("read"):
-                stats = self._stats(events)
-            # 1. The table and the watermark, in one Delta commit (the watermark alone: in memory).
-            versions = to_versions(customers) if stats["changes"] else None
-            with steps("table"):
-                self.table.advance(versions, stats["watermark"], self.app_id, batch_id)
-            # 2. Kafka, once: every change to `customers` in CDC order (tombstone on delete), dead
-            #    letters. A batch of heartbeats only has nothing to write.
-            if (stats["changes"] or stats["bad"]) and not self.out.committed(batch_id):
-                with steps("kafka"):
-                    self._write_kafka(events, customers, batch_id)
-        finally:
-            events.unpersist()
-        self.metrics.cdc_batch(
-            batch_id,
-            stats["changes"],
-            stats["bad"],
-            self.table.state.watermark_ms,
-            time.monotonic() - started,
-            steps=steps,
+
+def ingest(
+    raw: DataFrame, ratings: DataFrame, state: CdcState, customers_topic: str, dlq_topic: str
+) -> CdcResult:
+    """`raw`: the batch's rows of the CDC topic (Kafka columns). One Spark job, which also
+    counts the batch's `ratings` rows per partition (so an idle batch needs no other job)."""
+    events = parse_cdc(raw)
+    good = cdc_clock(events.where("dlq_reason IS NULL AND NOT is_tombstone"), state.clock_ms, state.position)
+    change = (F.col("source.table") == "customers") & ~F.col("duplicate")
+    # Cast: every field nullable, as Arrow needs for a struct that is null on other rows.
+    version = F.struct(*version_columns()).cast(VERSION_FIELDS)
+    readable = good.select(
+        F.when(change, "change").when(F.col("duplicate"), "duplicate").otherwise("beat").alias("kind"),
+        "partition",
+        "offset",
+        "clock_ms",
+        "furthest",
+        F.when(change, F.col("customer_id").cast("string").cast("binary")).alias("key"),
+        F.when(change & (F.col("op") != "d"), F.to_json("after").cast("binary")).alias("value"),
+        F.lit(None).cast(HEADERS).alias("headers"),
+        F.when(change, version).alias("version"),
+    )
+    unreadable = dead_letters(
+        events.where("dlq_reason IS NOT NULL OR is_tombstone"),
+        "cdc",
+        keep=("partition", "offset", "is_tombstone"),
+    ).select(
+        F.when(F.col("is_tombstone"), "tombstone").otherwise("bad").alias("kind"),
+        "partition",
+        "offset",
+        F.lit(None).cast("long").alias("clock_ms"),
+        F.lit(None).cast(binlog_type()).alias("furthest"),
+        F.col("key").cast("binary").alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        "headers",
+        F.lit(None).cast(readable.schema["version"].dataType).alias("version"),
+    )
+    read = ratings.groupBy("partition").agg(
+        F.lit("ratings").alias("kind"), F.max("offset").alias("offset"), F.count("*").alias("clock_ms")
+    )
+    empty = {
+        c: F.lit(None).cast(readable.schema[c].dataType)
+        for c in ("furthest", "key", "value", "headers", "version")
+    }
+    rows = readable.unionByName(unreadable).unionByName(read.withColumns(empty)).toArrow()
+    return _result(
+        rows.sort_by([("partition", "ascending"), ("offset", "ascending")]), state, customers_topic, dlq_topic
+    )
+
+
+def _result(both: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
+    is_read = pc.equal(both.column("kind"), "ratings")
+    read, rows = both.filter(is_read), both.filter(pc.invert(is_read))
+    ratings_read = {
+        int(p): (int(o), int(n))
+        for p, o, n in zip(
+            *(read.column(c).to_pylist() for c in ("partition", "offset", "clock_ms")), strict=True
         )
-        if batch_id and batch_id % self.settings.maintenance_every_batches == 0:
-            self.table.maintain()
+    }
+    kind = rows.column("kind")
+    changes = rows.filter(pc.equal(kind, "change"))
+    readable = rows.filter(pc.is_valid(rows.column("clock_ms")))
+    clock, furthest = state.clock_ms, state.position
+    if readable.num_rows:
+        clock = int(pc.max(readable.column("clock_ms")).as_py())
+        seen = [p for p in readable.column("furthest").to_pylist()[-1:] if p is not None]
+        if seen:
+            last = (int(seen[0]["file"]), int(seen[0]["pos"]), int(seen[0]["row"]))
+            furthest = max(last, furthest) if furthest is not None else last
+    cdc_to = dict(state.cdc_to)
+    if rows.num_rows:
+        ends = rows.group_by("partition").aggregate([("offset", "max")])
+        for p, o in zip(
+            ends.column("partition").to_pylist(), ends.column("offset_max").to_pylist(), strict=True
+        ):
+            cdc_to[int(p)] = int(o) + 1
+    versions = (
+        pa.Table.from_struct_array(changes.column("version").combine_chunks()) if changes.num_rows else None
+    )
+    bad = rows.filter(pc.equal(kind, "bad"))
+    return CdcResult(
+        state=CdcState(clock, furthest, cdc_to),
+        versions=versions if versions is not None else VERSION_SCHEMA.empty_table(),
+        customers=to_records(changes.select(["key", "value"]), customers_topic),
+        dead=to_records(bad.select(["key", "value", "headers"]), dlq_topic),
+        events=rows.num_rows,
+        duplicates=int(pc.sum(pc.equal(kind, "duplicate")).as_py() or 0),
+        ratings_read=ratings_read,
+    )
 
-    @staticmethod
-    def _stats(events: DataFrame) -> Row:
-        stats = events.agg(
-            F.max(F.when(F.col("dlq_reason").isNull(), F.col("source.ts_ms"))).alias("watermark"),
-            F.count_if(F.col("dlq_reason").isNotNull()).alias("bad"),
-            F.count_if(
-                F.col("dlq_reason").isNull() & ~F.col("is_tombstone") & (F.col("source.table") == "customers")
-            ).alias("changes"),
-        ).first()
-        assert stats is not None
-        return stats
 
-    def _write_kafka(self, events: DataFrame, customers: DataFrame, batch_id: int) -> None:
-        rows = customers.select(
-            F.col("customer_id").cast("string").alias("key"),
-            F.when(F.col("op") == "d", F.lit(None)).otherwise(F.to_json(F.col("after"))).alias("value"),
-            "partition",
-            "offset",
-        )
-        self.out.write(
-            batch_id,
-            [
-                kafka_records(rows, self.settings.customers_topic, ("partition", "offset")),
-                kafka_records(
-                    dead_letters(events.where("dlq_reason IS NOT NULL"), "cdc"), self.settings.dlq_topic
-                ),
-            ],
-            {"watermark_ms": self.table.state.watermark_ms},
-        )
+def _arrow_schema() -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415
+
+    return to_arrow_schema(VERSION_FIELDS)
+
+
+VERSION_SCHEMA = _arrow_schema()

@@ -70,61 +70,48 @@ class Metrics:
             tmp.write_text(json.dumps(self._data, indent=2))
             tmp.replace(self.path)
 
-    def cdc_batch(
-        self, batch_id: int, changes: int, bad: int, watermark_ms: int | None, seconds: float, *, steps: Steps
-    ) -> None:
-        self._totals["cdc_changes"] += changes
-        self._totals["dlq_records"] += bad
-        lag = _lag_ms(watermark_ms)
-        self._update(
-            "cdc",
-            {
-                "batch_id": batch_id,
-                "changes": changes,
-                "dlq": bad,
-                "watermark_ms": watermark_ms,
-                "watermark_lag_ms": lag,
-                "handler_s": round(seconds, 3),
-                "steps_s": {k: round(v, 3) for k, v in steps.seconds.items()},
-            },
-        )
-        log.info(
-            "cdc batch %d: %d changes, %d dead letters, watermark lag %s ms, %.2f s (%s)",
-            batch_id,
-            changes,
-            bad,
-            lag,
-            seconds,
-            steps.summary(),
-        )
-
-    def enrich_batch(
+    def batch(
         self, batch_id: int, counts: dict[str, int], watermark_ms: int | None, seconds: float, steps: Steps
     ) -> None:
+        """One micro-batch: the CDC side (section "cdc") and the ratings side ("enrichment")."""
+        self._totals["cdc_changes"] += counts["changes"]
         self._totals["enriched"] += counts["enriched"]
         self._totals["alerts"] += counts["alerts"]
         self._totals["dlq_records"] += counts["dlq"]
+        lag = _lag_ms(watermark_ms)
+        common = {
+            "batch_id": batch_id,
+            "watermark_ms": watermark_ms,
+            "watermark_lag_ms": lag,
+            "handler_s": round(seconds, 3),
+            "steps_s": {k: round(v, 3) for k, v in steps.seconds.items()},
+        }
         self._update(
-            "enrichment",
+            "cdc",
             {
-                "batch_id": batch_id,
-                **counts,
-                "watermark_ms": watermark_ms,
-                "watermark_lag_ms": _lag_ms(watermark_ms),
-                "handler_s": round(seconds, 3),
-                "steps_s": {k: round(v, 3) for k, v in steps.seconds.items()},
+                **common,
+                "events": counts["cdc_events"],
+                "changes": counts["changes"],
+                "duplicates": counts["duplicates"],
             },
         )
+        self._update(
+            "enrichment",
+            {**common, **{k: counts[k] for k in ("new", "enriched", "alerts", "dlq", "waiting")}},
+        )
         log.info(
-            "enrichment batch %d: %d new, %d enriched, %d alerts, %d dead letters, %d waiting, "
-            "lag %s ms, %.2f s (%s)",
+            "batch %d: %d new, %d enriched, %d alerts, %d dead letters, %d waiting, %d CDC events "
+            "(%d changes, %d duplicates), watermark lag %s ms, %.2f s (%s)",
             batch_id,
             counts["new"],
             counts["enriched"],
             counts["alerts"],
             counts["dlq"],
             counts["waiting"],
-            _lag_ms(watermark_ms),
+            counts["cdc_events"],
+            counts["changes"],
+            counts["duplicates"],
+            lag,
             seconds,
             steps.summary(),
         )

@@ -1,147 +1,199 @@
-"""The versioned customer table (Delta Lake) and the CDC watermark, shared by both queries.
+"""The versioned customer table: in memory for the join, in Delta Lake for people and restarts.
 
-Both queries run in one driver process: the CDC query appends versions and advances the
-watermark; the enrichment query reads a consistent (table version, watermark) pair. Each Delta
-commit carries its watermark in commitInfo.userMetadata, so a restart resumes from the table.
+The enrichment join reads the versions from memory: a materialized base plus the small pieces
+that micro-batches added since (append-only, so adding a version never rewrites another). A
+background thread folds the pieces into a new base from time to time, and another appends them
+to the Delta table, idempotently per batch (txnAppId/txnVersion), with the CDC position and
+clock in the commit's userMetadata. Neither sits in a micro-batch's path.
+
+After a crash the Delta table may be behind what the job had already committed to Kafka (its
+appends are asynchronous); `catch_up` re-reads that stretch of the CDC topic and appends it, so
+table and Kafka markers agree again before the first batch runs.
 """
 
 import json
 import logging
+import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
+from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from enrichment_job.schemas import VERSION_FIELDS
-from enrichment_job.transforms import with_validity
 
 log = logging.getLogger("enrichment_job")
+COMPACT_PIECES = 32
 
 
 @dataclass(frozen=True)
-class TableState:
-    data_version: int  # the last Delta version that added customer versions
-    watermark_ms: int | None  # the table holds every change up to (excluding) this database time
+class CdcState:
+    """Where CDC ingestion stands: the database clock (the completeness watermark), the furthest
+    binlog position seen, and the next CDC offset to read per partition."""
+
+    clock_ms: int | None = None
+    position: tuple[int, int, int] | None = None
+    cdc_to: dict[int, int] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "watermark_ms": self.clock_ms,
+            "position": list(self.position) if self.position else None,
+            "cdc_to": {str(p): o for p, o in self.cdc_to.items()},
+        }
+
+    @staticmethod
+    def from_json(meta: dict[str, Any]) -> "CdcState":
+        position = meta.get("position")
+        return CdcState(
+            meta.get("watermark_ms"),
+            (int(position[0]), int(position[1]), int(position[2])) if position else None,
+            {int(p): int(o) for p, o in (meta.get("cdc_to") or {}).items()},
+        )
 
 
 class CustomerTable:
-    def __init__(self, spark: SparkSession, path: str, partitions: int = 2) -> None:
+    def __init__(
+        self, spark: SparkSession, path: str, app_id: str, partitions: int = 2, maintain_every: int = 200
+    ) -> None:
         self.spark = spark
         self.path = path
+        self.app_id = app_id
         self.partitions = partitions
+        self.maintain_every = maintain_every
         self._lock = threading.Lock()
-        self._cache_lock = threading.Lock()
-        self._cached: DataFrame | None = None
-        self._pending: list[DataFrame] = []
-        self._maintaining = threading.Event()  # versions appended since the cache was last refreshed
-        self._state = self._load_or_create()
+        self._pieces: list[DataFrame] = []
+        self._compacting = threading.Event()
+        self._writes: queue.Queue[tuple[int, pa.Table, CdcState] | None] = queue.Queue()
+        self._failure: BaseException | None = None
+        self.delta_batch, self.delta_state = self._load_or_create()
+        self._base = self._read_all()
+        self._writer = threading.Thread(target=self._write_loop, name="delta-writer", daemon=True)
+        self._writer.start()
 
-    def _latest_version(self) -> int:
-        """The newest table version this process knows; our own commits update it (no Spark job)."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.path)
-        return int(delta_log.unsafeVolatileSnapshot().version())
-
-    def _load_or_create(self) -> TableState:
+    # ---- reading -------------------------------------------------------------------------
+    def _load_or_create(self) -> tuple[int | None, CdcState]:
         from delta.tables import DeltaTable  # noqa: PLC0415 - needs the Delta jars on the session
 
         if not DeltaTable.isDeltaTable(self.spark, self.path):
             empty = self.spark.createDataFrame([], VERSION_FIELDS)
-            empty.write.format("delta").option("userMetadata", json.dumps({"watermark_ms": None})).save(
-                self.path
+            empty.write.format("delta").save(self.path)
+        # The newest commit that carries CDC state (maintenance commits carry none).
+        for entry in DeltaTable.forPath(self.spark, self.path).history(100).collect():
+            meta = json.loads(entry["userMetadata"]) if entry["userMetadata"] else {}
+            if "cdc_to" in meta:
+                state = CdcState.from_json(meta)
+                log.info("customer table %s: batch %s, CDC %s", self.path, meta.get("batch_id"), state)
+                return meta.get("batch_id"), state
+        return None, CdcState()
+
+    def _read_all(self) -> DataFrame:
+        return self.spark.read.format("delta").load(self.path).coalesce(self.partitions).localCheckpoint()
+
+    def versions(self) -> DataFrame:
+        """Every version known to this process, for the join (no Spark job to get it)."""
+        with self._lock:
+            parts = [self._base, *self._pieces]
+        return reduce(DataFrame.unionByName, parts)
+
+    # ---- adding --------------------------------------------------------------------------
+    def add(self, versions: pa.Table) -> None:
+        """New versions, visible to the join at once. If the batch then fails, the job stops
+        and its next run rebuilds the table from Delta and the CDC topic."""
+        self._raise_failure()
+        piece = self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
+        with self._lock:
+            self._pieces.append(piece)
+            crowded = len(self._pieces) >= COMPACT_PIECES
+        if crowded and not self._compacting.is_set():
+            self._compacting.set()
+            threading.Thread(target=self._compact, name="table-compaction", daemon=True).start()
+
+    def _compact(self) -> None:
+        """Folds the pieces into a new materialized base; batches keep reading the old one
+        (plus its pieces) until the swap."""
+        try:
+            with self._lock:
+                base, pieces = self._base, list(self._pieces)
+            merged = (
+                reduce(DataFrame.unionByName, [base, *pieces]).coalesce(self.partitions).localCheckpoint()
             )
-        # The newest commit that carries a watermark (maintenance commits carry none).
-        history = DeltaTable.forPath(self.spark, self.path).history(50).collect()
-        metas = [json.loads(h["userMetadata"]) for h in history if h["userMetadata"]]
-        state = TableState(int(history[0]["version"]), metas[0].get("watermark_ms") if metas else None)
-        log.info("customer table %s: data version %d, watermark %s", self.path, *vars(state).values())
-        return state
+            with self._lock:
+                self._base, self._pieces = merged, self._pieces[len(pieces) :]
+        except Exception:  # the pieces stay; the next add tries again
+            log.exception("folding new customer versions into the table failed; retrying later")
+        finally:
+            self._compacting.clear()
 
-    @property
-    def state(self) -> TableState:
-        with self._lock:
-            return self._state
+    # ---- Delta ---------------------------------------------------------------------------
+    def commit(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:
+        """Queues a batch's versions for Delta, once the batch is committed to Kafka."""
+        self._writes.put((batch_id, versions, state))
 
-    def advance(
-        self, versions: DataFrame | None, watermark_ms: int | None, app_id: str, batch_id: int
-    ) -> None:
-        """Publishes a batch's versions (if any) and the watermark to the enrichment query, then
-        appends the versions to Delta with the watermark in the same commit, idempotently per
-        batch (Delta txnAppId/txnVersion). A batch of heartbeats only moves the watermark in
-        memory: after a restart the table's older watermark just makes ratings wait a moment.
+    def catch_up(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:
+        """Synchronously appends what a restart re-read from the CDC topic (see the module doc)."""
+        self._append(batch_id, versions, state)
+        self.add(versions)
 
-        Publishing first takes the Delta commit (seconds here) out of the ratings' wait, and is
-        safe: if the process dies before the commit, Spark runs this CDC batch again on restart
-        and appends the same versions (same binlog positions), so every join made with them is
-        made again the same way, and the Delta watermark it restarts from is only older."""
-        current = self.state
-        known = [w for w in (watermark_ms, current.watermark_ms) if w is not None]
-        watermark = max(known) if known else None
-        # Materialized once: kept for the enrichment query's cache after this micro-batch's
-        # DataFrame is gone, and written to Delta from memory.
-        added = versions.localCheckpoint() if versions is not None else None
-        with self._lock:
-            self._state = TableState(current.data_version, watermark)
-            if added is not None:
-                self._pending.append(added)
-        if added is None:
-            return
+    def _append(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:
+        meta = {"batch_id": batch_id, **state.as_json()}
         (
-            added.write.format("delta")
+            self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
+            .coalesce(1)
+            .write.format("delta")
             .mode("append")
-            .option("txnAppId", app_id)
+            .option("txnAppId", self.app_id)
             .option("txnVersion", batch_id)
-            .option("userMetadata", json.dumps({"watermark_ms": watermark, "batch_id": batch_id}))
+            .option("userMetadata", json.dumps(meta))
             .save(self.path)
         )
-        data_version = self._latest_version()
-        with self._lock:
-            self._state = TableState(data_version, self._state.watermark_ms)
+        self.delta_batch, self.delta_state = batch_id, state
 
-    def snapshot(self) -> tuple[DataFrame, TableState]:
-        """The versions with validity intervals, in memory. The first call reads the whole Delta
-        table; later calls fold in only the versions appended since (their customers' validity
-        is recomputed, every other row is kept as it was), so a trickle of updates costs a small
-        merge, not a re-read of the table. Rows newer than the state's watermark start after
-        it, so they cannot change a released rating's join."""
-        with self._lock:
-            state, pending, self._pending = self._state, self._pending, []
-        with self._cache_lock:
-            if self._cached is None:
-                fresh = with_validity(self.spark.read.format("delta").load(self.path))
-            elif pending:
-                fresh = self._merge(self._cached, reduce(DataFrame.unionByName, pending))
-            else:
-                return self._cached, state
-            # Materialized, lineage cut; the previous one is freed once nothing refers to it.
-            self._cached = fresh.coalesce(self.partitions).localCheckpoint()
-            return self._cached, state
+    def _write_loop(self) -> None:
+        commits = 0
+        while True:
+            item = self._writes.get()
+            if item is None:
+                return
+            items = [item]
+            while not self._writes.empty():  # one commit for everything queued meanwhile
+                more = self._writes.get()
+                if more is None:
+                    self._writes.put(None)
+                    break
+                items.append(more)
+            try:
+                started = time.monotonic()
+                self._append(items[-1][0], pa.concat_tables([i[1] for i in items]), items[-1][2])
+                log.info(
+                    "customer table: batches %d..%d appended to Delta in %.2f s",
+                    items[0][0],
+                    items[-1][0],
+                    time.monotonic() - started,
+                )
+                commits += 1
+                if commits % self.maintain_every == 0:
+                    self.maintain()
+            except BaseException as err:  # surfaces in the next micro-batch: the job stops
+                self._failure = err
+                log.exception("appending customer versions to Delta failed")
+                return
 
-    @staticmethod
-    def _merge(cached: DataFrame, added: DataFrame) -> DataFrame:
-        """`cached` with `added` versions folded in: only the changed customers are recomputed."""
-        ids = F.broadcast(added.select("id").distinct())
-        raw = [f.name for f in VERSION_FIELDS.fields]
-        changed = cached.select(*raw).join(ids, "id", "left_semi").unionByName(added.select(*raw))
-        return cached.join(ids, "id", "left_anti").unionByName(with_validity(changed))
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise RuntimeError("the customer table's Delta writer failed") from self._failure
 
-    def maintain(self, retain_hours: float = 168) -> bool:
-        """Compact small files and remove ones no longer referenced (older than retain_hours), in
-        a background thread: compaction takes minutes on a busy machine and must not hold back
-        the CDC query (Delta lets blind appends commit while it runs). False if one is running."""
-        if self._maintaining.is_set():
-            return False
-        self._maintaining.set()
-        threading.Thread(
-            target=self._maintain, args=(retain_hours,), name="delta-maintenance", daemon=True
-        ).start()
-        return True
+    def close(self, timeout_s: float = 120) -> None:
+        """Writes what is queued, then stops the writer."""
+        self._writes.put(None)
+        self._writer.join(timeout_s)
 
-    def _maintain(self, retain_hours: float) -> None:
+    def maintain(self, retain_hours: float = 168) -> None:
+        """Compacts small files and removes unreferenced ones older than retain_hours. Runs on the
+        writer thread, between appends (Delta lets blind appends commit while it runs)."""
         from delta.tables import DeltaTable  # noqa: PLC0415
 
         try:
@@ -152,5 +204,3 @@ class CustomerTable:
             log.info("customer table compacted and vacuumed in %.1f s", time.monotonic() - started)
         except Exception:  # a failed compaction leaves the table as it was; the next one retries
             log.exception("customer table maintenance failed; the table is unchanged")
-        finally:
-            self._maintaining.clear()

@@ -6,6 +6,7 @@ dead letters with their reason, customer versions, and enriched records and aler
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
 from enrichment_job.schemas import (
     CDC_ENVELOPE,
@@ -19,6 +20,8 @@ from enrichment_job.schemas import (
 KAFKA_META = ("key", "value", "topic", "partition", "offset", "timestamp")
 PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 CUSTOMER_COLUMNS = [f.name for f in CUSTOMER_FIELDS.fields if f.name != "id"]
+HEARTBEAT_TABLE = "debezium_heartbeat"
+CDC_ORDER = ("partition", "offset")
 
 
 def _first_reason(checks: list[tuple[Column, str]]) -> Column:
@@ -71,28 +74,80 @@ def parse_cdc(raw: DataFrame) -> DataFrame:
         (F.col("_e.source.ts_ms").isNull(), "change event without source.ts_ms"),
     ]
     tombstone = F.col("value").isNull()
+    heartbeat = F.col("_e.source.table") == HEARTBEAT_TABLE
+    # The heartbeat row's ts is the database clock in milliseconds; change events only carry
+    # whole seconds (the binlog's resolution).
+    beat_ms = F.unix_millis(F.to_timestamp(F.get_json_object("_json", "$.after.ts")))
     return parsed.select(
         F.col("_e.*"),
         row_id.alias("customer_id"),
+        heartbeat.alias("is_heartbeat"),
+        F.when(heartbeat, F.coalesce(beat_ms, F.col("_e.source.ts_ms")))
+        .otherwise(F.col("_e.source.ts_ms"))
+        .alias("reading_ms"),
         tombstone.alias("is_tombstone"),
         *KAFKA_META,
         F.when(tombstone, F.lit(None)).otherwise(_first_reason(checks)).alias("dlq_reason"),
     ).drop(CORRUPT)
 
 
-def to_versions(events: DataFrame) -> DataFrame:
-    """Readable change events (no tombstones) as versions: create/read/update open a version with
-    the row's values; a delete opens a `deleted` version, which ends the one before.
+def cdc_clock(events: DataFrame, clock_ms: int | None, position: tuple[int, int, int] | None) -> DataFrame:
+    """Readable change events (no tombstones) in CDC order, with the database clock and whether
+    each is a replayed duplicate. `clock_ms` and `position` carry the state of the events before.
 
-    A change is valid from its database time (source.ts_ms). A snapshot read ("r") carries the
-    snapshot's time instead, so it is valid from the row's own update_ts when it has one: a
-    customer that existed before the connector started still matches older ratings."""
+    `clock_ms`: the running maximum of the database times read so far (heartbeat readings in ms,
+    change times in whole seconds). The CDC topic is in binlog order, which is commit order, so
+    every later change was committed at or after it: it is a lower bound of each change's commit
+    time, and the completeness watermark: no change still to come can be valid before it.
+    `binlog`: (file number, position, row); a change at or before the furthest position already
+    seen is Debezium re-sending it after a restart (at-least-once) and is marked `duplicate`.
+    Snapshot reads share the snapshot's position, so they are never duplicates."""
+    snapshot = F.col("op") == "r"
+    file_no = F.regexp_extract(F.col("source.file"), r"(\d+)$", 1).cast("long")
+    binlog = F.struct(
+        file_no.alias("file"), F.col("source.pos").alias("pos"), F.col("source.row").cast("long").alias("row")
+    )
+    upto = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, -1)
+    carried_clock = F.lit(clock_ms).cast("long")
+    carried_pos = (
+        F.struct(
+            *(F.lit(v).cast("long").alias(n) for v, n in zip(position, ("file", "pos", "row"), strict=True))
+        )
+        if position is not None
+        else F.lit(None).cast(binlog_type())
+    )
+    seen = F.max(F.when(~snapshot, F.col("binlog"))).over(before)
+    furthest = (
+        F.when(seen.isNull(), carried_pos)
+        .when(carried_pos.isNull(), seen)
+        .otherwise(F.greatest(seen, carried_pos))
+    )
+    return (
+        events.withColumn("binlog", binlog)
+        .withColumn("clock_ms", F.greatest(F.max("reading_ms").over(upto), carried_clock))
+        .withColumn("duplicate", ~snapshot & furthest.isNotNull() & (F.col("binlog") <= furthest))
+        .withColumn("furthest", F.max(F.when(~snapshot, F.col("binlog"))).over(upto))
+    )
+
+
+def binlog_type() -> StructType:
+    return StructType([StructField(n, LongType()) for n in ("file", "pos", "row")])
+
+
+def version_columns() -> list[Column]:
+    """Change events of `cdc_clock` as versions (VERSION_FIELDS): create/read/update open a
+    version with the row's values; a delete opens a `deleted` version, which ends the one before.
+
+    A change is valid from the database clock at its place in the binlog. A snapshot read ("r")
+    carries the snapshot's time instead, so it is valid from the row's own update_ts when it has
+    one: a customer that existed before the connector started still matches older ratings."""
     deleted = F.col("op") == "d"
     row_time = F.unix_millis(F.to_timestamp(F.col("after.update_ts")))
-    valid_from = F.when(F.col("op") == "r", F.coalesce(row_time, F.col("source.ts_ms"))).otherwise(
-        F.col("source.ts_ms")
+    valid_from = F.when(F.col("op") == "r", F.coalesce(row_time, F.col("clock_ms"))).otherwise(
+        F.col("clock_ms")
     )
-    return events.select(
+    return [
         F.col("customer_id").alias("id"),
         *[
             F.when(deleted, F.lit(None)).otherwise(F.col(f"after.{name}")).alias(name)
@@ -100,53 +155,59 @@ def to_versions(events: DataFrame) -> DataFrame:
         ],
         valid_from.alias("valid_from"),
         deleted.alias("deleted"),
-        "op",
+        F.col("op"),
         F.col("source.file").alias("source_file"),
         F.col("source.pos").alias("source_pos"),
         F.col("source.row").alias("source_row"),
         F.col("partition").alias("cdc_partition"),
         F.col("offset").alias("cdc_offset"),
+    ]
+
+
+def to_versions(events: DataFrame) -> DataFrame:
+    """`version_columns` of customer change events that are not duplicates."""
+    return events.where((F.col("source.table") == "customers") & ~F.col("duplicate")).select(
+        *version_columns()
     )
+
+
+VERSION_ORDER = ("valid_from", "cdc_partition", "cdc_offset")
 
 
 def with_validity(versions: DataFrame) -> DataFrame:
-    """Adds `valid_to` (the next version's valid_from, null for the current one) and `is_first`.
-
-    Versions are ordered by database time, then binlog position, then CDC offset; a replayed
-    duplicate of the same binlog row is dropped first."""
-    unique = versions.dropDuplicates(["id", "source_file", "source_pos", "source_row", "op"])
-    order = Window.partitionBy("id").orderBy(
-        "valid_from", "source_file", "source_pos", "source_row", "cdc_offset"
-    )
-    return unique.withColumn("valid_to", F.lead("valid_from").over(order)).withColumn(
-        "is_first", F.row_number().over(order) == 1
-    )
+    """The customer history as people read it: each version with `valid_to` (the next version's
+    valid_from, null for the current one). The job itself joins without it (`asof_join`)."""
+    order = Window.partitionBy("id").orderBy(*VERSION_ORDER)
+    return versions.withColumn("valid_to", F.lead("valid_from").over(order))
 
 
-def asof_join(ratings: DataFrame, table: DataFrame, grace_ms: int) -> DataFrame:
-    """Each rating with the customer version valid at its rating_time (left join: unmatched kept).
+def asof_join(ratings: DataFrame, versions: DataFrame, grace_ms: int) -> DataFrame:
+    """Each rating with the customer version valid at its rating_time (unmatched ones kept).
 
-    Within `grace_ms` before a customer's first version, a rating joins that first version
-    (the row was created a moment after the rating). A deleted version matches no one."""
-    r, v = ratings.alias("r"), table.alias("v")
-    valid_at = (F.col("v.valid_from") <= F.col("r.rating_time")) & (
-        F.col("v.valid_to").isNull() | (F.col("r.rating_time") < F.col("v.valid_to"))
+    The version valid at t is the customer's latest with valid_from <= t. With none, a rating
+    joins the customer's first version if it begins within `grace_ms` after t (the row was
+    created a moment after the rating). A deleted version matches no one.
+
+    The versions are append-only (no valid_to to maintain): the batch's ratings are broadcast
+    and the in-memory versions scanned once; one small aggregation per rating picks its version."""
+    r, v = ratings.alias("r"), versions.alias("v")
+    used = ["id", *CUSTOMER_COLUMNS, "valid_from", "deleted", "source_file", "source_pos", "source_row"]
+    keys = r.select("user_id", "rating_time", "partition", "offset")
+    condition = (F.col("v.id") == F.col("k.user_id")) & (
+        F.col("v.valid_from") <= F.col("k.rating_time") + F.lit(grace_ms)
     )
-    within_grace = (
-        F.col("v.is_first")
-        & (F.col("r.rating_time") < F.col("v.valid_from"))
-        & (F.col("v.valid_from") <= F.col("r.rating_time") + F.lit(grace_ms))
+    hits = v.join(F.broadcast(keys.alias("k")), condition, "inner")
+    version = F.struct(*[F.col(f"v.{name}").alias(name) for name in used])
+    order = F.struct(*[F.col(f"v.{name}") for name in VERSION_ORDER])
+    at_time = F.max_by(version, F.when(F.col("v.valid_from") <= F.col("k.rating_time"), order))
+    first = F.min_by(version, order)
+    chosen = (
+        hits.groupBy(F.col("k.partition").alias("hit_partition"), F.col("k.offset").alias("hit_offset"))
+        .agg(F.coalesce(at_time, first).alias("c"))
+        .where("NOT c.deleted")
+        .select("hit_partition", "hit_offset", "c.*")
     )
-    condition = (F.col("r.user_id") == F.col("v.id")) & (valid_at | within_grace) & ~F.col("v.deleted")
-    # The batch's ratings are few and the table is large: broadcast the ratings and scan the
-    # in-memory table once (no shuffle of the table), then put the hits back on every rating.
-    used = ["id", *CUSTOMER_COLUMNS, "valid_from", "source_file", "source_pos", "source_row"]
-    hits = v.join(F.broadcast(r), condition, "inner").select(
-        F.col("r.partition").alias("hit_partition"),
-        F.col("r.offset").alias("hit_offset"),
-        *[F.col(f"v.{name}") for name in used],
-    )
-    v = hits.alias("v")
+    v = chosen.alias("v")
     on_hit = (F.col("r.partition") == F.col("v.hit_partition")) & (F.col("r.offset") == F.col("v.hit_offset"))
     matched = F.col("v.id").isNotNull()
     return r.join(F.broadcast(v), on_hit, "left").select(
@@ -188,8 +249,9 @@ def as_kafka_records(
     )
 
 
-def dead_letters(bad: DataFrame, stage: str) -> DataFrame:
-    """The original key and bytes, with the reason and origin as headers (Kafka Connect style)."""
+def dead_letters(bad: DataFrame, stage: str, keep: tuple[str, ...] = ()) -> DataFrame:
+    """The original key and bytes, with the reason and origin as headers (Kafka Connect style),
+    plus the `keep` columns unchanged."""
 
     def header(name: str, value: Column) -> Column:
         return F.struct(F.lit(f"dlq.{name}").alias("key"), value.cast("string").cast("binary").alias("value"))
@@ -204,6 +266,7 @@ def dead_letters(bad: DataFrame, stage: str) -> DataFrame:
             header("partition", F.col("partition")),
             header("offset", F.col("offset")),
         ).alias("headers"),
+        *keep,
     )
 
 

@@ -89,19 +89,70 @@ def test_change_events_become_versions_and_bad_ones_have_reasons(spark: Any) -> 
     assert [e.is_tombstone for e in events][:4] == [False, False, False, True]
 
     good = T.parse_cdc(_raw(spark, values[:3], "asgard.demo.customers"))
-    versions = T.with_validity(T.to_versions(good)).orderBy("valid_from").collect()
-    assert [(v.valid_from, v.valid_to, v.deleted, v.club_status, v.is_first) for v in versions] == [
-        (1_000, 2_000, False, "silver", True),
-        (2_000, 3_000, False, "platinum", False),
-        (3_000, None, True, None, False),
+    versions = T.with_validity(_versions(good)).orderBy("valid_from").collect()
+    assert [(v.valid_from, v.valid_to, v.deleted, v.club_status) for v in versions] == [
+        (1_000, 2_000, False, "silver"),
+        (2_000, 3_000, False, "platinum"),
+        (3_000, None, True, None),
     ]
+
+
+def _versions(events: Any, clock_ms: int | None = None, position: tuple[int, int, int] | None = None) -> Any:
+    return T.to_versions(T.cdc_clock(events, clock_ms, position))
+
+
+def _beat(ts: str, pos: int) -> bytes:
+    envelope = {
+        "before": {"id": 1},
+        "after": {"id": 1, "ts": ts},
+        "op": "u",
+        "ts_ms": 0,
+        "source": {
+            "ts_ms": 0,
+            "file": "mariadb-bin.000001",
+            "pos": pos,
+            "row": 0,
+            "table": "debezium_heartbeat",
+        },
+    }
+    return json.dumps(envelope).encode()
 
 
 def test_a_replayed_change_event_does_not_make_a_second_version(spark: Any) -> None:
     values = [_event("c", 7, 1_000, 10), _event("c", 7, 1_000, 10)]
-    versions = T.with_validity(T.to_versions(T.parse_cdc(_raw(spark, values)))).collect()
+    versions = T.with_validity(_versions(T.parse_cdc(_raw(spark, values)))).collect()
     assert len(versions) == 1
     assert versions[0].valid_to is None
+
+
+def test_a_change_resent_after_a_restart_is_a_duplicate_even_in_a_later_batch(spark: Any) -> None:
+    # Debezium re-sends from an older binlog position: A(10), B(20), then A(10) and B(20) again.
+    values = [_event("u", 7, 1_000, 10), _event("u", 7, 2_000, 20, club_status="gold")] * 2
+    events = T.cdc_clock(T.parse_cdc(_raw(spark, values)), None, None).orderBy("offset").collect()
+    assert [e.duplicate for e in events] == [False, False, True, True]
+    # The same, with the position carried from an earlier batch.
+    later = T.cdc_clock(T.parse_cdc(_raw(spark, values[:1])), 5_000, (1, 20, 0)).collect()
+    assert [e.duplicate for e in later] == [True]
+
+
+def test_heartbeats_move_the_clock_in_milliseconds_and_changes_take_it(spark: Any) -> None:
+    values = [
+        _beat("1970-01-01T00:00:01.250Z", 10),
+        _event("u", 7, 1_000, 20),  # committed after the beat at 1.250 s: valid from 1.250 s
+        _beat("1970-01-01T00:00:01.200Z", 30),  # a reading that went back: the clock does not
+        _event("u", 7, 2_000, 40, club_status="gold"),  # a new second: 2.000 s
+    ]
+    events = T.cdc_clock(T.parse_cdc(_raw(spark, values)), None, None).orderBy("offset").collect()
+    assert [e.clock_ms for e in events] == [1_250, 1_250, 1_250, 2_000]
+    assert [
+        v.valid_from for v in _versions(T.parse_cdc(_raw(spark, values))).orderBy("cdc_offset").collect()
+    ] == [
+        1_250,
+        2_000,
+    ]
+    # A clock carried from an earlier batch is a floor.
+    carried = T.cdc_clock(T.parse_cdc(_raw(spark, values[:2])), 1_900, None).collect()
+    assert [e.clock_ms for e in carried] == [1_900, 1_900]
 
 
 def _table(spark: Any) -> Any:
@@ -112,7 +163,7 @@ def _table(spark: Any) -> Any:
         _event("c", 7, 4_000, 40, last_name="Again", club_status="gold"),
         _event("c", 8, 10_000, 50, first_name="Late", last_name="Comer", club_status="gold"),
     ]
-    return T.with_validity(T.to_versions(T.parse_cdc(_raw(spark, values))))
+    return _versions(T.parse_cdc(_raw(spark, values)))
 
 
 def _ratings(spark: Any, pairs: list[tuple[int, int]]) -> Any:
@@ -211,5 +262,5 @@ def test_a_snapshot_row_is_valid_from_its_own_update_time_not_the_snapshot_time(
         _event("r", 9, 50_000, 5, update_ts="1970-01-01T00:00:10Z"),
         _event("r", 10, 50_000, 6),  # no update_ts: the snapshot's time
     ]
-    versions = T.to_versions(T.parse_cdc(_raw(spark, values))).orderBy("id").collect()
+    versions = _versions(T.parse_cdc(_raw(spark, values))).orderBy("id").collect()
     assert [(v.id, v.valid_from) for v in versions] == [(9, 10_000), (10, 50_000)]
