@@ -26,7 +26,8 @@ from pyspark.sql import DataFrame, SparkSession
 from enrichment_job.schemas import VERSION_FIELDS
 
 log = logging.getLogger("enrichment_job")
-COMPACT_PIECES = 32
+COMPACT_PIECES = 32  # pieces the join reads before a background fold into the base
+LOCAL_PIECE_ROWS = 1_000  # a larger piece is materialized at once, not kept in the plan
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ class CustomerTable:
         and its next run rebuilds the table from Delta and the CDC topic."""
         self._raise_failure()
         piece = self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
+        if versions.num_rows > LOCAL_PIECE_ROWS:  # a plan would carry the rows: materialize once
+            piece = piece.coalesce(self.partitions).localCheckpoint()
         with self._lock:
             self._pieces.append(piece)
             crowded = len(self._pieces) >= COMPACT_PIECES
