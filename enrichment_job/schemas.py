@@ -25,6 +25,10 @@ RATING_FIELDS = StructType(
 )
 REQUIRED_RATING_FIELDS = ("rating_id", "user_id", "stars", "rating_time")
 RATING_PARSE_SCHEMA = StructType([*RATING_FIELDS.fields, StructField(CORRUPT, StringType())])
+# The same fields read as text: a field is present when its text is (any JSON value but null).
+RATING_TEXT_SCHEMA = StructType(
+    [*[StructField(f.name, StringType()) for f in RATING_FIELDS.fields], StructField(CORRUPT, StringType())]
+)
 
 # The columns of demo.customers. TIMESTAMP columns arrive from Debezium as ISO-8601 strings.
 CUSTOMER_FIELDS = StructType(

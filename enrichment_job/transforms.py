@@ -14,6 +14,7 @@ from enrichment_job.schemas import (
     CUSTOMER_FIELDS,
     RATING_FIELDS,
     RATING_PARSE_SCHEMA,
+    RATING_TEXT_SCHEMA,
     REQUIRED_RATING_FIELDS,
 )
 
@@ -33,22 +34,22 @@ def _first_reason(checks: list[tuple[Column, str]]) -> Column:
 
 
 def parse_ratings(raw: DataFrame) -> DataFrame:
-    """Rating fields plus `dlq_reason`: null for a readable rating, else why it is not."""
+    """Rating fields plus `dlq_reason`: null for a readable rating, else why it is not.
+
+    Two parses of each value, no more: every field read as text says which fields are present
+    (and whether the value is a JSON object at all), the typed read says which have their type."""
     text = F.col("value").cast("string")
-    parsed = raw.withColumn("_json", text).withColumn(
+    parsed = raw.withColumn("_s", F.from_json(text, RATING_TEXT_SCHEMA, PARSE_OPTIONS)).withColumn(
         "_r", F.from_json(text, RATING_PARSE_SCHEMA, PARSE_OPTIONS)
     )
     checks: list[tuple[Column, str]] = [
         (F.col("value").isNull(), "empty value"),
-        (F.json_object_keys("_json").isNull(), "not a JSON object"),
+        (F.col("_s").isNull() | F.col(f"_s.{CORRUPT}").isNotNull(), "not a JSON object"),
     ]
-    checks += [
-        (F.get_json_object("_json", f"$.{name}").isNull(), f"missing field {name}")
-        for name in REQUIRED_RATING_FIELDS
-    ]
+    checks += [(F.col(f"_s.{name}").isNull(), f"missing field {name}") for name in REQUIRED_RATING_FIELDS]
     checks += [
         (
-            F.get_json_object("_json", f"$.{field.name}").isNotNull() & F.col(f"_r.{field.name}").isNull(),
+            F.col(f"_s.{field.name}").isNotNull() & F.col(f"_r.{field.name}").isNull(),
             f"field {field.name} is not {field.dataType.simpleString()}",
         )
         for field in RATING_FIELDS.fields
