@@ -29,6 +29,9 @@ def build_session(settings: JobSettings) -> SparkSession:
         # Micro-batches are small and planned anew each time: adaptive re-planning per stage
         # costs more than it saves here.
         .config("spark.sql.adaptive.enabled", "false")
+        # Joins broadcast only what they ask to (the recent versions); the customer table is
+        # joined in place, partitioned like the ratings, whatever its size.
+        .config("spark.sql.autoBroadcastJoinThreshold", "-1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
@@ -138,7 +141,7 @@ class Pipeline:
             result = None
             if new or self.ratings.waiting_count:
                 with steps("ratings"):
-                    result = self.ratings.step(ratings_raw, self.table.versions(), watermark)
+                    result = self.ratings.step(ratings_raw, self.table.versions(), watermark, steps)
                 outputs += [result.enriched, result.alerts, result.dead]
         finally:
             batch.unpersist()
@@ -192,8 +195,9 @@ def start(settings: JobSettings) -> tuple[SparkSession, list[StreamingQuery], Cu
         spark,
         str(settings.table_path),
         f"{run}-cdc",
-        settings.shuffle_partitions,
-        settings.maintenance_every_batches,
+        partitions=settings.shuffle_partitions,
+        maintain_every=settings.maintenance_every_commits,
+        commit_interval_s=settings.table_commit_interval_s,
     )
     out = TransactionalOutput(settings.producer_config(), f"enrichment-{run}", settings.commits_topic)
     pipeline = Pipeline(spark, settings, table, out, metrics)

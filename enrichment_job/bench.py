@@ -62,7 +62,7 @@ def seed_customers(env: dict[str, str], count: int) -> list[int]:
 
 
 def trickle_updates(env: dict[str, str], ids: list[int], per_s: float, stop: threading.Event) -> None:
-    conn, rnd = app_db(env), random.Random(2)
+    conn, rnd = app_db(env), random.Random()  # not seeded: a re-run must change rows again
     with conn, conn.cursor() as cur:
         while not stop.wait(1 / per_s):
             cur.execute(

@@ -7,10 +7,11 @@ in Python, and no further job to learn the watermark or to keep the new versions
 """
 
 from dataclasses import dataclass
+from functools import cache
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from enrichment_job.batch_io import to_records
@@ -44,46 +45,74 @@ def ingest(
     counts the batch's `ratings` rows per partition (so an idle batch needs no other job)."""
     events = parse_cdc(raw)
     good = cdc_clock(events.where("dlq_reason IS NULL AND NOT is_tombstone"), state.clock_ms, state.position)
-    change = (F.col("source.table") == "customers") & ~F.col("duplicate")
-    # Cast: every field nullable, as Arrow needs for a struct that is null on other rows.
-    version = F.struct(*version_columns()).cast(VERSION_FIELDS)
-    readable = good.select(
-        F.when(change, "change").when(F.col("duplicate"), "duplicate").otherwise("beat").alias("kind"),
-        "partition",
-        "offset",
-        "clock_ms",
-        "furthest",
-        F.when(change, F.col("customer_id").cast("string").cast("binary")).alias("key"),
-        F.when(change & (F.col("op") != "d"), F.to_json("after").cast("binary")).alias("value"),
-        F.lit(None).cast(HEADERS).alias("headers"),
-        F.when(change, version).alias("version"),
-    )
-    unreadable = dead_letters(
+    readable, unreadable, read_stats, read = _row_columns()
+    unread = dead_letters(
         events.where("dlq_reason IS NOT NULL OR is_tombstone"),
         "cdc",
         keep=("partition", "offset", "is_tombstone"),
-    ).select(
-        F.when(F.col("is_tombstone"), "tombstone").otherwise("bad").alias("kind"),
-        "partition",
-        "offset",
-        F.lit(None).cast("long").alias("clock_ms"),
-        F.lit(None).cast(binlog_type()).alias("furthest"),
-        F.col("key").cast("binary").alias("key"),
-        F.col("value").cast("binary").alias("value"),
-        "headers",
-        F.lit(None).cast(readable.schema["version"].dataType).alias("version"),
     )
-    read = ratings.groupBy("partition").agg(
-        F.lit("ratings").alias("kind"), F.max("offset").alias("offset"), F.count("*").alias("clock_ms")
+    rows = (
+        good.select(*readable)
+        .unionByName(unread.select(*unreadable))
+        .unionByName(ratings.groupBy("partition").agg(*read_stats).select(*read))
+        .toArrow()
     )
-    empty = {
-        c: F.lit(None).cast(readable.schema[c].dataType)
-        for c in ("furthest", "key", "value", "headers", "version")
-    }
-    rows = readable.unionByName(unreadable).unionByName(read.withColumns(empty)).toArrow()
     return _result(
         rows.sort_by([("partition", "ascending"), ("offset", "ascending")]), state, customers_topic, dlq_topic
     )
+
+
+@cache
+def _row_columns() -> tuple[tuple[Column, ...], ...]:
+    """ingest's one result: change events (kind change, duplicate or beat), unreadable ones
+    (bad, tombstone) and the ratings read per partition (kind ratings; offset = the last one,
+    clock_ms = how many), as rows of one shape."""
+    change = (F.col("source.table") == "customers") & ~F.col("duplicate")
+    # Cast: every field nullable, as Arrow needs for a struct that is null on other rows.
+    version = F.struct(*version_columns()).cast(VERSION_FIELDS)
+    none = {
+        "clock_ms": F.lit(None).cast("long"),
+        "furthest": F.lit(None).cast(binlog_type()),
+        "key": F.lit(None).cast("binary"),
+        "value": F.lit(None).cast("binary"),
+        "headers": F.lit(None).cast(HEADERS),
+        "version": F.lit(None).cast(VERSION_FIELDS),
+    }
+    readable = (
+        F.when(change, "change").when(F.col("duplicate"), "duplicate").otherwise("beat").alias("kind"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("clock_ms"),
+        F.col("furthest"),
+        F.when(change, F.col("customer_id").cast("string").cast("binary")).alias("key"),
+        F.when(change & (F.col("op") != "d"), F.to_json("after").cast("binary")).alias("value"),
+        none["headers"].alias("headers"),
+        F.when(change, version).alias("version"),
+    )
+    unreadable = (
+        F.when(F.col("is_tombstone"), "tombstone").otherwise("bad").alias("kind"),
+        F.col("partition"),
+        F.col("offset"),
+        none["clock_ms"].alias("clock_ms"),
+        none["furthest"].alias("furthest"),
+        F.col("key").cast("binary").alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        F.col("headers"),
+        none["version"].alias("version"),
+    )
+    read_stats = (
+        F.lit("ratings").alias("kind"),
+        F.max("offset").alias("offset"),
+        F.count("*").alias("clock_ms"),
+    )
+    read = (
+        F.col("kind"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("clock_ms"),
+        *[none[c].alias(c) for c in ("furthest", "key", "value", "headers", "version")],
+    )
+    return readable, unreadable, read_stats, read
 
 
 def _result(both: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:

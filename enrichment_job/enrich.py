@@ -13,6 +13,7 @@ restart rebuilds it from Kafka (`recover`), and a re-run of batch N decides as i
 import json
 import logging
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import pyarrow as pa
@@ -31,6 +32,7 @@ from pyspark.sql.types import (
 
 from enrichment_job.batch_io import to_records
 from enrichment_job.kafka_out import Records
+from enrichment_job.metrics import Steps
 from enrichment_job.schemas import RATING_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.transforms import (
@@ -102,8 +104,15 @@ class Ratings:
         self.waiting = _waiting(flagged.where("NOT released")).toArrow().sort_by(ORDER)
         log.info("recovered %d waiting ratings after batch %s", self.waiting.num_rows, marker["batch_id"])
 
-    def step(self, raw: DataFrame, versions: DataFrame, watermark_ms: int | None) -> RatingsResult:
-        """`raw`: the batch's rows of the ratings topic; `versions`: the customer table."""
+    def step(
+        self,
+        raw: DataFrame,
+        versions: tuple[DataFrame, DataFrame | None],
+        watermark_ms: int | None,
+        steps: Steps | None = None,
+    ) -> RatingsResult:
+        """`raw`: the batch's rows of the ratings topic; `versions`: the customer table (its
+        base and its recent versions, see `CustomerTable.versions`)."""
         settings = self.settings
         parsed = parse_ratings(raw).persist()
         try:
@@ -114,9 +123,12 @@ class Ratings:
             )
             if self.waiting is not None:
                 good = good.unionByName(self.spark.createDataFrame(self.waiting, schema=WAITING))
+            # Partitioned like the customer table: the release window and the join in place.
+            good = good.repartition(settings.shuffle_partitions, "user_id")
             flagged = release(good, watermark_ms, settings.grace_ms).persist()
             try:
-                rows = self._collect(parsed, flagged, versions, watermark_ms)
+                with (steps or Steps())("join"):
+                    rows = self._collect(parsed, flagged, versions, watermark_ms)
             finally:
                 flagged.unpersist()
         finally:
@@ -149,11 +161,16 @@ class Ratings:
         )
 
     def _collect(
-        self, parsed: DataFrame, flagged: DataFrame, versions: DataFrame, watermark_ms: int | None
+        self,
+        parsed: DataFrame,
+        flagged: DataFrame,
+        versions: tuple[DataFrame, DataFrame | None],
+        watermark_ms: int | None,
     ) -> pa.Table:
         """Enriched records, waiting ratings and dead letters in one Spark job (plus the join's
         broadcasts), as Arrow, sorted by input position."""
-        enriched = asof_join(flagged.where("released"), versions, self.settings.grace_ms).withColumns(
+        base, recent = versions
+        enriched = asof_join(flagged.where("released"), base, self.settings.grace_ms, recent).withColumns(
             {"cdc_watermark_ms": F.lit(watermark_ms), "enriched_ms": F.unix_millis(F.current_timestamp())}
         )
         keyed = as_kafka_records(
@@ -162,45 +179,62 @@ class Ratings:
             keep=("rating_partition", "rating_offset", "is_alert"),
             value_columns=enriched.columns,
         )
-        rating_type = WAITING
-        none: dict[str, Column] = {
-            "headers": F.lit(None).cast(HEADERS),
-            "is_alert": F.lit(None).cast("boolean"),
-            "rating": F.lit(None).cast(rating_type),
-        }
-        out = keyed.select(
-            F.lit("enriched").alias("kind"),
-            F.col("rating_partition").alias("partition"),
-            F.col("rating_offset").alias("offset"),
-            F.col("key").cast("binary").alias("key"),
-            F.col("value").cast("binary").alias("value"),
-            none["headers"].alias("headers"),
-            "is_alert",
-            none["rating"].alias("rating"),
+        out, waiting, bad = _row_columns()
+        return (
+            keyed.select(*out)
+            .unionByName(flagged.where("NOT released").select(*waiting))
+            .unionByName(
+                dead_letters(
+                    parsed.where("dlq_reason IS NOT NULL"), "enrichment", keep=("partition", "offset")
+                ).select(*bad)
+            )
+            .toArrow()
+            .sort_by(ORDER)
         )
-        waiting = _waiting(flagged.where("NOT released")).select(
-            F.lit("waiting").alias("kind"),
-            "partition",
-            "offset",
-            F.lit(None).cast("binary").alias("key"),
-            F.lit(None).cast("binary").alias("value"),
-            none["headers"].alias("headers"),
-            none["is_alert"].alias("is_alert"),
-            F.struct(*WAITING.names).cast(WAITING).alias("rating"),  # nullable fields, for Arrow
-        )
-        bad = dead_letters(
-            parsed.where("dlq_reason IS NOT NULL"), "enrichment", keep=("partition", "offset")
-        ).select(
-            F.lit("bad").alias("kind"),
-            "partition",
-            "offset",
-            F.col("key").cast("binary").alias("key"),
-            F.col("value").cast("binary").alias("value"),
-            "headers",
-            none["is_alert"].alias("is_alert"),
-            none["rating"].alias("rating"),
-        )
-        return out.unionByName(waiting).unionByName(bad).toArrow().sort_by(ORDER)
+
+
+@cache
+def _row_columns() -> tuple[tuple[Column, ...], ...]:
+    """The one result of a step: enriched records, waiting ratings and dead letters as rows of
+    the same shape (kind, partition, offset, key, value, headers, is_alert, rating)."""
+    none: dict[str, Column] = {
+        "key": F.lit(None).cast("binary"),
+        "value": F.lit(None).cast("binary"),
+        "headers": F.lit(None).cast(HEADERS),
+        "is_alert": F.lit(None).cast("boolean"),
+        "rating": F.lit(None).cast(WAITING),
+    }
+    enriched = (
+        F.lit("enriched").alias("kind"),
+        F.col("rating_partition").alias("partition"),
+        F.col("rating_offset").alias("offset"),
+        F.col("key").cast("binary").alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        none["headers"].alias("headers"),
+        F.col("is_alert"),
+        none["rating"].alias("rating"),
+    )
+    waiting = (
+        F.lit("waiting").alias("kind"),
+        F.col("partition"),
+        F.col("offset"),
+        none["key"].alias("key"),
+        none["value"].alias("value"),
+        none["headers"].alias("headers"),
+        none["is_alert"].alias("is_alert"),
+        F.struct(*WAITING.names).cast(WAITING).alias("rating"),  # nullable fields, for Arrow
+    )
+    bad = (
+        F.lit("bad").alias("kind"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("key").cast("binary").alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        F.col("headers"),
+        none["is_alert"].alias("is_alert"),
+        none["rating"].alias("rating"),
+    )
+    return enriched, waiting, bad
 
 
 def _waiting(flagged: DataFrame) -> DataFrame:

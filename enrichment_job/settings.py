@@ -51,7 +51,12 @@ class JobSettings(BaseSettings):
     shuffle_partitions: int = 2
     driver_memory: str = "2g"
     ui_enabled: bool = True
-    maintenance_every_batches: int = Field(200, gt=0, description="compact and vacuum the table this often")
+    table_commit_interval_s: float = Field(
+        30, ge=0, description="append new customer versions to Delta at most this often"
+    )
+    maintenance_every_commits: int = Field(
+        100, gt=0, description="compact and vacuum the table every this many Delta appends"
+    )
 
     @property
     def checkpoint_dir(self) -> Path:

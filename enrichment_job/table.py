@@ -58,13 +58,21 @@ class CdcState:
 
 class CustomerTable:
     def __init__(
-        self, spark: SparkSession, path: str, app_id: str, partitions: int = 2, maintain_every: int = 200
+        self,
+        spark: SparkSession,
+        path: str,
+        app_id: str,
+        *,
+        partitions: int = 2,
+        maintain_every: int = 200,
+        commit_interval_s: float = 30,
     ) -> None:
         self.spark = spark
         self.path = path
         self.app_id = app_id
         self.partitions = partitions
         self.maintain_every = maintain_every
+        self.commit_interval_s = commit_interval_s
         self._lock = threading.Lock()
         self._pieces: list[DataFrame] = []
         self._compacting = threading.Event()
@@ -92,13 +100,19 @@ class CustomerTable:
         return None, CdcState()
 
     def _read_all(self) -> DataFrame:
-        return self.spark.read.format("delta").load(self.path).coalesce(self.partitions).localCheckpoint()
+        return self._materialize(self.spark.read.format("delta").load(self.path))
 
-    def versions(self) -> DataFrame:
-        """Every version known to this process, for the join (no Spark job to get it)."""
+    def _materialize(self, versions: DataFrame) -> DataFrame:
+        """In memory, hash-partitioned and sorted by customer id like the ratings the join
+        reads (`partitions` ways): the join then moves and sorts no version."""
+        return versions.repartition(self.partitions, "id").sortWithinPartitions("id").localCheckpoint()
+
+    def versions(self) -> tuple[DataFrame, DataFrame | None]:
+        """Every version known to this process, for the join (no Spark job to get it): the
+        materialized base, and the versions added since (None when there are none)."""
         with self._lock:
-            parts = [self._base, *self._pieces]
-        return reduce(DataFrame.unionByName, parts)
+            base, pieces = self._base, list(self._pieces)
+        return base, reduce(DataFrame.unionByName, pieces) if pieces else None
 
     # ---- adding --------------------------------------------------------------------------
     def add(self, versions: pa.Table) -> None:
@@ -121,9 +135,7 @@ class CustomerTable:
         try:
             with self._lock:
                 base, pieces = self._base, list(self._pieces)
-            merged = (
-                reduce(DataFrame.unionByName, [base, *pieces]).coalesce(self.partitions).localCheckpoint()
-            )
+            merged = self._materialize(reduce(DataFrame.unionByName, [base, *pieces]))
             with self._lock:
                 self._base, self._pieces = merged, self._pieces[len(pieces) :]
         except Exception:  # the pieces stay; the next add tries again
@@ -156,20 +168,27 @@ class CustomerTable:
         self.delta_batch, self.delta_state = batch_id, state
 
     def _write_loop(self) -> None:
-        commits = 0
-        while True:
-            item = self._writes.get()
-            if item is None:
+        """Appends what batches queued, at most once per `commit_interval_s`: a Delta commit
+        costs seconds of CPU whatever its size, and this machine has two cores."""
+        commits, stopping, last = 0, False, time.monotonic()
+        while not stopping:
+            items: list[tuple[int, pa.Table, CdcState]] = []
+            first = self._writes.get()
+            if first is None:
                 return
-            items = [item]
-            while not self._writes.empty():  # one commit for everything queued meanwhile
-                more = self._writes.get()
-                if more is None:
-                    self._writes.put(None)
-                    break
-                items.append(more)
+            items.append(first)
+            deadline = last + self.commit_interval_s
+            while not stopping and (time.monotonic() < deadline or not self._writes.empty()):
+                try:
+                    more = self._writes.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    continue
+                if more is None:  # closing: write what is queued, then stop
+                    stopping = True
+                else:
+                    items.append(more)
             try:
-                started = time.monotonic()
+                started = last = time.monotonic()
                 self._append(items[-1][0], pa.concat_tables([i[1] for i in items]), items[-1][2])
                 log.info(
                     "customer table: batches %d..%d appended to Delta in %.2f s",

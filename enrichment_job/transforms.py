@@ -2,9 +2,16 @@
 
 Raw Kafka rows (key, value, topic, partition, offset, timestamp) come in; readable records,
 dead letters with their reason, customer versions, and enriched records and alerts go out.
+
+Every micro-batch plans these transforms anew, and each PySpark column expression costs round
+trips to the JVM: the expressions that do not change between batches are built once (`@cache`)
+and only the few that carry a batch's values (watermark, carried clock) are built per batch.
 """
 
-from pyspark.sql import Column, DataFrame, Window
+from functools import cache
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -38,9 +45,17 @@ def parse_ratings(raw: DataFrame) -> DataFrame:
 
     Two parses of each value, no more: every field read as text says which fields are present
     (and whether the value is a JSON object at all), the typed read says which have their type."""
+    read, fields = _rating_parse()
+    return raw.select(*read).select(*fields)
+
+
+@cache
+def _rating_parse() -> tuple[tuple[Column, ...], tuple[Column, ...]]:
     text = F.col("value").cast("string")
-    parsed = raw.withColumn("_s", F.from_json(text, RATING_TEXT_SCHEMA, PARSE_OPTIONS)).withColumn(
-        "_r", F.from_json(text, RATING_PARSE_SCHEMA, PARSE_OPTIONS)
+    read = (
+        *[F.col(c) for c in KAFKA_META],
+        F.from_json(text, RATING_TEXT_SCHEMA, PARSE_OPTIONS).alias("_s"),
+        F.from_json(text, RATING_PARSE_SCHEMA, PARSE_OPTIONS).alias("_r"),
     )
     checks: list[tuple[Column, str]] = [
         (F.col("value").isNull(), "empty value"),
@@ -55,17 +70,28 @@ def parse_ratings(raw: DataFrame) -> DataFrame:
         for field in RATING_FIELDS.fields
     ]
     checks.append((~F.col("_r.stars").between(1, 5), "stars outside 1..5"))
-    return parsed.select(
+    fields = (
         *[F.col(f"_r.{f.name}").alias(f.name) for f in RATING_FIELDS.fields],
-        *KAFKA_META,
+        *[F.col(c) for c in KAFKA_META],
         _first_reason(checks).alias("dlq_reason"),
     )
+    return read, fields
 
 
 def parse_cdc(raw: DataFrame) -> DataFrame:
     """Debezium change events: the envelope, `is_tombstone`, and `dlq_reason` (null when readable)."""
+    read, fields = _cdc_parse()
+    return raw.select(*read).select(*fields).drop(CORRUPT)
+
+
+@cache
+def _cdc_parse() -> tuple[tuple[Column, ...], tuple[Column, ...]]:
     text = F.col("value").cast("string")
-    parsed = raw.withColumn("_json", text).withColumn("_e", F.from_json(text, CDC_ENVELOPE, PARSE_OPTIONS))
+    read = (
+        *[F.col(c) for c in KAFKA_META],
+        text.alias("_json"),
+        F.from_json(text, CDC_ENVELOPE, PARSE_OPTIONS).alias("_e"),
+    )
     row_id = F.when(F.col("_e.op") == "d", F.col("_e.before.id")).otherwise(F.col("_e.after.id"))
     checks: list[tuple[Column, str]] = [
         (F.json_object_keys("_json").isNull(), "not a JSON object"),
@@ -79,7 +105,7 @@ def parse_cdc(raw: DataFrame) -> DataFrame:
     # The heartbeat row's ts is the database clock in milliseconds; change events only carry
     # whole seconds (the binlog's resolution).
     beat_ms = F.unix_millis(F.to_timestamp(F.get_json_object("_json", "$.after.ts")))
-    return parsed.select(
+    fields = (
         F.col("_e.*"),
         row_id.alias("customer_id"),
         heartbeat.alias("is_heartbeat"),
@@ -87,9 +113,10 @@ def parse_cdc(raw: DataFrame) -> DataFrame:
         .otherwise(F.col("_e.source.ts_ms"))
         .alias("reading_ms"),
         tombstone.alias("is_tombstone"),
-        *KAFKA_META,
+        *[F.col(c) for c in KAFKA_META],
         F.when(tombstone, F.lit(None)).otherwise(_first_reason(checks)).alias("dlq_reason"),
-    ).drop(CORRUPT)
+    )
+    return read, fields
 
 
 def cdc_clock(events: DataFrame, clock_ms: int | None, position: tuple[int, int, int] | None) -> DataFrame:
@@ -103,13 +130,7 @@ def cdc_clock(events: DataFrame, clock_ms: int | None, position: tuple[int, int,
     `binlog`: (file number, position, row); a change at or before the furthest position already
     seen is Debezium re-sending it after a restart (at-least-once) and is marked `duplicate`.
     Snapshot reads share the snapshot's position, so they are never duplicates."""
-    snapshot = F.col("op") == "r"
-    file_no = F.regexp_extract(F.col("source.file"), r"(\d+)$", 1).cast("long")
-    binlog = F.struct(
-        file_no.alias("file"), F.col("source.pos").alias("pos"), F.col("source.row").cast("long").alias("row")
-    )
-    upto = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, -1)
+    binlog, upto, seen, furthest_here = _clock_parts()
     carried_clock = F.lit(clock_ms).cast("long")
     carried_pos = (
         F.struct(
@@ -118,25 +139,41 @@ def cdc_clock(events: DataFrame, clock_ms: int | None, position: tuple[int, int,
         if position is not None
         else F.lit(None).cast(binlog_type())
     )
-    seen = F.max(F.when(~snapshot, F.col("binlog"))).over(before)
     furthest = (
         F.when(seen.isNull(), carried_pos)
         .when(carried_pos.isNull(), seen)
         .otherwise(F.greatest(seen, carried_pos))
     )
-    return (
-        events.withColumn("binlog", binlog)
-        .withColumn("clock_ms", F.greatest(F.max("reading_ms").over(upto), carried_clock))
-        .withColumn("duplicate", ~snapshot & furthest.isNotNull() & (F.col("binlog") <= furthest))
-        .withColumn("furthest", F.max(F.when(~snapshot, F.col("binlog"))).over(upto))
+    snapshot = F.col("op") == "r"
+    return events.withColumn("binlog", binlog).select(
+        "*",
+        F.greatest(F.max("reading_ms").over(upto), carried_clock).alias("clock_ms"),
+        (~snapshot & furthest.isNotNull() & (F.col("binlog") <= furthest)).alias("duplicate"),
+        furthest_here.alias("furthest"),
     )
+
+
+@cache
+def _clock_parts() -> tuple[Column, WindowSpec, Column, Column]:
+    """cdc_clock's expressions that no batch changes: the binlog position, the running window,
+    the furthest non-snapshot position before a row and up to it."""
+    snapshot = F.col("op") == "r"
+    file_no = F.regexp_extract(F.col("source.file"), r"(\d+)$", 1).cast("long")
+    binlog = F.struct(
+        file_no.alias("file"), F.col("source.pos").alias("pos"), F.col("source.row").cast("long").alias("row")
+    )
+    upto = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, -1)
+    positions = F.when(~snapshot, F.col("binlog"))
+    return binlog, upto, F.max(positions).over(before), F.max(positions).over(upto)
 
 
 def binlog_type() -> StructType:
     return StructType([StructField(n, LongType()) for n in ("file", "pos", "row")])
 
 
-def version_columns() -> list[Column]:
+@cache
+def version_columns() -> tuple[Column, ...]:
     """Change events of `cdc_clock` as versions (VERSION_FIELDS): create/read/update open a
     version with the row's values; a delete opens a `deleted` version, which ends the one before.
 
@@ -148,7 +185,7 @@ def version_columns() -> list[Column]:
     valid_from = F.when(F.col("op") == "r", F.coalesce(row_time, F.col("clock_ms"))).otherwise(
         F.col("clock_ms")
     )
-    return [
+    return (
         F.col("customer_id").alias("id"),
         *[
             F.when(deleted, F.lit(None)).otherwise(F.col(f"after.{name}")).alias(name)
@@ -162,7 +199,7 @@ def version_columns() -> list[Column]:
         F.col("source.row").alias("source_row"),
         F.col("partition").alias("cdc_partition"),
         F.col("offset").alias("cdc_offset"),
-    ]
+    )
 
 
 def to_versions(events: DataFrame) -> DataFrame:
@@ -173,6 +210,7 @@ def to_versions(events: DataFrame) -> DataFrame:
 
 
 VERSION_ORDER = ("valid_from", "cdc_partition", "cdc_offset")
+POSITION_COLUMNS = ("source_file", "source_pos", "source_row")  # where in the binlog a version is
 
 
 def with_validity(versions: DataFrame) -> DataFrame:
@@ -182,48 +220,76 @@ def with_validity(versions: DataFrame) -> DataFrame:
     return versions.withColumn("valid_to", F.lead("valid_from").over(order))
 
 
-def asof_join(ratings: DataFrame, versions: DataFrame, grace_ms: int) -> DataFrame:
+def asof_join(
+    ratings: DataFrame, base: DataFrame, grace_ms: int, recent: DataFrame | None = None
+) -> DataFrame:
     """Each rating with the customer version valid at its rating_time (unmatched ones kept).
 
     The version valid at t is the customer's latest with valid_from <= t. With none, a rating
     joins the customer's first version if it begins within `grace_ms` after t (the row was
     created a moment after the rating). A deleted version matches no one.
 
-    The versions are append-only (no valid_to to maintain): the batch's ratings are broadcast
-    and the in-memory versions scanned once; one small aggregation per rating picks its version."""
-    r, v = ratings.alias("r"), versions.alias("v")
-    used = ["id", *CUSTOMER_COLUMNS, "valid_from", "deleted", "source_file", "source_pos", "source_row"]
-    keys = r.select("user_id", "rating_time", "partition", "offset")
-    condition = (F.col("v.id") == F.col("k.user_id")) & (
-        F.col("v.valid_from") <= F.col("k.rating_time") + F.lit(grace_ms)
+    The versions are append-only (no valid_to to maintain) and come in two parts: `base`, the
+    large one, which the caller keeps hash-partitioned and sorted by id like the ratings (so the
+    join moves no version), and `recent`, the few versions since, broadcast. Each rating then
+    picks its version with one aggregation, in place: its key includes the partitioning column."""
+    on_base, on_recent, group, picks, out = _asof_parts(grace_ms, recent is not None)
+    joined = ratings.alias("r").join(base.alias("b"), on_base, "left")
+    if recent is not None:
+        joined = joined.join(F.broadcast(recent.alias("p")), on_recent, "left")
+    return joined.groupBy(*group).agg(*picks).select(*out)
+
+
+@cache
+def _asof_parts(
+    grace_ms: int, with_recent: bool
+) -> tuple[Column, Column, tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
+    """asof_join's expressions: the two join conditions, the grouping per rating, the version
+    each rating picks, and the output columns."""
+    deadline = F.col("r.rating_time") + F.lit(grace_ms)
+    on_base = (F.col("b.id") == F.col("r.user_id")) & (F.col("b.valid_from") <= deadline)
+    on_recent = (F.col("p.id") == F.col("r.user_id")) & (F.col("p.valid_from") <= deadline)
+    sides = ["b", "p"] if with_recent else ["b"]
+    # Ordered by VERSION_ORDER first: max/min of these structs pick the latest/earliest version.
+    used = [*VERSION_ORDER, "id", *CUSTOMER_COLUMNS, "deleted", "source_file", "source_pos", "source_row"]
+
+    def version(side: str) -> Column:  # null, not a struct of nulls, where the left join found none
+        fields = F.struct(*[F.col(f"{side}.{name}").alias(name) for name in used])
+        return F.when(F.col(f"{side}.id").isNotNull(), fields)
+
+    def valid_at_time(side: str) -> Column:
+        return F.max(F.when(F.col(f"{side}.valid_from") <= F.col("r.rating_time"), version(side)))
+
+    def first(side: str) -> Column:
+        return F.min(version(side))
+
+    def across(pick: Any, parts: list[Column]) -> Column:
+        return parts[0] if len(parts) == 1 else pick(*parts)
+
+    rating = F.struct(*[F.col(f"r.{name}") for name in (*RATING_FIELDS.names, "timestamp")])
+    group = (F.col("r.user_id"), F.col("r.partition"), F.col("r.offset"))
+    picks = (
+        F.any_value(rating).alias("rating"),
+        F.coalesce(
+            across(F.greatest, [valid_at_time(s) for s in sides]), across(F.least, [first(s) for s in sides])
+        ).alias("v"),
     )
-    hits = v.join(F.broadcast(keys.alias("k")), condition, "inner")
-    version = F.struct(*[F.col(f"v.{name}").alias(name) for name in used])
-    order = F.struct(*[F.col(f"v.{name}") for name in VERSION_ORDER])
-    at_time = F.max_by(version, F.when(F.col("v.valid_from") <= F.col("k.rating_time"), order))
-    first = F.min_by(version, order)
-    chosen = (
-        hits.groupBy(F.col("k.partition").alias("hit_partition"), F.col("k.offset").alias("hit_offset"))
-        .agg(F.coalesce(at_time, first).alias("c"))
-        .where("NOT c.deleted")
-        .select("hit_partition", "hit_offset", "c.*")
-    )
-    v = chosen.alias("v")
-    on_hit = (F.col("r.partition") == F.col("v.hit_partition")) & (F.col("r.offset") == F.col("v.hit_offset"))
-    matched = F.col("v.id").isNotNull()
-    return r.join(F.broadcast(v), on_hit, "left").select(
-        *[F.col(f"r.{f.name}") for f in RATING_FIELDS.fields],
-        *[F.col(f"v.{name}") for name in CUSTOMER_COLUMNS],
-        F.when(matched, F.concat_ws(" ", "v.first_name", "v.last_name")).alias("full_name"),
+    v = F.when(~F.col("v.deleted"), F.col("v"))
+    matched = v.isNotNull()
+    out = (
+        *[F.col(f"rating.{f.name}").alias(f.name) for f in RATING_FIELDS.fields],
+        *[v[name].alias(name) for name in CUSTOMER_COLUMNS],
+        F.when(matched, F.concat_ws(" ", v["first_name"], v["last_name"])).alias("full_name"),
         matched.alias("customer_matched"),
-        F.when(matched, F.format_string("%s:%d:%d", "v.source_file", "v.source_pos", "v.source_row")).alias(
+        F.when(matched, F.format_string("%s:%d:%d", *[v[n] for n in POSITION_COLUMNS])).alias(
             "customer_version"
         ),
-        F.col("v.valid_from").alias("customer_valid_from"),
-        F.col("r.timestamp").alias("rating_kafka_ts"),
-        F.col("r.partition").alias("rating_partition"),
-        F.col("r.offset").alias("rating_offset"),
+        v["valid_from"].alias("customer_valid_from"),
+        F.col("rating.timestamp").alias("rating_kafka_ts"),
+        F.col("partition").alias("rating_partition"),
+        F.col("offset").alias("rating_offset"),
     )
+    return on_base, on_recent, group, picks, out
 
 
 def alert_rule(stars_below: int, club_status: str) -> Column:
@@ -241,25 +307,34 @@ def as_kafka_records(
 ) -> DataFrame:
     """key (string) and value (JSON of `value_columns`, default every column), plus the `keep`
     columns unchanged."""
-    in_value = value_columns if value_columns is not None else df.columns
-    return df.select(
+    in_value = tuple(value_columns if value_columns is not None else df.columns)
+    return df.select(*_record_columns(key, keep, in_value))
+
+
+@cache
+def _record_columns(key: str, keep: tuple[str, ...], in_value: tuple[str, ...]) -> tuple[Column, ...]:
+    return (
         F.col(key).cast("string").alias("key"),
         # Nulls stay in the record (an unmatched rating says club_status: null, not nothing).
         F.to_json(F.struct(*[F.col(c) for c in in_value]), {"ignoreNullFields": "false"}).alias("value"),
-        *keep,
+        *[F.col(c) for c in keep],
     )
 
 
 def dead_letters(bad: DataFrame, stage: str, keep: tuple[str, ...] = ()) -> DataFrame:
     """The original key and bytes, with the reason and origin as headers (Kafka Connect style),
     plus the `keep` columns unchanged."""
+    return bad.select(*_dead_letter_columns(stage, keep))
 
+
+@cache
+def _dead_letter_columns(stage: str, keep: tuple[str, ...]) -> tuple[Column, ...]:
     def header(name: str, value: Column) -> Column:
         return F.struct(F.lit(f"dlq.{name}").alias("key"), value.cast("string").cast("binary").alias("value"))
 
-    return bad.select(
-        "key",
-        "value",
+    return (
+        F.col("key"),
+        F.col("value"),
         F.array(
             header("reason", F.col("dlq_reason")),
             header("stage", F.lit(stage)),
@@ -267,7 +342,7 @@ def dead_letters(bad: DataFrame, stage: str, keep: tuple[str, ...] = ()) -> Data
             header("partition", F.col("partition")),
             header("offset", F.col("offset")),
         ).alias("headers"),
-        *keep,
+        *[F.col(c) for c in keep],
     )
 
 
@@ -277,9 +352,14 @@ def release(ratings: DataFrame, watermark_ms: int | None, grace_ms: int) -> Data
     if watermark_ms is None:
         return ratings.withColumn("released", F.lit(False))
     ready = (F.col("rating_time") + F.lit(grace_ms) < F.lit(watermark_ms)).cast("int")
-    earlier = (
+    return ratings.withColumn("released", F.min(ready).over(_earlier()) == 1)
+
+
+@cache
+def _earlier() -> WindowSpec:
+    """A customer's ratings up to this one, in input order."""
+    return (
         Window.partitionBy("user_id")
         .orderBy("partition", "offset")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    return ratings.withColumn("released", F.min(ready).over(earlier) == 1)

@@ -185,11 +185,18 @@ JOIN_CASES = [
 ]
 
 
+@pytest.mark.parametrize("split", [None, 1, 3])
 @pytest.mark.parametrize("grace_ms", sorted({case[2] for case in JOIN_CASES}))
-def test_asof_join(spark: Any, grace_ms: int) -> None:
+def test_asof_join(spark: Any, grace_ms: int, split: int | None) -> None:
+    """`split`: versions from that offset on are the recent ones, broadcast beside the base."""
     cases = [case for case in JOIN_CASES if case[2] == grace_ms]
     ratings = _ratings(spark, [(uid, t) for uid, t, _, _ in cases])
-    rows = T.asof_join(ratings, _table(spark), grace_ms).orderBy("rating_id").collect()
+    table = _table(spark)
+    if split is None:
+        base, recent = table, None
+    else:
+        base, recent = table.where(f"cdc_offset < {split}"), table.where(f"cdc_offset >= {split}")
+    rows = T.asof_join(ratings, base, grace_ms, recent).orderBy("rating_id").collect()
     assert [row.club_status for row in rows] == [expected for *_, expected in cases]
     assert [row.customer_matched for row in rows] == [expected is not None for *_, expected in cases]
     assert [row.customer_version is None for row in rows] == [expected is None for *_, expected in cases]
