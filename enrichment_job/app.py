@@ -1,4 +1,4 @@
-"""Wiring: the Spark session, the two streaming queries, their checkpoints and outputs."""
+"""Wiring: the Spark session, the streaming query, its checkpoint, outputs and customer table."""
 
 import json
 import logging

@@ -26,10 +26,11 @@ class JobSettings(BaseSettings):
     alerts_topic: str = "unhappy-platinum-customers"
     dlq_topic: str = "enrichment-dlq"
     commits_topic: str = Field(
-        "enrichment-commits", description="compacted: the last batch each query committed (exactly once)"
+        "enrichment-commits",
+        description="compacted: the marker of the last batch the job committed (exactly once)",
     )
     starting_offsets: Literal["earliest", "latest"] = "earliest"
-    max_offsets_per_trigger: int = Field(200_000, gt=0, description="per query and micro-batch")
+    max_offsets_per_trigger: int = Field(200_000, gt=0, description="records per micro-batch, both topics")
     kafka_extra: dict[str, str] = Field(
         default_factory=dict, description="extra librdkafka/Spark Kafka options"
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.delta import live_rows, user_metadata
 from support.enrichment import Job, Topics, create_topics, delete_topics, produce, rating, read_topic, values
 
 from infra.stack.clients import app_db
@@ -34,6 +35,8 @@ JOINED_FIELDS = (
 @dataclass
 class CrashRun:
     topics: Topics
+    state: Path
+    customers: list[int]
     produced: dict[int, int]  # rating_id -> stars
     platinum: set[int]
     enriched: list[dict[str, Any]]
@@ -79,7 +82,13 @@ def crash_run(stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory) -> 
         target=_steady_stream, args=(stack_env, topics.name("ratings"), customers, produced)
     )
     stream.start()
-    time.sleep(10)
+    time.sleep(4)
+    changed = customers[:2]  # changes the killed job commits to Kafka but not yet to Delta
+    conn = app_db(stack_env)
+    with conn, conn.cursor() as cur:
+        for cid in changed:
+            cur.execute("UPDATE customers SET email = %s WHERE id = %s", (f"new-{cid}@example.com", cid))
+    time.sleep(6)
     job.kill()
     killed_at = len(produced)
     job = Job(stack_env, topics, state, GRACE_MS).start()
@@ -92,7 +101,7 @@ def crash_run(stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory) -> 
     finally:
         job.stop()
     assert 0 < killed_at < RATINGS, "the job must die in the middle of the stream"
-    yield CrashRun(topics, produced, platinum, enriched, alerts)
+    yield CrashRun(topics, state, customers, produced, platinum, enriched, alerts)
     delete_topics(stack_env, names)
 
 
@@ -106,6 +115,23 @@ def test_f_kill_9_and_restart_every_rating_and_alert_exactly_once(crash_run: Cra
     alert_counts = Counter(v["rating_id"] for v in crash_run.alerts)
     assert set(alert_counts) == expected_alerts and expected_alerts
     assert max(alert_counts.values()) == 1
+
+
+def test_f_after_the_crash_the_customer_table_holds_each_change_once(crash_run: CrashRun) -> None:
+    """The killed job's Delta appends may lag its Kafka commits; the restart appends the rest
+    (re-read from the CDC topic) and Delta's transaction ids keep a re-append out."""
+    table = crash_run.state / "customer_versions"
+    rows = live_rows(table).to_pylist()
+    offsets = Counter((r["cdc_partition"], r["cdc_offset"]) for r in rows)
+    assert [o for o, n in offsets.items() if n > 1] == []
+    changes = Counter((r["source_file"], r["source_pos"], r["source_row"]) for r in rows if r["op"] != "r")
+    assert [c for c, n in changes.items() if n > 1] == []
+    versions = Counter(r["id"] for r in rows)
+    assert {cid: versions[cid] for cid in crash_run.customers} == {
+        cid: 2 if cid in crash_run.customers[:2] else 1 for cid in crash_run.customers
+    }
+    batches = [m["batch_id"] for m in user_metadata(table) if "batch_id" in m]
+    assert batches == sorted(set(batches)), "each append covers later batches than the one before"
 
 
 def test_h_a_fresh_job_over_the_same_inputs_gives_the_same_records(
