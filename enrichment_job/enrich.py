@@ -37,9 +37,8 @@ from enrichment_job.schemas import RATING_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.transforms import (
     alert_rule,
-    as_kafka_records,
     asof_join,
-    dead_letters,
+    dead_letter_headers,
     parse_ratings,
     release,
 )
@@ -58,7 +57,6 @@ WAITING = StructType(
         StructField("timestamp", TimestampType()),
     ]
 )
-HEADERS = "array<struct<key:string,value:binary>>"
 
 
 @dataclass(frozen=True)
@@ -78,6 +76,7 @@ class Ratings:
         self.settings = settings
         self.rule = alert_rule(settings.alert_stars_below, settings.alert_club_status)
         self.waiting: pa.Table | None = None
+        self._rows: tuple[Column, ...] | None = None  # the step's output columns, built once
 
     @property
     def waiting_count(self) -> int:
@@ -114,25 +113,17 @@ class Ratings:
         """`raw`: the batch's rows of the ratings topic; `versions`: the customer table (its
         base and its recent versions, see `CustomerTable.versions`)."""
         settings = self.settings
-        parsed = parse_ratings(raw).persist()
-        try:
-            good = (
-                parsed.where("dlq_reason IS NULL")
-                .drop("dlq_reason")
-                .withColumn("value", F.lit(None).cast("binary"))
+        parsed = parse_ratings(raw).select(*_flow_columns())
+        if self.waiting is not None:
+            parsed = parsed.unionByName(
+                self.spark.createDataFrame(self.waiting, schema=WAITING).withColumn(
+                    "dlq_reason", F.lit(None).cast("string")
+                )
             )
-            if self.waiting is not None:
-                good = good.unionByName(self.spark.createDataFrame(self.waiting, schema=WAITING))
-            # Partitioned like the customer table: the release window and the join in place.
-            good = good.repartition(settings.shuffle_partitions, "user_id")
-            flagged = release(good, watermark_ms, settings.grace_ms).persist()
-            try:
-                with (steps or Steps())("join"):
-                    rows = self._collect(parsed, flagged, versions, watermark_ms)
-            finally:
-                flagged.unpersist()
-        finally:
-            parsed.unpersist()
+        # Partitioned like the customer table: the release window and the join in place.
+        flowing = parsed.repartition(settings.shuffle_partitions, "user_id")
+        with (steps or Steps())("join"):
+            rows = self._collect(release(flowing, watermark_ms, settings.grace_ms), versions, watermark_ms)
         kind = rows.column("kind")
         enriched = rows.filter(pc.equal(kind, "enriched"))
         waiting = rows.filter(pc.equal(kind, "waiting"))
@@ -161,80 +152,75 @@ class Ratings:
         )
 
     def _collect(
-        self,
-        parsed: DataFrame,
-        flagged: DataFrame,
-        versions: tuple[DataFrame, DataFrame | None],
-        watermark_ms: int | None,
+        self, flagged: DataFrame, versions: tuple[DataFrame, DataFrame | None], watermark_ms: int | None
     ) -> pa.Table:
-        """Enriched records, waiting ratings and dead letters in one Spark job (plus the join's
-        broadcasts), as Arrow, sorted by input position."""
+        """Enriched records, waiting ratings and dead letters in one Spark job (plus the
+        broadcast of the recent versions), as Arrow, sorted by input position.
+
+        Every row takes the same path, so no intermediate result is cached or read twice: the
+        join and the aggregation find nothing for a dead letter (its user_id is null) and are
+        not used for a waiting rating; the last projection says which of the three a row is."""
         base, recent = versions
-        enriched = asof_join(flagged.where("released"), base, self.settings.grace_ms, recent).withColumns(
+        joined = asof_join(flagged, base, self.settings.grace_ms, recent, carry=CARRIED).withColumns(
             {"cdc_watermark_ms": F.lit(watermark_ms), "enriched_ms": F.unix_millis(F.current_timestamp())}
         )
-        keyed = as_kafka_records(
-            enriched.withColumn("is_alert", F.coalesce(self.rule, F.lit(False))),
-            key="user_id",
-            keep=("rating_partition", "rating_offset", "is_alert"),
-            value_columns=enriched.columns,
-        )
-        out, waiting, bad = _row_columns()
-        return (
-            keyed.select(*out)
-            .unionByName(flagged.where("NOT released").select(*waiting))
-            .unionByName(
-                dead_letters(
-                    parsed.where("dlq_reason IS NOT NULL"), "enrichment", keep=("partition", "offset")
-                ).select(*bad)
-            )
-            .toArrow()
-            .sort_by(ORDER)
-        )
+        if self._rows is None:  # the same every batch
+            in_value = tuple(c for c in joined.columns if c not in CARRIED)
+            self._rows = _row_columns(in_value, self.rule)
+        return joined.select(*self._rows).toArrow().sort_by(ORDER)
+
+
+# What a rating carries through the join besides its fields: its origin, and for a dead letter
+# its original bytes and reason.
+CARRIED = ("key", "value", "topic", "released", "dlq_reason")
 
 
 @cache
-def _row_columns() -> tuple[tuple[Column, ...], ...]:
-    """The one result of a step: enriched records, waiting ratings and dead letters as rows of
-    the same shape (kind, partition, offset, key, value, headers, is_alert, rating)."""
-    none: dict[str, Column] = {
-        "key": F.lit(None).cast("binary"),
-        "value": F.lit(None).cast("binary"),
-        "headers": F.lit(None).cast(HEADERS),
-        "is_alert": F.lit(None).cast("boolean"),
-        "rating": F.lit(None).cast(WAITING),
-    }
-    enriched = (
-        F.lit("enriched").alias("kind"),
+def _flow_columns() -> tuple[Column, ...]:
+    """A parsed rating as it enters the step: a dead letter keeps its original value and has no
+    user_id (it joins nothing and holds back no customer's ratings); a readable rating drops
+    its value (it was parsed)."""
+    bad = F.col("dlq_reason").isNotNull()
+    return (
+        *[F.when(~bad, F.col(n)).alias(n) if n == "user_id" else F.col(n) for n in RATING_FIELDS.names],
+        F.col("key"),
+        F.when(bad, F.col("value")).alias("value"),
+        F.col("topic"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("timestamp"),
+        F.col("dlq_reason"),
+    )
+
+
+def _row_columns(in_value: tuple[str, ...], rule: Column) -> tuple[Column, ...]:
+    """The one result of a step, a row per rating: kind (enriched, waiting or bad), partition,
+    offset, key, value, headers, is_alert, rating (the WAITING fields of a waiting rating)."""
+    bad = F.col("dlq_reason").isNotNull()
+    enriched = ~bad & F.col("released")
+    waiting = ~bad & ~F.col("released")
+    as_waiting = F.struct(
+        *RATING_FIELDS.names,
+        "key",
+        "value",
+        "topic",
         F.col("rating_partition").alias("partition"),
         F.col("rating_offset").alias("offset"),
-        F.col("key").cast("binary").alias("key"),
-        F.col("value").cast("binary").alias("value"),
-        none["headers"].alias("headers"),
-        F.col("is_alert"),
-        none["rating"].alias("rating"),
+        F.col("rating_kafka_ts").alias("timestamp"),
+    ).cast(WAITING)  # nullable fields, for Arrow
+    value = F.to_json(F.struct(*[F.col(c) for c in in_value]), {"ignoreNullFields": "false"})
+    headers = dead_letter_headers("enrichment", "rating_partition", "rating_offset")
+    return (
+        F.when(bad, "bad").when(enriched, "enriched").otherwise("waiting").alias("kind"),
+        F.col("rating_partition").alias("partition"),
+        F.col("rating_offset").alias("offset"),
+        F.when(bad, F.col("key")).when(enriched, F.col("user_id").cast("string").cast("binary")).alias("key"),
+        # Nulls stay in the record (an unmatched rating says club_status: null, not nothing).
+        F.when(bad, F.col("value")).when(enriched, value.cast("binary")).alias("value"),
+        F.when(bad, headers).alias("headers"),
+        F.when(enriched, F.coalesce(rule, F.lit(False))).alias("is_alert"),
+        F.when(waiting, as_waiting).alias("rating"),
     )
-    waiting = (
-        F.lit("waiting").alias("kind"),
-        F.col("partition"),
-        F.col("offset"),
-        none["key"].alias("key"),
-        none["value"].alias("value"),
-        none["headers"].alias("headers"),
-        none["is_alert"].alias("is_alert"),
-        F.struct(*WAITING.names).cast(WAITING).alias("rating"),  # nullable fields, for Arrow
-    )
-    bad = (
-        F.lit("bad").alias("kind"),
-        F.col("partition"),
-        F.col("offset"),
-        F.col("key").cast("binary").alias("key"),
-        F.col("value").cast("binary").alias("value"),
-        F.col("headers"),
-        none["is_alert"].alias("is_alert"),
-        none["rating"].alias("rating"),
-    )
-    return enriched, waiting, bad
 
 
 def _waiting(flagged: DataFrame) -> DataFrame:

@@ -221,7 +221,11 @@ def with_validity(versions: DataFrame) -> DataFrame:
 
 
 def asof_join(
-    ratings: DataFrame, base: DataFrame, grace_ms: int, recent: DataFrame | None = None
+    ratings: DataFrame,
+    base: DataFrame,
+    grace_ms: int,
+    recent: DataFrame | None = None,
+    carry: tuple[str, ...] = (),
 ) -> DataFrame:
     """Each rating with the customer version valid at its rating_time (unmatched ones kept).
 
@@ -233,7 +237,7 @@ def asof_join(
     large one, which the caller keeps hash-partitioned and sorted by id like the ratings (so the
     join moves no version), and `recent`, the few versions since, broadcast. Each rating then
     picks its version with one aggregation, in place: its key includes the partitioning column."""
-    on_base, on_recent, group, picks, out = _asof_parts(grace_ms, recent is not None)
+    on_base, on_recent, group, picks, out = _asof_parts(grace_ms, recent is not None, carry)
     joined = ratings.alias("r").join(base.alias("b"), on_base, "left")
     if recent is not None:
         joined = joined.join(F.broadcast(recent.alias("p")), on_recent, "left")
@@ -242,7 +246,7 @@ def asof_join(
 
 @cache
 def _asof_parts(
-    grace_ms: int, with_recent: bool
+    grace_ms: int, with_recent: bool, carry: tuple[str, ...]
 ) -> tuple[Column, Column, tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
     """asof_join's expressions: the two join conditions, the grouping per rating, the version
     each rating picks, and the output columns."""
@@ -266,7 +270,7 @@ def _asof_parts(
     def across(pick: Any, parts: list[Column]) -> Column:
         return parts[0] if len(parts) == 1 else pick(*parts)
 
-    rating = F.struct(*[F.col(f"r.{name}") for name in (*RATING_FIELDS.names, "timestamp")])
+    rating = F.struct(*[F.col(f"r.{name}") for name in (*RATING_FIELDS.names, "timestamp", *carry)])
     group = (F.col("r.user_id"), F.col("r.partition"), F.col("r.offset"))
     picks = (
         F.any_value(rating).alias("rating"),
@@ -288,6 +292,7 @@ def _asof_parts(
         F.col("rating.timestamp").alias("rating_kafka_ts"),
         F.col("partition").alias("rating_partition"),
         F.col("offset").alias("rating_offset"),
+        *[F.col(f"rating.{name}").alias(name) for name in carry],
     )
     return on_base, on_recent, group, picks, out
 
@@ -329,20 +334,28 @@ def dead_letters(bad: DataFrame, stage: str, keep: tuple[str, ...] = ()) -> Data
 
 @cache
 def _dead_letter_columns(stage: str, keep: tuple[str, ...]) -> tuple[Column, ...]:
-    def header(name: str, value: Column) -> Column:
-        return F.struct(F.lit(f"dlq.{name}").alias("key"), value.cast("string").cast("binary").alias("value"))
-
     return (
         F.col("key"),
         F.col("value"),
-        F.array(
-            header("reason", F.col("dlq_reason")),
-            header("stage", F.lit(stage)),
-            header("topic", F.col("topic")),
-            header("partition", F.col("partition")),
-            header("offset", F.col("offset")),
-        ).alias("headers"),
+        dead_letter_headers(stage).alias("headers"),
         *[F.col(c) for c in keep],
+    )
+
+
+@cache
+def dead_letter_headers(stage: str, partition: str = "partition", offset: str = "offset") -> Column:
+    """dlq.reason, dlq.stage, dlq.topic, dlq.partition, dlq.offset, from the columns dlq_reason,
+    topic, `partition` and `offset`."""
+
+    def header(name: str, value: Column) -> Column:
+        return F.struct(F.lit(f"dlq.{name}").alias("key"), value.cast("string").cast("binary").alias("value"))
+
+    return F.array(
+        header("reason", F.col("dlq_reason")),
+        header("stage", F.lit(stage)),
+        header("topic", F.col("topic")),
+        header("partition", F.col(partition)),
+        header("offset", F.col(offset)),
     )
 
 
