@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 import time
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any, cast
 from xmlrpc.client import Fault, ServerProxy
@@ -99,7 +100,10 @@ class Supervisor:
             return False
         try:
             state = cast(dict[str, Any], self.rpc.getState())
-        except (OSError, Fault):
+        except (OSError, Fault, HTTPException):
+            # A failed request leaves the connection unusable (a stale socket after a machine
+            # restart, or supervisord not up yet): drop it so the next call reconnects.
+            self.close()
             return False
         return bool(state["statename"] == "RUNNING")
 

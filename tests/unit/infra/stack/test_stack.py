@@ -92,3 +92,19 @@ def test_the_supervisor_config_is_private_because_it_holds_credentials(
     conf = settings.state_dir / "supervisor" / "supervisord.conf"
     assert 'SECRET_TOKEN="abc"' in conf.read_text()
     assert conf.stat().st_mode & 0o077 == 0
+
+
+def test_a_stale_socket_left_by_a_machine_restart_does_not_stop_the_start(tmp_path: Path) -> None:
+    settings = StackSettings(state_dir=tmp_path / "state", start_timeout_s=20)
+    stale = settings.state_dir / "supervisor" / "supervisor.sock"
+    stale.parent.mkdir(parents=True)
+    with socket.socket(socket.AF_UNIX) as dead:  # bound, never listening: what a crash leaves
+        dead.bind(str(stale))
+    sup = Supervisor(settings)
+    sleeper = Component(name="sleeper", ports={}, command=["/bin/sleep", "300"], directory=tmp_path)
+    sup.start_daemon(render_config(settings, [sleeper]))
+    try:
+        assert sup.running()
+    finally:
+        sup.shutdown()
+    assert not sup.running()
