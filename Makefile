@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STACK := $(BIN)/python -m infra.stack
 
-.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job lake-query
+.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job bench-table lake-query
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -72,6 +72,9 @@ bench: up ## every benchmark, then bench-results/bench.json and bench.png (ARGS=
 
 bench-job: up ## enrichment job figures: fixed-rate latency and saturation throughput (ARGS="--rate 2000")
 	$(BIN)/python -m enrichment_job.bench $(ARGS)
+
+bench-table: up ## per-batch cost of re-reading the customer table from Delta vs keeping it in memory, by size
+	$(BIN)/python -m enrichment_job.bench_table $(ARGS)
 
 lake-query: up ## the data lake's ratings per day and club status (pyarrow over the S3 server)
 	@set -a && . .state/stack.env && set +a && S3_SINK_ENDPOINT_URL="$$S3_ENDPOINT_URL" S3_SINK_BUCKET="$$S3_BUCKET" \

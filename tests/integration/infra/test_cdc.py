@@ -1,8 +1,9 @@
 """MariaDB changes reach Kafka through Debezium as c/u/d events, with a tombstone after a delete."""
 
+import itertools
 import json
-from datetime import datetime
 import time
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -100,8 +101,8 @@ def test_the_cdc_topic_carries_a_millisecond_database_clock_ten_times_a_second(s
     assert len(ticks) >= 20, f"{len(ticks)} heartbeat ticks among {len(values)} events"
     clock = [datetime.fromisoformat(t["after"]["ts"].replace("Z", "+00:00")) for t in ticks]
     assert clock == sorted(clock) and len(set(clock)) == len(clock), "the clock must rise with every tick"
-    assert any(c.microsecond % 1_000_000 for c in clock), "readings carry milliseconds"
-    steps_ms = [(b - a).total_seconds() * 1000 for a, b in zip(clock, clock[1:], strict=False)]
+    assert any(c.microsecond for c in clock), "readings carry milliseconds"
+    steps_ms = [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(clock)]
     assert sorted(steps_ms)[len(steps_ms) // 2] < 250, f"median tick spacing {steps_ms} ms"
     seconds = [t["source"]["ts_ms"] for t in ticks]
     assert seconds == sorted(seconds) and seconds[-1] > seconds[0], "binlog time advances too"
