@@ -103,13 +103,16 @@ def _cdc_parse() -> tuple[tuple[Column, ...], tuple[Column, ...]]:
     tombstone = F.col("value").isNull()
     heartbeat = F.col("_e.source.table") == HEARTBEAT_TABLE
     # The heartbeat row's ts is the database clock in milliseconds; change events only carry
-    # whole seconds (the binlog's resolution).
+    # whole seconds (the binlog's resolution). A snapshot read is no reading: it carries the
+    # snapshot's time while rows of the snapshot are still to come, valid from their own older
+    # update_ts; the clock starts with the first change streamed after the snapshot.
     beat_ms = F.unix_millis(F.to_timestamp(F.get_json_object("_json", "$.after.ts")))
     fields = (
         F.col("_e.*"),
         row_id.alias("customer_id"),
         heartbeat.alias("is_heartbeat"),
-        F.when(heartbeat, F.coalesce(beat_ms, F.col("_e.source.ts_ms")))
+        F.when(F.col("_e.op") == "r", F.lit(None).cast("long"))
+        .when(heartbeat, F.coalesce(beat_ms, F.col("_e.source.ts_ms")))
         .otherwise(F.col("_e.source.ts_ms"))
         .alias("reading_ms"),
         tombstone.alias("is_tombstone"),
@@ -182,7 +185,7 @@ def version_columns() -> tuple[Column, ...]:
     one: a customer that existed before the connector started still matches older ratings."""
     deleted = F.col("op") == "d"
     row_time = F.unix_millis(F.to_timestamp(F.col("after.update_ts")))
-    valid_from = F.when(F.col("op") == "r", F.coalesce(row_time, F.col("clock_ms"))).otherwise(
+    valid_from = F.when(F.col("op") == "r", F.coalesce(row_time, F.col("source.ts_ms"))).otherwise(
         F.col("clock_ms")
     )
     return (

@@ -271,3 +271,15 @@ def test_a_snapshot_row_is_valid_from_its_own_update_time_not_the_snapshot_time(
     ]
     versions = _versions(T.parse_cdc(_raw(spark, values))).orderBy("id").collect()
     assert [(v.id, v.valid_from) for v in versions] == [(9, 10_000), (10, 50_000)]
+
+
+def test_a_snapshot_does_not_start_the_clock_before_its_last_row(spark: Any) -> None:
+    """Snapshot reads carry the snapshot's time while rows valid from long before are still to
+    come: releasing ratings on it would join them before their customers were loaded."""
+    values = [
+        _event("r", 9, 50_000, 5, update_ts="1970-01-01T00:00:10Z"),
+        _event("r", 10, 50_000, 5, update_ts="1970-01-01T00:00:20Z"),
+        _beat("1970-01-01T00:00:51.100Z", 6),  # the first change streamed after the snapshot
+    ]
+    events = T.cdc_clock(T.parse_cdc(_raw(spark, values)), None, None).orderBy("offset").collect()
+    assert [e.clock_ms for e in events] == [None, None, 51_100]
