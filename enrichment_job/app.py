@@ -83,7 +83,7 @@ class Pipeline:
         )
         if marker is not None:
             self._catch_up_table(int(marker["batch_id"]))
-            self.ratings.recover(marker)
+            self.ratings.recover(marker, self.table.versions())
 
     def _catch_up_table(self, batch_id: int) -> None:
         """Appends to Delta what Kafka has committed but the table has not (see table.py)."""

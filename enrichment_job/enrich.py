@@ -1,13 +1,16 @@
 """Ratings of a micro-batch (plus those still waiting) -> the as-of join -> enriched records,
 alerts and dead letters, built on the JVM and handed to the driver as Arrow columns.
 
-A rating is released once the CDC watermark has passed rating_time + grace (its join can no
-longer change) and every earlier rating of its customer is released (order per customer). The
+A rating is released once its join can no longer change (the CDC watermark has passed its
+rating_time and a version valid then was found, or has passed rating_time + grace) and every
+earlier rating of its customer is released (order per customer); see `transforms.release`. The
 others wait, on the driver as an Arrow table, and join the next batch. Each batch's Kafka
 transaction carries a marker with the watermark it used and, per ratings partition, where the
-waiting ratings start and how far the batch read. Since the watermark only grows, "waiting after
-batch N" is exactly "the ratings in those offset ranges not releasable at N's watermark": a
-restart rebuilds it from Kafka (`recover`), and a re-run of batch N decides as its first run did.
+waiting ratings start and how far the batch read. The watermark only grows and the table only
+gains versions, so "waiting after batch N" is exactly "the ratings in those offset ranges not
+releasable at N's watermark against N's table": a restart, whose table is N's (see
+`CustomerTable.catch_up`), rebuilds it from Kafka (`recover`), and a re-run of batch N decides
+as its first run did.
 """
 
 import json
@@ -82,12 +85,13 @@ class Ratings:
     def waiting_count(self) -> int:
         return self.waiting.num_rows if self.waiting is not None else 0
 
-    def recover(self, marker: dict[str, Any]) -> None:
-        """The ratings waiting after the marker's batch, re-read from the ratings topic."""
+    def recover(self, marker: dict[str, Any], versions: tuple[DataFrame, DataFrame | None]) -> None:
+        """The ratings waiting after the marker's batch, re-read from the ratings topic and
+        decided again against `versions`, the customer table as that batch had it."""
         starts = {int(p): int(o) for p, o in marker.get("waiting_from", {}).items()}
         ends = {int(p): int(o) for p, o in marker.get("consumed_to", {}).items()}
+        self.waiting = None
         if not starts:
-            self.waiting = None
             return
         topic = self.settings.ratings_topic
         raw = (
@@ -98,10 +102,14 @@ class Ratings:
             .option("endingOffsets", json.dumps({topic: {str(p): ends[p] for p in starts}}))
             .load()
         )
-        good = parse_ratings(raw).where("dlq_reason IS NULL").drop("dlq_reason")
-        flagged = release(good, marker["watermark_ms"], self.settings.grace_ms)
-        self.waiting = _waiting(flagged.where("NOT released")).toArrow().sort_by(ORDER)
-        log.info("recovered %d waiting ratings after batch %s", self.waiting.num_rows, marker["batch_id"])
+        readable = parse_ratings(raw).select(*_flow_columns()).where("dlq_reason IS NULL")
+        rows = self._collect(readable, versions, marker["watermark_ms"])
+        self.waiting = _waiting(rows)
+        log.info(
+            "recovered %d waiting ratings after batch %s",
+            self.waiting.num_rows if self.waiting is not None else 0,
+            marker["batch_id"],
+        )
 
     def step(
         self,
@@ -120,14 +128,11 @@ class Ratings:
                     "dlq_reason", F.lit(None).cast("string")
                 )
             )
-        # Partitioned like the customer table: the release window and the join in place.
-        flowing = parsed.repartition(settings.shuffle_partitions, "user_id")
         with (steps or Steps())("join"):
-            rows = self._collect(release(flowing, watermark_ms, settings.grace_ms), versions, watermark_ms)
+            rows = self._collect(parsed, versions, watermark_ms)
         kind = rows.column("kind")
         enriched = rows.filter(pc.equal(kind, "enriched"))
-        waiting = rows.filter(pc.equal(kind, "waiting"))
-        starts = waiting.group_by("partition").aggregate([("offset", "min")])
+        starts = rows.filter(pc.equal(kind, "waiting")).group_by("partition").aggregate([("offset", "min")])
         return RatingsResult(
             enriched=to_records(enriched.select(["key", "value"]), settings.enriched_topic),
             alerts=to_records(
@@ -137,11 +142,7 @@ class Ratings:
             dead=to_records(
                 rows.filter(pc.equal(kind, "bad")).select(["key", "value", "headers"]), settings.dlq_topic
             ),
-            waiting=(
-                pa.Table.from_struct_array(waiting.column("rating").combine_chunks())
-                if waiting.num_rows
-                else None
-            ),
+            waiting=_waiting(rows),
             waiting_from=dict(
                 zip(
                     (int(p) for p in starts.column("partition").to_pylist()),
@@ -152,7 +153,7 @@ class Ratings:
         )
 
     def _collect(
-        self, flagged: DataFrame, versions: tuple[DataFrame, DataFrame | None], watermark_ms: int | None
+        self, ratings: DataFrame, versions: tuple[DataFrame, DataFrame | None], watermark_ms: int | None
     ) -> pa.Table:
         """Enriched records, waiting ratings and dead letters in one Spark job (plus the
         broadcast of the recent versions), as Arrow, sorted by input position.
@@ -161,18 +162,25 @@ class Ratings:
         join and the aggregation find nothing for a dead letter (its user_id is null) and are
         not used for a waiting rating; the last projection says which of the three a row is."""
         base, recent = versions
-        joined = asof_join(flagged, base, self.settings.grace_ms, recent, carry=CARRIED).withColumns(
+        grace_ms = self.settings.grace_ms
+        # Partitioned like the customer table: the join, the aggregation per rating and the
+        # release window per customer all run in place.
+        flowing = ratings.repartition(self.settings.shuffle_partitions, "user_id")
+        joined = release(asof_join(flowing, base, grace_ms, recent, carry=CARRIED), watermark_ms, grace_ms)
+        joined = joined.withColumns(
             {"cdc_watermark_ms": F.lit(watermark_ms), "enriched_ms": F.unix_millis(F.current_timestamp())}
         )
         if self._rows is None:  # the same every batch
-            in_value = tuple(c for c in joined.columns if c not in CARRIED)
+            in_value = tuple(c for c in joined.columns if c not in (*CARRIED, *DECIDED))
             self._rows = _row_columns(in_value, self.rule)
         return joined.select(*self._rows).toArrow().sort_by(ORDER)
 
 
 # What a rating carries through the join besides its fields: its origin, and for a dead letter
 # its original bytes and reason.
-CARRIED = ("key", "value", "topic", "released", "dlq_reason")
+CARRIED = ("key", "value", "topic", "dlq_reason")
+# How the step decided a rating's fate: not part of the enriched record.
+DECIDED = ("settled", "released")
 
 
 @cache
@@ -223,5 +231,7 @@ def _row_columns(in_value: tuple[str, ...], rule: Column) -> tuple[Column, ...]:
     )
 
 
-def _waiting(flagged: DataFrame) -> DataFrame:
-    return flagged.select(*WAITING.names)
+def _waiting(rows: pa.Table) -> pa.Table | None:
+    """The WAITING rows among a step's rows, in input order; None when there are none."""
+    waiting = rows.filter(pc.equal(rows.column("kind"), "waiting"))
+    return pa.Table.from_struct_array(waiting.column("rating").combine_chunks()) if waiting.num_rows else None

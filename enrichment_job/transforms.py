@@ -234,7 +234,8 @@ def asof_join(
 
     The version valid at t is the customer's latest with valid_from <= t. With none, a rating
     joins the customer's first version if it begins within `grace_ms` after t (the row was
-    created a moment after the rating). A deleted version matches no one.
+    created a moment after the rating). A deleted version matches no one. `settled` says a
+    version valid at t was found (see `release`).
 
     The versions are append-only (no valid_to to maintain) and come in two parts: `base`, the
     large one, which the caller keeps hash-partitioned and sorted by id like the ratings (so the
@@ -277,11 +278,11 @@ def _asof_parts(
     group = (F.col("r.user_id"), F.col("r.partition"), F.col("r.offset"))
     picks = (
         F.any_value(rating).alias("rating"),
-        F.coalesce(
-            across(F.greatest, [valid_at_time(s) for s in sides]), across(F.least, [first(s) for s in sides])
-        ).alias("v"),
+        across(F.greatest, [valid_at_time(s) for s in sides]).alias("at"),
+        across(F.least, [first(s) for s in sides]).alias("first"),
     )
-    v = F.when(~F.col("v.deleted"), F.col("v"))
+    picked = F.coalesce(F.col("at"), F.col("first"))
+    v = F.when(~picked["deleted"], picked)
     matched = v.isNotNull()
     out = (
         *[F.col(f"rating.{f.name}").alias(f.name) for f in RATING_FIELDS.fields],
@@ -292,6 +293,9 @@ def _asof_parts(
             "customer_version"
         ),
         v["valid_from"].alias("customer_valid_from"),
+        # A version valid at rating_time was found: once the watermark passes rating_time no
+        # version still to come can change the pick, whatever the grace.
+        F.col("at").isNotNull().alias("settled"),
         F.col("rating.timestamp").alias("rating_kafka_ts"),
         F.col("partition").alias("rating_partition"),
         F.col("offset").alias("rating_offset"),
@@ -308,25 +312,6 @@ def alert_rule(stars_below: int, club_status: str) -> Column:
 def alerts(enriched: DataFrame, stars_below: int, club_status: str) -> DataFrame:
     """Enriched ratings that match the alert rule."""
     return enriched.where(alert_rule(stars_below, club_status))
-
-
-def as_kafka_records(
-    df: DataFrame, key: str, keep: tuple[str, ...] = (), value_columns: list[str] | None = None
-) -> DataFrame:
-    """key (string) and value (JSON of `value_columns`, default every column), plus the `keep`
-    columns unchanged."""
-    in_value = tuple(value_columns if value_columns is not None else df.columns)
-    return df.select(*_record_columns(key, keep, in_value))
-
-
-@cache
-def _record_columns(key: str, keep: tuple[str, ...], in_value: tuple[str, ...]) -> tuple[Column, ...]:
-    return (
-        F.col(key).cast("string").alias("key"),
-        # Nulls stay in the record (an unmatched rating says club_status: null, not nothing).
-        F.to_json(F.struct(*[F.col(c) for c in in_value]), {"ignoreNullFields": "false"}).alias("value"),
-        *[F.col(c) for c in keep],
-    )
 
 
 def dead_letters(bad: DataFrame, stage: str, keep: tuple[str, ...] = ()) -> DataFrame:
@@ -362,20 +347,27 @@ def dead_letter_headers(stage: str, partition: str = "partition", offset: str = 
     )
 
 
-def release(ratings: DataFrame, watermark_ms: int | None, grace_ms: int) -> DataFrame:
-    """Adds `released`: the CDC table is complete past rating_time + grace (so the join can no
-    longer change), and every earlier rating of the same customer is released too (order)."""
+def release(joined: DataFrame, watermark_ms: int | None, grace_ms: int) -> DataFrame:
+    """Adds `released` to ratings as `asof_join` gives them: their join can no longer change,
+    and every earlier rating of the same customer is released too (order).
+
+    A join is final once the CDC table is complete past rating_time when a version valid at
+    rating_time was found (`settled`), else past rating_time + grace: only a customer row created
+    within the grace can still come. So the grace delays only ratings of unknown customers."""
     if watermark_ms is None:
-        return ratings.withColumn("released", F.lit(False))
-    ready = (F.col("rating_time") + F.lit(grace_ms) < F.lit(watermark_ms)).cast("int")
-    return ratings.withColumn("released", F.min(ready).over(_earlier()) == 1)
+        return joined.withColumn("released", F.lit(False))
+    watermark = F.lit(watermark_ms)
+    final = F.col("rating_time") + F.lit(grace_ms) < watermark
+    if grace_ms:
+        final = final | (F.col("settled") & (F.col("rating_time") < watermark))
+    return joined.withColumn("released", F.min(final.cast("int")).over(_earlier()) == 1)
 
 
 @cache
 def _earlier() -> WindowSpec:
-    """A customer's ratings up to this one, in input order."""
+    """A customer's ratings up to this one, in input order (as `asof_join` names it)."""
     return (
         Window.partitionBy("user_id")
-        .orderBy("partition", "offset")
+        .orderBy("rating_partition", "rating_offset")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )

@@ -242,26 +242,33 @@ def test_dead_letters_keep_the_original_bytes_and_say_why(spark: Any) -> None:
     }
 
 
-def test_kafka_records_are_keyed_json(spark: Any) -> None:
-    enriched = T.asof_join(_ratings(spark, [(7, 1_500)]), _table(spark), 0)
-    (record,) = T.as_kafka_records(enriched, key="user_id").collect()
-    assert record.key == "7"
-    body = json.loads(record.value)
-    assert body["club_status"] == "silver" and body["customer_matched"] is True
-    unmatched = T.asof_join(_ratings(spark, [(99, 1_500)]), _table(spark), 0)
-    (record,) = T.as_kafka_records(unmatched, key="user_id").collect()
-    assert json.loads(record.value)["club_status"] is None
+def _released(spark: Any, pairs: list[tuple[int, int]], watermark_ms: int | None, grace_ms: int) -> Any:
+    """offset -> released, for ratings (user_id, rating_time) joined to `_table`."""
+    joined = T.asof_join(_ratings(spark, pairs), _table(spark), grace_ms)
+    return {r.rating_offset: r.released for r in T.release(joined, watermark_ms, grace_ms).collect()}
 
 
 def test_release_waits_for_the_watermark_and_keeps_each_customers_order(spark: Any) -> None:
     # user 7: offsets 0,1,2 with times 100, 5_000, 200; user 8: offset 3 at time 300
-    ratings = _ratings(spark, [(7, 100), (7, 5_000), (7, 200), (8, 300)])
-    assert [r.released for r in T.release(ratings, None, 0).orderBy("offset").collect()] == [False] * 4
-    flags = {r.offset: r.released for r in T.release(ratings, 1_000, 500).collect()}
+    ratings = [(7, 100), (7, 5_000), (7, 200), (8, 300)]
+    assert _released(spark, ratings, None, 0) == dict.fromkeys(range(4), False)
     # offset 2 is old enough but waits behind offset 1 of the same customer; user 8 is independent.
-    assert flags == {0: True, 1: False, 2: False, 3: True}
-    flags = {r.offset: r.released for r in T.release(ratings, 6_000, 500).collect()}
-    assert flags == {0: True, 1: True, 2: True, 3: True}
+    assert _released(spark, ratings, 1_000, 500) == {0: True, 1: False, 2: False, 3: True}
+    assert _released(spark, ratings, 6_000, 500) == dict.fromkeys(range(4), True)
+
+
+def test_the_grace_delays_only_ratings_without_a_version_valid_at_their_time(spark: Any) -> None:
+    ratings = [
+        (7, 1_500),  # version valid since 1_000: final once the watermark passes 1_500
+        (8, 2_000),  # no version yet: a row created up to 7_000 would still join it
+        (7, 2_700),  # not yet passed by the watermark
+        (7, 500),  # user 7's first row came 500 ms after it: only the grace decides
+    ]
+    assert _released(spark, ratings, 2_600, 5_000) == {0: True, 1: False, 2: False, 3: False}
+    assert _released(spark, ratings, 3_000, 5_000) == {0: True, 1: False, 2: True, 3: False}
+    assert _released(spark, ratings, 7_001, 5_000) == dict.fromkeys(range(4), True)
+    # A delete valid at the rating's time is final too: unmatched, with no wait for the grace.
+    assert _released(spark, [(7, 3_500)], 3_600, 5_000) == {0: True}
 
 
 def test_a_snapshot_row_is_valid_from_its_own_update_time_not_the_snapshot_time(spark: Any) -> None:
