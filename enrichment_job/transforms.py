@@ -43,28 +43,38 @@ def _first_reason(checks: list[tuple[Column, str]]) -> Column:
 def parse_ratings(raw: DataFrame) -> DataFrame:
     """Rating fields plus `dlq_reason`: null for a readable rating, else why it is not.
 
-    Two parses of each value, no more: every field read as text says which fields are present
-    (and whether the value is a JSON object at all), the typed read says which have their type."""
-    read, fields = _rating_parse()
-    return raw.select(*read).select(*fields)
+    One typed parse of each value. Only a value that parse cannot take whole (not JSON, or a
+    field of the wrong type) is read a second time, every field as text, to say which fields are
+    present and which have the wrong type: JSON parsing is the largest cost per rating."""
+    typed, text, fields = _rating_parse()
+    return raw.select(*typed).select(*text).select(*fields)
 
 
 @cache
-def _rating_parse() -> tuple[tuple[Column, ...], tuple[Column, ...]]:
-    text = F.col("value").cast("string")
-    read = (
+def _rating_parse() -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
+    value = F.col("value").cast("string")
+    typed = (
         *[F.col(c) for c in KAFKA_META],
-        F.from_json(text, RATING_TEXT_SCHEMA, PARSE_OPTIONS).alias("_s"),
-        F.from_json(text, RATING_PARSE_SCHEMA, PARSE_OPTIONS).alias("_r"),
+        F.from_json(value, RATING_PARSE_SCHEMA, PARSE_OPTIONS).alias("_r"),
     )
+    suspect = F.col("_r").isNull() | F.col(f"_r.{CORRUPT}").isNotNull()
+    text = (
+        *[F.col(c) for c in KAFKA_META],
+        F.col("_r"),
+        F.when(suspect, F.from_json(value, RATING_TEXT_SCHEMA, PARSE_OPTIONS)).alias("_s"),
+    )
+
+    def present(name: str) -> Column:  # any JSON value but null
+        return F.when(suspect, F.col(f"_s.{name}").isNotNull()).otherwise(F.col(f"_r.{name}").isNotNull())
+
     checks: list[tuple[Column, str]] = [
         (F.col("value").isNull(), "empty value"),
-        (F.col("_s").isNull() | F.col(f"_s.{CORRUPT}").isNotNull(), "not a JSON object"),
+        (suspect & (F.col("_s").isNull() | F.col(f"_s.{CORRUPT}").isNotNull()), "not a JSON object"),
     ]
-    checks += [(F.col(f"_s.{name}").isNull(), f"missing field {name}") for name in REQUIRED_RATING_FIELDS]
+    checks += [(~present(name), f"missing field {name}") for name in REQUIRED_RATING_FIELDS]
     checks += [
         (
-            F.col(f"_s.{field.name}").isNotNull() & F.col(f"_r.{field.name}").isNull(),
+            suspect & F.col(f"_s.{field.name}").isNotNull() & F.col(f"_r.{field.name}").isNull(),
             f"field {field.name} is not {field.dataType.simpleString()}",
         )
         for field in RATING_FIELDS.fields
@@ -75,7 +85,7 @@ def _rating_parse() -> tuple[tuple[Column, ...], tuple[Column, ...]]:
         *[F.col(c) for c in KAFKA_META],
         _first_reason(checks).alias("dlq_reason"),
     )
-    return read, fields
+    return typed, text, fields
 
 
 def parse_cdc(raw: DataFrame) -> DataFrame:
