@@ -32,6 +32,9 @@ def build_session(settings: JobSettings) -> SparkSession:
         # Micro-batches are small and planned anew each time: adaptive re-planning per stage
         # costs more than it saves here.
         .config("spark.sql.adaptive.enabled", "false")
+        # Every batch runs the same plans: their generated classes are kept, not compiled again
+        # (a batch uses a few dozen; with the default 100 they evicted each other).
+        .config("spark.sql.codegen.cache.maxEntries", "1000")
         # Joins broadcast only what they ask to (the recent versions); the customer table is
         # joined in place, partitioned like the ratings, whatever its size.
         .config("spark.sql.autoBroadcastJoinThreshold", "-1")

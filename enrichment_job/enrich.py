@@ -15,6 +15,7 @@ as its first run did.
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -44,6 +45,7 @@ from enrichment_job.transforms import (
     dead_letter_headers,
     parse_ratings,
     release,
+    with_batch_values,
 )
 
 log = logging.getLogger("enrichment_job")
@@ -166,10 +168,12 @@ class Ratings:
         # Partitioned like the customer table: the join, the aggregation per rating and the
         # release window per customer all run in place.
         flowing = ratings.repartition(self.settings.shuffle_partitions, "user_id")
-        joined = release(asof_join(flowing, base, grace_ms, recent, carry=CARRIED), watermark_ms, grace_ms)
-        joined = joined.withColumns(
-            {"cdc_watermark_ms": F.lit(watermark_ms), "enriched_ms": F.unix_millis(F.current_timestamp())}
+        joined = with_batch_values(
+            asof_join(flowing, base, grace_ms, recent, carry=CARRIED),
+            cdc_watermark_ms=watermark_ms,
+            enriched_ms=time.time_ns() // 1_000_000,
         )
+        joined = release(joined, grace_ms)
         if self._rows is None:  # the same every batch
             in_value = tuple(c for c in joined.columns if c not in (*CARRIED, *DECIDED))
             self._rows = _row_columns(in_value, self.rule)

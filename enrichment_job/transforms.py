@@ -11,6 +11,7 @@ and only the few that carry a batch's values (watermark, carried clock) are buil
 from functools import cache
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
@@ -143,33 +144,41 @@ def cdc_clock(events: DataFrame, clock_ms: int | None, position: tuple[int, int,
     `binlog`: (file number, position, row); a change at or before the furthest position already
     seen is Debezium re-sending it after a restart (at-least-once) and is marked `duplicate`.
     Snapshot reads share the snapshot's position, so they are never duplicates."""
-    binlog, upto, seen, furthest_here = _clock_parts()
-    carried_clock = F.lit(clock_ms).cast("long")
-    carried_pos = (
-        F.struct(
-            *(F.lit(v).cast("long").alias(n) for v, n in zip(position, ("file", "pos", "row"), strict=True))
-        )
-        if position is not None
-        else F.lit(None).cast(binlog_type())
-    )
+    binlog, upto, seen, furthest_here, carried_clock, carried_pos = _clock_parts()
+    file, pos, row = position if position is not None else (None, None, None)
+    carried = {"_carried_clock": clock_ms, "_carried_file": file, "_carried_pos": pos, "_carried_row": row}
     furthest = (
         F.when(seen.isNull(), carried_pos)
         .when(carried_pos.isNull(), seen)
         .otherwise(F.greatest(seen, carried_pos))
     )
     snapshot = F.col("op") == "r"
-    return events.withColumn("binlog", binlog).select(
-        "*",
-        F.greatest(F.max("reading_ms").over(upto), carried_clock).alias("clock_ms"),
-        (~snapshot & furthest.isNotNull() & (F.col("binlog") <= furthest)).alias("duplicate"),
-        furthest_here.alias("furthest"),
+    return (
+        with_batch_values(events.withColumn("binlog", binlog), **carried)
+        .select(
+            "*",
+            F.greatest(F.max("reading_ms").over(upto), carried_clock).alias("clock_ms"),
+            (~snapshot & furthest.isNotNull() & (F.col("binlog") <= furthest)).alias("duplicate"),
+            furthest_here.alias("furthest"),
+        )
+        .drop(*carried)
     )
 
 
+def with_batch_values(df: DataFrame, **values: int | None) -> DataFrame:
+    """`df` with one column per value, the same on every row: the values of this micro-batch
+    (a watermark, a clock). Spark writes a number literal into the Java code it generates, so
+    `F.lit` of a value that changes every batch costs compilations every batch (about 6 a batch,
+    0.1 to 0.2 s); a column of a one-row local table is data, and the code is compiled once."""
+    row = pa.table({name: pa.array([v], pa.int64()) for name, v in values.items()})
+    return df.crossJoin(F.broadcast(df.sparkSession.createDataFrame(row)))
+
+
 @cache
-def _clock_parts() -> tuple[Column, WindowSpec, Column, Column]:
-    """cdc_clock's expressions that no batch changes: the binlog position, the running window,
-    the furthest non-snapshot position before a row and up to it."""
+def _clock_parts() -> tuple[Column, WindowSpec, Column, Column, Column, Column]:
+    """cdc_clock's expressions (none changes between batches): the binlog position, the running
+    window, the furthest non-snapshot position before a row and up to it, the carried clock and
+    position (from `with_batch_values`)."""
     snapshot = F.col("op") == "r"
     file_no = F.regexp_extract(F.col("source.file"), r"(\d+)$", 1).cast("long")
     binlog = F.struct(
@@ -178,7 +187,18 @@ def _clock_parts() -> tuple[Column, WindowSpec, Column, Column]:
     upto = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, -1)
     positions = F.when(~snapshot, F.col("binlog"))
-    return binlog, upto, F.max(positions).over(before), F.max(positions).over(upto)
+    carried_pos = F.when(
+        F.col("_carried_file").isNotNull(),
+        F.struct(*(F.col(f"_carried_{n}").alias(n) for n in ("file", "pos", "row"))),
+    )
+    return (
+        binlog,
+        upto,
+        F.max(positions).over(before),
+        F.max(positions).over(upto),
+        F.col("_carried_clock"),
+        carried_pos,
+    )
 
 
 def binlog_type() -> StructType:
@@ -357,20 +377,20 @@ def dead_letter_headers(stage: str, partition: str = "partition", offset: str = 
     )
 
 
-def release(joined: DataFrame, watermark_ms: int | None, grace_ms: int) -> DataFrame:
-    """Adds `released` to ratings as `asof_join` gives them: their join can no longer change,
-    and every earlier rating of the same customer is released too (order).
+def release(joined: DataFrame, grace_ms: int) -> DataFrame:
+    """Adds `released` to ratings as `asof_join` gives them, with the batch's `cdc_watermark_ms`
+    (`with_batch_values`; null before the first reading): their join can no longer change, and
+    every earlier rating of the same customer is released too (order).
 
     A join is final once the CDC table is complete past rating_time when a version valid at
     rating_time was found (`settled`), else past rating_time + grace: only a customer row created
     within the grace can still come. So the grace delays only ratings of unknown customers."""
-    if watermark_ms is None:
-        return joined.withColumn("released", F.lit(False))
-    watermark = F.lit(watermark_ms)
+    watermark = F.col("cdc_watermark_ms")
     final = F.col("rating_time") + F.lit(grace_ms) < watermark
     if grace_ms:
         final = final | (F.col("settled") & (F.col("rating_time") < watermark))
-    return joined.withColumn("released", F.min(final.cast("int")).over(_earlier()) == 1)
+    released = F.min(F.coalesce(final, F.lit(False)).cast("int")).over(_earlier()) == 1
+    return joined.withColumn("released", released)
 
 
 @cache

@@ -245,7 +245,8 @@ def test_dead_letters_keep_the_original_bytes_and_say_why(spark: Any) -> None:
 def _released(spark: Any, pairs: list[tuple[int, int]], watermark_ms: int | None, grace_ms: int) -> Any:
     """offset -> released, for ratings (user_id, rating_time) joined to `_table`."""
     joined = T.asof_join(_ratings(spark, pairs), _table(spark), grace_ms)
-    return {r.rating_offset: r.released for r in T.release(joined, watermark_ms, grace_ms).collect()}
+    released = T.release(T.with_batch_values(joined, cdc_watermark_ms=watermark_ms), grace_ms)
+    return {r.rating_offset: r.released for r in released.collect()}
 
 
 def test_release_waits_for_the_watermark_and_keeps_each_customers_order(spark: Any) -> None:
