@@ -96,14 +96,19 @@ class Job:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+    def stop(self) -> int | None:
+        """Ctrl-C, as a user stops it; returns the exit code (None when it had to be killed)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(30)
+                return None
+        return self.proc.returncode
 
 
 def db_now_ms(db: Any) -> int:

@@ -41,6 +41,8 @@ class CrashRun:
     platinum: set[int]
     enriched: list[dict[str, Any]]
     alerts: list[dict[str, Any]]
+    stopped_with: int | None  # the restarted job's exit code after Ctrl-C
+    stop_log: str  # what the restarted job logged
 
 
 def _customers(stack_env: StackEnv) -> tuple[list[int], set[int]]:
@@ -91,6 +93,7 @@ def crash_run(stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory) -> 
     time.sleep(6)
     job.kill()
     killed_at = len(produced)
+    restart_log_from = job.log.stat().st_size
     job = Job(stack_env, topics, state, GRACE_MS).start()
     stream.join()
     try:
@@ -99,9 +102,10 @@ def crash_run(stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory) -> 
         )
         alerts = values(read_topic(stack_env, topics.name("alerts"), timeout_s=60, idle_s=5))
     finally:
-        job.stop()
+        stopped_with = job.stop()
     assert 0 < killed_at < RATINGS, "the job must die in the middle of the stream"
-    yield CrashRun(topics, state, customers, produced, platinum, enriched, alerts)
+    stop_log = job.log.read_bytes()[restart_log_from:].decode(errors="replace")
+    yield CrashRun(topics, state, customers, produced, platinum, enriched, alerts, stopped_with, stop_log)
     delete_topics(stack_env, names)
 
 
@@ -132,6 +136,12 @@ def test_f_after_the_crash_the_customer_table_holds_each_change_once(crash_run: 
     }
     batches = [m["batch_id"] for m in user_metadata(table) if "batch_id" in m]
     assert batches == sorted(set(batches)), "each append covers later batches than the one before"
+
+
+def test_ctrl_c_stops_the_job_cleanly(crash_run: CrashRun) -> None:
+    assert crash_run.stopped_with == 0, crash_run.stop_log[-3000:]
+    assert "Traceback" not in crash_run.stop_log, crash_run.stop_log[-3000:]
+    assert "SIGINT: stopping" in crash_run.stop_log
 
 
 def test_h_a_fresh_job_over_the_same_inputs_gives_the_same_records(
