@@ -315,7 +315,12 @@ def _asof_parts(
     v = F.when(~picked["deleted"], picked)
     matched = v.isNotNull()
     out = (
-        *[F.col(f"rating.{f.name}").alias(f.name) for f in RATING_FIELDS.fields],
+        # user_id is the grouping column, not the rating's copy: the output then stays
+        # partitioned by it and `release` (a window per customer) needs no second shuffle.
+        *[
+            F.col("user_id") if f.name == "user_id" else F.col(f"rating.{f.name}").alias(f.name)
+            for f in RATING_FIELDS.fields
+        ],
         *[v[name].alias(name) for name in CUSTOMER_COLUMNS],
         F.when(matched, F.concat_ws(" ", v["first_name"], v["last_name"])).alias("full_name"),
         matched.alias("customer_matched"),

@@ -258,6 +258,28 @@ def test_release_waits_for_the_watermark_and_keeps_each_customers_order(spark: A
     assert _released(spark, ratings, 6_000, 500) == dict.fromkeys(range(4), True)
 
 
+def test_release_runs_where_the_join_left_each_customer_no_second_shuffle(spark: Any) -> None:
+    """As the job runs it: ratings and table hash-partitioned by customer, no broadcast of the
+    table. The join's output stays partitioned by user_id, so the window per customer of
+    `release` moves no row again (it used to shuffle every enriched row a second time)."""
+
+    def shuffles(df: Any) -> int:
+        return str(df._jdf.queryExecution().executedPlan().toString()).count("Exchange hashpartitioning")
+
+    threshold = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        ratings = _ratings(spark, [(7, 1_500), (8, 9_000)]).repartition(2, "user_id")
+        base = _table(spark).repartition(2, "id").sortWithinPartitions("id")
+        joined = T.with_batch_values(T.asof_join(ratings, base, 0), cdc_watermark_ms=10_000)
+        released = T.release(joined, 0)
+        assert shuffles(joined) == 2  # the ratings and the table, each by customer
+        assert shuffles(released) == shuffles(joined)
+        assert sorted(r.released for r in released.collect()) == [True, True]
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
+
+
 def test_the_grace_delays_only_ratings_without_a_version_valid_at_their_time(spark: Any) -> None:
     ratings = [
         (7, 1_500),  # version valid since 1_000: final once the watermark passes 1_500
