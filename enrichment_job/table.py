@@ -27,6 +27,9 @@ from enrichment_job.schemas import VERSION_FIELDS
 
 log = logging.getLogger("enrichment_job")
 COMPACT_PIECES = 32  # pieces the join reads before a background fold into the base
+# ... or rows: the pieces are broadcast to every batch's join (a snapshot of 100k versions
+# arriving as pieces would otherwise be broadcast, 33 MB, by each batch until 32 pieces came).
+COMPACT_ROWS = 10_000
 LOCAL_PIECE_ROWS = 1_000  # a larger piece is materialized at once, not kept in the plan
 
 
@@ -74,7 +77,7 @@ class CustomerTable:
         self.maintain_every = maintain_every
         self.commit_interval_s = commit_interval_s
         self._lock = threading.Lock()
-        self._pieces: list[DataFrame] = []
+        self._pieces: list[tuple[DataFrame, int]] = []  # and their rows
         self._compacting = threading.Event()
         self._writes: queue.Queue[tuple[int, pa.Table, CdcState] | None] = queue.Queue()
         self._failure: BaseException | None = None
@@ -112,7 +115,7 @@ class CustomerTable:
         materialized base, and the versions added since (None when there are none)."""
         with self._lock:
             base, pieces = self._base, list(self._pieces)
-        return base, reduce(DataFrame.unionByName, pieces) if pieces else None
+        return base, reduce(DataFrame.unionByName, [p for p, _ in pieces]) if pieces else None
 
     # ---- adding --------------------------------------------------------------------------
     def add(self, versions: pa.Table) -> None:
@@ -123,8 +126,8 @@ class CustomerTable:
         if versions.num_rows > LOCAL_PIECE_ROWS:  # a plan would carry the rows: materialize once
             piece = piece.coalesce(self.partitions).localCheckpoint()
         with self._lock:
-            self._pieces.append(piece)
-            crowded = len(self._pieces) >= COMPACT_PIECES
+            self._pieces.append((piece, versions.num_rows))
+            crowded = len(self._pieces) >= COMPACT_PIECES or sum(n for _, n in self._pieces) >= COMPACT_ROWS
         if crowded and not self._compacting.is_set():
             self._compacting.set()
             threading.Thread(target=self._compact, name="table-compaction", daemon=True).start()
@@ -135,7 +138,7 @@ class CustomerTable:
         try:
             with self._lock:
                 base, pieces = self._base, list(self._pieces)
-            merged = self._materialize(reduce(DataFrame.unionByName, [base, *pieces]))
+            merged = self._materialize(reduce(DataFrame.unionByName, [base, *(p for p, _ in pieces)]))
             with self._lock:
                 self._base, self._pieces = merged, self._pieces[len(pieces) :]
         except Exception:  # the pieces stay; the next add tries again
