@@ -34,22 +34,19 @@ def main() -> int:
     except SettingsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    spark, _queries, table = start(settings)
+    job = start(settings)
     stopping = _stop_on_signals(log)
     code = 0
     try:
         while not stopping.is_set():
-            if spark.streams.awaitAnyTermination(1):
-                log.warning("a query stopped; the job stops")
+            if job.spark.streams.awaitAnyTermination(1):
+                log.warning("the query stopped; the job stops")
                 break
     except StreamingQueryException as err:
-        log.error("a query failed; the job stops (restart it to resume from the checkpoint): %s", err)
+        log.error("the query failed; the job stops (restart it to resume from the checkpoint): %s", err)
         code = 1
     finally:
-        for query in spark.streams.active:
-            query.stop()
-        table.close()
-        spark.stop()
+        job.stop()
     return code
 
 

@@ -2,8 +2,10 @@
 
 import json
 import logging
+import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -82,6 +84,7 @@ class Pipeline:
         self.out = out
         self.metrics = metrics
         self.ratings = Ratings(spark, settings)
+        self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
         marker = out.marker
         self.state = CdcState.from_json(marker) if marker else table.delta_state
         self.consumed_to: dict[int, int] = (
@@ -123,6 +126,21 @@ class Pipeline:
         )
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self._run(batch, batch_id)
+        except Exception:
+            if not self.stopping.is_set():
+                raise
+            # Cancelled by the stop. Spark tells that from a real failure by matching the error
+            # text against a pattern that recurses once per character: the full traceback (the
+            # JVM's stack in it) overflows the stream thread's stack. A short text of the form
+            # it looks for lets the query end as stopped.
+            raise InterruptedError(
+                "py4j.protocol.Py4JJavaError: An error occurred while calling foreachBatch: "
+                f"java.lang.InterruptedException: batch {batch_id} cancelled by the stop"
+            ) from None
+
+    def _run(self, batch: DataFrame, batch_id: int) -> None:
         if self.out.committed(batch_id):
             log.info("batch %d is already in Kafka; not writing it again", batch_id)
             return
@@ -192,7 +210,26 @@ def _kafka_stream(spark: SparkSession, settings: JobSettings) -> DataFrame:
     )
 
 
-def start(settings: JobSettings) -> tuple[SparkSession, list[StreamingQuery], CustomerTable]:
+@dataclass(frozen=True)
+class RunningJob:
+    spark: SparkSession
+    query: StreamingQuery
+    table: CustomerTable
+    pipeline: Pipeline
+
+    def stop(self) -> None:
+        """Stops the query (a batch in flight is cancelled: nothing of it is committed, and the
+        next run does it again), writes what the Delta table has queued and stops Spark."""
+        # The cancelled batch's Spark calls fail on the Python side, and py4j logs each failure
+        # with a traceback: expected here, and not a fault to report.
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        self.pipeline.stopping.set()
+        self.query.stop()
+        self.table.close()
+        self.spark.stop()
+
+
+def start(settings: JobSettings) -> RunningJob:
     spark = build_session(settings)
     metrics = Metrics(settings.metrics_file)
     spark.streams.addListener(ProgressListener(metrics))
@@ -216,4 +253,4 @@ def start(settings: JobSettings) -> tuple[SparkSession, list[StreamingQuery], Cu
         .start()
     )
     log.info("enrichment job running (run %s); metrics in %s", run, settings.metrics_file)
-    return spark, [query], table
+    return RunningJob(spark, query, table, pipeline)
