@@ -51,6 +51,10 @@ class JobSettings(BaseSettings):
     spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
     shuffle_partitions: int = 2
     driver_memory: str = "2g"
+    driver_java_options: str = Field(
+        "-XX:+UseParallelGC",
+        description="spark.driver.extraJavaOptions (only with python -m): the driver runs the tasks",
+    )
     ui_enabled: bool = True
     table_commit_interval_s: float = Field(
         30, ge=0, description="append new customer versions to Delta at most this often"
