@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from enrichment_job.cdc import ingest
+from enrichment_job.cdc import CdcReader, ingest
 from enrichment_job.enrich import Ratings
 from enrichment_job.kafka_out import TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener, Steps
@@ -72,7 +72,14 @@ class Pipeline:
     """foreachBatch handler of the one streaming query, which reads the CDC topic and the ratings
     topic together. Per micro-batch: CDC first (new versions, the watermark), then the ratings
     released by that watermark, then one Kafka transaction with every output and the marker
-    that makes a re-run of the batch a no-op. The Delta table follows asynchronously."""
+    that makes a re-run of the batch a no-op. The Delta table follows asynchronously.
+
+    The CDC events come from a read of the CDC topic from where the last committed batch left
+    it (the marker's `cdc_to`) to its end as the batch starts, not from the micro-batch's own CDC
+    rows: Spark fixes both topics' end offsets at the same instant, so the heartbeat that
+    covers the batch's last ratings is not in it yet, and those ratings would wait a whole
+    batch. Read a moment later, it is. The query still subscribes to the CDC topic, so that
+    heartbeats start batches while no ratings come."""
 
     def __init__(
         self,
@@ -81,6 +88,8 @@ class Pipeline:
         table: CustomerTable,
         out: TransactionalOutput,
         metrics: Metrics,
+        *,
+        group_id: str,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -89,6 +98,7 @@ class Pipeline:
         self.metrics = metrics
         self.ratings = Ratings(spark, settings)
         self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
+        self.cdc = CdcReader(settings, group_id)
         marker = out.marker
         self.state = CdcState.from_json(marker) if marker else table.delta_state
         self.consumed_to: dict[int, int] = (
@@ -129,6 +139,14 @@ class Pipeline:
             result.changes,
         )
 
+    def _cdc_events(self, batch: DataFrame) -> DataFrame:
+        """The CDC topic from the committed state's offsets to its end now, as the stream's
+        rows (Kafka columns)."""
+        ranges = self.cdc.ranges(self.state.cdc_to)
+        if not ranges:
+            return batch.where(F.lit(False))
+        return self.spark.createDataFrame(self.cdc.read(ranges), schema=batch.schema)
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
             self._run(batch, batch_id)
@@ -155,7 +173,7 @@ class Pipeline:
             ratings_raw = batch.where(F.col("topic") == settings.ratings_topic)
             with steps("cdc"):
                 cdc = ingest(
-                    batch.where(F.col("topic") == settings.cdc_topic),
+                    self._cdc_events(batch),
                     ratings_raw,
                     self.state,
                     settings.customers_topic,
@@ -229,6 +247,7 @@ class RunningJob:
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         self.pipeline.stopping.set()
         self.query.stop()
+        self.pipeline.cdc.close()
         self.table.close()
         self.spark.stop()
 
@@ -247,7 +266,7 @@ def start(settings: JobSettings) -> RunningJob:
         commit_interval_s=settings.table_commit_interval_s,
     )
     out = TransactionalOutput(settings.producer_config(), f"enrichment-{run}", settings.commits_topic)
-    pipeline = Pipeline(spark, settings, table, out, metrics)
+    pipeline = Pipeline(spark, settings, table, out, metrics, group_id=f"enrichment-{run}-cdc")
     query = (
         _kafka_stream(spark, settings)
         .writeStream.queryName("enrichment")

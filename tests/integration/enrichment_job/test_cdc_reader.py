@@ -1,0 +1,82 @@
+"""CdcReader against the real broker: the CDC range a batch reads, and the records in it."""
+
+import pytest
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from support.kafka import StackEnv, make_topics, produce
+
+from enrichment_job.cdc import CdcReader
+from enrichment_job.settings import JobSettings
+
+
+def _reader(stack_env: StackEnv, topic: str, limit: int = 200_000) -> CdcReader:
+    settings = JobSettings(
+        bootstrap_servers=stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+        cdc_topic=topic,
+        max_offsets_per_trigger=limit,
+    )
+    return CdcReader(settings, f"test-{topic}", timeout_s=30)
+
+
+def test_reads_from_the_committed_offsets_to_the_end_with_the_kafka_columns(
+    stack_env: StackEnv, unique: str
+) -> None:
+    topic = f"cdc-{unique}"
+    make_topics(stack_env, [topic], partitions=1)
+    produce(stack_env, topic, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(6)] + [(b"k6", None)])
+    reader = _reader(stack_env, topic)
+    try:
+        assert reader.ranges({}) == {0: (0, 7)}, "a run without state starts at the beginning"
+        assert reader.ranges({0: 7}) == {}, "nothing new"
+        table = reader.read(reader.ranges({0: 4}))
+        assert table.column_names == ["key", "value", "topic", "partition", "offset", "timestamp"]
+        assert table.column("offset").to_pylist() == [4, 5, 6]
+        assert table.column("key").to_pylist() == [b"k4", b"k5", b"k6"]
+        assert table.column("value").to_pylist() == [b"v4", b"v5", None], "a tombstone stays a null"
+        assert set(table.column("topic").to_pylist()) == {topic}
+        assert table.column("timestamp").null_count == 0
+        # The reader is reused batch after batch.
+        assert reader.read(reader.ranges({0: 1})).column("offset").to_pylist() == [1, 2, 3, 4, 5, 6]
+    finally:
+        reader.close()
+
+
+def test_a_batch_reads_at_most_max_offsets_per_trigger(stack_env: StackEnv, unique: str) -> None:
+    topic = f"cdc-{unique}"
+    make_topics(stack_env, [topic], partitions=2)
+    produce(stack_env, topic, [(b"a", b"1")] * 5 + [(b"b", b"2")] * 5)
+    reader = _reader(stack_env, topic, limit=6)
+    try:
+        ranges = reader.ranges({})
+        assert sum(end - first for first, end in ranges.values()) == 6
+        assert reader.read(ranges).num_rows == 6
+        rest = reader.ranges({p: end for p, (_, end) in ranges.items()})
+        assert sum(end - first for first, end in rest.values()) == 4, "the next batch reads the rest"
+    finally:
+        reader.close()
+
+
+def test_a_topic_not_created_yet_has_nothing_to_read(stack_env: StackEnv, unique: str) -> None:
+    reader = _reader(stack_env, f"cdc-missing-{unique}")
+    try:
+        assert reader.ranges({}) == {}
+    finally:
+        reader.close()
+
+
+def test_changes_deleted_before_they_were_read_stop_the_job_with_a_clear_error(
+    stack_env: StackEnv, unique: str
+) -> None:
+    topic = f"cdc-{unique}"
+    make_topics(stack_env, [topic], partitions=1)
+    produce(stack_env, topic, [(b"k", b"v")] * 5)
+    admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
+    for future in admin.delete_records([TopicPartition(topic, 0, 3)]).values():
+        future.result(30)
+    reader = _reader(stack_env, topic)
+    try:
+        with pytest.raises(KafkaException, match=r"offsets 1\.\.2 were deleted"):
+            reader.ranges({0: 1})
+        assert reader.ranges({}) == {0: (3, 5)}, "without state the read starts at what is left"
+    finally:
+        reader.close()
