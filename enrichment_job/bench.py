@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -150,6 +151,49 @@ def fixed_rate(
     }
 
 
+# The job JVM's threads, by what they do (Linux thread names, 15 characters at most).
+THREAD_GROUPS = (
+    ("tasks", re.compile(r"^Executor task")),
+    ("jit", re.compile(r"^C\d CompilerThre")),
+    ("query", re.compile(r"^stream executio")),  # plans each batch, runs foreachBatch's calls
+    ("gc", re.compile(r"^(GC Thread|G1 |GC |VM Thread|ParGC)")),
+)
+
+
+def job_jvm(job_pid: int) -> int | None:
+    """The Spark JVM that the job's Python process started (its child named java)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name == "java" and int(rest[1]) == job_pid:
+            return int(entry.name)
+    return None
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds so far of a process's threads, by THREAD_GROUPS ("other" for the rest)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    groups: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        group = next((g for g, pattern in THREAD_GROUPS if pattern.match(name)), "other")
+        groups[group] = groups.get(group, 0.0) + (int(rest[11]) + int(rest[12])) / ticks
+    return groups
+
+
+def cores_used(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    return {g: round((after.get(g, 0.0) - before.get(g, 0.0)) / seconds, 2) for g in after}
+
+
 def percentile(values: list[int], q: float) -> float:
     ordered = sorted(values)
     return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))]) if ordered else float("nan")
@@ -258,9 +302,15 @@ def main() -> int:  # noqa: PLR0915 - one benchmark, its phases in order
                 continue
             count = int(args.rate * seconds)
             print(f"{phase}: {count} ratings at {args.rate:.0f}/s ...", flush=True)
+            jvm = job_jvm(proc.pid)
+            cpu_before, t0 = (thread_cpu_s(jvm) if jvm else {}), time.monotonic()
             results[phase] = fixed_rate(
                 latencies, producer, topics["ratings"], ids, count=count, rate=args.rate
             )
+            if jvm:  # where the job's CPU went, in cores: tasks, JIT compiler, query thread, GC
+                results[phase]["job_jvm_cores"] = cores_used(
+                    cpu_before, thread_cpu_s(jvm), time.monotonic() - t0
+                )
             print(json.dumps(results[phase]), flush=True)
 
         print(f"saturation: a backlog of {args.saturation} ratings ...", flush=True)
