@@ -26,9 +26,9 @@ from pyspark.sql import DataFrame, SparkSession
 from enrichment_job.schemas import VERSION_FIELDS
 
 log = logging.getLogger("enrichment_job")
-COMPACT_PIECES = 32  # pieces the join reads before a background fold into the base
-# ... or rows: the pieces are broadcast to every batch's join (a snapshot of 100k versions
-# arriving as pieces would otherwise be broadcast, 33 MB, by each batch until 32 pieces came).
+COMPACT_PIECES = 32  # materialized pieces the join reads before a background fold into the base
+# ... or rows: the recent versions are broadcast to every batch's join (a snapshot of 100k
+# versions arriving as pieces would otherwise be broadcast, 33 MB, by each batch for long).
 COMPACT_ROWS = 10_000
 LOCAL_PIECE_ROWS = 1_000  # a larger piece is materialized at once, not kept in the plan
 
@@ -77,7 +77,12 @@ class CustomerTable:
         self.maintain_every = maintain_every
         self.commit_interval_s = commit_interval_s
         self._lock = threading.Lock()
-        self._pieces: list[tuple[DataFrame, int]] = []  # and their rows
+        self._pieces: list[tuple[DataFrame, int]] = []  # materialized, and their rows
+        # Small pieces stay Arrow tables on the driver, and the join reads them as one local
+        # relation: a union of one relation per batch with changes (a few versions each) was
+        # a broadcast job of up to 64 tasks in every batch, and a plan that grew with them.
+        self._small: list[pa.Table] = []
+        self._small_df: DataFrame | None = None
         self._compacting = threading.Event()
         self._writes: queue.Queue[tuple[int, pa.Table, CdcState] | None] = queue.Queue()
         self._failure: BaseException | None = None
@@ -114,20 +119,32 @@ class CustomerTable:
         """Every version known to this process, for the join (no Spark job to get it): the
         materialized base, and the versions added since (None when there are none)."""
         with self._lock:
-            base, pieces = self._base, list(self._pieces)
-        return base, reduce(DataFrame.unionByName, [p for p, _ in pieces]) if pieces else None
+            base, recent = self._base, self._recent()
+        return base, reduce(DataFrame.unionByName, recent) if recent else None
+
+    def _recent(self) -> list[DataFrame]:
+        return [p for p, _ in self._pieces] + ([self._small_df] if self._small_df is not None else [])
+
+    def _local(self, small: list[pa.Table]) -> DataFrame | None:
+        """The small pieces as one relation in the plan."""
+        return self.spark.createDataFrame(pa.concat_tables(small), schema=VERSION_FIELDS) if small else None
 
     # ---- adding --------------------------------------------------------------------------
     def add(self, versions: pa.Table) -> None:
         """New versions, visible to the join at once. If the batch then fails, the job stops
         and its next run rebuilds the table from Delta and the CDC topic."""
         self._raise_failure()
-        piece = self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
         if versions.num_rows > LOCAL_PIECE_ROWS:  # a plan would carry the rows: materialize once
-            piece = piece.coalesce(self.partitions).localCheckpoint()
+            piece = self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
+            with self._lock:
+                self._pieces.append((piece.coalesce(self.partitions).localCheckpoint(), versions.num_rows))
+        else:
+            with self._lock:
+                small = [*self._small, versions]
+                self._small, self._small_df = small, self._local(small)
         with self._lock:
-            self._pieces.append((piece, versions.num_rows))
-            crowded = len(self._pieces) >= COMPACT_PIECES or sum(n for _, n in self._pieces) >= COMPACT_ROWS
+            rows = sum(n for _, n in self._pieces) + sum(t.num_rows for t in self._small)
+            crowded = len(self._pieces) >= COMPACT_PIECES or rows >= COMPACT_ROWS
         if crowded and not self._compacting.is_set():
             self._compacting.set()
             threading.Thread(target=self._compact, name="table-compaction", daemon=True).start()
@@ -137,10 +154,11 @@ class CustomerTable:
         (plus its pieces) until the swap."""
         try:
             with self._lock:
-                base, pieces = self._base, list(self._pieces)
-            merged = self._materialize(reduce(DataFrame.unionByName, [base, *(p for p, _ in pieces)]))
+                base, pieces, small, recent = self._base, len(self._pieces), len(self._small), self._recent()
+            merged = self._materialize(reduce(DataFrame.unionByName, [base, *recent]))
             with self._lock:
-                self._base, self._pieces = merged, self._pieces[len(pieces) :]
+                self._base, self._pieces, self._small = merged, self._pieces[pieces:], self._small[small:]
+                self._small_df = self._local(self._small)
         except Exception:  # the pieces stay; the next add tries again
             log.exception("folding new customer versions into the table failed; retrying later")
         finally:
