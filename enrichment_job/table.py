@@ -31,6 +31,9 @@ COMPACT_PIECES = 32  # materialized pieces the join reads before a background fo
 # versions arriving as pieces would otherwise be broadcast, 33 MB, by each batch for long).
 COMPACT_ROWS = 10_000
 LOCAL_PIECE_ROWS = 1_000  # a larger piece is materialized at once, not kept in the plan
+# The small pieces together: every batch's plan carries them and its join broadcasts them, so
+# past this many they are folded too (at 5 changes a second, every 400 s or so).
+LOCAL_ROWS = 2_000
 
 
 @dataclass(frozen=True)
@@ -143,8 +146,9 @@ class CustomerTable:
                 small = [*self._small, versions]
                 self._small, self._small_df = small, self._local(small)
         with self._lock:
-            rows = sum(n for _, n in self._pieces) + sum(t.num_rows for t in self._small)
-            crowded = len(self._pieces) >= COMPACT_PIECES or rows >= COMPACT_ROWS
+            local = sum(t.num_rows for t in self._small)
+            rows = sum(n for _, n in self._pieces) + local
+            crowded = len(self._pieces) >= COMPACT_PIECES or rows >= COMPACT_ROWS or local >= LOCAL_ROWS
         if crowded and not self._compacting.is_set():
             self._compacting.set()
             threading.Thread(target=self._compact, name="table-compaction", daemon=True).start()
