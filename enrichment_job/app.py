@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from enrichment_job.cdc import CdcReader, ingest
+from enrichment_job.cdc import CdcReader, CdcResult, ingest
 from enrichment_job.enrich import Ratings
 from enrichment_job.kafka_out import TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener, Steps
@@ -148,13 +148,42 @@ class Pipeline:
             result.changes,
         )
 
-    def _cdc_events(self, batch: DataFrame) -> DataFrame:
-        """The CDC topic from the committed state's offsets to its end now, as the stream's
+    def _cdc_events(
+        self, batch: DataFrame, state: CdcState, until: dict[int, int] | None = None
+    ) -> DataFrame:
+        """The CDC topic from `state`'s offsets to its end now (or to `until`), as the stream's
         rows (Kafka columns)."""
-        ranges = self.cdc.ranges(self.state.cdc_to)
+        ranges = self.cdc.ranges(state.cdc_to, until)
         if not ranges:
             return batch.where(F.lit(False))
         return self.spark.createDataFrame(self.cdc.read(ranges), schema=batch.schema)
+
+    def _cdc_catch_up(self, batch: DataFrame, batch_id: int, cdc: CdcResult) -> CdcResult:
+        """When the limit per read left CDC records that were in the topic as the batch
+        started (a fresh job on a long CDC topic, or after a long stop), the batch reads on to
+        them, one limited read after the other, before any rating is decided. Otherwise ratings
+        would pile up waiting, batch after batch, for a watermark that moves one read a batch."""
+        target = dict(self.cdc.short)
+        if not target:
+            return cdc
+        none = batch.where(F.lit(False))
+        while self.cdc.short:
+            more = ingest(
+                self._cdc_events(batch, cdc.state, until=target),
+                none,
+                cdc.state,
+                self.settings.customers_topic,
+                self.settings.dlq_topic,
+            )
+            cdc = cdc.then(more)
+            left = sum(max(0, end - cdc.state.cdc_to.get(p, end)) for p, end in target.items())
+            log.info(
+                "batch %d: catching up with the CDC topic: %d events read, %d left",
+                batch_id,
+                cdc.events,
+                left,
+            )
+        return cdc
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -182,12 +211,13 @@ class Pipeline:
             ratings_raw = batch.where(F.col("topic") == settings.ratings_topic)
             with steps("cdc"):
                 cdc = ingest(
-                    self._cdc_events(batch),
+                    self._cdc_events(batch, self.state),
                     ratings_raw,
                     self.state,
                     settings.customers_topic,
                     settings.dlq_topic,
                 )
+                cdc = self._cdc_catch_up(batch, batch_id, cdc)
             if cdc.changes:  # the join below needs them: the watermark counts them in
                 self.table.add(cdc.versions)
             watermark = cdc.state.clock_ms

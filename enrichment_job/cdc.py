@@ -40,6 +40,29 @@ class CdcResult:
     def changes(self) -> int:
         return int(self.versions.num_rows)
 
+    def then(self, later: "CdcResult") -> "CdcResult":
+        """This result followed by `later`, which read on from this one's state (the ratings
+        counted are this one's)."""
+        return CdcResult(
+            state=later.state,
+            versions=pa.concat_tables([self.versions, later.versions]),
+            customers=_concat(self.customers, later.customers),
+            dead=_concat(self.dead, later.dead),
+            events=self.events + later.events,
+            duplicates=self.duplicates + later.duplicates,
+            ratings_read=self.ratings_read,
+        )
+
+
+def _concat(first: Records, second: Records) -> Records:
+    headers = None
+    if first.headers is not None or second.headers is not None:
+        headers = [
+            *(first.headers if first.headers is not None else [None] * len(first)),
+            *(second.headers if second.headers is not None else [None] * len(second)),
+        ]
+    return Records(first.topic, [*first.keys, *second.keys], [*first.values, *second.values], headers)
+
 
 class CdcReader:
     """Reads the CDC topic from where the committed state left it to where it ends now: at most
@@ -63,8 +86,13 @@ class CdcReader:
             }
         )
 
-    def ranges(self, cdc_to: dict[int, int]) -> dict[int, tuple[int, int]]:
-        """partition -> [first, end) offsets to read; partitions with nothing new are left out."""
+    def ranges(
+        self, cdc_to: dict[int, int], until: dict[int, int] | None = None
+    ) -> dict[int, tuple[int, int]]:
+        """partition -> [first, end) offsets to read, up to where the topic ends now (or to
+        `until`, partition -> offset); partitions with nothing new are left out. Where the
+        limit cut a range short, `short` then holds the partition and the end it fell short of."""
+        self.short: dict[int, int] = {}
         topic = self.consumer.list_topics(self.topic, timeout=self.timeout_s).topics[self.topic]
         if topic.error is not None:
             if topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # Debezium has not written yet
@@ -72,9 +100,13 @@ class CdcReader:
             raise KafkaException(topic.error)
         ranges, budget = {}, self.limit
         for p in sorted(topic.partitions):
+            if until is not None and p not in until:
+                continue
             low, high = self.consumer.get_watermark_offsets(
                 TopicPartition(self.topic, p), timeout=self.timeout_s, cached=False
             )
+            if until is not None:
+                high = min(high, until[p])
             first = cdc_to.get(p, low)
             if first < low:
                 raise KafkaException(
@@ -88,6 +120,8 @@ class CdcReader:
             if end > first:
                 ranges[p] = (first, end)
                 budget -= end - first
+            if end < high:
+                self.short[p] = high
         return ranges
 
     def read(self, ranges: dict[int, tuple[int, int]]) -> pa.Table:

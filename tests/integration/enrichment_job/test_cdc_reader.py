@@ -56,6 +56,27 @@ def test_a_batch_reads_at_most_max_offsets_per_trigger(stack_env: StackEnv, uniq
         reader.close()
 
 
+def test_a_read_cut_short_by_the_limit_says_where_the_topic_ended_and_can_read_on_to_it(
+    stack_env: StackEnv, unique: str
+) -> None:
+    topic = f"cdc-{unique}"
+    make_topics(stack_env, [topic], partitions=1)
+    produce(stack_env, topic, [(b"a", b"1")] * 10)
+    reader = _reader(stack_env, topic, limit=4)
+    try:
+        assert reader.ranges({}) == {0: (0, 4)}
+        assert reader.short == {0: 10}, "the topic ended at 10 when the read was cut at 4"
+        produce(stack_env, topic, [(b"a", b"2")] * 5)  # arrives after the batch started
+        assert reader.ranges({0: 4}, until={0: 10}) == {0: (4, 8)}
+        assert reader.short == {0: 10}
+        assert reader.ranges({0: 8}, until={0: 10}) == {0: (8, 10)}, "not the records that came later"
+        assert reader.short == {}, "caught up with where the topic ended"
+        assert reader.ranges({0: 10}) == {0: (10, 14)}
+        assert reader.short == {0: 15}
+    finally:
+        reader.close()
+
+
 def test_a_topic_not_created_yet_has_nothing_to_read(stack_env: StackEnv, unique: str) -> None:
     reader = _reader(stack_env, f"cdc-missing-{unique}")
     try:

@@ -5,6 +5,7 @@ One job (grace 3 s) serves the tests that only add data; bootstrap, crash and re
 jobs of their own."""
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from support.enrichment import (
     Job,
     Topics,
@@ -23,6 +25,8 @@ from support.enrichment import (
     read_topic,
     values,
 )
+
+from enrichment_job.settings import JobSettings
 
 StackEnv = dict[str, str]
 GRACE_MS = 3000
@@ -223,3 +227,48 @@ def test_c_a_fresh_job_waits_for_the_table_so_no_rating_is_unmatched_for_being_e
         job.stop()
         delete_topics(stack_env, names)
     assert all(v["customer_matched"] and v["club_status"] == "gold" for v in out.values())
+
+
+def _cdc_events(stack_env: StackEnv) -> int:
+    """Records in the CDC topic now (its snapshot, the changes and heartbeats since)."""
+    topic = JobSettings().cdc_topic
+    consumer = Consumer({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"], "group.id": "test-count"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in partitions]
+    finally:
+        consumer.close()
+    return sum(high - low for low, high in marks)
+
+
+def test_c_a_fresh_job_reads_a_long_cdc_topic_to_its_end_before_deciding_any_rating(
+    stack_env: StackEnv, db: Any, tmp_path: Path
+) -> None:
+    own = Topics()
+    customers = [_insert(db, "silver") for _ in range(3)]
+    t0 = _next_second(db)
+    ids = [next(IDS) for _ in customers]
+    names = create_topics(stack_env, own)
+    produce(
+        stack_env, own.name("ratings"), [rating(rid, c, 4, t0) for rid, c in zip(ids, customers, strict=True)]
+    )
+    # A limit per read that takes at least four reads through the CDC topic.
+    limit = max(20, _cdc_events(stack_env) // 4)
+    job = Job(stack_env, own, tmp_path / "long-cdc", GRACE_MS)
+    job.env["ENRICH_MAX_OFFSETS_PER_TRIGGER"] = str(limit)
+    job.start()
+    try:
+        out = _by_rating(stack_env, own.name("enriched"), set(ids))
+    finally:
+        job.stop()
+        delete_topics(stack_env, names)
+    assert all(v["customer_matched"] and v["club_status"] == "silver" for v in out.values())
+    log = job.log.read_text(errors="replace")
+    assert "catching up with the CDC topic" in log, job.tail()
+    batches = [
+        (int(m["new"]), int(m["waiting"]))
+        for m in re.finditer(r"batch \d+: (?P<new>\d+) new, .*?, (?P<waiting>\d+) waiting", log)
+    ]
+    first = next((b for b in batches if b[0] > 0), None)
+    assert first is not None, job.tail()
+    assert first[1] == 0, f"the first batch with ratings left {first[1]} waiting for the CDC watermark"
