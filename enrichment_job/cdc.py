@@ -76,6 +76,7 @@ class CdcReader:
         self.topic = settings.cdc_topic
         self.limit = settings.max_offsets_per_trigger
         self.timeout_s = timeout_s
+        self.short: dict[int, int] = {}  # after `ranges`: partition -> the end the limit cut short
         self.consumer = Consumer(
             {
                 **settings.producer_config(),
@@ -92,7 +93,7 @@ class CdcReader:
         """partition -> [first, end) offsets to read, up to where the topic ends now (or to
         `until`, partition -> offset); partitions with nothing new are left out. Where the
         limit cut a range short, `short` then holds the partition and the end it fell short of."""
-        self.short: dict[int, int] = {}
+        self.short = {}
         topic = self.consumer.list_topics(self.topic, timeout=self.timeout_s).topics[self.topic]
         if topic.error is not None:
             if topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # Debezium has not written yet
