@@ -10,6 +10,12 @@ from pyspark.sql import functions as F
 from enrichment_job.kafka_out import Records
 
 
+def concat(tables: list[pa.Table]) -> pa.Table:
+    """The tables one after the other, as one chunk. PySpark's createDataFrame stops reading an
+    Arrow table at its first empty chunk (PySpark 4.0.0): the rows after it would be lost."""
+    return pa.concat_tables(tables).combine_chunks()
+
+
 def collect(df: DataFrame, order_by: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> pa.Table:
     """One Spark job: `df`'s key, value (and headers), `order_by` and `extra` columns as Arrow,
     sorted by `order_by`. `df` has columns key and value (string or binary; value null =

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from enrichment_job.batch_io import to_records
+from enrichment_job.batch_io import concat, to_records
 from enrichment_job.kafka_out import Records
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
@@ -45,7 +45,7 @@ class CdcResult:
         counted are this one's)."""
         return CdcResult(
             state=later.state,
-            versions=pa.concat_tables([self.versions, later.versions]),
+            versions=concat([self.versions, later.versions]),
             customers=_concat(self.customers, later.customers),
             dead=_concat(self.dead, later.dead),
             events=self.events + later.events,

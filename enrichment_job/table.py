@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from enrichment_job.batch_io import concat
 from enrichment_job.schemas import VERSION_FIELDS
 
 log = logging.getLogger("enrichment_job")
@@ -130,13 +131,15 @@ class CustomerTable:
 
     def _local(self, small: list[pa.Table]) -> DataFrame | None:
         """The small pieces as one relation in the plan."""
-        return self.spark.createDataFrame(pa.concat_tables(small), schema=VERSION_FIELDS) if small else None
+        return self.spark.createDataFrame(concat(small), schema=VERSION_FIELDS) if small else None
 
     # ---- adding --------------------------------------------------------------------------
     def add(self, versions: pa.Table) -> None:
         """New versions, visible to the join at once. If the batch then fails, the job stops
         and its next run rebuilds the table from Delta and the CDC topic."""
         self._raise_failure()
+        if not versions.num_rows:
+            return
         if versions.num_rows > LOCAL_PIECE_ROWS:  # a plan would carry the rows: materialize once
             piece = self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
             with self._lock:
@@ -214,7 +217,7 @@ class CustomerTable:
                     items.append(more)
             try:
                 started = last = time.monotonic()
-                self._append(items[-1][0], pa.concat_tables([i[1] for i in items]), items[-1][2])
+                self._append(items[-1][0], concat([i[1] for i in items]), items[-1][2])
                 log.info(
                     "customer table: batches %d..%d appended to Delta in %.2f s",
                     items[0][0],
