@@ -140,15 +140,16 @@ class CustomerTable:
         self._raise_failure()
         if not versions.num_rows:
             return
-        if versions.num_rows > LOCAL_PIECE_ROWS:  # a plan would carry the rows: materialize once
+        large = versions.num_rows > LOCAL_PIECE_ROWS
+        if large:  # a plan would carry the rows: materialize once (a Spark job: not under the lock)
             piece = self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
-            with self._lock:
-                self._pieces.append((piece.coalesce(self.partitions).localCheckpoint(), versions.num_rows))
-        else:
-            with self._lock:
-                small = [*self._small, versions]
-                self._small, self._small_df = small, self._local(small)
+            piece = piece.coalesce(self.partitions).localCheckpoint()
         with self._lock:
+            if large:
+                self._pieces.append((piece, versions.num_rows))
+            else:
+                self._small.append(versions)
+                self._small_df = self._local(self._small)
             local = sum(t.num_rows for t in self._small)
             rows = sum(n for _, n in self._pieces) + local
             crowded = len(self._pieces) >= COMPACT_PIECES or rows >= COMPACT_ROWS or local >= LOCAL_ROWS
