@@ -160,17 +160,21 @@ THREAD_GROUPS = (
 )
 
 
+def _stat(entry: Path) -> tuple[str, list[str]] | None:
+    """A process's or thread's name and the fields after it in /proc/.../stat (state first);
+    None when it has ended."""
+    try:
+        stat = (entry / "stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+
+
 def job_jvm(job_pid: int) -> int | None:
     """The Spark JVM that the job's Python process started (its child named java)."""
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if name == "java" and int(rest[1]) == job_pid:
+        stat = _stat(entry) if entry.name.isdigit() else None
+        if stat is not None and stat[0] == "java" and int(stat[1][1]) == job_pid:
             return int(entry.name)
     return None
 
@@ -180,11 +184,9 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
     ticks = os.sysconf("SC_CLK_TCK")
     groups: dict[str, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:  # the thread ended
+        if (stat := _stat(task)) is None:
             continue
-        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        name, rest = stat
         group = next((g for g, pattern in THREAD_GROUPS if pattern.match(name)), "other")
         groups[group] = groups.get(group, 0.0) + (int(rest[11]) + int(rest[12])) / ticks
     return groups
