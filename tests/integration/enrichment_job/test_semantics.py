@@ -212,21 +212,39 @@ def test_g_bad_records_go_to_the_dlq_with_reasons_and_good_ones_around_them_are_
 def test_c_a_fresh_job_waits_for_the_table_so_no_rating_is_unmatched_for_being_early(
     stack_env: StackEnv, db: Any, tmp_path: Path
 ) -> None:
-    own = Topics()
-    customers = [_insert(db, "gold") for _ in range(5)]
-    t0 = _next_second(db)
-    ids = [next(IDS) for _ in customers]
-    names = create_topics(stack_env, own)
-    produce(
-        stack_env, own.name("ratings"), [rating(rid, c, 2, t0) for rid, c in zip(ids, customers, strict=True)]
+    out, _ = _fresh_job_on_waiting_ratings(
+        stack_env, db, tmp_path / "fresh", club_status="gold", customers=5, stars=2
     )
-    job = Job(stack_env, own, tmp_path / "fresh", GRACE_MS).start()
+    assert all(v["customer_matched"] and v["club_status"] == "gold" for v in out.values())
+
+
+def _fresh_job_on_waiting_ratings(
+    stack_env: StackEnv,
+    db: Any,
+    state_dir: Path,
+    *,
+    club_status: str,
+    customers: int,
+    stars: int,
+    env: dict[str, str] | None = None,
+) -> tuple[dict[int, Any], Job]:
+    """New customers, then a rating of each waiting in a topic of its own, then a job on a
+    fresh checkpoint (`env` added to its environment): the enriched records, and the job."""
+    own = Topics()
+    customer_ids = [_insert(db, club_status) for _ in range(customers)]
+    t0 = _next_second(db)
+    ids = [next(IDS) for _ in customer_ids]
+    names = create_topics(stack_env, own)
+    waiting = [rating(rid, c, stars, t0) for rid, c in zip(ids, customer_ids, strict=True)]
+    produce(stack_env, own.name("ratings"), waiting)
+    job = Job(stack_env, own, state_dir, GRACE_MS)
+    job.env.update(env or {})
+    job.start()
     try:
-        out = _by_rating(stack_env, own.name("enriched"), set(ids))
+        return _by_rating(stack_env, own.name("enriched"), set(ids)), job
     finally:
         job.stop()
         delete_topics(stack_env, names)
-    assert all(v["customer_matched"] and v["club_status"] == "gold" for v in out.values())
 
 
 def _cdc_events(stack_env: StackEnv) -> int:
@@ -244,24 +262,17 @@ def _cdc_events(stack_env: StackEnv) -> int:
 def test_c_a_fresh_job_reads_a_long_cdc_topic_to_its_end_before_deciding_any_rating(
     stack_env: StackEnv, db: Any, tmp_path: Path
 ) -> None:
-    own = Topics()
-    customers = [_insert(db, "silver") for _ in range(3)]
-    t0 = _next_second(db)
-    ids = [next(IDS) for _ in customers]
-    names = create_topics(stack_env, own)
-    produce(
-        stack_env, own.name("ratings"), [rating(rid, c, 4, t0) for rid, c in zip(ids, customers, strict=True)]
-    )
     # A limit per read that takes at least four reads through the CDC topic.
     limit = max(20, _cdc_events(stack_env) // 4)
-    job = Job(stack_env, own, tmp_path / "long-cdc", GRACE_MS)
-    job.env["ENRICH_MAX_OFFSETS_PER_TRIGGER"] = str(limit)
-    job.start()
-    try:
-        out = _by_rating(stack_env, own.name("enriched"), set(ids))
-    finally:
-        job.stop()
-        delete_topics(stack_env, names)
+    out, job = _fresh_job_on_waiting_ratings(
+        stack_env,
+        db,
+        tmp_path / "long-cdc",
+        club_status="silver",
+        customers=3,
+        stars=4,
+        env={"ENRICH_MAX_OFFSETS_PER_TRIGGER": str(limit)},
+    )
     assert all(v["customer_matched"] and v["club_status"] == "silver" for v in out.values())
     log = job.log.read_text(errors="replace")
     assert "catching up with the CDC topic" in log, job.tail()
