@@ -108,6 +108,7 @@ class Pipeline:
         self.ratings = Ratings(spark, settings)
         self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
         self.cdc = CdcReader(settings, group_id)
+        self._is_rating = F.col("topic") == settings.ratings_topic  # built once: see plans.py
         marker = out.marker
         self.state = CdcState.from_json(marker) if marker else table.delta_state
         self.consumed_to: dict[int, int] = (
@@ -208,7 +209,7 @@ class Pipeline:
         settings = self.settings
         batch = batch.persist()
         try:
-            ratings_raw = batch.where(F.col("topic") == settings.ratings_topic)
+            ratings_raw = batch.where(self._is_rating)
             with steps("cdc"):
                 cdc = ingest(
                     self._cdc_events(batch, self.state),

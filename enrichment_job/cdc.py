@@ -13,17 +13,19 @@ from functools import cache
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from enrichment_job.batch_io import concat, to_records
 from enrichment_job.kafka_out import Records
+from enrichment_job.plans import Columns, aggregate, select
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState
 from enrichment_job.transforms import binlog_type, cdc_clock, dead_letters, parse_cdc, version_columns
 
 HEADERS = "array<struct<key:string,value:binary>>"
+BY_PARTITION = Columns("partition")
 
 
 @dataclass(frozen=True)
@@ -183,9 +185,9 @@ def ingest(
         keep=("partition", "offset", "is_tombstone"),
     )
     rows = (
-        good.select(*readable)
-        .unionByName(unread.select(*unreadable))
-        .unionByName(ratings.groupBy("partition").agg(*read_stats).select(*read))
+        select(good, readable)
+        .unionByName(select(unread, unreadable))
+        .unionByName(select(aggregate(ratings, BY_PARTITION, read_stats), read))
         .toArrow()
     )
     return _result(
@@ -194,7 +196,7 @@ def ingest(
 
 
 @cache
-def _row_columns() -> tuple[tuple[Column, ...], ...]:
+def _row_columns() -> tuple[Columns, ...]:
     """ingest's one result: change events (kind change, duplicate or beat), unreadable ones
     (bad, tombstone) and the ratings read per partition (kind ratings; offset = the last one,
     clock_ms = how many), as rows of one shape."""
@@ -209,7 +211,7 @@ def _row_columns() -> tuple[tuple[Column, ...], ...]:
         "headers": F.lit(None).cast(HEADERS),
         "version": F.lit(None).cast(VERSION_FIELDS),
     }
-    readable = (
+    readable = Columns(
         F.when(change, "change").when(F.col("duplicate"), "duplicate").otherwise("beat").alias("kind"),
         F.col("partition"),
         F.col("offset"),
@@ -220,7 +222,7 @@ def _row_columns() -> tuple[tuple[Column, ...], ...]:
         none["headers"].alias("headers"),
         F.when(change, version).alias("version"),
     )
-    unreadable = (
+    unreadable = Columns(
         F.when(F.col("is_tombstone"), "tombstone").otherwise("bad").alias("kind"),
         F.col("partition"),
         F.col("offset"),
@@ -231,12 +233,12 @@ def _row_columns() -> tuple[tuple[Column, ...], ...]:
         F.col("headers"),
         none["version"].alias("version"),
     )
-    read_stats = (
+    read_stats = Columns(
         F.lit("ratings").alias("kind"),
         F.max("offset").alias("offset"),
         F.count("*").alias("clock_ms"),
     )
-    read = (
+    read = Columns(
         F.col("kind"),
         F.col("partition"),
         F.col("offset"),

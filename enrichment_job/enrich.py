@@ -37,6 +37,7 @@ from pyspark.sql.types import (
 from enrichment_job.batch_io import to_records
 from enrichment_job.kafka_out import Records
 from enrichment_job.metrics import Steps
+from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import RATING_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.transforms import (
@@ -81,7 +82,7 @@ class Ratings:
         self.settings = settings
         self.rule = alert_rule(settings.alert_stars_below, settings.alert_club_status)
         self.waiting: pa.Table | None = None
-        self._rows: tuple[Column, ...] | None = None  # the step's output columns, built once
+        self._rows: Columns | None = None  # the step's output columns, built once
 
     @property
     def waiting_count(self) -> int:
@@ -104,7 +105,7 @@ class Ratings:
             .option("endingOffsets", json.dumps({topic: {str(p): ends[p] for p in starts}}))
             .load()
         )
-        readable = parse_ratings(raw).select(*_flow_columns()).where("dlq_reason IS NULL")
+        readable = select(parse_ratings(raw), _flow_columns()).where("dlq_reason IS NULL")
         rows = self._collect(readable, versions, marker["watermark_ms"])
         self.waiting = _waiting(rows)
         log.info(
@@ -123,7 +124,7 @@ class Ratings:
         """`raw`: the batch's rows of the ratings topic; `versions`: the customer table (its
         base and its recent versions, see `CustomerTable.versions`)."""
         settings = self.settings
-        parsed = parse_ratings(raw).select(*_flow_columns())
+        parsed = select(parse_ratings(raw), _flow_columns())
         if self.waiting is not None:
             parsed = parsed.unionByName(
                 self.spark.createDataFrame(self.waiting, schema=WAITING).withColumn(
@@ -177,7 +178,7 @@ class Ratings:
         if self._rows is None:  # the same every batch
             in_value = tuple(c for c in joined.columns if c not in (*CARRIED, *DECIDED))
             self._rows = _row_columns(in_value, self.rule)
-        return joined.select(*self._rows).toArrow().sort_by(ORDER)
+        return select(joined, self._rows).toArrow().sort_by(ORDER)
 
 
 # What a rating carries through the join besides its fields: its origin, and for a dead letter
@@ -188,12 +189,12 @@ DECIDED = ("settled", "released")
 
 
 @cache
-def _flow_columns() -> tuple[Column, ...]:
+def _flow_columns() -> Columns:
     """A parsed rating as it enters the step: a dead letter keeps its original value and has no
     user_id (it joins nothing and holds back no customer's ratings); a readable rating drops
     its value (it was parsed)."""
     bad = F.col("dlq_reason").isNotNull()
-    return (
+    return Columns(
         *[F.when(~bad, F.col(n)).alias(n) if n == "user_id" else F.col(n) for n in RATING_FIELDS.names],
         F.col("key"),
         F.when(bad, F.col("value")).alias("value"),
@@ -205,7 +206,7 @@ def _flow_columns() -> tuple[Column, ...]:
     )
 
 
-def _row_columns(in_value: tuple[str, ...], rule: Column) -> tuple[Column, ...]:
+def _row_columns(in_value: tuple[str, ...], rule: Column) -> Columns:
     """The one result of a step, a row per rating: kind (enriched, waiting or bad), partition,
     offset, key, value, headers, is_alert, rating (the WAITING fields of a waiting rating)."""
     bad = F.col("dlq_reason").isNotNull()
@@ -222,7 +223,7 @@ def _row_columns(in_value: tuple[str, ...], rule: Column) -> tuple[Column, ...]:
     ).cast(WAITING)  # nullable fields, for Arrow
     value = F.to_json(F.struct(*[F.col(c) for c in in_value]), {"ignoreNullFields": "false"})
     headers = dead_letter_headers("enrichment", "rating_partition", "rating_offset")
-    return (
+    return Columns(
         F.when(bad, "bad").when(enriched, "enriched").otherwise("waiting").alias("kind"),
         F.col("rating_partition").alias("partition"),
         F.col("rating_offset").alias("offset"),

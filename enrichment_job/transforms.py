@@ -11,11 +11,11 @@ and only the few that carry a batch's values (watermark, carried clock) are buil
 from functools import cache
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from enrichment_job.plans import Columns, aggregate, drop, select, values_row
 from enrichment_job.schemas import (
     CDC_ENVELOPE,
     CORRUPT,
@@ -48,18 +48,18 @@ def parse_ratings(raw: DataFrame) -> DataFrame:
     field of the wrong type) is read a second time, every field as text, to say which fields are
     present and which have the wrong type: JSON parsing is the largest cost per rating."""
     typed, text, fields = _rating_parse()
-    return raw.select(*typed).select(*text).select(*fields)
+    return select(select(select(raw, typed), text), fields)
 
 
 @cache
-def _rating_parse() -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
+def _rating_parse() -> tuple[Columns, Columns, Columns]:
     value = F.col("value").cast("string")
-    typed = (
+    typed = Columns(
         *[F.col(c) for c in KAFKA_META],
         F.from_json(value, RATING_PARSE_SCHEMA, PARSE_OPTIONS).alias("_r"),
     )
     suspect = F.col("_r").isNull() | F.col(f"_r.{CORRUPT}").isNotNull()
-    text = (
+    text = Columns(
         *[F.col(c) for c in KAFKA_META],
         F.col("_r"),
         F.when(suspect, F.from_json(value, RATING_TEXT_SCHEMA, PARSE_OPTIONS)).alias("_s"),
@@ -81,7 +81,7 @@ def _rating_parse() -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Colum
         for field in RATING_FIELDS.fields
     ]
     checks.append((~F.col("_r.stars").between(1, 5), "stars outside 1..5"))
-    fields = (
+    fields = Columns(
         *[F.col(f"_r.{f.name}").alias(f.name) for f in RATING_FIELDS.fields],
         *[F.col(c) for c in KAFKA_META],
         _first_reason(checks).alias("dlq_reason"),
@@ -92,13 +92,13 @@ def _rating_parse() -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Colum
 def parse_cdc(raw: DataFrame) -> DataFrame:
     """Debezium change events: the envelope, `is_tombstone`, and `dlq_reason` (null when readable)."""
     read, fields = _cdc_parse()
-    return raw.select(*read).select(*fields).drop(CORRUPT)
+    return drop(select(select(raw, read), fields), (CORRUPT,))
 
 
 @cache
-def _cdc_parse() -> tuple[tuple[Column, ...], tuple[Column, ...]]:
+def _cdc_parse() -> tuple[Columns, Columns]:
     text = F.col("value").cast("string")
-    read = (
+    read = Columns(
         *[F.col(c) for c in KAFKA_META],
         text.alias("_json"),
         F.from_json(text, CDC_ENVELOPE, PARSE_OPTIONS).alias("_e"),
@@ -118,7 +118,7 @@ def _cdc_parse() -> tuple[tuple[Column, ...], tuple[Column, ...]]:
     # snapshot's time while rows of the snapshot are still to come, valid from their own older
     # update_ts; the clock starts with the first change streamed after the snapshot.
     beat_ms = F.unix_millis(F.to_timestamp(F.get_json_object("_json", "$.after.ts")))
-    fields = (
+    fields = Columns(
         F.col("_e.*"),
         row_id.alias("customer_id"),
         heartbeat.alias("is_heartbeat"),
@@ -144,25 +144,13 @@ def cdc_clock(events: DataFrame, clock_ms: int | None, position: tuple[int, int,
     `binlog`: (file number, position, row); a change at or before the furthest position already
     seen is Debezium re-sending it after a restart (at-least-once) and is marked `duplicate`.
     Snapshot reads share the snapshot's position, so they are never duplicates."""
-    binlog, upto, seen, furthest_here, carried_clock, carried_pos = _clock_parts()
+    binlog, clocked = _clock_parts()
     file, pos, row = position if position is not None else (None, None, None)
     carried = {"_carried_clock": clock_ms, "_carried_file": file, "_carried_pos": pos, "_carried_row": row}
-    furthest = (
-        F.when(seen.isNull(), carried_pos)
-        .when(carried_pos.isNull(), seen)
-        .otherwise(F.greatest(seen, carried_pos))
-    )
-    snapshot = F.col("op") == "r"
-    return (
-        with_batch_values(events.withColumn("binlog", binlog), **carried)
-        .select(
-            "*",
-            F.greatest(F.max("reading_ms").over(upto), carried_clock).alias("clock_ms"),
-            (~snapshot & furthest.isNotNull() & (F.col("binlog") <= furthest)).alias("duplicate"),
-            furthest_here.alias("furthest"),
-        )
-        .drop(*carried)
-    )
+    return drop(select(with_batch_values(events.withColumn("binlog", binlog), **carried), clocked), CARRIED)
+
+
+CARRIED = ("_carried_clock", "_carried_file", "_carried_pos", "_carried_row")
 
 
 def with_batch_values(df: DataFrame, **values: int | None) -> DataFrame:
@@ -170,15 +158,14 @@ def with_batch_values(df: DataFrame, **values: int | None) -> DataFrame:
     (a watermark, a clock). Spark writes a number literal into the Java code it generates, so
     `F.lit` of a value that changes every batch costs compilations every batch (about 6 a batch,
     0.1 to 0.2 s); a column of a one-row local table is data, and the code is compiled once."""
-    row = pa.table({name: pa.array([v], pa.int64()) for name, v in values.items()})
-    return df.crossJoin(F.broadcast(df.sparkSession.createDataFrame(row)))
+    return df.crossJoin(F.broadcast(values_row(df.sparkSession, **values)))
 
 
 @cache
-def _clock_parts() -> tuple[Column, WindowSpec, Column, Column, Column, Column]:
-    """cdc_clock's expressions (none changes between batches): the binlog position, the running
-    window, the furthest non-snapshot position before a row and up to it, the carried clock and
-    position (from `with_batch_values`)."""
+def _clock_parts() -> tuple[Column, Columns]:
+    """cdc_clock's expressions (none changes between batches): the binlog position, and the
+    events with clock_ms, duplicate and furthest, from the running windows over the events and
+    the carried clock and position (`with_batch_values`)."""
     snapshot = F.col("op") == "r"
     file_no = F.regexp_extract(F.col("source.file"), r"(\d+)$", 1).cast("long")
     binlog = F.struct(
@@ -187,18 +174,23 @@ def _clock_parts() -> tuple[Column, WindowSpec, Column, Column, Column, Column]:
     upto = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, -1)
     positions = F.when(~snapshot, F.col("binlog"))
+    seen = F.max(positions).over(before)  # the furthest non-snapshot position before a row
     carried_pos = F.when(
         F.col("_carried_file").isNotNull(),
         F.struct(*(F.col(f"_carried_{n}").alias(n) for n in ("file", "pos", "row"))),
     )
-    return (
-        binlog,
-        upto,
-        F.max(positions).over(before),
-        F.max(positions).over(upto),
-        F.col("_carried_clock"),
-        carried_pos,
+    furthest = (
+        F.when(seen.isNull(), carried_pos)
+        .when(carried_pos.isNull(), seen)
+        .otherwise(F.greatest(seen, carried_pos))
     )
+    clocked = Columns(
+        F.col("*"),
+        F.greatest(F.max("reading_ms").over(upto), F.col("_carried_clock")).alias("clock_ms"),
+        (~snapshot & furthest.isNotNull() & (F.col("binlog") <= furthest)).alias("duplicate"),
+        F.max(positions).over(upto).alias("furthest"),  # ... and up to it
+    )
+    return binlog, clocked
 
 
 def binlog_type() -> StructType:
@@ -275,13 +267,13 @@ def asof_join(
     joined = ratings.alias("r").join(base.alias("b"), on_base, "left")
     if recent is not None:
         joined = joined.join(F.broadcast(recent.alias("p")), on_recent, "left")
-    return joined.groupBy(*group).agg(*picks).select(*out)
+    return select(aggregate(joined, group, picks), out)
 
 
 @cache
 def _asof_parts(
     grace_ms: int, with_recent: bool, carry: tuple[str, ...]
-) -> tuple[Column, Column, tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
+) -> tuple[Column, Column, Columns, Columns, Columns]:
     """asof_join's expressions: the two join conditions, the grouping per rating, the version
     each rating picks, and the output columns."""
     deadline = F.col("r.rating_time") + F.lit(grace_ms)
@@ -305,8 +297,8 @@ def _asof_parts(
         return parts[0] if len(parts) == 1 else pick(*parts)
 
     rating = F.struct(*[F.col(f"r.{name}") for name in (*RATING_FIELDS.names, "timestamp", *carry)])
-    group = (F.col("r.user_id"), F.col("r.partition"), F.col("r.offset"))
-    picks = (
+    group = Columns(F.col("r.user_id"), F.col("r.partition"), F.col("r.offset"))
+    picks = Columns(
         F.any_value(rating).alias("rating"),
         across(F.greatest, [valid_at_time(s) for s in sides]).alias("at"),
         across(F.least, [first(s) for s in sides]).alias("first"),
@@ -314,7 +306,7 @@ def _asof_parts(
     picked = F.coalesce(F.col("at"), F.col("first"))
     v = F.when(~picked["deleted"], picked)
     matched = v.isNotNull()
-    out = (
+    out = Columns(
         # user_id is the grouping column, not the rating's copy: the output then stays
         # partitioned by it and `release` (a window per customer) needs no second shuffle.
         *[
@@ -352,12 +344,12 @@ def alerts(enriched: DataFrame, stars_below: int, club_status: str) -> DataFrame
 def dead_letters(bad: DataFrame, stage: str, keep: tuple[str, ...] = ()) -> DataFrame:
     """The original key and bytes, with the reason and origin as headers (Kafka Connect style),
     plus the `keep` columns unchanged."""
-    return bad.select(*_dead_letter_columns(stage, keep))
+    return select(bad, _dead_letter_columns(stage, keep))
 
 
 @cache
-def _dead_letter_columns(stage: str, keep: tuple[str, ...]) -> tuple[Column, ...]:
-    return (
+def _dead_letter_columns(stage: str, keep: tuple[str, ...]) -> Columns:
+    return Columns(
         F.col("key"),
         F.col("value"),
         dead_letter_headers(stage).alias("headers"),
@@ -390,12 +382,16 @@ def release(joined: DataFrame, grace_ms: int) -> DataFrame:
     A join is final once the CDC table is complete past rating_time when a version valid at
     rating_time was found (`settled`), else past rating_time + grace: only a customer row created
     within the grace can still come. So the grace delays only ratings of unknown customers."""
+    return joined.withColumn("released", _released(grace_ms))
+
+
+@cache
+def _released(grace_ms: int) -> Column:
     watermark = F.col("cdc_watermark_ms")
     final = F.col("rating_time") + F.lit(grace_ms) < watermark
     if grace_ms:
         final = final | (F.col("settled") & (F.col("rating_time") < watermark))
-    released = F.min(F.coalesce(final, F.lit(False)).cast("int")).over(_earlier()) == 1
-    return joined.withColumn("released", released)
+    return F.min(F.coalesce(final, F.lit(False)).cast("int")).over(_earlier()) == 1
 
 
 @cache

@@ -1,0 +1,81 @@
+"""Building a micro-batch's DataFrames with few calls into the JVM.
+
+PySpark hands a list of columns to the JVM one round trip per column (py4j builds a Java list
+element by element), and a column expression costs a few round trips to build. The step's plans
+are the same every batch, so their column lists are built once (the `@cache`d builders in
+transforms.py) and handed over once: here each such tuple becomes a Java sequence the first
+time and is reused after. Measured at 5,000 ratings/s: about 780 round trips a batch, 0.15 to
+0.2 s of a 0.75 s batch, before this.
+
+Uses PySpark's classic (py4j) DataFrame, as the job does throughout: not Spark Connect.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.classic.column import _to_java_column, _to_seq
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+
+class Columns:
+    """Column expressions built once for the job's life (a `@cache`d builder returns them):
+    handed to the JVM as one Java sequence the first time, and that sequence reused after."""
+
+    def __init__(self, *items: Column | str) -> None:
+        self.items = items
+        self._seq: Any = None
+        self._tail: Columns | None = None
+
+    def __iter__(self) -> Iterator[Column | str]:
+        return iter(self.items)
+
+    def seq(self, spark: SparkSession) -> Any:
+        if self._seq is None:
+            self._seq = _to_seq(spark.sparkContext, self.items, _to_java_column)
+        return self._seq
+
+    def tail(self) -> "Columns":
+        """All but the first."""
+        if self._tail is None:
+            self._tail = Columns(*self.items[1:])
+        return self._tail
+
+
+_NAMES: dict[tuple[str, ...], Any] = {}  # column names -> their Java sequence
+
+
+def select(df: DataFrame, columns: Columns) -> DataFrame:
+    """`df.select(*columns)`."""
+    spark = df.sparkSession
+    return ClassicDataFrame(df._jdf.select(columns.seq(spark)), spark)
+
+
+def drop(df: DataFrame, names: tuple[str, ...]) -> DataFrame:
+    """`df.drop(*names)`."""
+    spark = df.sparkSession
+    seq = _NAMES.get(names)
+    if seq is None:
+        seq = _NAMES[names] = _to_seq(spark.sparkContext, names)
+    return ClassicDataFrame(df._jdf.drop(seq), spark)
+
+
+def aggregate(df: DataFrame, group: Columns, aggregates: Columns) -> DataFrame:
+    """`df.groupBy(*group).agg(*aggregates)` (aggregates: Columns, not names)."""
+    spark = df.sparkSession
+    first = aggregates.items[0]
+    assert isinstance(first, Column)
+    grouped = df._jdf.groupBy(group.seq(spark))
+    return ClassicDataFrame(grouped.agg(first._jc, aggregates.tail().seq(spark)), spark)
+
+
+def values_row(spark: SparkSession, **values: int | None) -> DataFrame:
+    """One row, a bigint column per value: an inline table, so a local relation (data, not
+    constants in the generated code), built from one SQL text in one call."""
+    cells = [
+        f"CAST({int(v)} AS BIGINT)" if v is not None else "CAST(NULL AS BIGINT)" for v in values.values()
+    ]
+    names = [f"`{name}`" for name in values if name.isidentifier()]  # nothing to escape in them
+    assert len(names) == len(cells)
+    # Integers and identifiers only: nothing from outside the job reaches the text.
+    return spark.sql(f"SELECT * FROM VALUES ({', '.join(cells)}) AS batch_values({', '.join(names)})")  # noqa: S608
