@@ -68,6 +68,11 @@ def build_session(settings: JobSettings) -> SparkSession:
     return spark
 
 
+def query_checkpoint(settings: JobSettings) -> Path:
+    """The streaming query's checkpoint folder."""
+    return settings.checkpoint_dir / "pipeline"
+
+
 def run_id(checkpoint_dir: Path) -> str:
     """Identifies this checkpoint's run: a new checkpoint is a new run with its own markers."""
     path = checkpoint_dir / "run_id"
@@ -109,6 +114,7 @@ class Pipeline:
         self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
         self.cdc = CdcReader(settings, group_id)
         self._is_rating = F.col("topic") == settings.ratings_topic  # built once: see plans.py
+        self.offsets_dir = query_checkpoint(settings) / "offsets"
         marker = out.marker
         self.state = CdcState.from_json(marker) if marker else table.delta_state
         self.consumed_to: dict[int, int] = (
@@ -136,8 +142,7 @@ class Pipeline:
             .option("endingOffsets", json.dumps({topic: ends}))
             .load()
         )
-        none = raw.where(F.lit(False))
-        result = ingest(raw, none, since, self.settings.customers_topic, self.settings.dlq_topic)
+        result = ingest(raw, since, self.settings.customers_topic, self.settings.dlq_topic)
         if result.state.clock_ms != until.clock_ms:
             log.warning(
                 "re-read CDC ends at clock %s, the marker says %s", result.state.clock_ms, until.clock_ms
@@ -167,11 +172,9 @@ class Pipeline:
         target = dict(self.cdc.short)
         if not target:
             return cdc
-        none = batch.where(F.lit(False))
         while self.cdc.short:
             more = ingest(
                 self._cdc_events(batch, cdc.state, until=target),
-                none,
                 cdc.state,
                 self.settings.customers_topic,
                 self.settings.dlq_topic,
@@ -185,6 +188,22 @@ class Pipeline:
                 left,
             )
         return cdc
+
+    def _ratings_ends(self, batch_id: int) -> dict[int, int]:
+        """partition -> the offset where the batch's ratings end, from the query's offset log
+        (its file for the batch: a version line, a metadata line, then a line per source)."""
+        path = self.offsets_dir / str(batch_id)
+        try:
+            lines = path.read_text().splitlines()
+            if lines[0] != "v1":
+                raise ValueError(f"unknown offset log version {lines[0]!r}")
+            for line in lines[2:]:
+                ends = json.loads(line).get(self.settings.ratings_topic)
+                if ends is not None:
+                    return {int(p): int(o) for p, o in ends.items()}
+        except (OSError, ValueError, IndexError) as err:
+            raise RuntimeError(f"cannot read batch {batch_id}'s offsets from {path}: {err}") from err
+        return {}  # the ratings topic does not exist yet
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -207,34 +226,28 @@ class Pipeline:
             return
         started, steps = time.monotonic(), Steps()
         settings = self.settings
-        batch = batch.persist()
-        try:
-            ratings_raw = batch.where(self._is_rating)
-            with steps("cdc"):
-                cdc = ingest(
-                    self._cdc_events(batch, self.state),
-                    ratings_raw,
-                    self.state,
-                    settings.customers_topic,
-                    settings.dlq_topic,
-                )
-                cdc = self._cdc_catch_up(batch, batch_id, cdc)
-            if cdc.changes:  # the join below needs them: the watermark counts them in
-                self.table.add(cdc.versions)
-            watermark = cdc.state.clock_ms
-            new = sum(n for _, n in cdc.ratings_read.values())
-            outputs = [cdc.customers, cdc.dead]
-            result = None
-            if new or self.ratings.waiting_count:
-                with steps("ratings"):
-                    result = self.ratings.step(ratings_raw, self.table.versions(), watermark, steps)
-                outputs += [result.enriched, result.alerts, result.dead]
-        finally:
-            batch.unpersist()
-        consumed_to = {**self.consumed_to, **{p: o + 1 for p, (o, _) in cdc.ratings_read.items()}}
+        # Where this batch's ratings end, per partition: Spark wrote it before calling us.
+        ends = self._ratings_ends(batch_id)
+        with steps("cdc"):
+            cdc = ingest(
+                self._cdc_events(batch, self.state), self.state, settings.customers_topic, settings.dlq_topic
+            )
+            cdc = self._cdc_catch_up(batch, batch_id, cdc)
+        if cdc.changes:  # the join below needs them: the watermark counts them in
+            self.table.add(cdc.versions)
+        watermark = cdc.state.clock_ms
+        outputs = [cdc.customers, cdc.dead]
+        result = None
+        if self.ratings.waiting_count or any(o > self.consumed_to.get(p, 0) for p, o in ends.items()):
+            with steps("ratings"):
+                # Read once, straight from Kafka: the batch is not cached, no job reads it twice.
+                ratings_raw = batch.where(self._is_rating)
+                result = self.ratings.step(ratings_raw, self.table.versions(), watermark, steps)
+            outputs += [result.enriched, result.alerts, result.dead]
+        consumed_to = {**self.consumed_to, **ends}
         waiting_from = result.waiting_from if result is not None else {}
         counts = {
-            "new": new,
+            "new": result.new if result else 0,
             "enriched": len(result.enriched) if result else 0,
             "alerts": len(result.alerts) if result else 0,
             "dlq": len(cdc.dead) + (len(result.dead) if result else 0),
@@ -311,7 +324,7 @@ def start(settings: JobSettings) -> RunningJob:
         _kafka_stream(spark, settings)
         .writeStream.queryName("enrichment")
         .foreachBatch(pipeline)
-        .option("checkpointLocation", str(settings.checkpoint_dir / "pipeline"))
+        .option("checkpointLocation", str(query_checkpoint(settings)))
         .trigger(processingTime=settings.trigger_interval)
         .start()
     )

@@ -18,14 +18,13 @@ from pyspark.sql import functions as F
 
 from enrichment_job.batch_io import concat, to_records
 from enrichment_job.kafka_out import Records
-from enrichment_job.plans import Columns, aggregate, select
+from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState
 from enrichment_job.transforms import binlog_type, cdc_clock, dead_letters, parse_cdc, version_columns
 
 HEADERS = "array<struct<key:string,value:binary>>"
-BY_PARTITION = Columns("partition")
 
 
 @dataclass(frozen=True)
@@ -36,15 +35,13 @@ class CdcResult:
     dead: Records  # unreadable change events
     events: int  # CDC records read (heartbeats and tombstones included)
     duplicates: int  # changes Debezium sent again, skipped
-    ratings_read: dict[int, tuple[int, int]]  # the batch's ratings: partition -> (last offset, count)
 
     @property
     def changes(self) -> int:
         return int(self.versions.num_rows)
 
     def then(self, later: "CdcResult") -> "CdcResult":
-        """This result followed by `later`, which read on from this one's state (the ratings
-        counted are this one's)."""
+        """This result followed by `later`, which read on from this one's state."""
         return CdcResult(
             state=later.state,
             versions=concat([self.versions, later.versions]),
@@ -52,7 +49,6 @@ class CdcResult:
             dead=_concat(self.dead, later.dead),
             events=self.events + later.events,
             duplicates=self.duplicates + later.duplicates,
-            ratings_read=self.ratings_read,
         )
 
 
@@ -171,43 +167,32 @@ class CdcReader:
         self.consumer.close()
 
 
-def ingest(
-    raw: DataFrame, ratings: DataFrame, state: CdcState, customers_topic: str, dlq_topic: str
-) -> CdcResult:
-    """`raw`: the batch's rows of the CDC topic (Kafka columns). One Spark job, which also
-    counts the batch's `ratings` rows per partition (so an idle batch needs no other job)."""
+def ingest(raw: DataFrame, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
+    """`raw`: change events of the CDC topic (Kafka columns), read after `state`. One Spark job."""
     events = parse_cdc(raw)
     good = cdc_clock(events.where("dlq_reason IS NULL AND NOT is_tombstone"), state.clock_ms, state.position)
-    readable, unreadable, read_stats, read = _row_columns()
+    readable, unreadable = _row_columns()
     unread = dead_letters(
         events.where("dlq_reason IS NOT NULL OR is_tombstone"),
         "cdc",
         keep=("partition", "offset", "is_tombstone"),
     )
-    rows = (
-        select(good, readable)
-        .unionByName(select(unread, unreadable))
-        .unionByName(select(aggregate(ratings, BY_PARTITION, read_stats), read))
-        .toArrow()
-    )
+    rows = select(good, readable).unionByName(select(unread, unreadable)).toArrow()
     return _result(
         rows.sort_by([("partition", "ascending"), ("offset", "ascending")]), state, customers_topic, dlq_topic
     )
 
 
 @cache
-def _row_columns() -> tuple[Columns, ...]:
-    """ingest's one result: change events (kind change, duplicate or beat), unreadable ones
-    (bad, tombstone) and the ratings read per partition (kind ratings; offset = the last one,
-    clock_ms = how many), as rows of one shape."""
+def _row_columns() -> tuple[Columns, Columns]:
+    """ingest's one result: change events (kind change, duplicate or beat) and unreadable ones
+    (bad, tombstone), as rows of one shape."""
     change = (F.col("source.table") == "customers") & ~F.col("duplicate")
     # Cast: every field nullable, as Arrow needs for a struct that is null on other rows.
     version = F.struct(*version_columns()).cast(VERSION_FIELDS)
     none = {
         "clock_ms": F.lit(None).cast("long"),
         "furthest": F.lit(None).cast(binlog_type()),
-        "key": F.lit(None).cast("binary"),
-        "value": F.lit(None).cast("binary"),
         "headers": F.lit(None).cast(HEADERS),
         "version": F.lit(None).cast(VERSION_FIELDS),
     }
@@ -233,30 +218,10 @@ def _row_columns() -> tuple[Columns, ...]:
         F.col("headers"),
         none["version"].alias("version"),
     )
-    read_stats = Columns(
-        F.lit("ratings").alias("kind"),
-        F.max("offset").alias("offset"),
-        F.count("*").alias("clock_ms"),
-    )
-    read = Columns(
-        F.col("kind"),
-        F.col("partition"),
-        F.col("offset"),
-        F.col("clock_ms"),
-        *[none[c].alias(c) for c in ("furthest", "key", "value", "headers", "version")],
-    )
-    return readable, unreadable, read_stats, read
+    return readable, unreadable
 
 
-def _result(both: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
-    is_read = pc.equal(both.column("kind"), "ratings")
-    read, rows = both.filter(is_read), both.filter(pc.invert(is_read))
-    ratings_read = {
-        int(p): (int(o), int(n))
-        for p, o, n in zip(
-            *(read.column(c).to_pylist() for c in ("partition", "offset", "clock_ms")), strict=True
-        )
-    }
+def _result(rows: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
     kind = rows.column("kind")
     changes = rows.filter(pc.equal(kind, "change"))
     readable = rows.filter(pc.is_valid(rows.column("clock_ms")))
@@ -285,7 +250,6 @@ def _result(both: pa.Table, state: CdcState, customers_topic: str, dlq_topic: st
         dead=to_records(bad.select(["key", "value", "headers"]), dlq_topic),
         events=rows.num_rows,
         duplicates=int(pc.sum(pc.equal(kind, "duplicate")).as_py() or 0),
-        ratings_read=ratings_read,
     )
 
 

@@ -72,6 +72,7 @@ class RatingsResult:
     dead: Records
     waiting: pa.Table | None  # WAITING rows, in input order
     waiting_from: dict[int, int]  # partition -> first waiting offset
+    new: int  # ratings of the batch (the rest had waited)
 
 
 class Ratings:
@@ -124,6 +125,7 @@ class Ratings:
         """`raw`: the batch's rows of the ratings topic; `versions`: the customer table (its
         base and its recent versions, see `CustomerTable.versions`)."""
         settings = self.settings
+        waited = self.waiting_count
         parsed = select(parse_ratings(raw), _flow_columns())
         if self.waiting is not None:
             parsed = parsed.unionByName(
@@ -153,6 +155,7 @@ class Ratings:
                     strict=True,
                 )
             ),
+            new=rows.num_rows - waited,  # a row out for each rating in
         )
 
     def _collect(
