@@ -73,6 +73,26 @@ def query_checkpoint(settings: JobSettings) -> Path:
     return settings.checkpoint_dir / "pipeline"
 
 
+def batch_ends(offsets_dir: Path, batch_id: int, topic: str) -> dict[int, int]:
+    """partition -> the offset where the batch's records of `topic` end, from the query's offset
+    log (its file for the batch: a version line, a metadata line, then a line per source).
+    Empty when the topic is not in the batch (it does not exist yet)."""
+    path = offsets_dir / str(batch_id)
+    try:
+        lines = path.read_text().splitlines()
+        if not lines or lines[0] != "v1":
+            raise ValueError(f"not an offset log file of a known version: {lines[:1]}")
+        for line in lines[2:]:
+            if line == "-":  # a source without offsets
+                continue
+            ends = json.loads(line).get(topic)
+            if ends is not None:
+                return {int(p): int(o) for p, o in ends.items()}
+    except (OSError, ValueError) as err:
+        raise RuntimeError(f"cannot read batch {batch_id}'s offsets from {path}: {err}") from err
+    return {}
+
+
 def run_id(checkpoint_dir: Path) -> str:
     """Identifies this checkpoint's run: a new checkpoint is a new run with its own markers."""
     path = checkpoint_dir / "run_id"
@@ -189,22 +209,6 @@ class Pipeline:
             )
         return cdc
 
-    def _ratings_ends(self, batch_id: int) -> dict[int, int]:
-        """partition -> the offset where the batch's ratings end, from the query's offset log
-        (its file for the batch: a version line, a metadata line, then a line per source)."""
-        path = self.offsets_dir / str(batch_id)
-        try:
-            lines = path.read_text().splitlines()
-            if lines[0] != "v1":
-                raise ValueError(f"unknown offset log version {lines[0]!r}")
-            for line in lines[2:]:
-                ends = json.loads(line).get(self.settings.ratings_topic)
-                if ends is not None:
-                    return {int(p): int(o) for p, o in ends.items()}
-        except (OSError, ValueError, IndexError) as err:
-            raise RuntimeError(f"cannot read batch {batch_id}'s offsets from {path}: {err}") from err
-        return {}  # the ratings topic does not exist yet
-
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
             self._run(batch, batch_id)
@@ -227,7 +231,7 @@ class Pipeline:
         started, steps = time.monotonic(), Steps()
         settings = self.settings
         # Where this batch's ratings end, per partition: Spark wrote it before calling us.
-        ends = self._ratings_ends(batch_id)
+        ends = batch_ends(self.offsets_dir, batch_id, settings.ratings_topic)
         with steps("cdc"):
             cdc = ingest(
                 self._cdc_events(batch, self.state), self.state, settings.customers_topic, settings.dlq_topic

@@ -10,7 +10,6 @@ time and is reused after. Measured at 5,000 ratings/s: about 780 round trips a b
 Uses PySpark's classic (py4j) DataFrame, as the job does throughout: not Spark Connect.
 """
 
-from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -26,9 +25,6 @@ class Columns:
         self.items = items
         self._seq: Any = None
         self._tail: Columns | None = None
-
-    def __iter__(self) -> Iterator[Column | str]:
-        return iter(self.items)
 
     def seq(self, spark: SparkSession) -> Any:
         if self._seq is None:
