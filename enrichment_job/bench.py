@@ -208,21 +208,32 @@ def job_jvm(job_pid: int) -> int | None:
     return None
 
 
-def thread_cpu_s(pid: int) -> dict[str, float]:
-    """CPU seconds so far of a process's threads, by THREAD_GROUPS ("other" for the rest)."""
+def thread_cpu_s(pid: int) -> dict[str, tuple[str, float]]:
+    """CPU seconds so far of the process ("" key) and of each live thread (by thread id: its
+    THREAD_GROUPS group, "other" for the rest)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    groups: dict[str, float] = {}
+    threads: dict[str, tuple[str, float]] = {}
+    if (process := _stat(Path(f"/proc/{pid}"))) is not None:  # includes threads that ended
+        threads[""] = ("total", (int(process[1][11]) + int(process[1][12])) / ticks)
     for task in Path(f"/proc/{pid}/task").iterdir():
         if (stat := _stat(task)) is None:
             continue
         name, rest = stat
         group = next((g for g, pattern in THREAD_GROUPS if pattern.match(name)), "other")
-        groups[group] = groups.get(group, 0.0) + (int(rest[11]) + int(rest[12])) / ticks
-    return groups
+        threads[task.name] = (group, (int(rest[11]) + int(rest[12])) / ticks)
+    return threads
 
 
-def cores_used(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
-    return {g: round((after.get(g, 0.0) - before.get(g, 0.0)) / seconds, 2) for g in after}
+def cores_used(
+    before: dict[str, tuple[str, float]], after: dict[str, tuple[str, float]], seconds: float
+) -> dict[str, float]:
+    """Cores used between two `thread_cpu_s` readings, by group. Threads that ended between them
+    (executor task threads come and go) show as "ended": the process's CPU less its live threads'."""
+    groups: dict[str, float] = {}
+    for tid, (group, cpu) in after.items():
+        groups[group] = groups.get(group, 0.0) + cpu - before.get(tid, (group, 0.0))[1]
+    groups["ended"] = max(0.0, groups.pop("total", 0.0) - sum(groups.values()))  # ticks round
+    return {g: round(cpu / seconds, 2) for g, cpu in groups.items()}
 
 
 def percentile(values: list[int], q: float) -> float:
