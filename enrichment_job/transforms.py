@@ -4,8 +4,8 @@ Raw Kafka rows (key, value, topic, partition, offset, timestamp) come in; readab
 dead letters with their reason, customer versions, and enriched records and alerts go out.
 
 Every micro-batch plans these transforms anew, and each PySpark column expression costs round
-trips to the JVM: the expressions that do not change between batches are built once (`@cache`)
-and only the few that carry a batch's values (watermark, carried clock) are built per batch.
+trips to the JVM: the expressions are built once (`@cache`), their lists handed to the JVM
+once (`plans.Columns`), and a batch's values (watermark, carried clock) come as a one-row table.
 """
 
 from functools import cache
@@ -147,10 +147,12 @@ def cdc_clock(events: DataFrame, clock_ms: int | None, position: tuple[int, int,
     binlog, clocked = _clock_parts()
     file, pos, row = position if position is not None else (None, None, None)
     carried = {"_carried_clock": clock_ms, "_carried_file": file, "_carried_pos": pos, "_carried_row": row}
-    return drop(select(with_batch_values(events.withColumn("binlog", binlog), **carried), clocked), CARRIED)
+    return drop(
+        select(with_batch_values(events.withColumn("binlog", binlog), **carried), clocked), CARRIED_VALUES
+    )
 
 
-CARRIED = ("_carried_clock", "_carried_file", "_carried_pos", "_carried_row")
+CARRIED_VALUES = ("_carried_clock", "_carried_file", "_carried_pos", "_carried_row")
 
 
 def with_batch_values(df: DataFrame, **values: int | None) -> DataFrame:
