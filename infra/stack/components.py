@@ -74,6 +74,16 @@ def _jvm(installed: Installed, heap: str, *props: str) -> list[str]:
     return [str(installed.java), f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", *props]
 
 
+def kafka_cluster_id() -> str:
+    """A random cluster id as Kafka writes them (URL-safe base64 of a UUID), never starting with
+    '-': the storage tool would read such an id as an option and refuse to format (about one
+    fresh state in 64 failed `make up` that way). Kafka's own Uuid.randomUuid skips them too."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def kafka(settings: StackSettings, installed: Installed) -> Component:
     state = settings.state_dir / "kafka"
     config = state / "server.properties"
@@ -88,7 +98,7 @@ def kafka(settings: StackSettings, installed: Installed) -> Component:
     classpath = f"{installed.kafka_lib}/*"
     log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
     if not (state / "data" / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = kafka_cluster_id()
         proc = subprocess.run(
             [
                 str(installed.java),

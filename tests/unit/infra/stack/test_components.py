@@ -1,6 +1,11 @@
+import base64
+import uuid
 from pathlib import Path
 
-from infra.stack.components import component_ports, render_properties
+import pytest
+
+from infra.stack import components
+from infra.stack.components import component_ports, kafka_cluster_id, render_properties
 from infra.stack.settings import StackSettings
 
 
@@ -18,3 +23,15 @@ def test_every_port_is_distinct_and_settable(tmp_path: Path) -> None:
     assert len(ports) == len(set(ports))
     assert component_ports(settings)["kafka"]["broker"] == 19092
     assert list(component_ports(settings)) == ["mariadb", "kafka", "s3", "elasticsearch", "connect"]
+
+
+def test_a_kafka_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The storage tool reads "-..." as an option. The first UUID here encodes to "-..."; the
+    # second does not, and is the one returned.
+    dashed, plain = uuid.UUID(bytes=b"\xfb" + bytes(15)), uuid.UUID(bytes=bytes(16))
+    assert base64.urlsafe_b64encode(dashed.bytes).decode().startswith("-")
+    draws = iter([dashed, plain])
+    monkeypatch.setattr(components.uuid, "uuid4", lambda: next(draws))
+    cluster_id = kafka_cluster_id()
+    assert cluster_id == base64.urlsafe_b64encode(plain.bytes).decode().rstrip("=")
+    assert len(cluster_id) == 22
