@@ -212,15 +212,19 @@ def thread_cpu_s(pid: int) -> dict[str, tuple[str, float]]:
     """CPU seconds so far of the process ("" key) and of each live thread (by thread id: its
     THREAD_GROUPS group, "other" for the rest)."""
     ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu_s(fields: list[str]) -> float:  # utime + stime
+        return (int(fields[11]) + int(fields[12])) / ticks
+
     threads: dict[str, tuple[str, float]] = {}
     if (process := _stat(Path(f"/proc/{pid}"))) is not None:  # includes threads that ended
-        threads[""] = ("total", (int(process[1][11]) + int(process[1][12])) / ticks)
+        threads[""] = ("total", cpu_s(process[1]))
     for task in Path(f"/proc/{pid}/task").iterdir():
         if (stat := _stat(task)) is None:
             continue
         name, rest = stat
         group = next((g for g, pattern in THREAD_GROUPS if pattern.match(name)), "other")
-        threads[task.name] = (group, (int(rest[11]) + int(rest[12])) / ticks)
+        threads[task.name] = (group, cpu_s(rest))
     return threads
 
 
