@@ -51,3 +51,15 @@ def test_the_job_stops_before_spark_with_the_setting_named() -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "ENRICH_GRACE_MS" in done.stderr
+
+
+def test_spark_kafka_source_holds_fetches_briefly_and_extra_options_pass_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("ENRICH_KAFKA_EXTRA", '{"security.protocol": "SSL"}')
+    options = JobSettings().kafka_options()
+    assert options["kafka.fetch.max.wait.ms"] == "20"
+    assert options["kafka.security.protocol"] == "SSL"
+    monkeypatch.setenv("ENRICH_SOURCE_FETCH_MAX_WAIT_MS", "0")
+    assert JobSettings().kafka_options()["kafka.fetch.max.wait.ms"] == "0"
