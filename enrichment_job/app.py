@@ -22,6 +22,7 @@ from enrichment_job.table import CdcState, CustomerTable
 log = logging.getLogger("enrichment_job")
 
 CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+SCHEDULER_POOLS = Path(__file__).with_name("scheduler_pools.xml")
 
 
 def build_session(settings: JobSettings) -> SparkSession:
@@ -45,6 +46,11 @@ def build_session(settings: JobSettings) -> SparkSession:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        # Background Spark jobs (Delta appends, table folds; see table.py) take a task slot only
+        # when no micro-batch task waits for one. Under FIFO a Delta append's job, once
+        # submitted, took every free slot before the next batch's tasks.
+        .config("spark.scheduler.mode", "FAIR")
+        .config("spark.scheduler.allocation.file", str(SCHEDULER_POOLS))
         .config("spark.driver.memory", settings.driver_memory)
         # In local mode the driver JVM runs the tasks too. G1's concurrent marking cost about
         # 10 % of a core at 5,000 ratings/s here; the parallel collector's young collections of

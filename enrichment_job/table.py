@@ -4,7 +4,8 @@ The enrichment join reads the versions from memory: a materialized base plus the
 that micro-batches added since (append-only, so adding a version never rewrites another). A
 background thread folds the pieces into a new base from time to time, and another appends them
 to the Delta table, idempotently per batch (txnAppId/txnVersion), with the CDC position and
-clock in the commit's userMetadata. Neither sits in a micro-batch's path.
+clock in the commit's userMetadata. Neither sits in a micro-batch's path, and their Spark jobs
+run in the fair scheduler's background pool: a batch's tasks get each free task slot first.
 
 After a crash the Delta table may be behind what the job had already committed to Kafka (its
 appends are asynchronous); `catch_up` re-reads that stretch of the CDC topic and appends it, so
@@ -35,6 +36,7 @@ LOCAL_PIECE_ROWS = 1_000  # a larger piece is materialized at once, not kept in 
 # The small pieces together: every batch's plan carries them and its join broadcasts them, so
 # past this many they are folded too (at 5 changes a second, every 400 s or so).
 LOCAL_ROWS = 2_000
+BACKGROUND_POOL = "background"  # the scheduler pool of the writer and folds (scheduler_pools.xml)
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ class CustomerTable:
     def _compact(self) -> None:
         """Folds the pieces into a new materialized base; batches keep reading the old one
         (plus its pieces) until the swap."""
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
         try:
             with self._lock:
                 base, pieces, small, recent = self._base, len(self._pieces), len(self._small), self._recent()
@@ -199,6 +202,7 @@ class CustomerTable:
     def _write_loop(self) -> None:
         """Appends what batches queued, at most once per `commit_interval_s`: a Delta commit
         costs seconds of CPU whatever its size, and this machine has two cores."""
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
         commits, stopping, last = 0, False, time.monotonic()
         while not stopping:
             items: list[tuple[int, pa.Table, CdcState]] = []

@@ -99,3 +99,42 @@ def test_a_large_piece_is_materialized_beside_the_small_ones(
     plan = _plan(recent)
     assert plan.count("LocalTableScan") == 1, "the two small pieces: one relation"
     assert plan.count("Scan ExistingRDD") == 1, "the large piece: materialized, read as an RDD"
+
+
+def _stage_pools(spark: Any) -> dict[int, str]:
+    """stage id -> the scheduler pool it ran in, from Spark's status store (kept without the UI)."""
+    gateway = spark.sparkContext._gateway
+    empty = gateway.jvm.java.util.ArrayList()  # no filter by stage or task status
+    quantiles = gateway.new_array(gateway.jvm.double, 0)
+    stages = spark.sparkContext._jsc.sc().statusStore().stageList(empty, False, False, quantiles, empty)
+    return {
+        int(stages.apply(i).stageId()): str(stages.apply(i).schedulingPool()) for i in range(stages.size())
+    }
+
+
+def test_background_delta_appends_and_folds_yield_to_batches(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Delta writer's and the folds' Spark jobs run in the fair scheduler's background pool,
+    so a micro-batch's tasks (default pool) get each free task slot first."""
+    monkeypatch.setattr(table_module, "LOCAL_ROWS", 2)
+    before = set(_stage_pools(spark))
+    customers = CustomerTable(
+        spark, str(tmp_path / "customer_versions"), "pools", partitions=1, commit_interval_s=0
+    )
+    try:
+        versions = _versions(spark, [1, 2])
+        customers.add(versions)  # two small rows: a fold starts
+        customers.commit(1, versions, table_module.CdcState(1_000, None, {0: 2}))
+        deadline = time.monotonic() + 60
+        while customers.delta_batch != 1 or customers.versions()[1] is not None:
+            assert time.monotonic() < deadline, "no Delta append and fold within 60 s"
+            time.sleep(0.2)
+    finally:
+        customers.close()
+    assert _ids(customers.versions()[0]) == [1, 2]
+    pools = {stage: pool for stage, pool in _stage_pools(spark).items() if stage not in before}
+    assert "background" in pools.values(), pools
+    spark.range(3).count()  # a job of the main thread, as a micro-batch's would be
+    main = {stage: pool for stage, pool in _stage_pools(spark).items() if stage not in before | set(pools)}
+    assert main and set(main.values()) == {"default"}, main
