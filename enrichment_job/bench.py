@@ -4,7 +4,7 @@ Against the running local stack: seeds customers in MariaDB, starts the job (fre
 own topics), keeps a trickle of customer updates going, then
 0. warm-up: ratings at --rate per second for --warmup seconds, reported apart (a cold job: the
    JVM compiles Spark's planning code for its first minutes: 0.6 to 1.2 of a core in the first
-   two, 0.3 at four, 0.2 at six, under 0.1 after, measured with `jstat -compiler`);
+   two, 0.2 to 0.33 from the fourth to the sixth, about 0.1 after, with `jstat -compiler`);
 1. fixed rate: ratings at --rate per second for --duration seconds; latency is the time from a
    rating's production (its rating_time) to its enriched record being readable with
    read_committed;
