@@ -7,6 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -25,9 +26,26 @@ CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.FileSystemBa
 SCHEDULER_POOLS = Path(__file__).with_name("scheduler_pools.xml")
 
 
-def build_session(settings: JobSettings) -> SparkSession:
+class SparkSettings(Protocol):
+    """What the session needs of a job's settings (the enrichment job's and the views job's)."""
+
+    @property
+    def shuffle_partitions(self) -> int: ...
+    @property
+    def driver_memory(self) -> str: ...
+    @property
+    def driver_java_options(self) -> str: ...
+    @property
+    def ui_enabled(self) -> bool: ...
+    @property
+    def master(self) -> str: ...
+    @property
+    def spark_jars(self) -> str: ...
+
+
+def build_session(settings: SparkSettings, app_name: str = "ratings-enrichment") -> SparkSession:
     builder = (
-        SparkSession.builder.appName("ratings-enrichment")
+        SparkSession.builder.appName(app_name)
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))

@@ -70,9 +70,15 @@ def last_marker(config: dict[str, str], topic: str, key: str, timeout_s: float =
 class TransactionalOutput:
     """One transactional producer per streaming query; `write` is called once per batch."""
 
-    def __init__(self, config: dict[str, str], transactional_id: str, commits_topic: str) -> None:
+    def __init__(
+        self, config: dict[str, str], transactional_id: str, commits_topic: str, run: str | None = None
+    ) -> None:
+        """`run`, when given, goes into every marker, and only a marker of the same run counts as
+        committed: a new checkpoint (a new run) under the same transactional id starts its batch
+        ids again from 0 and must not take the old run's batches for its own."""
         self.commits_topic = commits_topic
         self.marker_key = transactional_id
+        self.run = run
         self.producer = Producer(
             {
                 **config,
@@ -89,7 +95,9 @@ class TransactionalOutput:
         log.info("%s: last committed batch %s", transactional_id, self.marker and self.marker["batch_id"])
 
     def committed(self, batch_id: int) -> bool:
-        return self.marker is not None and batch_id <= int(self.marker["batch_id"])
+        if self.marker is None or (self.run is not None and self.marker.get("run") != self.run):
+            return False
+        return batch_id <= int(self.marker["batch_id"])
 
     def write(self, batch_id: int, outputs: Iterable[Records], marker: dict[str, Any]) -> int:
         """All records of the batch plus its marker, atomically. Returns the number written."""
@@ -101,7 +109,7 @@ class TransactionalOutput:
                 for key, value, hdrs in zip(records.keys, records.values, headers, strict=True):
                     self._produce(records.topic, key, value, hdrs)
                 written += len(records)
-            body = {"batch_id": batch_id, **marker}
+            body = {"batch_id": batch_id, **({"run": self.run} if self.run else {}), **marker}
             self._produce(self.commits_topic, self.marker_key.encode(), json.dumps(body).encode(), None)
             self.producer.commit_transaction(120)
         except Exception:

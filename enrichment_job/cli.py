@@ -1,0 +1,87 @@
+"""What the job's entry points share: `--help` from the settings class, and settings read once
+with a bad value reported by its variable name (exit code 2)."""
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import TypeVar
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsError
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def settings_help(cls: type[BaseSettings], prog: str, doc: str) -> str:
+    """The entry point's description and every setting: variable, default, meaning."""
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    lines = [f"usage: {prog} [--help]", "", doc.strip(), "", "settings (environment variables):"]
+    for name, field in cls.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        meaning = f"  {field.description}" if field.description else ""
+        lines.append(f"  {prefix}{name.upper()}={default!s}{meaning}")
+    lines.append(f"  {prefix}ENV_FILE=  a file of NAME=value lines read first (the environment wins)")
+    return "\n".join(lines)
+
+
+def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
+    """Settings from the environment (and <PREFIX>ENV_FILE); `--help` prints them and exits 0; a
+    bad value or an unknown argument exits 2 naming it. Connects nowhere."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(settings_help(cls, prog, doc))
+        sys.exit(0)
+    if argv:
+        print(f"error: unknown arguments {' '.join(argv)} (settings are environment variables; see --help)")
+        sys.exit(2)
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    try:
+        return cls(_env_file=os.environ.get(f"{prefix}ENV_FILE"))
+    except ValidationError as err:
+        for problem in err.errors():
+            name = "_".join(str(p) for p in problem["loc"]).upper()
+            name = name if name.startswith(prefix) else f"{prefix}{name}"
+            print(f"error: setting {name}: {problem['msg']}", file=sys.stderr)
+    except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run_until_stopped(spark: SparkSession, stop: Callable[[], None], log: logging.Logger) -> int:
+    """Waits until a query ends or SIGINT/SIGTERM asks to stop, then `stop()`s. Exit code 1
+    when a query failed, else 0."""
+    stopping = _stop_on_signals(log)
+    code = 0
+    try:
+        while not stopping.is_set():
+            if spark.streams.awaitAnyTermination(1):
+                log.warning("a query stopped; the job stops")
+                break
+    except StreamingQueryException as err:
+        log.error("a query failed; the job stops (restart it to resume from the checkpoint): %s", err)
+        code = 1
+    finally:
+        stop()
+    return code
+
+
+def _stop_on_signals(log: logging.Logger) -> threading.Event:
+    """Turns SIGINT and SIGTERM into a request to stop, acted on between calls into the JVM.
+
+    PySpark's own SIGINT handler calls into the JVM from inside the signal handler, which breaks
+    the py4j connection the main thread is waiting on and ends the job with a traceback.
+    """
+    stopping = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping (a batch in flight is redone on restart)", signal.Signals(signum).name)
+        stopping.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, request_stop)
+    return stopping

@@ -1,0 +1,26 @@
+"""python -m enrichment_job.views: keep the materialized views of the enriched stream live until
+stopped (customer_ratings, segment_hourly), each in Spark's RocksDB state and in its compacted
+changelog topic.
+
+Settings come from VIEWS_JOB_* environment variables or the file named by VIEWS_JOB_ENV_FILE.
+"""
+
+import logging
+import sys
+
+from enrichment_job.cli import load_or_exit, run_until_stopped
+from enrichment_job.views.settings import ViewsSettings
+
+
+def main(argv: list[str]) -> int:
+    settings = load_or_exit(ViewsSettings, argv, "python -m enrichment_job.views", __doc__ or "")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    from enrichment_job.views.app import start  # noqa: PLC0415 (Spark loads only past --help)
+
+    views = start(settings)
+    return run_until_stopped(views.spark, views.stop, logging.getLogger("enrichment_job.views"))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

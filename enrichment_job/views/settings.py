@@ -1,0 +1,82 @@
+"""Settings of the views job: read once at start, frozen.
+
+From the environment with the prefix VIEWS_JOB_ (VIEWS_JOB_TRIGGER_INTERVAL=1 second), or from a
+file named by VIEWS_JOB_ENV_FILE (lines NAME=value, the same names). A bad value stops the job
+with a message that names the setting.
+"""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from infra.stack.settings import REPO_ROOT
+
+
+class ViewsSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VIEWS_JOB_", frozen=True, extra="forbid")
+
+    # Kafka
+    bootstrap_servers: str = "127.0.0.1:9092"
+    enriched_topic: str = Field("ratings-with-customer-data", description="enriched ratings in")
+    topic_prefix: str = Field("view.", description="a view's changelog topic is this prefix + its name")
+    commits_topic: str = Field("views-commits", description="compacted: each view's last committed batch")
+    dlq_topic: str = Field("views-dlq", description="records a view cannot count, with the reason")
+    name: str = Field(
+        "views",
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="the job's name: its producers' transactional ids are <name>-<view>",
+    )
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int = Field(200_000, gt=0, description="enriched records per micro-batch")
+    kafka_extra: dict[str, str] = Field(
+        default_factory=dict, description="extra librdkafka/Spark Kafka options"
+    )
+    source_fetch_max_wait_ms: int = Field(20, ge=0, description="fetch.max.wait.ms of Spark's Kafka source")
+
+    # The views
+    unhappy_stars_below: int = Field(3, ge=1, le=6, description="a rating is unhappy when stars < this")
+    window_lateness_s: int = Field(
+        3600,
+        ge=0,
+        description="segment_hourly: an hour's window closes this long after the hour ends",
+    )
+
+    # Where the job keeps its checkpoints and state (a local path)
+    state_dir: Path = REPO_ROOT / ".state" / "views"
+
+    # Spark
+    master: str = "local[2]"
+    trigger_interval: str = "500 milliseconds"
+    dlq_trigger_interval: str = Field("5 seconds", description="the dead-letter query's trigger")
+    spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
+    shuffle_partitions: int = Field(
+        2, gt=0, description="state partitions of each view (fixed at first start)"
+    )
+    driver_memory: str = "1g"
+    driver_java_options: str = "-XX:+UseParallelGC"
+    ui_enabled: bool = False
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.state_dir / "checkpoints"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.state_dir / "metrics.json"
+
+    def topic(self, view: str) -> str:
+        return f"{self.topic_prefix}{view}"
+
+    def kafka_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source: committed records only (the enrichment job writes in
+        transactions), and the client's own dotted names with the prefix "kafka."."""
+        return {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.isolation.level": "read_committed",
+            "kafka.fetch.max.wait.ms": str(self.source_fetch_max_wait_ms),
+        } | {f"kafka.{k}": v for k, v in self.kafka_extra.items()}
+
+    def producer_config(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_extra}

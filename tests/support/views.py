@@ -1,0 +1,154 @@
+"""Helpers of the views job's integration tests: the job as a child process, its topics, and
+the views recomputed in Python from what the enriched topic holds."""
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from support.kafka import drop_topics, make_topics, read_topic
+from support.services import ServiceProcess
+
+StackEnv = dict[str, str]
+HOUR_MS = 3_600_000
+
+
+@dataclass
+class ViewTopics:
+    suffix: str
+
+    enriched: str = field(init=False)
+    customer_ratings: str = field(init=False)
+    segment_hourly: str = field(init=False)
+    commits: str = field(init=False)
+    dlq: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.enriched = f"test-enriched-{self.suffix}"
+        self.customer_ratings = f"test-view-{self.suffix}.customer_ratings"
+        self.segment_hourly = f"test-view-{self.suffix}.segment_hourly"
+        self.commits = f"test-views-commits-{self.suffix}"
+        self.dlq = f"test-views-dlq-{self.suffix}"
+
+    def create(self, stack_env: StackEnv) -> None:
+        make_topics(stack_env, [self.enriched, self.customer_ratings], partitions=4)
+        make_topics(stack_env, [self.segment_hourly, self.commits, self.dlq], partitions=1)
+
+    def drop(self, stack_env: StackEnv) -> None:
+        drop_topics(
+            stack_env, [self.enriched, self.customer_ratings, self.segment_hourly, self.commits, self.dlq]
+        )
+
+    def env(self) -> dict[str, str]:
+        return {
+            "VIEWS_JOB_ENRICHED_TOPIC": self.enriched,
+            "VIEWS_JOB_TOPIC_PREFIX": f"test-view-{self.suffix}.",
+            "VIEWS_JOB_COMMITS_TOPIC": self.commits,
+            "VIEWS_JOB_DLQ_TOPIC": self.dlq,
+            "VIEWS_JOB_NAME": f"test-views-{self.suffix}",
+        }
+
+
+class ViewsJob(ServiceProcess):
+    """`python -m enrichment_job.views` with its own state folder and topics; kill -9 like a crash."""
+
+    def __init__(self, stack_env: StackEnv, topics: ViewTopics, workdir: Path, **settings: str) -> None:
+        env = {
+            **topics.env(),
+            "VIEWS_JOB_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+            "VIEWS_JOB_SPARK_JARS": stack_env["SPARK_JARS"],
+            "VIEWS_JOB_STATE_DIR": str(workdir / "views-state"),
+            "VIEWS_JOB_TRIGGER_INTERVAL": "1 second",
+            "VIEWS_JOB_DLQ_TRIGGER_INTERVAL": "1 second",
+            "JAVA_HOME": stack_env["JAVA_HOME"],
+            **settings,
+        }
+        super().__init__("enrichment_job.views", "VIEWS_JOB_", env, workdir)
+        self.metrics_file = workdir / "views-state" / "metrics.json"
+
+
+def latest_rows(stack_env: StackEnv, topic: str, min_records: int = 0) -> dict[str, dict[str, Any]]:
+    """Key -> the latest row of a changelog topic (read_committed), as a compacted read sees it."""
+    rows: dict[str, dict[str, Any]] = {}
+    for record in read_topic(stack_env, topic, min_records=min_records, idle_s=1):
+        rows[record.key().decode()] = json.loads(record.value())
+    return rows
+
+
+def changes_per_key(stack_env: StackEnv, topic: str) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in read_topic(stack_env, topic, idle_s=1):
+        out[record.key().decode()].append(json.loads(record.value()))
+    return out
+
+
+def _key(**parts: Any) -> str:
+    return json.dumps(parts, separators=(",", ":"))
+
+
+def expected_customer_ratings(enriched: list[dict[str, Any]], unhappy_below: int = 3) -> dict[str, Any]:
+    by_user: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in enriched:
+        by_user[r["user_id"]].append(r)
+    out = {}
+    for user, rs in by_user.items():
+        last = max(rs, key=lambda r: (r["rating_time"], r["rating_id"]))
+        stars = sum(r["stars"] for r in rs)
+        out[_key(user_id=user)] = {
+            "user_id": user,
+            "ratings": len(rs),
+            "unhappy_ratings": sum(r["stars"] < unhappy_below for r in rs),
+            "stars_sum": stars,
+            "first_rating_time": min(r["rating_time"] for r in rs),
+            "last_rating_time": last["rating_time"],
+            "last_rating_id": last["rating_id"],
+            "last_stars": last["stars"],
+            "last_channel": last["channel"],
+            "last_message": last["message"],
+            "club_status": last["club_status"],
+            "full_name": last["full_name"],
+            "customer_matched": last["customer_matched"],
+        }
+    return out
+
+
+def hour_of(ms: int) -> str:
+    return datetime.fromtimestamp(ms // HOUR_MS * HOUR_MS / 1000, UTC).strftime("%Y-%m-%dT%H")
+
+
+def late(record: dict[str, Any], lateness_s: int) -> bool:
+    return bool(
+        record["cdc_watermark_ms"] >= record["rating_time"] // HOUR_MS * HOUR_MS + HOUR_MS + lateness_s * 1000
+    )
+
+
+def expected_segment_hourly(
+    enriched: list[dict[str, Any]], lateness_s: int, unhappy_below: int = 3
+) -> dict[str, Any]:
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in enriched:
+        if late(r, lateness_s):
+            continue
+        status = (r["club_status"] or "unknown") if r["customer_matched"] else "unmatched"
+        groups[(status, r["channel"] or "unknown", hour_of(r["rating_time"]))].append(r)
+    out = {}
+    for (status, channel, hour), rs in groups.items():
+        out[_key(club_status=status, channel=channel, hour=hour)] = {
+            "club_status": status,
+            "channel": channel,
+            "hour": hour,
+            "hour_start_ms": rs[0]["rating_time"] // HOUR_MS * HOUR_MS,
+            "ratings": len(rs),
+            "stars_sum": sum(r["stars"] for r in rs),
+            "unhappy_ratings": sum(r["stars"] < unhappy_below for r in rs),
+            "customers": len({r["user_id"] for r in rs}),
+            "last_rating_time": max(r["rating_time"] for r in rs),
+        }
+    return out
+
+
+def without(rows: dict[str, dict[str, Any]], column: str) -> dict[str, dict[str, Any]]:
+    """The rows without one column (the averages, which are checked apart against stars_sum)."""
+    return {k: {c: v for c, v in row.items() if c != column} for k, row in rows.items()}
