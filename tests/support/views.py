@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from support.kafka import drop_topics, make_topics, read_topic
-from support.services import ServiceProcess
+from support.services import RUNNING, ServiceProcess
 
 StackEnv = dict[str, str]
 HOUR_MS = 3_600_000
@@ -17,29 +17,31 @@ HOUR_MS = 3_600_000
 
 @dataclass
 class ViewTopics:
-    suffix: str
+    """The views job's topics, all new; the enriched topic too unless `enriched` names one."""
 
-    enriched: str = field(init=False)
+    suffix: str
+    enriched: str = ""
+    own_enriched: bool = field(init=False)
     customer_ratings: str = field(init=False)
     segment_hourly: str = field(init=False)
     commits: str = field(init=False)
     dlq: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.enriched = f"test-enriched-{self.suffix}"
+        self.own_enriched = not self.enriched
+        self.enriched = self.enriched or f"test-enriched-{self.suffix}"
         self.customer_ratings = f"test-view-{self.suffix}.customer_ratings"
         self.segment_hourly = f"test-view-{self.suffix}.segment_hourly"
         self.commits = f"test-views-commits-{self.suffix}"
         self.dlq = f"test-views-dlq-{self.suffix}"
 
     def create(self, stack_env: StackEnv) -> None:
-        make_topics(stack_env, [self.enriched, self.customer_ratings], partitions=4)
+        make_topics(stack_env, [self.customer_ratings, *([self.enriched] if self.own_enriched else [])], 4)
         make_topics(stack_env, [self.segment_hourly, self.commits, self.dlq], partitions=1)
 
     def drop(self, stack_env: StackEnv) -> None:
-        drop_topics(
-            stack_env, [self.enriched, self.customer_ratings, self.segment_hourly, self.commits, self.dlq]
-        )
+        own = [self.enriched] if self.own_enriched else []
+        drop_topics(stack_env, [*own, self.customer_ratings, self.segment_hourly, self.commits, self.dlq])
 
     def env(self) -> dict[str, str]:
         return {
@@ -67,6 +69,12 @@ class ViewsJob(ServiceProcess):
         }
         super().__init__("enrichment_job.views", "VIEWS_JOB_", env, workdir)
         self.metrics_file = workdir / "views-state" / "metrics.json"
+
+    def start_for_module(self) -> "ViewsJob":
+        """Started for a module's tests: the fixture that started it stops it, not each test."""
+        self.start()
+        RUNNING.remove(self)
+        return self
 
 
 def latest_rows(stack_env: StackEnv, topic: str, min_records: int = 0) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,110 @@
+"""The views behind the real pipeline: MariaDB through Debezium, the enrichment job, then the
+views job, all on the local stack."""
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.enrichment import Job, Topics, db_now_ms, produce, rating, read_topic, values
+from support.views import ViewsJob, ViewTopics, expected_customer_ratings, latest_rows, without
+
+StackEnv = dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def jobs(
+    stack_env: StackEnv, topics: Topics, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Job, ViewsJob, ViewTopics]]:
+    workdir = tmp_path_factory.mktemp("views-pipeline")
+    view_topics = ViewTopics(uuid.uuid4().hex[:8], enriched=topics.name("enriched"))
+    view_topics.create(stack_env)
+    job = Job(stack_env, topics, workdir / "enrichment", grace_ms=1000).start()
+    views = ViewsJob(stack_env, view_topics, Path(workdir)).start_for_module()
+    yield job, views, view_topics
+    views.stop()
+    job.stop()
+    view_topics.drop(stack_env)
+
+
+def _insert(db: Any, club_status: str) -> int:
+    with db.cursor() as cur:
+        cur.execute(
+            "INSERT INTO customers (first_name, last_name, email, gender, club_status, region, comments)"
+            " VALUES ('View', %s, %s, 'Male', %s, 'APAC', 'views test')",
+            (uuid.uuid4().hex[:8], f"{uuid.uuid4().hex[:8]}@example.com", club_status),
+        )
+        return int(cur.lastrowid)
+
+
+def _row(stack_env: StackEnv, views: ViewsJob, topic: str, user: int, ratings: int) -> dict[str, Any]:
+    """The customer's row once it counts `ratings` ratings."""
+    key = f'{{"user_id":{user}}}'
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        row = latest_rows(stack_env, topic).get(key)
+        if row is not None and row["ratings"] >= ratings:
+            return row
+        assert views.proc is not None and views.proc.poll() is None, views.tail()
+        time.sleep(1)
+    pytest.fail(f"no row of {ratings} ratings for customer {user}:\n{views.tail()}")
+
+
+def _next_second(db: Any) -> int:
+    start = db_now_ms(db) // 1000
+    while db_now_ms(db) // 1000 == start:
+        time.sleep(0.05)
+    return db_now_ms(db)
+
+
+def test_an_upgrade_in_mariadb_shows_in_customer_ratings_from_the_next_rating_on(
+    stack_env: StackEnv, topics: Topics, jobs: tuple[Job, ViewsJob, ViewTopics], db: Any
+) -> None:
+    _, views, view_topics = jobs
+    customer = _insert(db, "gold")
+    first = time.time_ns() // 1000
+    produce(stack_env, topics.name("ratings"), [rating(first, customer, 4, _next_second(db))])
+    row = _row(stack_env, views, view_topics.customer_ratings, customer, 1)
+    assert (row["club_status"], row["ratings"], row["unhappy_ratings"]) == ("gold", 1, 0)
+
+    with db.cursor() as cur:
+        cur.execute("UPDATE customers SET club_status = 'platinum' WHERE id = %s", (customer,))
+    produce(stack_env, topics.name("ratings"), [rating(first + 1, customer, 1, _next_second(db))])
+    row = _row(stack_env, views, view_topics.customer_ratings, customer, 2)
+    assert row["club_status"] == "platinum"
+    assert (row["ratings"], row["unhappy_ratings"], row["stars_sum"], row["last_stars"]) == (2, 1, 5, 1)
+    assert row["last_rating_id"] == first + 1 and row["average_stars"] == 2.5
+
+
+def test_counts_are_exact_after_a_burst_through_the_whole_pipeline(
+    stack_env: StackEnv, topics: Topics, jobs: tuple[Job, ViewsJob, ViewTopics], db: Any
+) -> None:
+    _, views, view_topics = jobs
+    customers = [_insert(db, status) for status in ("bronze", "silver", "gold", "platinum") * 5]
+    unknown = [2_000_000_000 + i for i in range(5)]  # no customer has these ids
+    now, base = _next_second(db), time.time_ns() // 1000
+    burst = [
+        rating(base + i, (customers + unknown)[i % 25], 1 + i % 5, now + i, message=f"burst {i}")
+        for i in range(1_000)
+    ]
+    produce(stack_env, topics.name("ratings"), burst)
+    users = set(customers + unknown)
+    ids = {base + i for i in range(1_000)}
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        enriched = [v for v in values(read_topic(stack_env, view_topics.enriched)) if v["user_id"] in users]
+        if {v["rating_id"] for v in enriched} >= ids:
+            break
+        time.sleep(2)
+    expected = expected_customer_ratings(enriched)
+    assert len(expected) == 25
+    while time.monotonic() < deadline:
+        rows = without(latest_rows(stack_env, view_topics.customer_ratings), "average_stars")
+        if all(rows.get(k) == v for k, v in expected.items()):
+            break
+        assert views.proc is not None and views.proc.poll() is None, views.tail()
+        time.sleep(2)
+    assert {k: rows.get(k) for k in expected} == expected
+    assert all(expected[f'{{"user_id":{u}}}']["club_status"] is None for u in unknown)
