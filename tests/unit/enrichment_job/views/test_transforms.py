@@ -1,0 +1,139 @@
+"""The views' pure parts on a local Spark: reading enriched records, the late rule, and each
+declared aggregation on a static batch."""
+
+import json
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from enrichment_job.views.declarations import VIEWS, customer_ratings, segment_hourly
+from enrichment_job.views.settings import ViewsSettings
+from enrichment_job.views.transforms import late_for_hour, parse_enriched
+
+# py4j leaves the socket of a collect() to the garbage collector (as in the job's own transform tests).
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+HOUR = 1_794_996_000_000  # 2026-11-18T10:00:00Z, an hour boundary
+
+
+def _raw(spark: SparkSession, values: list[bytes | None]) -> DataFrame:
+    rows = [(b"k", v, "enriched", 0, i, None) for i, v in enumerate(values)]
+    return spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
+
+
+def _enriched(**fields: Any) -> bytes:
+    record = {
+        "rating_id": 1,
+        "user_id": 7,
+        "stars": 2,
+        "rating_time": HOUR + 1000,
+        "channel": "web",
+        "message": "meh",
+        "club_status": "gold",
+        "full_name": "Ann Lee",
+        "customer_matched": True,
+        "cdc_watermark_ms": HOUR + 2000,
+    }
+    return json.dumps({**record, **fields}).encode()
+
+
+def test_unreadable_records_get_a_reason_and_readable_ones_none(spark: SparkSession) -> None:
+    values = [
+        _enriched(),
+        None,
+        b"not json",
+        _enriched(stars="two"),
+        _enriched(user_id=None),
+        _enriched(cdc_watermark_ms=None),
+    ]
+    reasons = [r.dlq_reason for r in parse_enriched(_raw(spark, values)).orderBy("offset").collect()]
+    assert reasons == [
+        None,
+        "empty value",
+        "not an enriched rating (JSON)",
+        "not an enriched rating (JSON)",
+        "missing user_id",
+        "missing cdc_watermark_ms",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("released_at", "late"),
+    [(HOUR + 3_600_000 + 59_999, False), (HOUR + 3_600_000 + 60_000, True), (HOUR + 10, False)],
+)
+def test_an_hour_closes_the_lateness_after_it_ends_on_the_records_cdc_clock(
+    spark: SparkSession, released_at: int, late: bool
+) -> None:
+    parsed = parse_enriched(_raw(spark, [_enriched(cdc_watermark_ms=released_at)]))
+    reason = parsed.select(late_for_hour(60_000).alias("r")).first()
+    assert reason is not None
+    assert (reason.r is not None) == late
+    if late:
+        assert reason.r.startswith("late: the window of hour 2026-11-18T10 closed at 2026-11-18T11:01:00Z")
+
+
+def _parsed(spark: SparkSession, records: list[bytes]) -> DataFrame:
+    return parse_enriched(_raw(spark, records)).where(F.col("dlq_reason").isNull())
+
+
+def test_customer_ratings_counts_and_keeps_the_last_rating_by_time(spark: SparkSession) -> None:
+    records = [
+        _enriched(rating_id=1, stars=5, rating_time=HOUR + 3000, club_status="gold"),
+        _enriched(rating_id=2, stars=1, rating_time=HOUR + 9000, club_status="platinum", message="bad"),
+        _enriched(rating_id=3, stars=2, rating_time=HOUR + 1000, club_status="silver"),
+        _enriched(rating_id=4, user_id=8, customer_matched=False, club_status=None, full_name=None),
+    ]
+    view = customer_ratings(_parsed(spark, records), ViewsSettings())
+    rows = {r.user_id: r.asDict() for r in view.collect()}
+    assert rows[7] == {
+        "user_id": 7,
+        "ratings": 3,
+        "unhappy_ratings": 2,
+        "stars_sum": 8,
+        "average_stars": 2.667,
+        "first_rating_time": HOUR + 1000,
+        "last_rating_time": HOUR + 9000,
+        "last_rating_id": 2,
+        "last_stars": 1,
+        "last_channel": "web",
+        "last_message": "bad",
+        "club_status": "platinum",
+        "full_name": "Ann Lee",
+        "customer_matched": True,
+    }
+    assert rows[8]["club_status"] is None and rows[8]["customer_matched"] is False
+
+
+def test_segment_hourly_groups_by_status_channel_and_utc_hour_with_distinct_customers(
+    spark: SparkSession,
+) -> None:
+    records = [
+        _enriched(rating_id=1, user_id=1, stars=1),
+        _enriched(rating_id=2, user_id=1, stars=5),
+        _enriched(rating_id=3, user_id=2, stars=3),
+        _enriched(rating_id=4, user_id=3, rating_time=HOUR + 3_600_000, cdc_watermark_ms=HOUR + 3_600_500),
+        _enriched(rating_id=5, user_id=4, customer_matched=False, club_status=None, channel=None),
+    ]
+    rows = {
+        (r.club_status, r.channel, r.hour): r.asDict()
+        for r in segment_hourly(_parsed(spark, records), ViewsSettings()).collect()
+    }
+    assert set(rows) == {
+        ("gold", "web", "2026-11-18T10"),
+        ("gold", "web", "2026-11-18T11"),
+        ("unmatched", "unknown", "2026-11-18T10"),
+    }
+    ten = rows[("gold", "web", "2026-11-18T10")]
+    assert (ten["ratings"], ten["stars_sum"], ten["unhappy_ratings"], ten["customers"]) == (3, 9, 1, 2)
+    assert ten["average_stars"] == 3.0 and ten["hour_start_ms"] == HOUR
+
+
+def test_every_view_declares_key_columns_its_aggregation_outputs(spark: SparkSession) -> None:
+    parsed = _parsed(spark, [_enriched()])
+    for view in VIEWS:
+        columns = view.aggregate(parsed, ViewsSettings()).columns
+        assert set(view.key) <= set(columns), view.name
+        assert "last_rating_time" in columns, f"{view.name}: the marker's freshness reads it"
