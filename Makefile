@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STACK := $(BIN)/python -m infra.stack
 
-.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job bench-table lake-query
+.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job bench-table lake-query views-job views-api view
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -46,6 +46,19 @@ demo: up ## the pipeline end to end with load and a live view (DURATION=120 runs
 loadgen: up ## only the load generator, until Ctrl-C (RATE, CUSTOMERS)
 	@set -a && . .state/stack.env && set +a && LOADGEN_DB_PASSWORD="$$APP_DB_PASSWORD" \
 	  LOADGEN_BOOTSTRAP_SERVERS="$$KAFKA_BOOTSTRAP_SERVERS" $(BIN)/python -m services.loadgen --rate $(RATE) --customers $(CUSTOMERS)
+
+views-job: up ## the materialized views job (Spark, RocksDB state, changelog topics), until Ctrl-C
+	@set -a && . .state/stack.env && set +a && VIEWS_JOB_SPARK_JARS="$$SPARK_JARS" \
+	  VIEWS_JOB_BOOTSTRAP_SERVERS="$$KAFKA_BOOTSTRAP_SERVERS" $(BIN)/python -m enrichment_job.views
+
+views-api: up ## the views query service on 127.0.0.1:8087 (pull by key, SSE changes), until Ctrl-C
+	@set -a && . .state/stack.env && set +a && VIEWS_BOOTSTRAP_SERVERS="$$KAFKA_BOOTSTRAP_SERVERS" \
+	  $(BIN)/python -m services.views
+
+NAME ?= customer_ratings
+KEY ?=
+view: $(STAMP) ## print a view from the query service (NAME=, KEY= one row, FOLLOW=1 its changes)
+	$(BIN)/python -m services.views.cli $(if $(FOLLOW),follow $(NAME) $(if $(KEY),--key $(KEY)),show $(NAME) $(KEY))
 
 test: up ## the whole test suite against the real stack (what CI runs)
 	$(BIN)/pytest

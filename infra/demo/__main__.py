@@ -1,11 +1,12 @@
 """python -m infra.demo [--duration S] [--rate R] [--customers N]: the pipeline end to end.
 
 1. reads how to reach the running stack (`make up` wrote <state>/stack.env)
-2. starts the enrichment job and the three services; waits, showing progress, until the job has
-   caught up with the customer table
+2. starts the enrichment job, the views job and the four services (the views query service among
+   them); waits, showing progress, until the job has caught up with the customer table
 3. starts the load generator and shows the live view until --duration is over (or Ctrl-C)
 4. drains: waits until every stage has handled what was produced, then prints the reconciled
-   summary; exits 1 if the stages do not reconcile
+   summary (every customer_ratings row of the run's customers against counts recomputed from
+   the enriched topic included); exits 1 if the stages do not reconcile
 Every process it started is stopped on the way out, Ctrl-C included.
 """
 
@@ -17,13 +18,15 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
 from enrichment_job.metrics import caught_up
+from infra.demo import views
 from infra.demo.figures import TOPICS, Observer, read_json
-from infra.demo.pipeline import MODULES, DemoPaths, Pipeline, service_envs
+from infra.demo.pipeline import MODULES, SPARK_JOBS, DemoPaths, Pipeline, service_envs
 from infra.demo.reconcile import (
     ALERT_RULE,
     Check,
@@ -75,8 +78,9 @@ class Demo:
     def __init__(self, args: argparse.Namespace, stack: dict[str, str], paths: DemoPaths) -> None:
         self.args, self.stack, self.paths = args, stack, paths
         self.pipeline = Pipeline(paths, service_envs(stack, paths))
-        metrics_files = {name: paths.metrics(name) for name in MODULES if name != "enrichment"}
+        metrics_files = {name: paths.metrics(name) for name in MODULES if name not in SPARK_JOBS}
         metrics_files["enrichment"] = paths.job_state / "metrics.json"
+        metrics_files["views"] = paths.views_state / "metrics.json"
         self.observer = Observer(stack, metrics_files, s3_client(StackSettings(), stack))
         self.plain = args.plain or not sys.stdout.isatty()
         self.lake = S3SinkSettings(
@@ -101,9 +105,9 @@ class Demo:
     # 2. the pipeline
     def start_pipeline(self) -> None:
         # Figures of an earlier run must not pass for this one's.
-        for path in (self.paths.job_state / "metrics.json", *map(self.paths.metrics, MODULES)):
+        for path in self.observer.metrics_files.values():
             path.unlink(missing_ok=True)
-        for name in ("enrichment", "slack_notifier", "es_sink", "s3_sink"):
+        for name in ("enrichment", "views", "views_api", "slack_notifier", "es_sink", "s3_sink"):
             self.pipeline.start(name)
         began = time.monotonic()
         while True:
@@ -164,13 +168,7 @@ class Demo:
 
     def show(self, phase: str) -> None:
         now = self.observer.snapshot()
-        text = frame(
-            f"ratings enrichment demo: {phase}",
-            self.start,
-            self.before,
-            now,
-            list(self.observer.latest_alerts),
-        )
+        alerts = list(self.observer.latest_alerts)
         if self.plain:
             m = now.metrics
             figures = {
@@ -183,6 +181,14 @@ class Demo:
             line = " ".join(f"{k} {v:,}" for k, v in figures.items())
             print(f"[{time.strftime('%H:%M:%S')}] {phase}: {line}", flush=True)
         else:
+            text = frame(
+                f"ratings enrichment demo: {phase}",
+                self.start,
+                self.before,
+                now,
+                alerts=alerts,
+                views=views.view_lines(alerts),
+            )
             print(CLEAR + text, flush=True)
         self.before = now
 
@@ -209,7 +215,23 @@ class Demo:
             time.sleep(3)
         for counter in counters.values():
             counter.close()
+        result.checks.append(self._views_check(counters["enriched"].records, deadline))
         return result
+
+    def _views_check(self, records: list[dict[str, Any]], deadline: float) -> Check:
+        """Every customer_ratings row of the run's customers equals the counts recomputed from
+        the enriched topic, once the view has caught up with the topic's end."""
+        servers, topic = self.stack["KAFKA_BOOTSTRAP_SERVERS"], TOPICS["enriched"]
+        users = {int(r["user_id"]) for r in records}
+        while not views.caught_up(servers, topic) and time.monotonic() < deadline:
+            self._check_children()
+            self.show("draining: waiting for the views to catch up")
+            time.sleep(2)
+        expected = views.expected_customer_rows(servers, topic, users)
+        matching, wrong = views.rows_matching(expected)
+        for line in wrong:
+            log.warning("customer_ratings differs: %s", line)
+        return Check("customer_ratings rows of the run's customers", matching, len(expected))
 
     def _checks(
         self,

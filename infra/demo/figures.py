@@ -24,6 +24,7 @@ TOPICS = {
     "slack_dlq": "slack-notifier-dlq",
     "es_dlq": "es-sink-dlq",
     "s3_dlq": "s3-sink-dlq",
+    "views_dlq": "views-dlq",
 }
 GROUPS = {
     "slack_notifier": ("slack-notifier", ("alerts",)),

@@ -1,4 +1,5 @@
-"""The demo's processes: the enrichment job, the three services and the load generator, each a
+"""The demo's processes: the enrichment job, the views job, the four services and the load
+generator, each a
 child in its own process group with its log under <state>/demo/logs, all configured from the
 stack's client settings (<state>/stack.env)."""
 
@@ -33,6 +34,18 @@ class DemoPaths:
     def slack_state(self) -> Path:
         return self.root / "slack-notifier"
 
+    @property
+    def views_state(self) -> Path:
+        return self.root / "views"
+
+    @property
+    def views_api_state(self) -> Path:
+        return self.root / "views-api"
+
+
+VIEWS_PORT = 8087
+SPARK_JOBS = ("enrichment", "views")  # they stop their queries on SIGINT; the services on SIGTERM
+
 
 def service_envs(stack: dict[str, str], paths: DemoPaths) -> dict[str, dict[str, str]]:
     """Each process's environment: the stack's addresses and credentials under its own prefix."""
@@ -45,8 +58,20 @@ def service_envs(stack: dict[str, str], paths: DemoPaths) -> dict[str, dict[str,
             "ENRICH_UI_ENABLED": "false",
             "JAVA_HOME": stack["JAVA_HOME"],
         },
+        "views": {
+            "VIEWS_JOB_BOOTSTRAP_SERVERS": kafka,
+            "VIEWS_JOB_SPARK_JARS": stack["SPARK_JARS"],
+            "VIEWS_JOB_STATE_DIR": str(paths.views_state),
+            "JAVA_HOME": stack["JAVA_HOME"],
+        },
+        "views_api": {
+            "VIEWS_BOOTSTRAP_SERVERS": kafka,
+            "VIEWS_STATE_DIR": str(paths.views_api_state),
+            "VIEWS_PORT": str(VIEWS_PORT),
+        },
         "slack_notifier": {
             "SLACK_BOOTSTRAP_SERVERS": kafka,
+            "SLACK_VIEWS_URL": f"http://127.0.0.1:{VIEWS_PORT}",
             "SLACK_STATE_DIR": str(paths.slack_state),
             "SLACK_METRICS_FILE": str(paths.metrics("slack_notifier")),
             "SLACK_METRICS_INTERVAL_S": "1",
@@ -82,6 +107,8 @@ def service_envs(stack: dict[str, str], paths: DemoPaths) -> dict[str, dict[str,
 
 MODULES = {
     "enrichment": "enrichment_job",
+    "views": "enrichment_job.views",
+    "views_api": "services.views",
     "slack_notifier": "services.slack_notifier",
     "es_sink": "services.es_sink",
     "s3_sink": "services.s3_sink",
@@ -133,8 +160,7 @@ class Pipeline:
         if child is None:
             return None
         if child.alive():
-            # The job stops its queries on SIGINT (KeyboardInterrupt); the services on SIGTERM.
-            child.proc.send_signal(signal.SIGINT if name == "enrichment" else signal.SIGTERM)
+            child.proc.send_signal(signal.SIGINT if name in SPARK_JOBS else signal.SIGTERM)
             try:
                 child.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:

@@ -1,5 +1,5 @@
 """The live terminal view: one frame per second, per stage events in and out per second, lag,
-dead letters, and the latest alerts the way Slack shows them."""
+dead letters, the latest alerts the way Slack shows them, and the materialized views."""
 
 import time
 from datetime import UTC, datetime
@@ -51,6 +51,20 @@ def stage_rows(start: Snapshot, before: Snapshot, now: Snapshot) -> list[tuple[s
             f"CDC lag {_n(job.get('cdc', {}).get('watermark_lag_ms'))} ms",
         ),
     ]
+    views = now.metrics.get("views", {}).get("query:customer_ratings", {})
+    rows.append(
+        (
+            "views job",
+            f"{views.get('input_rows_per_s', 0):,.0f}" if views else "-",
+            f"{views.get('processed_rows_per_s', 0):,.0f}" if views else "-",
+            "-",
+            "-",
+            _n(now.since(start, "views_dlq")),
+            f"customer_ratings batch {_n(views.get('batch_id'))}, {_n(views.get('batch_duration_ms'))} ms"
+            if views
+            else "starting",
+        )
+    )
     for process, label, dlq, extra in (
         (
             "slack_notifier",
@@ -85,7 +99,15 @@ def alert_lines(alerts: list[dict[str, Any]]) -> list[str]:
     return lines or ["  (none yet)"]
 
 
-def frame(title: str, start: Snapshot, before: Snapshot, now: Snapshot, alerts: list[dict[str, Any]]) -> str:
+def frame(
+    title: str,
+    start: Snapshot,
+    before: Snapshot,
+    now: Snapshot,
+    *,
+    alerts: list[dict[str, Any]],
+    views: list[str],
+) -> str:
     header = ("STAGE", "IN/s", "OUT/s", "OUT TOTAL", "LAG", "DLQ", "")
     rows = [header, *stage_rows(start, before, now)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
@@ -106,6 +128,9 @@ def frame(title: str, start: Snapshot, before: Snapshot, now: Snapshot, alerts: 
             "",
             "Latest alerts, as Slack shows them:",
             *alert_lines(alerts),
+            "",
+            "Materialized views (services/views on 127.0.0.1:8087):",
+            *views,
             "",
         ]
     )

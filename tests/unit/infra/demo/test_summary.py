@@ -67,8 +67,18 @@ def test_the_live_view_shows_every_stage_and_the_latest_alerts() -> None:
         "rating_time": 0,
         "message": "late again",
     }
-    text = frame("demo", start, start, now, [alert])
-    for stage in ("load generator", "enrichment job", "slack notifier", "elasticsearch sink", "s3 lake sink"):
+    views = ["  customer_ratings: 12 rows, 0.5 s behind the newest rating"]
+    text = frame("demo", start, start, now, alerts=[alert], views=views)
+    stages = (
+        "load generator",
+        "enrichment job",
+        "views job",
+        "slack notifier",
+        "elasticsearch sink",
+        "s3 lake sink",
+    )
+    for stage in stages:
         assert stage in text
+    assert views[0] in text
     assert "185 docs in ratings" in text and "3 files in the lake" in text
     assert "★☆☆☆☆ via iOS" in "\n".join(alert_lines([alert]))
