@@ -1,0 +1,54 @@
+"""The views job's settings: documented, checked at the edge, and --help connects nowhere."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from enrichment_job.views.settings import ViewsSettings
+
+REPO = Path(__file__).resolve().parents[4]
+NOT_FIELDS = {"VIEWS_JOB_ENV_FILE"}
+
+
+def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("VIEWS_JOB_")}
+    return subprocess.run(
+        [sys.executable, "-m", "enrichment_job.views", *args],
+        cwd=REPO,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_every_setting_is_documented_in_the_readme_and_every_documented_one_exists() -> None:
+    documented = set(re.findall(r"\bVIEWS_JOB_[A-Z0-9_]+", (REPO / "README.md").read_text())) - NOT_FIELDS
+    fields = {f"VIEWS_JOB_{name.upper()}" for name in ViewsSettings.model_fields}
+    assert documented - fields == set(), "README.md names settings the views job does not have"
+    assert fields - documented == set(), "settings missing from README.md"
+
+
+def test_help_lists_every_setting_with_its_default_and_starts_nothing() -> None:
+    # An unreachable Kafka: --help must not try it.
+    done = _run({"VIEWS_JOB_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, "--help")
+    assert done.returncode == 0, done.stderr
+    for name in ViewsSettings.model_fields:
+        assert f"VIEWS_JOB_{name.upper()}=" in done.stdout
+    assert "VIEWS_JOB_WINDOW_LATENESS_S=3600" in done.stdout
+    assert "SparkSession" not in done.stderr
+
+
+def test_a_bad_value_stops_the_job_before_spark_naming_the_setting() -> None:
+    done = _run({"VIEWS_JOB_UNHAPPY_STARS_BELOW": "9"})
+    assert done.returncode == 2
+    assert "VIEWS_JOB_UNHAPPY_STARS_BELOW" in done.stderr
+
+
+def test_spark_reads_only_committed_enriched_records() -> None:
+    options = ViewsSettings(kafka_extra={"security.protocol": "SSL"}).kafka_options()
+    assert options["kafka.isolation.level"] == "read_committed"
+    assert options["kafka.security.protocol"] == "SSL"
