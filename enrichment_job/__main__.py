@@ -9,6 +9,7 @@ import sys
 from enrichment_job.app import start
 from enrichment_job.cli import load_or_exit, run_until_stopped
 from enrichment_job.settings import JobSettings
+from enrichment_job.views.settings import ViewsSettings
 
 
 def main(argv: list[str]) -> int:
@@ -17,7 +18,10 @@ def main(argv: list[str]) -> int:
     # py4j logs every callback (each batch, each progress event) at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     log = logging.getLogger("enrichment_job")
-    job = start(settings)
+    views = None
+    if settings.views_in_job:
+        views = load_or_exit(ViewsSettings, [], "python -m enrichment_job", __doc__ or "")
+    job = start(settings, views)
     return run_until_stopped(job.spark, job.stop, log)
 
 

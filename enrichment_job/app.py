@@ -7,7 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -19,6 +19,9 @@ from enrichment_job.kafka_out import TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener, Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState, CustomerTable
+
+if TYPE_CHECKING:
+    from enrichment_job.views.settings import ViewsSettings
 
 log = logging.getLogger("enrichment_job")
 
@@ -319,6 +322,7 @@ class RunningJob:
     query: StreamingQuery
     table: CustomerTable
     pipeline: Pipeline
+    views: tuple[StreamingQuery, ...] = ()
 
     def stop(self) -> None:
         """Stops the query (a batch in flight is cancelled: nothing of it is committed, and the
@@ -328,12 +332,15 @@ class RunningJob:
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         self.pipeline.stopping.set()
         self.query.stop()
+        for view in self.views:
+            view.stop()
         self.pipeline.cdc.close()
         self.table.close()
         self.spark.stop()
 
 
-def start(settings: JobSettings) -> RunningJob:
+def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) -> RunningJob:
+    """The job's query; with `views_settings`, the views' queries too, in the same application."""
     spark = build_session(settings)
     metrics = Metrics(settings.metrics_file)
     spark.streams.addListener(ProgressListener(metrics))
@@ -357,4 +364,9 @@ def start(settings: JobSettings) -> RunningJob:
         .start()
     )
     log.info("enrichment job running (run %s); metrics in %s", run, settings.metrics_file)
-    return RunningJob(spark, query, table, pipeline)
+    views: tuple[StreamingQuery, ...] = ()
+    if views_settings is not None:
+        from enrichment_job.views.app import start_queries  # noqa: PLC0415 (the views import this module)
+
+        views = start_queries(spark, views_settings)
+    return RunningJob(spark, query, table, pipeline, views)

@@ -69,6 +69,10 @@ class JobSettings(BaseSettings):
         100, gt=0, description="compact and vacuum the table every this many Delta appends"
     )
 
+    views_in_job: bool = Field(
+        False, description="also run the materialized views' queries in this application (VIEWS_JOB_*)"
+    )
+
     @property
     def checkpoint_dir(self) -> Path:
         return self.state_dir / "checkpoints"

@@ -150,16 +150,18 @@ class RunningViews:
         self.spark.stop()
 
 
-def build_views_session(settings: ViewsSettings) -> SparkSession:
+def start(settings: ViewsSettings) -> RunningViews:
+    """The views job as its own Spark application."""
     spark = build_session(settings, "ratings-views")
+    spark.streams.addListener(ProgressListener(Metrics(settings.metrics_file)))
+    return RunningViews(spark, start_queries(spark, settings))
+
+
+def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[StreamingQuery, ...]:
+    """One query per view and the dead-letter query, in `spark` (its own application, or the
+    enrichment job's when ENRICH_VIEWS_IN_JOB is on)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-    return spark
-
-
-def start(settings: ViewsSettings) -> RunningViews:
-    spark = build_views_session(settings)
-    spark.streams.addListener(ProgressListener(Metrics(settings.metrics_file)))
     run = run_id(settings.checkpoint_dir)
     queries = []
     for view in VIEWS:
@@ -176,8 +178,8 @@ def start(settings: ViewsSettings) -> RunningViews:
             .start()
         )
     queries.append(_dead_letter_query(spark, settings, run))
-    log.info("views job running (run %s): %s", run, ", ".join(settings.topic(v.name) for v in VIEWS))
-    return RunningViews(spark, tuple(queries))
+    log.info("views running (run %s): %s", run, ", ".join(settings.topic(v.name) for v in VIEWS))
+    return tuple(queries)
 
 
 def _dead_letter_query(spark: SparkSession, settings: ViewsSettings, run: str) -> StreamingQuery:
