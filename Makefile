@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STACK := $(BIN)/python -m infra.stack
 
-.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job bench-table lake-query views-job views-api view
+.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job bench-table bench-views lake-query views-job views-api view
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -85,6 +85,9 @@ bench: up ## every benchmark, then bench-results/bench.json and bench.png (ARGS=
 
 bench-job: up ## enrichment job figures: fixed-rate latency and saturation throughput (ARGS="--rate 2000")
 	$(BIN)/python -m enrichment_job.bench $(ARGS)
+
+bench-views: up ## the views beside the job at 5,000/s: job latency, views freshness, pull queries, service restart (ARGS="--in-job")
+	$(BIN)/python -m infra.bench.views $(ARGS)
 
 bench-table: up ## per-batch cost of re-reading the customer table from Delta vs keeping it in memory, by size
 	$(BIN)/python -m enrichment_job.bench_table $(ARGS)

@@ -254,7 +254,12 @@ def wait_for(latencies: Latencies, count: int, timeout_s: float) -> bool:
 
 
 def start_job(
-    env: dict[str, str], topics: dict[str, str], state: Path, grace_ms: int, log: Path
+    env: dict[str, str],
+    topics: dict[str, str],
+    state: Path,
+    grace_ms: int,
+    log: Path,
+    extra: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     job_env = {
         **os.environ,
@@ -265,6 +270,7 @@ def start_job(
         "ENRICH_GRACE_MS": str(grace_ms),
         "ENRICH_UI_ENABLED": "false",
         **{f"ENRICH_{role.upper()}_TOPIC": name for role, name in topics.items()},
+        **(extra or {}),
     }
     with log.open("wb") as out:
         return subprocess.Popen(

@@ -1,0 +1,92 @@
+"""python -m infra.bench.pull: pull queries against the views query service at a fixed rate,
+from a process of its own, with latency measured on the client side.
+
+Open loop: request i is due at start + i / rate whatever the answers before it did, over a few
+keep-alive HTTP/1.1 connections (asyncio streams, no client library in the way); a request that
+waits for a free connection counts that wait in its latency. Keys: customer ids drawn at random
+from --ids (a JSON file with a list). Prints the figures as one JSON line.
+"""
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+async def _connection(
+    port: int,
+    due: "asyncio.Queue[tuple[float, int] | None]",
+    latencies: list[float],
+    statuses: dict[int, int],
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    while (item := await due.get()) is not None:
+        at, key = item
+        writer.write(f"GET /views/customer_ratings/{key} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        status_line = await reader.readline()
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        await reader.readexactly(length)
+        latencies.append(time.perf_counter() - at)
+        status = int(status_line.split()[1])
+        statuses[status] = statuses.get(status, 0) + 1
+    writer.close()
+
+
+async def run(port: int, ids: list[int], rate: float, duration_s: float, connections: int) -> dict[str, Any]:
+    due: asyncio.Queue[tuple[float, int] | None] = asyncio.Queue()
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    workers = [asyncio.create_task(_connection(port, due, latencies, statuses)) for _ in range(connections)]
+    rnd = random.Random(11)
+    start = time.perf_counter()
+    count = int(rate * duration_s)
+    for i in range(count):
+        at = start + i / rate
+        ahead = at - time.perf_counter()
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+        due.put_nowait((at, rnd.choice(ids)))
+    for _ in workers:
+        due.put_nowait(None)
+    await asyncio.gather(*workers)
+    elapsed = time.perf_counter() - start
+    ordered = sorted(latencies)
+
+    def ms(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
+
+    return {
+        "target_per_s": rate,
+        "requests": len(latencies),
+        "achieved_per_s": round(len(latencies) / elapsed),
+        "statuses": statuses,
+        "p50_ms": ms(0.5),
+        "p99_ms": ms(0.99),
+        "max_ms": round(ordered[-1] * 1000, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.bench.pull", description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ids", type=Path, required=True, help="JSON file: a list of customer ids")
+    parser.add_argument("--rate", type=float, default=1000)
+    parser.add_argument("--duration", type=float, default=30)
+    parser.add_argument("--connections", type=int, default=8)
+    args = parser.parse_args(argv)
+    ids = json.loads(args.ids.read_text())
+    figures = asyncio.run(run(args.port, ids, args.rate, args.duration, args.connections))
+    print(json.dumps(figures), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+"""make bench-views: the materialized views under the enrichment job's load, as figures.
+
+Against the running local stack, on topics of its own: seeds customers in MariaDB, starts the
+enrichment job (fresh state), the views job (its own Spark application, or inside the
+enrichment job's with --in-job) and the views query service, keeps a trickle of customer
+updates going, then
+0. warm-up: ratings at --rate per second for --warmup seconds (the JVMs compile Spark's planning
+   code for their first minutes), reported apart;
+1. measured: ratings at --rate per second for --duration seconds, while a second process sends
+   pull queries at --pull-rate per second (keys drawn at random over the customers). Figures:
+   the enrichment job's latency (rating produced -> enriched record readable, read_committed),
+   the views' freshness (rating produced -> the customer_ratings row that counts it applied in
+   the query service, read from its change stream), whether the views kept up, and the pull
+   queries' rate and latency (client side);
+2. restart: the query service stopped and started again; time from its start to /health 200,
+   with the rows it then serves.
+Prints the figures and writes them as JSON (--out).
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from http.client import HTTPConnection
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from enrichment_job.bench import (
+    Latencies,
+    cores_used,
+    fixed_rate,
+    job_jvm,
+    percentile,
+    seed_customers,
+    start_job,
+    thread_cpu_s,
+    trickle_updates,
+    wait_caught_up,
+)
+from infra.stack.secrets import read_env_file
+from infra.stack.settings import REPO_ROOT, StackSettings
+from infra.stack.stack import stack_env_path
+
+PORT = 8097  # not the demo's 8087: a demo may be running
+
+
+class Freshness(threading.Thread):
+    """Follows /views/customer_ratings/changes and records, per change, now - the row's
+    last_rating_time (set when the rating was produced): how old the newest counted rating is
+    when its row becomes readable by key."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.samples: list[int] = []
+        self.timing = False
+        self.stop = threading.Event()
+        self.changes = 0
+
+    def run(self) -> None:
+        conn = HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request("GET", "/views/customer_ratings/changes")
+        response = conn.getresponse()
+        event = ""
+        while not self.stop.is_set():
+            line = response.readline()
+            if not line:
+                return
+            text = line.decode().rstrip("\n")
+            if text.startswith("event:"):
+                event = text[6:].strip()
+            elif text.startswith("data:") and event == "change":
+                self.changes += 1
+                if self.timing:
+                    row = json.loads(text[5:])["row"]
+                    self.samples.append(int(time.time() * 1000) - int(row["last_rating_time"]))
+
+
+def http_get(port: int, path: str, timeout_s: float = 2) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout_s) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, None
+    except OSError:
+        return 0, None
+
+
+def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> float:
+    """Seconds until /health answers 200."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if proc.poll() is not None:
+            raise SystemExit(f"the query service exited with {proc.returncode}; see its log")
+        if http_get(port, "/health", 1)[0] == 200:
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise SystemExit(f"the query service was not healthy within {timeout_s} s")
+
+
+def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", module],
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGINT) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, sig)
+    try:
+        proc.wait(120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def views_lag(servers: str, enriched: str, port: int) -> int | None:
+    """Enriched records the customer_ratings view has not reflected yet (its marker's offsets
+    against the topic's ends now)."""
+    status, answer = http_get(port, "/views")
+    if status != 200:
+        return None
+    view: dict[str, Any] = next((v for v in answer["views"] if v["name"] == "customer_ratings"), {})
+    done = (view.get("freshness") or {}).get("enriched_to") or {}
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        parts = consumer.list_topics(enriched, timeout=10).topics[enriched].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(enriched, p), timeout=10)[1] for p in parts}
+    finally:
+        consumer.close()
+    return sum(max(0, end - int(done.get(str(p), 0))) for p, end in ends.items())
+
+
+def topics_for(suffix: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The enrichment job's topics (role -> name) and the views' (role -> name)."""
+    job = {role: f"bench-{role}-{suffix}" for role in ("ratings", "enriched", "alerts", "dlq", "customers")}
+    prefix = f"bench-view-{suffix}."
+    views = {
+        "prefix": prefix,
+        "customer_ratings": f"{prefix}customer_ratings",
+        "segment_hourly": f"{prefix}segment_hourly",
+        "commits": f"bench-views-commits-{suffix}",
+        "dlq": f"bench-views-dlq-{suffix}",
+    }
+    return job, views
+
+
+def views_job_env(
+    env: dict[str, str], job_topics: dict[str, str], views: dict[str, str], state: Path
+) -> dict[str, str]:
+    return {
+        "VIEWS_JOB_BOOTSTRAP_SERVERS": env["KAFKA_BOOTSTRAP_SERVERS"],
+        "VIEWS_JOB_SPARK_JARS": env["SPARK_JARS"],
+        "JAVA_HOME": env["JAVA_HOME"],
+        "VIEWS_JOB_STATE_DIR": str(state),
+        "VIEWS_JOB_ENRICHED_TOPIC": job_topics["enriched"],
+        "VIEWS_JOB_TOPIC_PREFIX": views["prefix"],
+        "VIEWS_JOB_COMMITS_TOPIC": views["commits"],
+        "VIEWS_JOB_DLQ_TOPIC": views["dlq"],
+        "VIEWS_JOB_NAME": f"bench-{state.name}",
+    }
+
+
+def service_env(env: dict[str, str], views: dict[str, str], state: Path) -> dict[str, str]:
+    return {
+        "VIEWS_BOOTSTRAP_SERVERS": env["KAFKA_BOOTSTRAP_SERVERS"],
+        "VIEWS_PORT": str(PORT),
+        "VIEWS_STATE_DIR": str(state),
+        "VIEWS_CHANGELOG_TOPICS": json.dumps([views["customer_ratings"], views["segment_hourly"]]),
+        "VIEWS_COMMITS_TOPIC": views["commits"],
+    }
+
+
+def create_topics(servers: str, job: dict[str, str], views: dict[str, str]) -> list[str]:
+    compact = {"cleanup.policy": "compact"}
+    new = [NewTopic(t, num_partitions=4, replication_factor=1) for t in job.values()]
+    new += [
+        NewTopic(views["customer_ratings"], num_partitions=4, replication_factor=1, config=compact),
+        NewTopic(views["segment_hourly"], num_partitions=1, replication_factor=1, config=compact),
+        NewTopic(views["commits"], num_partitions=1, replication_factor=1, config=compact),
+        NewTopic(views["dlq"], num_partitions=1, replication_factor=1),
+    ]
+    for future in AdminClient({"bootstrap.servers": servers}).create_topics(new).values():
+        future.result(30)
+    return [t.topic for t in new]
+
+
+def wait_views_caught_up(servers: str, enriched: str, port: int, timeout_s: float) -> float | None:
+    """Seconds until customer_ratings reflects every enriched record there is now; None if not in time."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if views_lag(servers, enriched, port) == 0:
+            return round(time.monotonic() - started, 1)
+        time.sleep(0.5)
+    return None
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="make bench-views", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--customers", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=5_000, help="ratings per second")
+    parser.add_argument(
+        "--warmup", type=float, default=360, help="seconds at --rate before the measured phase"
+    )
+    parser.add_argument("--duration", type=float, default=60, help="seconds of the measured phase")
+    parser.add_argument("--pull-rate", type=float, default=1_000, help="pull queries per second (0: none)")
+    parser.add_argument("--in-job", action="store_true", help="run the views inside the enrichment job")
+    parser.add_argument("--updates-per-s", type=float, default=5)
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "views.json")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark, its phases in order
+    args = parse(argv)
+    env = read_env_file(stack_env_path(StackSettings()))
+    servers = env["KAFKA_BOOTSTRAP_SERVERS"]
+    suffix = uuid.uuid4().hex[:8]
+    job_topics, view_topics = topics_for(suffix)
+    created = create_topics(servers, job_topics, view_topics)
+    print(f"seeding {args.customers} customers ...", flush=True)
+    ids = seed_customers(env, args.customers)
+    work = args.out.parent / f"views-{suffix}"
+    work.mkdir(parents=True)
+    (work / "ids.json").write_text(json.dumps(ids))
+    views_env = views_job_env(env, job_topics, view_topics, work / "views")
+    job_extra = {"ENRICH_VIEWS_IN_JOB": "true", **views_env} if args.in_job else {}
+    results: dict[str, Any] = {"customers": len(ids), "views_in_job": args.in_job, "rate": args.rate}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    stop_trickle = threading.Event()
+    try:
+        print(f"starting the enrichment job (logs in {work}) ...", flush=True)
+        procs["job"] = start_job(env, job_topics, work / "job", 0, work / "job.log", job_extra)
+        wait_caught_up(work / "job", procs["job"], 900)
+        if not args.in_job:
+            procs["views"] = spawn("enrichment_job.views", views_env, work / "views.log")
+        api_env = service_env(env, view_topics, work / "api")
+        procs["api"] = spawn("services.views", api_env, work / "api.log")
+        wait_healthy(PORT, procs["api"], 300)
+        freshness = Freshness(PORT)
+        freshness.start()
+        threading.Thread(
+            target=trickle_updates, args=(env, ids, args.updates_per_s, stop_trickle), daemon=True
+        ).start()
+        latencies = Latencies(servers, job_topics["enriched"])
+        latencies.start()
+        producer = Producer({"bootstrap.servers": servers, "linger.ms": 5, "compression.type": "lz4"})
+        for phase, seconds in (("warm_up", args.warmup), ("measured", args.duration)):
+            if seconds <= 0:
+                continue
+            print(f"{phase}: {int(args.rate * seconds)} ratings at {args.rate:.0f}/s ...", flush=True)
+            measured = phase == "measured"
+            pull = None
+            if measured and args.pull_rate > 0:
+                pull = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "infra.bench.pull",
+                        "--port",
+                        str(PORT),
+                        "--ids",
+                        str(work / "ids.json"),
+                        "--rate",
+                        str(args.pull_rate),
+                        "--duration",
+                        str(seconds),
+                    ],
+                    stdout=subprocess.PIPE,
+                )
+            freshness.samples, freshness.timing = [], measured
+            jvms = {
+                name: pid for name in ("job", "views") if name in procs and (pid := job_jvm(procs[name].pid))
+            }
+            cpu_before = {name: thread_cpu_s(pid) for name, pid in jvms.items()}
+            t0 = time.monotonic()
+            figures = fixed_rate(
+                latencies,
+                producer,
+                job_topics["ratings"],
+                ids,
+                count=int(args.rate * seconds),
+                rate=args.rate,
+            )
+            figures["views_lag_at_end"] = views_lag(servers, job_topics["enriched"], PORT)
+            figures["views_caught_up_after_s"] = wait_views_caught_up(
+                servers, job_topics["enriched"], PORT, 120
+            )
+            freshness.timing = False
+            fresh = freshness.samples
+            figures["freshness"] = {
+                "changes": len(fresh),
+                "p50_ms": percentile(fresh, 0.5),
+                "p99_ms": percentile(fresh, 0.99),
+                "max_ms": max(fresh, default=None),
+            }
+            elapsed = time.monotonic() - t0
+            figures["jvm_cores"] = {
+                name: cores_used(before, thread_cpu_s(jvms[name]), elapsed)
+                for name, before in cpu_before.items()
+            }
+            if pull is not None:
+                out, _ = pull.communicate(timeout=seconds + 300)
+                figures["pull"] = json.loads(out.decode().strip().splitlines()[-1])
+            results[phase] = figures
+            print(json.dumps(figures), flush=True)
+
+        print("restart: the query service stopped and started again ...", flush=True)
+        stop(procs.pop("api"), signal.SIGTERM)
+        procs["api"] = spawn("services.views", api_env, work / "api.log")
+        restart_s = wait_healthy(PORT, procs["api"], 300)
+        status, answer = http_get(PORT, "/views")
+        rows = {v["name"]: v["rows"] for v in answer["views"]} if status == 200 else {}
+        results["restart"] = {"to_healthy_s": round(restart_s, 2), "rows": rows}
+        print(json.dumps(results["restart"]), flush=True)
+        freshness.stop.set()
+        latencies.stop.set()
+    finally:
+        stop_trickle.set()
+        for name, proc in procs.items():
+            stop(proc, signal.SIGTERM if name == "api" else signal.SIGINT)
+        AdminClient({"bootstrap.servers": servers}).delete_topics(created)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"results in {args.out}:\n{json.dumps(results, indent=2)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
