@@ -43,7 +43,14 @@ class Topics:
 class Job:
     """`python -m enrichment_job` with its own state folder; killable like a real crash."""
 
-    def __init__(self, stack_env: StackEnv, topics: Topics, state_dir: Path, grace_ms: int) -> None:
+    def __init__(
+        self,
+        stack_env: StackEnv,
+        topics: Topics,
+        state_dir: Path,
+        grace_ms: int,
+        extra: dict[str, str] | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.log = state_dir.with_suffix(".log")
         self.env = {
@@ -56,6 +63,7 @@ class Job:
             "ENRICH_UI_ENABLED": "false",
             "ENRICH_TRIGGER_INTERVAL": "1 second",
             "JAVA_HOME": stack_env["JAVA_HOME"],
+            **(extra or {}),
         }
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -8,7 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.enrichment import Job, Topics, db_now_ms, produce, rating, read_topic, values
+from support.enrichment import (
+    Job,
+    Topics,
+    create_topics,
+    db_now_ms,
+    delete_topics,
+    produce,
+    rating,
+    read_topic,
+    values,
+)
 from support.views import ViewsJob, ViewTopics, expected_customer_ratings, latest_rows, without
 
 StackEnv = dict[str, str]
@@ -108,3 +118,39 @@ def test_counts_are_exact_after_a_burst_through_the_whole_pipeline(
         time.sleep(2)
     assert {k: rows.get(k) for k in expected} == expected
     assert all(expected[f'{{"user_id":{u}}}']["club_status"] is None for u in unknown)
+
+
+def test_the_views_can_run_inside_the_enrichment_jobs_application(
+    stack_env: StackEnv, tmp_path: Path, db: Any
+) -> None:
+    topics = Topics()
+    names = create_topics(stack_env, topics)
+    view_topics = ViewTopics(uuid.uuid4().hex[:8], enriched=topics.name("enriched"))
+    view_topics.create(stack_env)
+    extra = {
+        "ENRICH_VIEWS_IN_JOB": "true",
+        **view_topics.env(),
+        "VIEWS_JOB_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+        "VIEWS_JOB_STATE_DIR": str(tmp_path / "views"),
+    }
+    job = Job(stack_env, topics, tmp_path / "enrichment", grace_ms=0, extra=extra).start()
+    try:
+        customer = _insert(db, "silver")
+        base = time.time_ns() // 1000
+        now = _next_second(db)
+        produce(
+            stack_env, topics.name("ratings"), [rating(base + i, customer, 2 + i, now + i) for i in range(3)]
+        )
+        key = f'{{"user_id":{customer}}}'
+        deadline = time.monotonic() + 120
+        row = None
+        while time.monotonic() < deadline and (row is None or row["ratings"] < 3):
+            row = latest_rows(stack_env, view_topics.customer_ratings).get(key)
+            time.sleep(1)
+        assert row is not None, job.tail()
+        assert (row["ratings"], row["stars_sum"], row["club_status"]) == (3, 9, "silver")
+        assert "query customer_ratings started" in job.log.read_text()
+    finally:
+        assert job.stop() == 0
+        delete_topics(stack_env, names)
+        view_topics.drop(stack_env)
