@@ -259,6 +259,7 @@ def start_job(
     state: Path,
     grace_ms: int,
     log: Path,
+    *,
     extra: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     job_env = {

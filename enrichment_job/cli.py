@@ -15,19 +15,9 @@ from pydantic_settings import BaseSettings, SettingsError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
+from services.core.help import settings_help
+
 S = TypeVar("S", bound=BaseSettings)
-
-
-def settings_help(cls: type[BaseSettings], prog: str, doc: str) -> str:
-    """The entry point's description and every setting: variable, default, meaning."""
-    prefix = str(cls.model_config.get("env_prefix", ""))
-    lines = [f"usage: {prog} [--help]", "", doc.strip(), "", "settings (environment variables):"]
-    for name, field in cls.model_fields.items():
-        default = field.get_default(call_default_factory=True)
-        meaning = f"  {field.description}" if field.description else ""
-        lines.append(f"  {prefix}{name.upper()}={default!s}{meaning}")
-    lines.append(f"  {prefix}ENV_FILE=  a file of NAME=value lines read first (the environment wins)")
-    return "\n".join(lines)
 
 
 def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:

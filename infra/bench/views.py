@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark
     stop_trickle = threading.Event()
     try:
         print(f"starting the enrichment job (logs in {work}) ...", flush=True)
-        procs["job"] = start_job(env, job_topics, work / "job", 0, work / "job.log", job_extra)
+        procs["job"] = start_job(env, job_topics, work / "job", 0, work / "job.log", extra=job_extra)
         wait_caught_up(work / "job", procs["job"], 900)
         if not args.in_job:
             procs["views"] = spawn("enrichment_job.views", views_env, work / "views.log")

@@ -1,0 +1,14 @@
+"""`--help` of an entry point, from its settings class: every variable, its default, its meaning."""
+
+from pydantic_settings import BaseSettings
+
+
+def settings_help(cls: type[BaseSettings], prog: str, doc: str) -> str:
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    lines = [f"usage: {prog} [--help]", "", doc.strip(), "", "settings (environment variables):"]
+    for name, field in cls.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        meaning = f"  {field.description}" if field.description else ""
+        lines.append(f"  {prefix}{name.upper()}={default!s}{meaning}")
+    lines.append(f"  {prefix}ENV_FILE=  a file of NAME=value lines read first (the environment wins)")
+    return "\n".join(lines)

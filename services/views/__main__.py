@@ -1,0 +1,86 @@
+"""python -m services.views: the materialized views' query service. Loads the views' changelog
+topics into an embedded store and serves them over HTTP on 127.0.0.1:8087 by default:
+GET /views, /views/<name>/<key>, /views/<name>?<column>=<value>&limit=N,
+/views/<name>/changes (Server-Sent Events), /health.
+
+Settings come from VIEWS_* environment variables or the file named by VIEWS_ENV_FILE. Exit codes:
+0 stopped on request, 1 Kafka or the store failed, 2 a bad setting.
+"""
+
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+
+import uvicorn
+
+from services.core.errors import ConfigError
+from services.core.help import settings_help
+from services.core.settings import load_settings
+from services.views.api import Api
+from services.views.changelog import Changelog
+from services.views.config import ViewsApiSettings
+from services.views.hub import Hub
+from services.views.store import Store
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopped by us: its own signal handling raises the signal again once it
+    has shut down, which ends the process by that signal instead of with exit code 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def stop(self) -> None:
+        self.should_exit = True
+
+
+def main(argv: list[str]) -> int:
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(settings_help(ViewsApiSettings, "python -m services.views", __doc__ or ""))
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        settings = load_settings(ViewsApiSettings)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    logging.getLogger().setLevel(settings.log_level.upper())
+    log = logging.getLogger("views")
+    store, hub = Store(settings.state_dir / "store.sqlite3"), Hub()
+    changelog = Changelog(settings, store, hub)
+    server = _Server(
+        uvicorn.Config(
+            Api(settings, store, hub, changelog).app(),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+    )
+    changelog.on_failure = server.stop
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: server.stop())
+    changelog.start()
+    log.info(
+        "serving on http://%s:%d (views: %s)",
+        settings.host,
+        settings.port,
+        ", ".join(settings.changelog_topics),
+    )
+    server.run()  # until SIGINT or SIGTERM
+    changelog.stopping.set()
+    changelog.join(10)
+    if changelog.failed is not None:
+        log.error("stopped: reading the changelog topics failed: %s", changelog.failed)
+        return 1
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

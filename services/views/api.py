@@ -1,0 +1,202 @@
+"""The HTTP API (Starlette): views, rows by key, filtered scans, changes as Server-Sent Events,
+health. Every refusal is a 4xx with {"error": "..."} that says what is wrong."""
+
+import asyncio
+import json
+import logging
+import urllib.parse
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from services.views.changelog import Changelog
+from services.views.config import ViewsApiSettings
+from services.views.hub import Hub, Subscriber, change_data, sse
+from services.views.store import Change, Store, key_of
+
+log = logging.getLogger("views")
+JSON = "application/json"
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def parse_value(text: str, kind: str, what: str) -> Any:
+    """A key part or filter value as its column's type."""
+    try:
+        if kind in ("int", "long"):
+            return int(text)
+        if kind == "double":
+            return float(text)
+    except ValueError:
+        raise BadRequest(400, f"{what}: {text!r} is not a {kind}") from None
+    if kind == "boolean":
+        if text not in ("true", "false"):
+            raise BadRequest(400, f"{what}: {text!r} is not true or false")
+        return text == "true"
+    return text
+
+
+class Api:
+    def __init__(self, settings: ViewsApiSettings, store: Store, hub: Hub, changelog: Changelog) -> None:
+        self.settings, self.store, self.hub, self.changelog = settings, store, hub, changelog
+        self.names = [settings.view_name(t) for t in settings.changelog_topics]
+        self.topics = dict(zip(self.names, settings.changelog_topics, strict=True))
+
+    def app(self) -> Starlette:
+        routes = [
+            Route("/health", self.health),
+            Route("/views", self.catalog),
+            Route("/views/{name}", self.scan),
+            Route("/views/{name}/changes", self.changes),
+            Route("/views/{name}/{key:path}", self.row),
+        ]
+        return Starlette(
+            routes=routes,
+            exception_handlers={BadRequest: _refused, HTTPException: _http_error, Exception: _bug},
+        )
+
+    # what a view is
+    def _view(self, name: str) -> dict[str, Any]:
+        if name not in self.names:
+            raise BadRequest(404, f"unknown view {name!r}; the views are {', '.join(self.names)}")
+        info = self.store.view_info(name)
+        if info is None:
+            raise BadRequest(404, f"view {name!r} has no data yet")
+        return info
+
+    def _key(self, info: dict[str, Any], parts: list[str], name: str) -> str:
+        key_columns: list[str] = info["key"]
+        if len(parts) != len(key_columns):
+            spelled = "/".join(f"<{c}>" for c in key_columns)
+            raise BadRequest(
+                400, f"view {name!r} is keyed by {', '.join(key_columns)}: /views/{name}/{spelled}"
+            )
+        types = {c["name"]: c["type"] for c in info["columns"]}
+        return key_of(
+            [
+                parse_value(p, types.get(c, "string"), f"key column {c}")
+                for c, p in zip(key_columns, parts, strict=True)
+            ]
+        )
+
+    # the routes
+    async def health(self, _: Request) -> Response:
+        if self.changelog.failed is not None:
+            return JSONResponse({"status": "failed", "error": str(self.changelog.failed)}, 503)
+        if not self.changelog.caught_up.is_set():
+            return JSONResponse({"status": "catching up with the changelog topics"}, 503)
+        return JSONResponse({"status": "ok"})
+
+    async def catalog(self, _: Request) -> Response:
+        views = []
+        for name in self.names:
+            info = self.store.view_info(name) or {}
+            marker = info.get("marker") or {}
+            views.append(
+                {
+                    "name": name,
+                    "topic": self.topics[name],
+                    "key": info.get("key"),
+                    "columns": info.get("columns"),
+                    "rows": self.store.count(name),
+                    "freshness": {
+                        "enriched_to": marker.get("enriched_to"),
+                        "max_rating_time": marker.get("max_rating_time"),
+                        "batch_id": marker.get("batch_id"),
+                        "written_at_ms": marker.get("written_at_ms"),
+                        "applied_at_ms": info.get("applied_at_ms") if marker else None,
+                    },
+                }
+            )
+        return JSONResponse({"views": views})
+
+    async def row(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        info = self._view(name)
+        raw = request.scope.get("raw_path", request.url.path.encode()).decode()
+        tail = raw.split("?", 1)[0].split("/", 3)[3]  # after /views/<name>/
+        parts = [urllib.parse.unquote(p) for p in tail.split("/")]
+        key = self._key(info, parts, name)
+        value = self.store.get(name, key)
+        if value is None:
+            raise BadRequest(404, f"no row of view {name!r} with key {'/'.join(parts)}")
+        return Response(value, media_type=JSON)
+
+    async def scan(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        info = self._view(name)
+        types = {c["name"]: c["type"] for c in info["columns"]}
+        limit, filters = self.settings.scan_limit, []
+        for column, text in request.query_params.multi_items():
+            if column == "limit":
+                if not text.isdigit() or not 0 < int(text) <= self.settings.scan_limit_max:
+                    raise BadRequest(
+                        400, f"limit: {text!r} is not a number from 1 to {self.settings.scan_limit_max}"
+                    )
+                limit = int(text)
+            elif column not in types:
+                raise BadRequest(400, f"unknown column {column!r}; view {name!r} has {', '.join(types)}")
+            else:
+                filters.append((column, parse_value(text, types[column], f"filter {column}")))
+        rows = self.store.scan(name, filters, limit)
+        return Response('{"rows":[' + ",".join(rows) + "]}", media_type=JSON)
+
+    async def changes(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        info = self._view(name)
+        key_text = request.query_params.get("key")
+        key = None if key_text is None else self._key(info, key_text.split("/"), name)
+        sub = Subscriber(asyncio.get_running_loop(), name, key, asyncio.Queue(self.settings.subscriber_queue))
+        with self.hub.lock:
+            self.hub.add(sub)
+            snapshot = self.store.snapshot(name, key)
+        return StreamingResponse(
+            self._stream(sub, snapshot, tuple(info["key"])),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def _stream(
+        self, sub: Subscriber, snapshot: list[tuple[str, str]], key_columns: tuple[str, ...]
+    ) -> AsyncIterator[str]:
+        try:
+            for key, value in snapshot:
+                yield sse("snapshot", change_data(Change(sub.view, key, key_columns, value)))
+            yield sse("live", "{}")
+            seq = 0
+            while not sub.overflowed:
+                try:
+                    change = await asyncio.wait_for(sub.queue.get(), self.settings.heartbeat_s)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                seq += 1
+                yield sse("change", change_data(change), seq)
+            yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))
+        finally:
+            self.hub.remove(sub)
+
+
+async def _refused(_: Request, err: Exception) -> Response:
+    assert isinstance(err, BadRequest)
+    return JSONResponse({"error": str(err)}, err.status)
+
+
+async def _http_error(_: Request, err: Exception) -> Response:
+    assert isinstance(err, HTTPException)
+    message = "no such path; see GET /views" if err.status_code == 404 else str(err.detail)
+    return JSONResponse({"error": message}, err.status_code)
+
+
+async def _bug(_: Request, err: Exception) -> Response:
+    log.error("internal error: %r", err, exc_info=err)
+    return JSONResponse({"error": "internal error"}, 500)

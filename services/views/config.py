@@ -1,0 +1,51 @@
+"""The query service's settings (prefix VIEWS_): where the changelog topics are, where to listen,
+where to keep the local copy of the store."""
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class ViewsApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VIEWS_", frozen=True, extra="forbid")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    kafka_extra: dict[str, str] = Field(
+        default_factory=dict, description="extra librdkafka settings (JSON), e.g. security.protocol"
+    )
+    changelog_topics: tuple[str, ...] = Field(
+        ("view.customer_ratings", "view.segment_hourly"),
+        description="the views' changelog topics (JSON list); a view's name is the part after the last dot",
+    )
+    commits_topic: str = Field("views-commits", description="the views job's markers: columns and freshness")
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8087, gt=0, lt=65536)
+    state_dir: Path = Field(
+        REPO_ROOT / ".state" / "views-api",
+        description="the local copy of the store (SQLite), for fast restarts",
+    )
+    scan_limit: int = Field(100, gt=0, description="rows a filtered scan returns without ?limit=")
+    scan_limit_max: int = Field(1000, gt=0, description="the largest ?limit= accepted")
+    subscriber_queue: int = Field(
+        10_000, gt=0, description="changes a slow SSE subscriber may fall behind before it is cut off"
+    )
+    heartbeat_s: float = Field(15, gt=0, description="SSE comment line this often while nothing changes")
+    log_level: str = "INFO"
+
+    def consumer_config(self) -> dict[str, str | int | bool]:
+        """Committed records only: the views job writes rows and markers in transactions."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": "views-api",  # offsets are never committed: the store keeps its own
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            **self.kafka_extra,
+        }
+
+    @staticmethod
+    def view_name(topic: str) -> str:
+        return topic.rsplit(".", 1)[-1]

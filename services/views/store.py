@@ -1,0 +1,196 @@
+"""The embedded store: SQLite, one file that is also the local copy a restart starts from.
+
+Rows are kept as the JSON text the views job wrote (a pull by key returns it as it is), keyed by
+view and the key's values as a JSON array. The offsets consumed per topic-partition are written
+in the same transaction as the rows, so after a restart the store and its offsets agree and
+only the topics' tail is read.
+
+One writer (the changelog thread) and any number of readers, each thread with its own
+connection (WAL: readers see the last committed transaction and never wait for the writer).
+"""
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rows (view TEXT, key TEXT, value TEXT NOT NULL, PRIMARY KEY (view, key))
+  WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS offsets (topic TEXT, part INTEGER, next INTEGER NOT NULL,
+  PRIMARY KEY (topic, part)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS views (view TEXT PRIMARY KEY, key_columns TEXT, columns TEXT, marker TEXT,
+  applied_at_ms INTEGER);
+"""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One changelog record: the row's new JSON text (None: the row is deleted)."""
+
+    view: str
+    key: str  # the key's values as a compact JSON array
+    key_columns: tuple[str, ...]
+    value: str | None
+
+
+def key_of(values: list[Any]) -> str:
+    return json.dumps(values, separators=(",", ":"))
+
+
+def infer_columns(row: dict[str, Any]) -> list[dict[str, str]]:
+    """Column types from a row's JSON values, until a marker of the views job names them."""
+
+    def kind(value: Any) -> str:
+        if isinstance(value, bool):
+            return "boolean"
+        if isinstance(value, int):
+            return "long"
+        return "double" if isinstance(value, float) else "string"
+
+    return [{"name": name, "type": kind(value)} for name, value in row.items()]
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
+        self.path = path
+        self._local = threading.local()
+        self._writer = self._connect()
+        self._writer.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # a power cut may lose the last commits: Kafka has them
+        return conn
+
+    @property
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        return conn
+
+    # the writer's side (the changelog thread)
+    def offsets(self) -> dict[tuple[str, int], int]:
+        rows = self._writer.execute("SELECT topic, part, next FROM offsets").fetchall()
+        return {(topic, part): nxt for topic, part, nxt in rows}
+
+    def reset(self) -> None:
+        with self._transaction():
+            for table in ("rows", "offsets", "views"):
+                self._writer.execute(f"DELETE FROM {table}")  # noqa: S608 (a fixed name)
+
+    def apply(
+        self, changes: list[Change], markers: dict[str, dict[str, Any]], offsets: dict[tuple[str, int], int]
+    ) -> list[Change]:
+        """Writes the changes, the markers and the offsets in one transaction; returns the changes
+        that changed a row (a value equal to the stored one is no change)."""
+        applied: list[Change] = []
+        now_ms = int(time.time() * 1000)
+        with self._transaction():
+            w = self._writer
+            for change in changes:
+                old = w.execute(
+                    "SELECT value FROM rows WHERE view = ? AND key = ?", (change.view, change.key)
+                )
+                before = old.fetchone()
+                if (before[0] if before else None) == change.value:
+                    continue
+                if change.value is None:
+                    w.execute("DELETE FROM rows WHERE view = ? AND key = ?", (change.view, change.key))
+                else:
+                    w.execute(
+                        "INSERT INTO rows (view, key, value) VALUES (?, ?, ?)"
+                        " ON CONFLICT (view, key) DO UPDATE SET value = excluded.value",
+                        (change.view, change.key, change.value),
+                    )
+                    self._learn(change, now_ms)
+                applied.append(change)
+            for view, marker in markers.items():
+                w.execute(
+                    "INSERT INTO views (view, key_columns, columns, marker, applied_at_ms)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (view) DO UPDATE SET"
+                    " key_columns = excluded.key_columns, columns = excluded.columns,"
+                    " marker = excluded.marker, applied_at_ms = excluded.applied_at_ms",
+                    (
+                        view,
+                        json.dumps(marker["key"]),
+                        json.dumps(marker["columns"]),
+                        json.dumps(marker),
+                        now_ms,
+                    ),
+                )
+            w.executemany(
+                "INSERT INTO offsets (topic, part, next) VALUES (?, ?, ?)"
+                " ON CONFLICT (topic, part) DO UPDATE SET next = excluded.next",
+                [(topic, part, nxt) for (topic, part), nxt in offsets.items()],
+            )
+        return applied
+
+    def _learn(self, change: Change, now_ms: int) -> None:
+        """A view's key and columns from its first row, until a marker names them."""
+        known = self._writer.execute("SELECT 1 FROM views WHERE view = ?", (change.view,)).fetchone()
+        if known is None and change.value is not None:
+            columns = infer_columns(json.loads(change.value))
+            self._writer.execute(
+                "INSERT INTO views (view, key_columns, columns, marker, applied_at_ms)"
+                " VALUES (?, ?, ?, NULL, ?)",
+                (change.view, json.dumps(list(change.key_columns)), json.dumps(columns), now_ms),
+            )
+
+    def _transaction(self) -> "_Transaction":
+        return _Transaction(self._writer)
+
+    # readers' side (the HTTP handlers)
+    def get(self, view: str, key: str) -> str | None:
+        row = self._reader.execute(
+            "SELECT value FROM rows WHERE view = ? AND key = ?", (view, key)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def scan(self, view: str, filters: list[tuple[str, Any]], limit: int) -> list[str]:
+        """Rows whose columns equal the values, in key order, at most `limit`."""
+        where = "".join(f" AND json_extract(value, '$.\"{column}\"') IS ?" for column, _ in filters)
+        sql = f"SELECT value FROM rows WHERE view = ?{where} ORDER BY key LIMIT ?"  # noqa: S608 (names checked)
+        return [r[0] for r in self._reader.execute(sql, (view, *[v for _, v in filters], limit))]
+
+    def snapshot(self, view: str, key: str | None) -> list[tuple[str, str]]:
+        if key is not None:
+            value = self.get(view, key)
+            return [] if value is None else [(key, value)]
+        rows = self._reader.execute("SELECT key, value FROM rows WHERE view = ? ORDER BY key", (view,))
+        return [(k, v) for k, v in rows]
+
+    def count(self, view: str) -> int:
+        return int(self._reader.execute("SELECT COUNT(*) FROM rows WHERE view = ?", (view,)).fetchone()[0])
+
+    def view_info(self, view: str) -> dict[str, Any] | None:
+        """The view's key columns, columns, latest marker and when it was applied, if known."""
+        row = self._reader.execute(
+            "SELECT key_columns, columns, marker, applied_at_ms FROM views WHERE view = ?", (view,)
+        ).fetchone()
+        if row is None:
+            return None
+        return {
+            "key": json.loads(row[0]),
+            "columns": json.loads(row[1]),
+            "marker": json.loads(row[2]) if row[2] else None,
+            "applied_at_ms": row[3],
+        }
+
+
+class _Transaction:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")

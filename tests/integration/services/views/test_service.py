@@ -1,0 +1,304 @@
+"""The views query service against the real Kafka: rows and markers produced in transactions as
+the views job writes them, read back over HTTP and Server-Sent Events."""
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from http.client import HTTPConnection
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from support.kafka import drop_topics, make_topics
+from support.services import ServiceProcess
+
+StackEnv = dict[str, str]
+CUSTOMER_COLUMNS = [
+    {"name": "user_id", "type": "int"},
+    {"name": "ratings", "type": "long"},
+    {"name": "average_stars", "type": "double"},
+    {"name": "club_status", "type": "string"},
+    {"name": "customer_matched", "type": "boolean"},
+]
+SEGMENT_COLUMNS = [
+    {"name": "club_status", "type": "string"},
+    {"name": "channel", "type": "string"},
+    {"name": "hour", "type": "string"},
+    {"name": "ratings", "type": "long"},
+]
+
+
+class Views:
+    """A views job's topics, written the way it writes them: rows and a marker per transaction."""
+
+    def __init__(self, stack_env: StackEnv) -> None:
+        suffix = uuid.uuid4().hex[:8]
+        self.customers = f"test-view-{suffix}.customer_ratings"
+        self.segments = f"test-view-{suffix}.segment_hourly"
+        self.commits = f"test-views-commits-{suffix}"
+        self.stack_env = stack_env
+        self.producer = Producer(
+            {"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"], "transactional.id": f"test-{suffix}"}
+        )
+        self.producer.init_transactions(30)
+        self.batch = 0
+
+    def create(self) -> None:
+        make_topics(self.stack_env, [self.customers], partitions=4)
+        make_topics(self.stack_env, [self.segments, self.commits], partitions=1)
+
+    def drop(self) -> None:
+        drop_topics(self.stack_env, [self.customers, self.segments, self.commits])
+
+    def write(self, customers: list[dict[str, Any]] = (), segments: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+        self.producer.begin_transaction()
+        for row in customers:
+            key = json.dumps({"user_id": row["user_id"]}, separators=(",", ":"))
+            self.producer.produce(self.customers, key=key, value=json.dumps(row, separators=(",", ":")))
+        for row in segments:
+            key = {c: row[c] for c in ("club_status", "channel", "hour")}
+            self.producer.produce(self.segments, key=json.dumps(key), value=json.dumps(row))
+        self.batch += 1
+        for view, columns, key in (
+            ("customer_ratings", CUSTOMER_COLUMNS, ["user_id"]),
+            ("segment_hourly", SEGMENT_COLUMNS, ["club_status", "channel", "hour"]),
+        ):
+            marker = {
+                "batch_id": self.batch,
+                "view": view,
+                "key": key,
+                "columns": columns,
+                "enriched_to": {"0": self.batch * 10},
+                "max_rating_time": 1_795_000_000_000 + self.batch,
+                "rows": len(customers),
+                "written_at_ms": int(time.time() * 1000),
+            }
+            self.producer.produce(self.commits, key=f"views-{view}", value=json.dumps(marker))
+        self.producer.commit_transaction(30)
+
+
+def customer(user_id: int, ratings: int, status: str = "gold") -> dict[str, Any]:
+    return {
+        "user_id": user_id,
+        "ratings": ratings,
+        "average_stars": 2.5,
+        "club_status": status,
+        "customer_matched": True,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Service(ServiceProcess):
+    def __init__(self, stack_env: StackEnv, views: Views, workdir: Path) -> None:
+        self.port = free_port()
+        env = {
+            "VIEWS_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+            "VIEWS_CHANGELOG_TOPICS": json.dumps([views.customers, views.segments]),
+            "VIEWS_COMMITS_TOPIC": views.commits,
+            "VIEWS_PORT": str(self.port),
+            "VIEWS_STATE_DIR": str(workdir / "state"),
+            "VIEWS_HEARTBEAT_S": "1",
+        }
+        super().__init__("services.views", "VIEWS_", env, workdir)
+
+    def get(self, path: str) -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:  # noqa: S310
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def wait_healthy(self, timeout_s: float = 60) -> list[int]:
+        """Polls /health until 200; returns every status seen."""
+        seen: list[int] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                pytest.fail(f"the service exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                status = self.get("/health")[0]
+            except OSError:
+                time.sleep(0.05)
+                continue
+            seen.append(status)
+            if status == 200:
+                return seen
+            time.sleep(0.05)
+        pytest.fail(f"not healthy within {timeout_s} s:\n{self.tail()}")
+
+
+@pytest.fixture
+def views(stack_env: StackEnv) -> Iterator[Views]:
+    views = Views(stack_env)
+    views.create()
+    yield views
+    views.drop()
+
+
+def test_pull_by_key_composite_keys_filters_and_freshness(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    views.write(
+        [customer(i, i, "platinum" if i % 3 == 0 else "gold") for i in range(1, 31)],
+        [{"club_status": "platinum", "channel": "web", "hour": "2026-11-24T03", "ratings": 7}],
+    )
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    assert service.get("/views/customer_ratings/7") == (200, customer(7, 7))
+    status, row = service.get("/views/segment_hourly/platinum/web/2026-11-24T03")
+    assert (status, row["ratings"]) == (200, 7)
+    status, scan = service.get("/views/customer_ratings?club_status=platinum&limit=4")
+    assert status == 200 and len(scan["rows"]) == 4
+    assert all(r["club_status"] == "platinum" for r in scan["rows"])
+    assert len(service.get("/views/customer_ratings?customer_matched=true")[1]["rows"]) == 30
+    assert service.get("/views/customer_ratings?ratings=12")[1]["rows"] == [customer(12, 12, "platinum")]
+    catalog = {v["name"]: v for v in service.get("/views")[1]["views"]}
+    assert catalog["customer_ratings"]["rows"] == 30 and catalog["segment_hourly"]["rows"] == 1
+    assert catalog["customer_ratings"]["key"] == ["user_id"]
+    assert catalog["segment_hourly"]["columns"] == SEGMENT_COLUMNS
+    fresh = catalog["customer_ratings"]["freshness"]
+    assert fresh["enriched_to"] == {"0": 10} and fresh["max_rating_time"] == 1_795_000_000_001
+    assert fresh["applied_at_ms"] >= fresh["written_at_ms"] - 60_000
+    assert service.stop() == 0
+
+
+def test_bad_requests_get_a_4xx_naming_the_problem(stack_env: StackEnv, views: Views, tmp_path: Path) -> None:
+    views.write([customer(1, 1)])
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    cases = {
+        "/views/nope/1": (404, "unknown view 'nope'"),
+        "/views/nope": (404, "unknown view"),
+        "/views/customer_ratings/abc": (400, "key column user_id: 'abc' is not a int"),
+        "/views/customer_ratings/1/2": (400, "keyed by user_id"),
+        "/views/segment_hourly/platinum/web": (400, "keyed by club_status, channel, hour"),
+        "/views/customer_ratings/999": (404, "no row of view 'customer_ratings'"),
+        "/views/customer_ratings?colour=red": (400, "unknown column 'colour'"),
+        "/views/customer_ratings?ratings=many": (400, "filter ratings: 'many' is not a long"),
+        "/views/customer_ratings?customer_matched=yes": (400, "not true or false"),
+        "/views/customer_ratings?limit=0": (400, "limit: '0'"),
+        "/views/customer_ratings?limit=5000": (400, "limit: '5000'"),
+        "/views/customer_ratings/changes?key=x": (400, "is not a int"),
+        "/elsewhere": (404, "no such path"),
+    }
+    for path, (status, text) in cases.items():
+        got, body = service.get(path)
+        assert got == status, (path, body)
+        assert text in body["error"], (path, body)
+    request = urllib.request.Request(f"http://127.0.0.1:{service.port}/views", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)  # noqa: S310
+    assert refused.value.code == 405 and "error" in json.loads(refused.value.read())
+    assert "internal error" not in service.log.read_text()
+    assert service.stop() == 0
+
+
+class Events(threading.Thread):
+    """The events of one SSE stream, as (event, data) pairs."""
+
+    def __init__(self, port: int, path: str) -> None:
+        super().__init__(daemon=True)
+        self.conn = HTTPConnection("127.0.0.1", port, timeout=30)
+        self.conn.request("GET", path)
+        self.response = self.conn.getresponse()
+        assert self.response.status == 200
+        self.events: list[tuple[str, Any]] = []
+        self.comments = 0
+
+    def close(self) -> None:
+        self.join(10)
+        self.response.close()
+        self.conn.close()
+
+    def run(self) -> None:
+        event = ""
+        while line := self.response.readline():
+            text = line.decode().rstrip("\n")
+            if text.startswith(":"):
+                self.comments += 1
+            elif text.startswith("event:"):
+                event = text[6:].strip()
+            elif text.startswith("data:"):
+                self.events.append((event, json.loads(text[5:])))
+
+    def wait(self, count: int, timeout_s: float = 30) -> list[tuple[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        while len(self.events) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return list(self.events)
+
+
+def test_sse_sends_the_snapshot_then_each_change_in_order_and_nothing_twice(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    views.write([customer(1, 1), customer(2, 1)])
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    everything = Events(service.port, "/views/customer_ratings/changes")
+    one = Events(service.port, "/views/customer_ratings/changes?key=2")
+    everything.start()
+    one.start()
+    assert [e for e, _ in everything.wait(3)] == ["snapshot", "snapshot", "live"]
+    assert {d["row"]["user_id"] for e, d in everything.events if e == "snapshot"} == {1, 2}
+    views.write([customer(2, 2)])
+    views.write([customer(2, 2)])  # the same row again (a replay): no change
+    views.write([customer(1, 2), customer(2, 3)])
+    changes = [d for e, d in everything.wait(6) if e == "change"]
+    per_key: dict[int, list[int]] = {}
+    for c in changes:  # in order per key (keys in other partitions may interleave)
+        per_key.setdefault(c["key"]["user_id"], []).append(c["row"]["ratings"])
+    assert per_key == {1: [2], 2: [2, 3]}
+    mine = [d["row"]["ratings"] for e, d in one.wait(4) if e in ("snapshot", "change")]
+    assert mine == [1, 2, 3]
+    time.sleep(1.5)
+    assert everything.comments >= 1, "a heartbeat comment while nothing changes"
+    assert service.stop() == 0  # ends the streams
+    everything.close()
+    one.close()
+
+
+def test_a_restart_answers_as_before_and_reads_only_the_tail(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    for batch in range(5):
+        views.write([customer(i, batch + 1) for i in range(1, 201)])
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    before = service.get("/views/customer_ratings?limit=1000")[1]["rows"]
+    assert len(before) == 200 and {r["ratings"] for r in before} == {5}
+    assert service.stop() == 0
+    views.write([customer(7, 6)])
+    service.start()
+    service.wait_healthy()
+    after = service.get("/views/customer_ratings?limit=1000")[1]["rows"]
+    assert after == [customer(7, 6) if r["user_id"] == 7 else r for r in before]
+    # Every partition that had records resumed where the local copy stopped (segment_hourly had
+    # none): the restart read the one new row and the two markers, not the 1,000 rows before.
+    restarted = service.log.read_text().split("6 partitions (0 resumed", 1)[1]
+    assert "6 partitions (5 resumed from the local copy" in restarted
+    assert "caught up with the changelog topics (3 records applied)" in restarted
+    assert service.stop() == 0
+
+
+def test_health_is_503_until_the_topics_are_read_to_their_end(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    for start in range(0, 60_000, 10_000):
+        views.write([customer(i, 1) for i in range(start, start + 10_000)])
+    service = Service(stack_env, views, tmp_path).start()
+    seen = service.wait_healthy()
+    assert seen[0] == 503 and seen[-1] == 200
+    assert service.get("/views")[1]["views"][0]["rows"] == 60_000
+    assert service.stop() == 0
