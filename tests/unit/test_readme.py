@@ -7,22 +7,27 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from enrichment_job.settings import JobSettings
+from enrichment_job.views.settings import ViewsSettings
 from infra.stack.settings import StackSettings
 from services.es_sink.config import EsSinkSettings
 from services.loadgen.config import LoadgenSettings
 from services.s3_sink.config import S3SinkSettings
 from services.slack_notifier.config import SlackSettings
+from services.views.config import ViewsApiSettings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 CLASSES: dict[str, type[BaseSettings]] = {
     "ENRICH_": JobSettings,
+    "VIEWS_JOB_": ViewsSettings,  # before VIEWS_: the longer prefix is tried first
+    "VIEWS_": ViewsApiSettings,
     "STACK_": StackSettings,
     "SLACK_": SlackSettings,
     "ES_SINK_": EsSinkSettings,
     "S3_SINK_": S3SinkSettings,
     "LOADGEN_": LoadgenSettings,
 }
-NAMED = re.compile(r"\b(" + "|".join(CLASSES) + r")([A-Z0-9_]+)\b")
+# A name ends in a letter or digit: `VIEWS_JOB_*` names the prefix, not a variable.
+NAMED = re.compile(r"\b(" + "|".join(CLASSES) + r")([A-Z0-9_]*[A-Z0-9])\b")
 
 
 def variables(cls: type[BaseSettings], prefix: str) -> set[str]:

@@ -1,0 +1,98 @@
+"""python -m infra.bench.store: the candidate embedded stores of the views query service on
+100,000 customer_ratings rows: load time, a point lookup, a filtered scan, and a reopen (what a
+restart costs). Prints one line per store."""
+
+import json
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROWS = 100_000
+
+
+def _rows() -> list[tuple[str, str]]:
+    rnd = random.Random(1)
+    out = []
+    for i in range(ROWS):
+        row = {
+            "user_id": i,
+            "ratings": rnd.randint(1, 500),
+            "unhappy_ratings": rnd.randint(0, 100),
+            "stars_sum": rnd.randint(1, 2500),
+            "average_stars": round(rnd.uniform(1, 5), 3),
+            "last_message": "the train was on time " * 3,
+            "club_status": rnd.choice(["bronze", "silver", "gold", "platinum"]),
+        }
+        out.append((json.dumps([i]), json.dumps(row)))
+    return out
+
+
+def _time(fn: Callable[[], object], n: int = 1) -> float:
+    """Seconds one call of `fn` takes, averaged over `n`."""
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n
+
+
+def sqlite_store(rows: list[tuple[str, str]], folder: Path) -> dict[str, float]:
+    path = folder / "store.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE rows (view TEXT, key TEXT, value TEXT, PRIMARY KEY (view, key)) WITHOUT ROWID")
+
+    def load() -> None:
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO rows VALUES ('c', ?, ?)", rows)
+        conn.execute("COMMIT")
+
+    figures = {"load_s": _time(load)}
+    keys = [k for k, _ in random.Random(2).sample(rows, 1000)]
+    it = iter(keys * 10)
+    figures["get_us"] = 1e6 * _time(
+        lambda: conn.execute("SELECT value FROM rows WHERE view='c' AND key=?", (next(it),)).fetchone(),
+        10_000,
+    )
+    scan = "SELECT value FROM rows WHERE view='c' AND json_extract(value, '$.club_status') IS ? LIMIT 100"
+    figures["scan_100_ms"] = 1000 * _time(lambda: conn.execute(scan, ("platinum",)).fetchall(), 20)
+    conn.close()
+    figures["reopen_s"] = _time(lambda: sqlite3.connect(path).execute("SELECT 1").fetchone())
+    return figures
+
+
+def dict_store(rows: list[tuple[str, str]], _: Path) -> dict[str, float]:
+    store: dict[str, str] = {}
+    figures = {"load_s": _time(lambda: store.update(rows))}
+    keys = [k for k, _ in random.Random(2).sample(rows, 1000)]
+    it = iter(keys * 10)
+    figures["get_us"] = 1e6 * _time(lambda: store.get(next(it)), 10_000)
+
+    def scan() -> list[str]:
+        out = []
+        for value in store.values():
+            if json.loads(value)["club_status"] == "platinum":
+                out.append(value)
+                if len(out) == 100:
+                    break
+        return out
+
+    figures["scan_100_ms"] = 1000 * _time(scan, 20)
+    figures["reopen_s"] = float("nan")  # nothing kept: a restart reads every topic again
+    return figures
+
+
+def main() -> int:
+    rows = _rows()
+    with tempfile.TemporaryDirectory() as folder:
+        for name, store in (("sqlite", sqlite_store), ("dict", dict_store)):
+            figures = store(rows, Path(folder))
+            print(name, json.dumps({k: round(v, 3) for k, v in figures.items()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

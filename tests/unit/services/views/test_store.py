@@ -1,0 +1,76 @@
+"""The query service's store and request parsing, without Kafka."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from services.views.api import BadRequest, parse_value
+from services.views.store import Change, Store, infer_columns, key_of
+
+
+def _change(user: int, ratings: int, status: str = "gold") -> Change:
+    row = {"user_id": user, "ratings": ratings, "club_status": status, "customer_matched": True}
+    return Change("customer_ratings", key_of([user]), ("user_id",), json.dumps(row))
+
+
+def test_a_value_equal_to_the_stored_one_is_no_change_and_offsets_land_with_the_rows(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    first = store.apply([_change(1, 1), _change(2, 1)], {}, {("t", 0): 2})
+    again = store.apply([_change(1, 1), _change(2, 2)], {}, {("t", 0): 4})
+    assert [c.key for c in first] == ["[1]", "[2]"]
+    assert [c.key for c in again] == ["[2]"]
+    assert store.offsets() == {("t", 0): 4}
+    assert json.loads(store.get("customer_ratings", "[2]") or "{}")["ratings"] == 2
+    assert (tmp_path.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_store_reopened_has_the_rows_and_offsets_and_reset_empties_it(tmp_path: Path) -> None:
+    Store(tmp_path / "s.sqlite3").apply([_change(1, 3)], {}, {("t", 1): 9})
+    store = Store(tmp_path / "s.sqlite3")
+    assert store.offsets() == {("t", 1): 9} and store.count("customer_ratings") == 1
+    store.reset()
+    assert store.offsets() == {} and store.count("customer_ratings") == 0
+
+
+def test_columns_come_from_the_first_row_until_a_marker_names_them(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply([_change(1, 3)], {}, {})
+    info = store.view_info("customer_ratings")
+    assert info is not None and info["key"] == ["user_id"] and info["marker"] is None
+    assert {c["name"]: c["type"] for c in info["columns"]}["customer_matched"] == "boolean"
+    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    store.apply([], {"customer_ratings": marker}, {})
+    info = store.view_info("customer_ratings")
+    assert info is not None and info["columns"] == marker["columns"] and info["marker"] == marker
+
+
+def test_filtered_scans_compare_typed_values_and_stop_at_the_limit(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply([_change(i, i % 3, "platinum" if i % 2 else "gold") for i in range(20)], {}, {})
+    rows = [json.loads(r) for r in store.scan("customer_ratings", [("club_status", "platinum")], 4)]
+    assert len(rows) == 4 and {r["club_status"] for r in rows} == {"platinum"}
+    both = store.scan("customer_ratings", [("club_status", "gold"), ("ratings", 0)], 100)
+    assert sorted(json.loads(r)["user_id"] for r in both) == [0, 6, 12, 18]
+    assert len(store.scan("customer_ratings", [("customer_matched", True)], 100)) == 20
+
+
+def test_key_parts_and_filters_parse_as_their_column_types() -> None:
+    assert parse_value("42", "int", "k") == 42
+    assert parse_value("2.5", "double", "k") == 2.5
+    assert parse_value("true", "boolean", "k") is True
+    assert parse_value("42", "string", "k") == "42"
+    for text, kind in (("4x", "long"), ("yes", "boolean"), ("x", "double")):
+        with pytest.raises(BadRequest) as refused:
+            parse_value(text, kind, "filter f")
+        assert refused.value.status == 400 and "filter f" in str(refused.value)
+
+
+def test_inferred_types_tell_booleans_from_numbers() -> None:
+    assert infer_columns({"a": True, "b": 1, "c": 1.5, "d": "x", "e": None}) == [
+        {"name": "a", "type": "boolean"},
+        {"name": "b", "type": "long"},
+        {"name": "c", "type": "double"},
+        {"name": "d", "type": "string"},
+        {"name": "e", "type": "string"},
+    ]
