@@ -12,6 +12,7 @@ from services.core.errors import RecordError
 @dataclass(frozen=True, slots=True)
 class Alert:
     rating_id: int
+    user_id: int
     name: str
     email: str
     club_status: str
@@ -30,6 +31,7 @@ def decode_alert(message: Message) -> Alert:
         raise RecordError(f"alert without customer data: missing {', '.join(missing) or 'customer_matched'}")
     return Alert(
         rating_id=record.rating_id,
+        user_id=record.user_id,
         name=name,
         email=str(record.email),
         club_status=str(record.club_status),

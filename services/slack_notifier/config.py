@@ -36,6 +36,13 @@ class SlackSettings(ServiceSettings):
     rate_limit_retries: int = Field(3, ge=0, description="429 retries (after Retry-After) per API call")
     timeout_s: int = Field(10, gt=0, description="HTTP timeout of one Slack call")
     ledger_keep_days: int = Field(30, ge=1, description="posted alert ids older than this are forgotten")
+    views_url: str = Field(
+        "http://127.0.0.1:8087",
+        description="the views query service, for the customer's customer_ratings row (empty: off)",
+    )
+    views_timeout_ms: int = Field(
+        300, gt=0, description="a batch's history lookups wait at most this long; then alerts go without"
+    )
 
     @field_validator("bot_token", "webhook_url", "channel", mode="before")
     @classmethod

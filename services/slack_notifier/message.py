@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.slack_notifier.alert import Alert
+from services.slack_notifier.history import History, history_text
 
 EVENT_TYPE = "unhappy_platinum_alert"
 REVIEW_MAX_CHARS = 2000
@@ -76,7 +77,8 @@ def _mrkdwn(text: str) -> dict[str, str]:
     return {"type": "mrkdwn", "text": text}
 
 
-def alert_message(alert: Alert) -> SlackMessage:
+def alert_message(alert: Alert, history: History | None = None) -> SlackMessage:
+    """One alert; with the customer's `history` (their customer_ratings row) when it is known."""
     name, email = escape(alert.name), escape(alert.email)
     review = escape(alert.message, REVIEW_MAX_CHARS) or "_(no text)_"
     fields = [
@@ -87,6 +89,8 @@ def alert_message(alert: Alert) -> SlackMessage:
         ("Channel", escape(alert.channel) or "-"),
         ("Time", utc(alert.rating_time_ms)),
     ]
+    if history is not None:
+        fields.append(("History", escape(history_text(history, alert))))
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": "Unhappy customer alert"}},
         {"type": "section", "fields": [_mrkdwn(f"*{label}*\n{value}") for label, value in fields]},
@@ -129,14 +133,21 @@ def summary_message(alerts: list[Alert], max_lines: int) -> SlackMessage:
     )
 
 
-def fold(alerts: list[Alert], posts_allowed: int, max_lines: int) -> list[SlackMessage]:
+def fold(
+    alerts: list[Alert], posts_allowed: int, max_lines: int, histories: dict[int, History] | None = None
+) -> list[SlackMessage]:
     """One message per alert while they fit in `posts_allowed`; else the first `posts_allowed - 1`
-    alone and the rest in one summary. At least one message, whatever the budget."""
+    alone and the rest in one summary. At least one message, whatever the budget. `histories`:
+    the customers' customer_ratings rows by user id, shown beside single alerts."""
+    known = histories or {}
     allowed = max(posts_allowed, 1)
-    if len(alerts) <= allowed:
-        return [alert_message(a) for a in alerts]
-    alone = alerts[: allowed - 1]
-    return [*(alert_message(a) for a in alone), summary_message(alerts[allowed - 1 :], max_lines)]
+    alone = alerts if len(alerts) <= allowed else alerts[: allowed - 1]
+    singles = [alert_message(a, known.get(a.user_id)) for a in alone]
+    return (
+        singles
+        if len(alone) == len(alerts)
+        else [*singles, summary_message(alerts[allowed - 1 :], max_lines)]
+    )
 
 
 def covered_ids(metadata: dict[str, Any] | None) -> set[int]:

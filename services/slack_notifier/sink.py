@@ -5,7 +5,9 @@
        not found -> forgotten, so they are posted below. (Webhook and print mode cannot look:
        they post again, at least once rather than lost.)
     2. skip alerts the ledger holds as posted (a replayed batch) and repeats within the batch
-    3. fold: as many single messages as the token bucket allows now, the rest in one summary
+    3. fold: as many single messages as the token bucket allows now, the rest in one summary; each
+       single message with the customer's customer_ratings row when the views service gives it
+       within SLACK_VIEWS_TIMEOUT_MS
     4. per message: ledger `pending` (committed), wait for a token, post, ledger `posted`
 The loop commits the Kafka offsets only after write() returns, so the ledger always leads.
 """
@@ -17,6 +19,7 @@ from services.core.errors import FatalSinkError
 from services.core.records import Incoming, Rejected
 from services.slack_notifier.alert import Alert
 from services.slack_notifier.config import SlackSettings
+from services.slack_notifier.history import HistoryLookup
 from services.slack_notifier.ledger import Ledger, ledger_path
 from services.slack_notifier.message import SlackMessage, covered_ids, fold
 from services.slack_notifier.rate import TokenBucket
@@ -28,8 +31,14 @@ HISTORY_MARGIN_S = 600.0
 
 
 class SlackSink:
-    def __init__(self, settings: SlackSettings, transport: Delivery, ledger: Ledger) -> None:
-        self.settings, self.transport, self.ledger = settings, transport, ledger
+    def __init__(
+        self,
+        settings: SlackSettings,
+        transport: Delivery,
+        ledger: Ledger,
+        history: HistoryLookup | None = None,
+    ) -> None:
+        self.settings, self.transport, self.ledger, self.history = settings, transport, ledger, history
         self.bucket = TokenBucket(settings.max_messages_per_second, settings.burst_messages)
         self._started = False
 
@@ -41,9 +50,9 @@ class SlackSink:
             self._started = True
         self._reconcile()
         todo = self._not_posted(records)
-        messages = fold(
-            [a for a, _ in todo.values()], self.bucket.available(), self.settings.summary_max_lines
-        )
+        alerts = [a for a, _ in todo.values()]
+        histories = self.history.rows(alerts) if self.history is not None and alerts else {}
+        messages = fold(alerts, self.bucket.available(), self.settings.summary_max_lines, histories)
         rejected: list[Rejected] = []
         for message in messages:
             try:
@@ -109,6 +118,8 @@ class SlackSink:
 
     def close(self) -> None:
         self.ledger.close()
+        if self.history is not None:
+            self.history.close()
 
 
 def _ids(ids: tuple[int, ...]) -> str:
@@ -123,4 +134,7 @@ def make_sink(settings: SlackSettings) -> SlackSink:
         raise FatalSinkError(
             f"cannot open the ledger under SLACK_STATE_DIR={settings.state_dir}: {err}"
         ) from err
-    return SlackSink(settings, delivery(settings), ledger)
+    history = (
+        HistoryLookup(settings.views_url, settings.views_timeout_ms / 1000) if settings.views_url else None
+    )
+    return SlackSink(settings, delivery(settings), ledger, history)

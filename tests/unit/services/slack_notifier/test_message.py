@@ -30,6 +30,7 @@ INJECTIONS = {
 def alert(rating_id: int = 42, **overrides: object) -> Alert:
     fields: dict[str, object] = {
         "rating_id": rating_id,
+        "user_id": 7,
         "name": "Rica Blaisdell",
         "email": "rica@example.com",
         "club_status": "platinum",
