@@ -13,6 +13,7 @@ import pytest
 from support.fake_slack import CHANNEL, TOKEN, FakeSlack, fake_slack
 from support.kafka import committed_total, drop_topics, make_topics, produce, read_topic
 from support.services import ServiceProcess, as_kafka, enriched_record, unique_name
+from support.views_api import Service, Views, free_port
 
 StackEnv = dict[str, str]
 
@@ -43,6 +44,9 @@ class Setup:
             "SLACK_RETRY_MAX_MS": "400",
             "SLACK_TIMEOUT_S": "5",
             "SLACK_ENV_FILE": "",
+            # No views query service: every alert here goes out without the customer's row,
+            # after a refused connection, as it would with the service down.
+            "SLACK_VIEWS_URL": f"http://127.0.0.1:{free_port()}",
         }
         return base | overrides
 
@@ -202,3 +206,44 @@ def test_print_mode_prints_what_it_would_post(setup: Setup) -> None:
     assert all("&lt;!here&gt; slow" in json.dumps(b) for b in bodies)
     assert setup.slack.posts() == []
     assert setup.committed() == 2
+
+
+def test_an_alert_carries_the_customers_row_from_the_views_query_service(
+    setup: Setup, stack_env: StackEnv, tmp_path: Path
+) -> None:
+    views = Views(stack_env)
+    views.create()
+    try:
+        record = enriched_record(1, stars=1, club_status="platinum")
+        row = {
+            "user_id": record["user_id"],
+            "ratings": 17,
+            "unhappy_ratings": 4,
+            "stars_sum": 41,
+            "average_stars": 2.412,
+            "last_rating_time": record["rating_time"],
+            "last_rating_id": 1,
+        }
+        views.write([row])
+        (tmp_path / "views").mkdir()
+        api = Service(stack_env, views, tmp_path / "views").start()
+        api.wait_healthy()
+        setup.produce_alerts([1])
+        service = setup.service(SLACK_VIEWS_URL=f"http://127.0.0.1:{api.port}", SLACK_VIEWS_TIMEOUT_MS="2000")
+        service.wait_for(written(1), "the alert written")
+        assert service.stop() == 0
+        (post,) = setup.slack.posts()
+        assert "4th unhappy rating; average 2.4 over 17 ratings" in field_texts(post)
+        assert api.stop() == 0
+    finally:
+        views.drop()
+
+
+def test_without_the_views_service_alerts_go_out_without_the_row(setup: Setup) -> None:
+    setup.produce_alerts(range(1, 4))
+    service = setup.service()  # SLACK_VIEWS_URL: a port nothing listens on
+    service.wait_for(written(3), "3 alerts written", timeout_s=30)
+    assert service.stop() == 0
+    assert setup.slack.covered() == {1: 1, 2: 1, 3: 1}
+    assert all("History" not in field_texts(p) for p in setup.slack.posts())
+    assert "without the customer's history" in service.log.read_text()

@@ -2,141 +2,19 @@
 the views job writes them, read back over HTTP and Server-Sent Events."""
 
 import json
-import socket
 import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from support.kafka import drop_topics, make_topics
-from support.services import ServiceProcess
+from support.views_api import SEGMENT_COLUMNS, Service, Views, customer
 
 StackEnv = dict[str, str]
-CUSTOMER_COLUMNS = [
-    {"name": "user_id", "type": "int"},
-    {"name": "ratings", "type": "long"},
-    {"name": "average_stars", "type": "double"},
-    {"name": "club_status", "type": "string"},
-    {"name": "customer_matched", "type": "boolean"},
-]
-SEGMENT_COLUMNS = [
-    {"name": "club_status", "type": "string"},
-    {"name": "channel", "type": "string"},
-    {"name": "hour", "type": "string"},
-    {"name": "ratings", "type": "long"},
-]
-
-
-class Views:
-    """A views job's topics, written the way it writes them: rows and a marker per transaction."""
-
-    def __init__(self, stack_env: StackEnv) -> None:
-        suffix = uuid.uuid4().hex[:8]
-        self.customers = f"test-view-{suffix}.customer_ratings"
-        self.segments = f"test-view-{suffix}.segment_hourly"
-        self.commits = f"test-views-commits-{suffix}"
-        self.stack_env = stack_env
-        self.producer = Producer(
-            {"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"], "transactional.id": f"test-{suffix}"}
-        )
-        self.producer.init_transactions(30)
-        self.batch = 0
-
-    def create(self) -> None:
-        make_topics(self.stack_env, [self.customers], partitions=4)
-        make_topics(self.stack_env, [self.segments, self.commits], partitions=1)
-
-    def drop(self) -> None:
-        drop_topics(self.stack_env, [self.customers, self.segments, self.commits])
-
-    def write(self, customers: list[dict[str, Any]] = (), segments: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
-        self.producer.begin_transaction()
-        for row in customers:
-            key = json.dumps({"user_id": row["user_id"]}, separators=(",", ":"))
-            self.producer.produce(self.customers, key=key, value=json.dumps(row, separators=(",", ":")))
-        for row in segments:
-            key = {c: row[c] for c in ("club_status", "channel", "hour")}
-            self.producer.produce(self.segments, key=json.dumps(key), value=json.dumps(row))
-        self.batch += 1
-        for view, columns, key in (
-            ("customer_ratings", CUSTOMER_COLUMNS, ["user_id"]),
-            ("segment_hourly", SEGMENT_COLUMNS, ["club_status", "channel", "hour"]),
-        ):
-            marker = {
-                "batch_id": self.batch,
-                "view": view,
-                "key": key,
-                "columns": columns,
-                "enriched_to": {"0": self.batch * 10},
-                "max_rating_time": 1_795_000_000_000 + self.batch,
-                "rows": len(customers),
-                "written_at_ms": int(time.time() * 1000),
-            }
-            self.producer.produce(self.commits, key=f"views-{view}", value=json.dumps(marker))
-        self.producer.commit_transaction(30)
-
-
-def customer(user_id: int, ratings: int, status: str = "gold") -> dict[str, Any]:
-    return {
-        "user_id": user_id,
-        "ratings": ratings,
-        "average_stars": 2.5,
-        "club_status": status,
-        "customer_matched": True,
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Service(ServiceProcess):
-    def __init__(self, stack_env: StackEnv, views: Views, workdir: Path) -> None:
-        self.port = free_port()
-        env = {
-            "VIEWS_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
-            "VIEWS_CHANGELOG_TOPICS": json.dumps([views.customers, views.segments]),
-            "VIEWS_COMMITS_TOPIC": views.commits,
-            "VIEWS_PORT": str(self.port),
-            "VIEWS_STATE_DIR": str(workdir / "state"),
-            "VIEWS_HEARTBEAT_S": "1",
-        }
-        super().__init__("services.views", "VIEWS_", env, workdir)
-
-    def get(self, path: str) -> tuple[int, Any]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read())
-
-    def wait_healthy(self, timeout_s: float = 60) -> list[int]:
-        """Polls /health until 200; returns every status seen."""
-        seen: list[int] = []
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                pytest.fail(f"the service exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                status = self.get("/health")[0]
-            except OSError:
-                time.sleep(0.05)
-                continue
-            seen.append(status)
-            if status == 200:
-                return seen
-            time.sleep(0.05)
-        pytest.fail(f"not healthy within {timeout_s} s:\n{self.tail()}")
 
 
 @pytest.fixture
