@@ -1,6 +1,8 @@
-"""End to end: the unattended demo on the real stack (job, three services, load generator) ends
-with every stage reconciled: ratings produced = enriched = Elasticsearch documents = lake rows,
-alerts = Slack posts, dead letters where they belong."""
+"""End to end: the unattended demo on the real stack (the job, the views job, four services, the
+load generator) ends with every stage reconciled: ratings produced = enriched = Elasticsearch
+documents = lake rows, alerts = Slack posts, dead letters where they belong, and every
+customer_ratings row of the run's customers equal to the counts recomputed from the enriched
+topic."""
 
 import json
 import subprocess
@@ -42,4 +44,6 @@ def test_the_unattended_demo_reconciles_every_stage(stack_env: StackEnv, tmp_pat
         assert checks[name]["got"] == produced, name
     assert checks["Slack posts (alerts covered)"]["got"] == checks["alerts (stars < 3, platinum)"]["got"]
     assert checks["enrichment-dlq"]["got"] == checks["unreadable ratings produced"]["got"] >= 1
+    rows = checks["customer_ratings rows of the run's customers"]
+    assert rows["got"] == rows["want"] > 100, "every customer of the run has its exact row in the view"
     assert "reconciled: every stage agrees" in result.stdout
