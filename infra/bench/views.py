@@ -31,7 +31,7 @@ from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from enrichment_job.bench import (
@@ -46,6 +46,7 @@ from enrichment_job.bench import (
     trickle_updates,
     wait_caught_up,
 )
+from infra.demo.views import behind
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
@@ -130,20 +131,13 @@ def stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGINT) -> None
 
 
 def views_lag(servers: str, enriched: str, port: int) -> int | None:
-    """Enriched records the customer_ratings view has not reflected yet (its marker's offsets
-    against the topic's ends now)."""
+    """Enriched records the customer_ratings view has not reflected yet."""
     status, answer = http_get(port, "/views")
     if status != 200:
         return None
-    view: dict[str, Any] = next((v for v in answer["views"] if v["name"] == "customer_ratings"), {})
-    done = (view.get("freshness") or {}).get("enriched_to") or {}
-    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"bench-{uuid.uuid4().hex}"})
-    try:
-        parts = consumer.list_topics(enriched, timeout=10).topics[enriched].partitions
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(enriched, p), timeout=10)[1] for p in parts}
-    finally:
-        consumer.close()
-    return sum(max(0, end - int(done.get(str(p), 0))) for p, end in ends.items())
+    return behind(
+        servers, enriched, next((v for v in answer["views"] if v["name"] == "customer_ratings"), {})
+    )
 
 
 def topics_for(suffix: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -195,7 +189,8 @@ def create_topics(servers: str, job: dict[str, str], views: dict[str, str]) -> l
         NewTopic(views["commits"], num_partitions=1, replication_factor=1, config=compact),
         NewTopic(views["dlq"], num_partitions=1, replication_factor=1),
     ]
-    for future in AdminClient({"bootstrap.servers": servers}).create_topics(new).values():
+    admin = AdminClient({"bootstrap.servers": servers})  # kept until every future is done
+    for future in admin.create_topics(new).values():
         future.result(30)
     return [t.topic for t in new]
 
@@ -335,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark
         stop_trickle.set()
         for name, proc in procs.items():
             stop(proc, signal.SIGTERM if name == "api" else signal.SIGINT)
-        AdminClient({"bootstrap.servers": servers}).delete_topics(created)
+        admin = AdminClient({"bootstrap.servers": servers})
+        for future in admin.delete_topics(created).values():
+            future.result(30)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(f"results in {args.out}:\n{json.dumps(results, indent=2)}")

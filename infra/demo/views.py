@@ -104,17 +104,22 @@ def expected_customer_rows(servers: str, topic: str, users: set[int]) -> dict[in
     return dict(found)
 
 
-def caught_up(servers: str, topic: str) -> bool:
-    """customer_ratings reflects the enriched topic up to its end now."""
-    view = catalog().get("customer_ratings") or {}
+def behind(servers: str, topic: str, view: dict[str, Any]) -> int:
+    """Records of `topic` the view (an entry of GET /views) has not reflected yet: its marker's
+    offsets against the topic's ends now."""
     done = (view.get("freshness") or {}).get("enriched_to") or {}
-    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"demo-views-{uuid.uuid4().hex}"})
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"views-behind-{uuid.uuid4().hex}"})
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
     finally:
         consumer.close()
-    return all(int(done.get(str(p), 0)) >= end for p, end in ends.items())
+    return sum(max(0, end - int(done.get(str(p), 0))) for p, end in ends.items())
+
+
+def caught_up(servers: str, topic: str) -> bool:
+    """customer_ratings reflects the enriched topic up to its end now."""
+    return behind(servers, topic, catalog().get("customer_ratings") or {}) == 0
 
 
 def rows_matching(expected: dict[int, dict[str, int]]) -> tuple[int, list[str]]:
