@@ -68,9 +68,14 @@ class Freshness(threading.Thread):
         self.changes = 0
 
     def run(self) -> None:
-        conn = HTTPConnection("127.0.0.1", self.port, timeout=30)
-        conn.request("GET", "/views/customer_ratings/changes")
-        response = conn.getresponse()
+        while not self.stop.is_set():  # the view has no data until the first ratings are counted
+            conn = HTTPConnection("127.0.0.1", self.port, timeout=30)
+            conn.request("GET", "/views/customer_ratings/changes")
+            response = conn.getresponse()
+            if response.status == 200:
+                break
+            conn.close()
+            time.sleep(0.5)
         event = ""
         while not self.stop.is_set():
             line = response.readline()
