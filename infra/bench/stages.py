@@ -49,6 +49,19 @@ def stages(results: Path) -> list[Stage]:
             ),
             "job.json",
         ),
+        Stage(
+            "views",
+            (
+                "infra.bench.views",
+                "--warmup",
+                "360",
+                "--duration",
+                "60",
+                "--out",
+                str(results / "views.json"),
+            ),
+            "views.json",
+        ),
         Stage("es_sink", ("services.es_sink.bench",), "es_sink.json"),
         Stage("s3_sink", ("services.s3_sink.bench",), "s3_sink.json"),
         Stage("slack_notifier", ("services.slack_notifier.bench",), "slack_notifier.json"),
@@ -83,6 +96,7 @@ def latency(results: dict[str, dict[str, Any] | None]) -> list[tuple[str, float 
     alert = pipe.get("rating produced -> Slack post", {})
     job = _get(results["job"], "fixed_rate") or {}
     slack = _get(results["slack_notifier"], "figures") or {}
+    fresh = _get(results.get("views"), "measured", "freshness") or {}
     return [
         (
             "job at 5,000/s\n(produced -> committed)",
@@ -94,4 +108,10 @@ def latency(results: dict[str, dict[str, Any] | None]) -> list[tuple[str, float 
         ("job at 20/s\n(produced -> enriched, matched)", enrich.get("p50"), enrich.get("p99"), 1.5),
         ("alert end to end at 20/s\n(produced -> Slack post)", alert.get("p50"), alert.get("p99"), 2.5),
         ("notifier only\n(alert -> Slack post)", slack.get("latency_p50_s"), slack.get("latency_p99_s"), 2.5),
+        (
+            "views at 5,000/s\n(produced -> row readable)",
+            _ms_to_s(fresh.get("p50_ms")),
+            _ms_to_s(fresh.get("p99_ms")),
+            3.0,
+        ),
     ]
