@@ -239,6 +239,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark, its phases in order
     args = parse(argv)
+    if http_get(PORT, "/health", 1)[0] != 0:
+        raise SystemExit(f"port {PORT} answers already (a query service left running?): stop it first")
     env = read_env_file(stack_env_path(StackSettings()))
     servers = env["KAFKA_BOOTSTRAP_SERVERS"]
     suffix = uuid.uuid4().hex[:8]
