@@ -192,6 +192,9 @@ def service_env(env: dict[str, str], views: dict[str, str], state: Path) -> dict
         "VIEWS_STATE_DIR": str(state),
         "VIEWS_CHANGELOG_TOPICS": json.dumps([views["customer_ratings"], views["segment_hourly"]]),
         "VIEWS_COMMITS_TOPIC": views["commits"],
+        # The freshness follower reads the whole view's snapshot (100,000 rows) before it is
+        # live: with the default queue it fell behind during it and was cut off, again and again.
+        "VIEWS_SUBSCRIBER_QUEUE": "2000000",
     }
 
 
