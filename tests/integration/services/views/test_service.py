@@ -2,6 +2,8 @@
 the views job writes them, read back over HTTP and Server-Sent Events."""
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -49,6 +51,18 @@ def test_pull_by_key_composite_keys_filters_and_freshness(
     fresh = catalog["customer_ratings"]["freshness"]
     assert fresh["enriched_to"] == {"0": 10} and fresh["max_rating_time"] == 1_795_000_000_001
     assert fresh["applied_at_ms"] >= fresh["written_at_ms"] - 60_000
+    cli = [sys.executable, "-m", "services.views.cli", "--url", f"http://127.0.0.1:{service.port}"]
+    shown = subprocess.run(
+        [*cli, "show", "customer_ratings", "7"], capture_output=True, text=True, check=True
+    )
+    assert json.loads(shown.stdout) == customer(7, 7)
+    listed = subprocess.run([*cli, "list"], capture_output=True, text=True, check=True)
+    assert [json.loads(line)["name"] for line in listed.stdout.splitlines()] == [
+        "customer_ratings",
+        "segment_hourly",
+    ]
+    missing = subprocess.run([*cli, "show", "nope", "1"], capture_output=True, text=True, check=False)
+    assert missing.returncode == 1 and "unknown view 'nope'" in missing.stderr
     assert service.stop() == 0
 
 
