@@ -87,6 +87,7 @@ class Changelog(threading.Thread):
         changes: list[Change] = []
         markers: dict[str, dict[str, Any]] = {}
         offsets: dict[tuple[str, int], int] = {}
+        read = 0  # records, not the end-of-partition events that come with them
         for msg in messages:
             error = msg.error()
             topic, part = str(msg.topic()), int(msg.partition() or 0)
@@ -96,6 +97,7 @@ class Changelog(threading.Thread):
                     continue
                 raise KafkaException(error)
             offsets[(topic, part)] = int(msg.offset() or 0) + 1
+            read += 1
             if topic == self.settings.commits_topic:
                 marker = _json(msg.value())
                 if isinstance(marker, dict) and marker.get("view") and "columns" in marker:
@@ -108,7 +110,7 @@ class Changelog(threading.Thread):
             with self.hub.lock:
                 applied = self.store.apply(changes, markers, offsets)
                 self.hub.publish(applied)
-            self.records += len(messages)
+            self.records += read
         if not self._pending and not self.caught_up.is_set():
             log.info("caught up with the changelog topics (%d records applied)", self.records)
             self.caught_up.set()
