@@ -27,7 +27,10 @@ def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
         print(settings_help(cls, prog, doc))
         sys.exit(0)
     if argv:
-        print(f"error: unknown arguments {' '.join(argv)} (settings are environment variables; see --help)")
+        print(
+            f"error: unknown arguments {' '.join(argv)} (settings are environment variables; see --help)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     prefix = str(cls.model_config.get("env_prefix", ""))
     try:

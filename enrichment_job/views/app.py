@@ -22,7 +22,7 @@ from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, Lo
 
 from enrichment_job.app import batch_ends, build_session, run_id
 from enrichment_job.batch_io import collect, kafka_records, to_records
-from enrichment_job.kafka_out import TransactionalOutput
+from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener
 from enrichment_job.transforms import dead_letters
 from enrichment_job.views.declarations import VIEWS, View
@@ -70,7 +70,7 @@ class _Sink:
         )
         self.offsets_dir = settings.checkpoint_dir / query / "offsets"
 
-    def _write(self, batch_id: int, records: Any, marker: dict[str, Any]) -> None:
+    def _write(self, batch_id: int, records: Records, marker: dict[str, Any]) -> None:
         if self.out.committed(batch_id):
             log.info("%s: batch %d is already in Kafka; not writing it again", self.query, batch_id)
             return

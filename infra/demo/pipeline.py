@@ -1,7 +1,6 @@
 """The demo's processes: the enrichment job, the views job, the four services and the load
-generator, each a
-child in its own process group with its log under <state>/demo/logs, all configured from the
-stack's client settings (<state>/stack.env)."""
+generator, each a child in its own process group with its log under <state>/demo/logs, all
+configured from the stack's client settings (<state>/stack.env)."""
 
 import contextlib
 import logging
