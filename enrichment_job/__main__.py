@@ -7,7 +7,7 @@ import logging
 import sys
 
 from enrichment_job.app import start
-from enrichment_job.cli import load_or_exit, run_until_stopped
+from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
 
@@ -18,11 +18,12 @@ def main(argv: list[str]) -> int:
     # py4j logs every callback (each batch, each progress event) at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     log = logging.getLogger("enrichment_job")
+    stopping = stop_on_signals(log)
     views = None
     if settings.views_in_job:
         views = load_or_exit(ViewsSettings, [], "python -m enrichment_job", __doc__ or "")
     job = start(settings, views)
-    return run_until_stopped(job.spark, job.stop, log)
+    return run_until_stopped(job.spark, job.stop, log, stopping)
 
 
 if __name__ == "__main__":

@@ -45,10 +45,12 @@ def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
     sys.exit(2)
 
 
-def run_until_stopped(spark: SparkSession, stop: Callable[[], None], log: logging.Logger) -> int:
-    """Waits until a query ends or SIGINT/SIGTERM asks to stop, then `stop()`s. Exit code 1
-    when a query failed, else 0."""
-    stopping = _stop_on_signals(log)
+def run_until_stopped(
+    spark: SparkSession, stop: Callable[[], None], log: logging.Logger, stopping: threading.Event
+) -> int:
+    """Waits until a query ends or SIGINT/SIGTERM asks to stop (`stopping`, from
+    `stop_on_signals`), then `stop()`s. Exit code 1 when a query failed, else 0."""
+    stop_on_signals(log, stopping)  # again: starting Spark put its own SIGINT handler in place
     code = 0
     try:
         while not stopping.is_set():
@@ -63,13 +65,15 @@ def run_until_stopped(spark: SparkSession, stop: Callable[[], None], log: loggin
     return code
 
 
-def _stop_on_signals(log: logging.Logger) -> threading.Event:
-    """Turns SIGINT and SIGTERM into a request to stop, acted on between calls into the JVM.
+def stop_on_signals(log: logging.Logger, stopping: threading.Event | None = None) -> threading.Event:
+    """Turns SIGINT and SIGTERM into a request to stop (the event returned), acted on between
+    calls into the JVM. Called before Spark starts, so a stop asked for during the start is a
+    clean stop once it is over, not a kill.
 
     PySpark's own SIGINT handler calls into the JVM from inside the signal handler, which breaks
     the py4j connection the main thread is waiting on and ends the job with a traceback.
     """
-    stopping = threading.Event()
+    stopping = stopping or threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
         log.info("%s: stopping (a batch in flight is redone on restart)", signal.Signals(signum).name)

@@ -8,7 +8,7 @@ Settings come from VIEWS_JOB_* environment variables or the file named by VIEWS_
 import logging
 import sys
 
-from enrichment_job.cli import load_or_exit, run_until_stopped
+from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.views.settings import ViewsSettings
 
 
@@ -16,10 +16,12 @@ def main(argv: list[str]) -> int:
     settings = load_or_exit(ViewsSettings, argv, "python -m enrichment_job.views", __doc__ or "")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    log = logging.getLogger("enrichment_job.views")
+    stopping = stop_on_signals(log)
     from enrichment_job.views.app import start  # noqa: PLC0415 (Spark loads only past --help)
 
     views = start(settings)
-    return run_until_stopped(views.spark, views.stop, logging.getLogger("enrichment_job.views"))
+    return run_until_stopped(views.spark, views.stop, log, stopping)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,18 @@
-"""Wiring of the views job: one Spark session, one stateful streaming query per view, and one
-stateless query for the records a view cannot count.
+"""Wiring of the views job: one Spark session, one stateful streaming query that keeps every
+view (`aggregation.aggregate_views`), and one stateless query for the records a view cannot count.
 
-Each view's query reads the enriched topic (committed records only), keeps its aggregation in
+The views' query reads the enriched topic (committed records only), keeps the aggregations in
 Spark's RocksDB state store (changelog checkpointing: a batch writes only the rows it changed)
-and, per micro-batch, writes every changed row to the view's compacted changelog topic plus a
-marker in one Kafka transaction (`kafka_out.TransactionalOutput`). When Spark re-runs a batch
+and, per micro-batch, writes every changed row to its view's compacted changelog topic, plus the
+markers, in one Kafka transaction (`kafka_out.TransactionalOutput`). When Spark re-runs a batch
 after a crash, its state starts again from the previous batch's version, so the rows come out
 the same, and the committed marker keeps them from being written twice.
 """
 
+import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +27,15 @@ from enrichment_job.batch_io import collect, kafka_records, to_records
 from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener
 from enrichment_job.transforms import dead_letters
-from enrichment_job.views.declarations import VIEWS, View
+from enrichment_job.views.aggregation import aggregate_views, changelog_rows, view_rows
+from enrichment_job.views.declarations import View, declared
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import parse_enriched
 
 log = logging.getLogger("enrichment_job.views")
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+VIEWS_QUERY = "views"
 DLQ_QUERY = "dead-letters"
 _TYPES: dict[type[DataType], str] = {
     IntegerType: "int",
@@ -70,7 +74,15 @@ class _Sink:
         )
         self.offsets_dir = settings.checkpoint_dir / query / "offsets"
 
-    def _write(self, batch_id: int, records: Records, marker: dict[str, Any]) -> None:
+    def _write(
+        self,
+        batch_id: int,
+        outputs: list[Records],
+        marker: dict[str, Any],
+        more: Callable[[dict[str, Any]], Records] | None = None,
+    ) -> None:
+        """`outputs`, the batch's marker and the records `more` makes of it, in one transaction,
+        unless the batch is in Kafka already."""
         if self.out.committed(batch_id):
             log.info("%s: batch %d is already in Kafka; not writing it again", self.query, batch_id)
             return
@@ -78,49 +90,67 @@ class _Sink:
         marker = {
             **marker,
             "enriched_to": {str(p): o for p, o in sorted(ends.items())},
-            "rows": len(records),
+            "rows": sum(len(r) for r in outputs),
             "written_at_ms": int(time.time() * 1000),
         }
-        self.out.write(batch_id, [records], marker)
+        if more is not None:
+            outputs = [*outputs, more({"batch_id": batch_id, **marker})]
+        self.out.write(batch_id, outputs, marker)
 
 
-class ViewSink(_Sink):
-    """Writes the rows a batch changed to the view's changelog topic: key = the key columns as
-    JSON, value = the whole row as JSON."""
+class ViewsSink(_Sink):
+    """Writes the rows a batch changed, each to its view's changelog topic (key = the key
+    columns as JSON, value = the whole row as JSON), with one marker per view (its key, column
+    types, enriched offsets and newest rating time) beside the batch's own."""
 
-    def __init__(self, settings: ViewsSettings, view: View, run: str) -> None:
-        super().__init__(settings, view.name, run)
-        self.view = view
+    def __init__(self, settings: ViewsSettings, views: tuple[View, ...], run: str) -> None:
+        super().__init__(settings, VIEWS_QUERY, run)
+        self.views = views
         previous = self.out.marker if self.out.committed(0) else None
-        self.max_rating_time: int | None = previous.get("max_rating_time") if previous else None
+        newest = previous.get("max_rating_time", {}) if previous else {}
+        self.max_rating_time: dict[str, int | None] = {v.name: newest.get(v.name) for v in views}
+        self.columns: dict[str, list[dict[str, str]]] = {}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        key = F.to_json(F.struct(*self.view.key))
-        value = F.to_json(F.struct(*batch.columns), {"ignoreNullFields": "false"})
+        if not self.columns:
+            self.columns = {v.name: column_types(view_rows(batch, self.views, v)) for v in self.views}
         # Run the batch even when it is committed already: that moves the state on.
-        table = collect(
-            batch.select(key.alias("key"), value.alias("value"), "last_rating_time"),
-            extra=("last_rating_time",),
-        )
-        newest = pc.max(table.column("last_rating_time")).as_py() if table.num_rows else None
-        if newest is not None and (self.max_rating_time is None or newest > self.max_rating_time):
-            self.max_rating_time = newest
-        marker = {
-            "view": self.view.name,
-            "key": list(self.view.key),
-            "columns": column_types(batch),
-            "max_rating_time": self.max_rating_time,
-        }
-        self._write(batch_id, to_records(table, self.settings.topic(self.view.name)), marker)
+        table = collect(changelog_rows(batch, self.views), extra=("view", "last_rating_time"))
+        outputs, changed = [], {}
+        for view in self.views:
+            rows = table.filter(pc.equal(table.column("view"), view.name))
+            changed[view.name] = rows.num_rows
+            newest = pc.max(rows.column("last_rating_time")).as_py() if rows.num_rows else None
+            known = self.max_rating_time[view.name]
+            if newest is not None and (known is None or newest > known):
+                self.max_rating_time[view.name] = newest
+            outputs.append(to_records(rows, self.settings.topic(view.name)))
+        self._write(batch_id, outputs, {"max_rating_time": self.max_rating_time}, self._view_markers)
         if table.num_rows:
             log.info(
-                "%s: batch %d: %d rows changed, %.2f s",
-                self.view.name,
+                "batch %d: %s rows changed, %.2f s",
                 batch_id,
-                table.num_rows,
+                ", ".join(f"{name} {n}" for name, n in changed.items()),
                 time.monotonic() - started,
             )
+
+    def _view_markers(self, marker: dict[str, Any]) -> Records:
+        """Per view, what the query service reads: key, column types and freshness."""
+        keys, values = [], []
+        for view in self.views:
+            keys.append(f"{self.out.marker_key}:{view.name}".encode())
+            body = {
+                "view": view.name,
+                "key": list(view.key),
+                "columns": self.columns[view.name],
+                "batch_id": marker["batch_id"],
+                "enriched_to": marker["enriched_to"],
+                "max_rating_time": self.max_rating_time[view.name],
+                "written_at_ms": marker["written_at_ms"],
+            }
+            values.append(json.dumps(body).encode())
+        return Records(self.settings.commits_topic, keys, values)
 
 
 class DeadLetterSink(_Sink):
@@ -133,7 +163,7 @@ class DeadLetterSink(_Sink):
             self.settings.dlq_topic,
             ("partition", "offset"),
         )
-        self._write(batch_id, records, {"view": None})
+        self._write(batch_id, [records], {})
         if len(records):
             log.warning("batch %d: %d records to %s", batch_id, len(records), self.settings.dlq_topic)
 
@@ -158,36 +188,35 @@ def start(settings: ViewsSettings) -> RunningViews:
 
 
 def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[StreamingQuery, ...]:
-    """One query per view and the dead-letter query, in `spark` (its own application, or the
+    """The views' query and the dead-letter query, in `spark` (its own application, or the
     enrichment job's when ENRICH_VIEWS_IN_JOB is on)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
     run = run_id(settings.checkpoint_dir)
-    queries = []
-    for view in VIEWS:
-        rows = enriched_stream(spark, settings).where(F.col("dlq_reason").isNull())
-        if view.refuses is not None:
-            rows = rows.where(view.refuses(settings).isNull())
-        queries.append(
-            view.aggregate(rows, settings)
-            .writeStream.queryName(view.name)
-            .outputMode("update")
-            .foreachBatch(ViewSink(settings, view, run))
-            .option("checkpointLocation", str(settings.checkpoint_dir / view.name))
-            .trigger(processingTime=settings.trigger_interval)
-            .start()
-        )
-    queries.append(_dead_letter_query(spark, settings, run))
-    log.info("views running (run %s): %s", run, ", ".join(settings.topic(v.name) for v in VIEWS))
-    return tuple(queries)
+    views = declared(settings)
+    counted = enriched_stream(spark, settings).where(F.col("dlq_reason").isNull())
+    aggregates = (
+        aggregate_views(counted, views)
+        .writeStream.queryName(VIEWS_QUERY)
+        .outputMode("update")
+        .foreachBatch(ViewsSink(settings, views, run))
+        .option("checkpointLocation", str(settings.checkpoint_dir / VIEWS_QUERY))
+        .trigger(processingTime=settings.trigger_interval)
+        .start()
+    )
+    dead_letters = _dead_letter_query(spark, settings, views, run)
+    log.info("views running (run %s): %s", run, ", ".join(settings.topic(v.name) for v in views))
+    return aggregates, dead_letters
 
 
-def _dead_letter_query(spark: SparkSession, settings: ViewsSettings, run: str) -> StreamingQuery:
+def _dead_letter_query(
+    spark: SparkSession, settings: ViewsSettings, views: tuple[View, ...], run: str
+) -> StreamingQuery:
     parsed = enriched_stream(spark, settings)
     reason = F.col("dlq_reason")
-    for view in VIEWS:
+    for view in views:
         if view.refuses is not None:
-            refused = F.concat(F.lit(f"{view.name}: "), view.refuses(settings))
+            refused = F.concat(F.lit(f"{view.name}: "), view.refuses)
             reason = F.coalesce(reason, F.when(F.col("dlq_reason").isNull(), refused))
     return (
         parsed.withColumn("dlq_reason", reason)

@@ -1,132 +1,139 @@
-"""The views, each declared once: a name, its key columns and its aggregation over parsed
-enriched ratings (see `transforms.parse_enriched`). Adding a view is one more `View` here.
+"""The views, each declared once: a name, what its rows are grouped by, its measures (an
+aggregate function and its input, over parsed enriched ratings: see `transforms.parse_enriched`)
+and its row (the output columns, from the group columns and the measures). Adding a view is one
+more `View` in `declared`.
 
-An aggregation is a streaming `groupBy(...).agg(...)` plus projections; Spark keeps its state.
-Every column it outputs is in the view's rows, and the key columns identify a row.
+All views are kept by one stateful query (`transforms.aggregate_views`): each rating is read
+and parsed once, whatever the number of views, and one micro-batch updates them all.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import hour_start, late_for_hour
 
+# A measure: an aggregate function (F.count, F.sum, F.max, F.collect_set, ... any that skips
+# nulls) and its input, an expression over a parsed rating.
+Measure = tuple[Callable[[Column], Column], Column]
+# The row's columns (name -> expression), given a function that names a group column or a measure.
+Row = Callable[[Callable[[str], Column]], Mapping[str, Column]]
+
 
 @dataclass(frozen=True)
 class View:
     name: str
-    key: tuple[str, ...]
-    aggregate: Callable[[DataFrame, ViewsSettings], DataFrame]
-    # Records this view does not count, and why (a column: null = counted). They go to the
-    # views' dead-letter topic.
-    refuses: Callable[[ViewsSettings], Column] | None = None
+    group_by: Mapping[str, Column]
+    measures: Mapping[str, Measure]
+    row: Row
+    key: tuple[str, ...]  # the row's columns that identify it (the changelog topic's key)
+    # Ratings this view does not count, and why (null = counted). They go to the views'
+    # dead-letter topic; the other views count them.
+    refuses: Column | None = None
+    # A timestamp group column whose old values Spark's watermark drops from the state, and how
+    # far behind the newest value seen it trails. At most one view has one.
+    event_time: str | None = None
+    watermark_delay_s: int = 0
 
 
 def _unhappy(settings: ViewsSettings) -> Column:
-    return F.sum((F.col("stars") < settings.unhappy_stars_below).cast("long"))
+    return (F.col("stars") < settings.unhappy_stars_below).cast("long")
 
 
-def _average(sum_col: str, count_col: str) -> Column:
-    return F.round(F.col(sum_col) / F.col(count_col), 3)
+def _average(c: Callable[[str], Column]) -> Column:
+    return F.round(c("stars_sum") / c("ratings"), 3)
 
 
-def customer_ratings(ratings: DataFrame, settings: ViewsSettings) -> DataFrame:
+def customer_ratings(settings: ViewsSettings) -> View:
     """Per customer id (matched or not): counts, average stars, the first and last rating times,
     and the last rating (by rating_time, then rating_id) with the customer as it was then."""
-    last = F.max(
-        F.struct(
-            "rating_time",
-            "rating_id",
-            "stars",
-            "channel",
-            "message",
-            "club_status",
-            "full_name",
-            "customer_matched",
-        )
+    last = F.struct(
+        "rating_time",
+        "rating_id",
+        "stars",
+        "channel",
+        "message",
+        "club_status",
+        "full_name",
+        "customer_matched",
     )
-    return (
-        ratings.groupBy("user_id")
-        .agg(
-            F.count(F.lit(1)).alias("ratings"),
-            _unhappy(settings).alias("unhappy_ratings"),
-            F.sum(F.col("stars").cast("long")).alias("stars_sum"),
-            F.min("rating_time").alias("first_rating_time"),
-            last.alias("last"),
-        )
-        .select(
-            "user_id",
-            "ratings",
-            "unhappy_ratings",
-            "stars_sum",
-            _average("stars_sum", "ratings").alias("average_stars"),
-            "first_rating_time",
-            F.col("last.rating_time").alias("last_rating_time"),
-            F.col("last.rating_id").alias("last_rating_id"),
-            F.col("last.stars").alias("last_stars"),
-            F.col("last.channel").alias("last_channel"),
-            F.col("last.message").alias("last_message"),
-            F.col("last.club_status").alias("club_status"),
-            F.col("last.full_name").alias("full_name"),
-            F.col("last.customer_matched").alias("customer_matched"),
-        )
+    return View(
+        name="customer_ratings",
+        group_by={"user_id": F.col("user_id")},
+        measures={
+            "ratings": (F.count, F.lit(1)),
+            "unhappy_ratings": (F.sum, _unhappy(settings)),
+            "stars_sum": (F.sum, F.col("stars").cast("long")),
+            "first_rating_time": (F.min, F.col("rating_time")),
+            "last": (F.max, last),
+        },
+        row=lambda c: {
+            "user_id": c("user_id"),
+            "ratings": c("ratings"),
+            "unhappy_ratings": c("unhappy_ratings"),
+            "stars_sum": c("stars_sum"),
+            "average_stars": _average(c),
+            "first_rating_time": c("first_rating_time"),
+            "last_rating_time": c("last").getField("rating_time"),
+            "last_rating_id": c("last").getField("rating_id"),
+            "last_stars": c("last").getField("stars"),
+            "last_channel": c("last").getField("channel"),
+            "last_message": c("last").getField("message"),
+            "club_status": c("last").getField("club_status"),
+            "full_name": c("last").getField("full_name"),
+            "customer_matched": c("last").getField("customer_matched"),
+        },
+        key=("user_id",),
     )
 
 
-def segment_hourly(ratings: DataFrame, settings: ViewsSettings) -> DataFrame:
+def segment_hourly(settings: ViewsSettings) -> View:
     """Per club status ("unmatched" for ratings without a customer), channel and UTC hour of
-    rating_time: counts, average stars and distinct customers. State of an hour is dropped once
-    no rating can still be counted in it (see `transforms.late_for_hour`)."""
+    rating_time: counts, average stars and distinct customers. A rating arriving after its
+    hour's window has closed is refused (see `transforms.late_for_hour`), and the state of an
+    hour is dropped once no rating can still be counted in it."""
     segment = F.when(F.col("customer_matched"), F.coalesce("club_status", F.lit("unknown"))).otherwise(
         F.lit("unmatched")
     )
-    # Spark's watermark must never be what refuses a rating (it would drop it silently): rows
-    # whose hour is open are at most an hour plus the lateness older than the newest CDC clock
-    # seen, and rating_time is always older than its record's clock. Five minutes more cover
-    # records of one enrichment transaction read in two batches.
-    delay_s = 3600 + settings.window_lateness_s + 300
-    return (
-        ratings.select(
-            segment.alias("club_status"),
-            F.coalesce("channel", F.lit("unknown")).alias("channel"),
-            hour_start().alias("hour_ts"),
-            "user_id",
-            "stars",
-            "rating_time",
-        )
-        .withWatermark("hour_ts", f"{delay_s} seconds")
-        .groupBy("club_status", "channel", "hour_ts")
-        .agg(
-            F.count(F.lit(1)).alias("ratings"),
-            F.sum(F.col("stars").cast("long")).alias("stars_sum"),
-            _unhappy(settings).alias("unhappy_ratings"),
-            F.size(F.collect_set("user_id")).alias("customers"),
-            F.max("rating_time").alias("last_rating_time"),
-        )
-        .select(
-            "club_status",
-            "channel",
-            F.date_format("hour_ts", "yyyy-MM-dd'T'HH").alias("hour"),
-            F.unix_millis("hour_ts").alias("hour_start_ms"),
-            "ratings",
-            "stars_sum",
-            _average("stars_sum", "ratings").alias("average_stars"),
-            "unhappy_ratings",
-            "customers",
-            "last_rating_time",
-        )
+    return View(
+        name="segment_hourly",
+        group_by={
+            "club_status": segment,
+            "channel": F.coalesce("channel", F.lit("unknown")),
+            "hour_ts": hour_start(),
+        },
+        measures={
+            "ratings": (F.count, F.lit(1)),
+            "stars_sum": (F.sum, F.col("stars").cast("long")),
+            "unhappy_ratings": (F.sum, _unhappy(settings)),
+            "customers": (F.collect_set, F.col("user_id")),
+            "last_rating_time": (F.max, F.col("rating_time")),
+        },
+        row=lambda c: {
+            "club_status": c("club_status"),
+            "channel": c("channel"),
+            "hour": F.date_format(c("hour_ts"), "yyyy-MM-dd'T'HH"),
+            "hour_start_ms": F.unix_millis(c("hour_ts")),
+            "ratings": c("ratings"),
+            "stars_sum": c("stars_sum"),
+            "average_stars": _average(c),
+            "unhappy_ratings": c("unhappy_ratings"),
+            "customers": F.size(c("customers")),
+            "last_rating_time": c("last_rating_time"),
+        },
+        key=("club_status", "channel", "hour"),
+        refuses=late_for_hour(settings.window_lateness_s * 1000),
+        event_time="hour_ts",
+        # Spark's watermark must never be what refuses a rating (it would drop it silently):
+        # rows whose hour is open are at most an hour plus the lateness older than the newest
+        # CDC clock seen, and rating_time is always older than its record's clock. Five minutes
+        # more cover records of one enrichment transaction read in two batches.
+        watermark_delay_s=3600 + settings.window_lateness_s + 300,
     )
 
 
-VIEWS = (
-    View("customer_ratings", ("user_id",), customer_ratings),
-    View(
-        "segment_hourly",
-        ("club_status", "channel", "hour"),
-        segment_hourly,
-        refuses=lambda s: late_for_hour(s.window_lateness_s * 1000),
-    ),
-)
+def declared(settings: ViewsSettings) -> tuple[View, ...]:
+    return (customer_ratings(settings), segment_hourly(settings))

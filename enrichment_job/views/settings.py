@@ -26,7 +26,7 @@ class ViewsSettings(BaseSettings):
     name: str = Field(
         "views",
         pattern=r"^[A-Za-z0-9._-]+$",
-        description="the job's name: its producers' transactional ids are <name>-<view>",
+        description="the job's name: its transactional ids are <name>-views and <name>-dead-letters",
     )
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int = Field(200_000, gt=0, description="enriched records per micro-batch")
@@ -48,11 +48,11 @@ class ViewsSettings(BaseSettings):
 
     # Spark
     master: str = "local[2]"
-    trigger_interval: str = "500 milliseconds"
+    trigger_interval: str = Field("500 milliseconds", description="trigger of the views' query")
     dlq_trigger_interval: str = Field("5 seconds", description="the dead-letter query's trigger")
     spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
     shuffle_partitions: int = Field(
-        2, gt=0, description="state partitions of each view (fixed at first start)"
+        2, gt=0, description="state partitions of the views' query (fixed at first start)"
     )
     driver_memory: str = "1g"
     driver_java_options: str = "-XX:+UseParallelGC"

@@ -51,7 +51,7 @@ def stage_rows(start: Snapshot, before: Snapshot, now: Snapshot) -> list[tuple[s
             f"CDC lag {_n(job.get('cdc', {}).get('watermark_lag_ms'))} ms",
         ),
     ]
-    views = now.metrics.get("views", {}).get("query:customer_ratings", {})
+    views = now.metrics.get("views", {}).get("query:views", {})
     rows.append(
         (
             "views job",
@@ -60,7 +60,7 @@ def stage_rows(start: Snapshot, before: Snapshot, now: Snapshot) -> list[tuple[s
             "-",
             "-",
             _n(now.since(start, "views_dlq")),
-            f"customer_ratings batch {_n(views.get('batch_id'))}, {_n(views.get('batch_duration_ms'))} ms"
+            f"batch {_n(views.get('batch_id'))}, {_n(views.get('batch_duration_ms'))} ms"
             if views
             else "starting",
         )

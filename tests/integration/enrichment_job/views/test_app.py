@@ -127,14 +127,15 @@ def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
     second = records(1_500, 1_500, rng)
 
     def stream() -> None:
-        for start in range(0, len(second), 100):
-            produce(stack_env, topics.enriched, [as_kafka(r) for r in second[start : start + 100]])
-            time.sleep(0.1)
+        for start in range(0, len(second), 50):  # 6 s or more: the kill falls inside it
+            produce(stack_env, topics.enriched, [as_kafka(r) for r in second[start : start + 50]])
+            time.sleep(0.2)
 
     producer = threading.Thread(target=stream)
     producer.start()
-    time.sleep(rng.uniform(2, 5))
+    time.sleep(rng.uniform(1.5, 4.5))
     job.kill()
+    assert producer.is_alive(), "the kill came after the stream; it should fall inside it"
     producer.join()
     job.start()
     wait_until(lambda: views_match(stack_env, topics, first + second), job)
@@ -148,8 +149,9 @@ def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
     # 4. Each view's marker says up to where the enriched topic is reflected: all of it.
     markers = {m.key().decode(): json.loads(m.value()) for m in read_topic(stack_env, topics.commits)}
     ends = sum(
-        int(o) for o in markers[f"test-views-{topics.suffix}-customer_ratings"]["enriched_to"].values()
+        int(o) for o in markers[f"test-views-{topics.suffix}-views:customer_ratings"]["enriched_to"].values()
     )
     assert ends == len(first) + len(second) + len(bad)
-    assert markers[f"test-views-{topics.suffix}-segment_hourly"]["key"] == ["club_status", "channel", "hour"]
+    segment = markers[f"test-views-{topics.suffix}-views:segment_hourly"]
+    assert segment["key"] == ["club_status", "channel", "hour"]
     assert job.stop() == 0

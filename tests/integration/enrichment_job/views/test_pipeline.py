@@ -149,7 +149,7 @@ def test_the_views_can_run_inside_the_enrichment_jobs_application(
             time.sleep(1)
         assert row is not None, job.tail()
         assert (row["ratings"], row["stars_sum"], row["club_status"]) == (3, 9, "silver")
-        assert "query customer_ratings started" in job.log.read_text()
+        assert "query views started" in job.log.read_text()
     finally:
         assert job.stop() == 0
         delete_topics(stack_env, names)

@@ -8,7 +8,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from enrichment_job.views.declarations import VIEWS, customer_ratings, segment_hourly
+from enrichment_job.views.aggregation import aggregate_views, changelog_rows, view_rows
+from enrichment_job.views.declarations import View, customer_ratings, declared, segment_hourly
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import late_for_hour, parse_enriched
 
@@ -79,6 +80,13 @@ def _parsed(spark: SparkSession, records: list[bytes]) -> DataFrame:
     return parse_enriched(_raw(spark, records)).where(F.col("dlq_reason").isNull())
 
 
+def _rows(spark: SparkSession, records: list[bytes], view: View) -> list[dict[str, Any]]:
+    """`view`'s rows from `records`, aggregated beside every declared view as the job does."""
+    views = tuple(v if v.name != view.name else view for v in declared(ViewsSettings()))
+    aggregated = aggregate_views(_parsed(spark, records), views)
+    return [r.asDict() for r in view_rows(aggregated, views, view).collect()]
+
+
 def test_customer_ratings_counts_and_keeps_the_last_rating_by_time(spark: SparkSession) -> None:
     records = [
         _enriched(rating_id=1, stars=5, rating_time=HOUR + 3000, club_status="gold"),
@@ -86,8 +94,7 @@ def test_customer_ratings_counts_and_keeps_the_last_rating_by_time(spark: SparkS
         _enriched(rating_id=3, stars=2, rating_time=HOUR + 1000, club_status="silver"),
         _enriched(rating_id=4, user_id=8, customer_matched=False, club_status=None, full_name=None),
     ]
-    view = customer_ratings(_parsed(spark, records), ViewsSettings())
-    rows = {r.user_id: r.asDict() for r in view.collect()}
+    rows = {r["user_id"]: r for r in _rows(spark, records, customer_ratings(ViewsSettings()))}
     assert rows[7] == {
         "user_id": 7,
         "ratings": 3,
@@ -118,8 +125,8 @@ def test_segment_hourly_groups_by_status_channel_and_utc_hour_with_distinct_cust
         _enriched(rating_id=5, user_id=4, customer_matched=False, club_status=None, channel=None),
     ]
     rows = {
-        (r.club_status, r.channel, r.hour): r.asDict()
-        for r in segment_hourly(_parsed(spark, records), ViewsSettings()).collect()
+        (r["club_status"], r["channel"], r["hour"]): r
+        for r in _rows(spark, records, segment_hourly(ViewsSettings()))
     }
     assert set(rows) == {
         ("gold", "web", "2026-11-18T10"),
@@ -131,9 +138,34 @@ def test_segment_hourly_groups_by_status_channel_and_utc_hour_with_distinct_cust
     assert ten["average_stars"] == 3.0 and ten["hour_start_ms"] == HOUR
 
 
-def test_every_view_declares_key_columns_its_aggregation_outputs(spark: SparkSession) -> None:
-    parsed = _parsed(spark, [_enriched()])
-    for view in VIEWS:
-        columns = view.aggregate(parsed, ViewsSettings()).columns
+def test_every_view_declares_key_columns_its_row_has_and_a_last_rating_time(spark: SparkSession) -> None:
+    views = declared(ViewsSettings())
+    aggregated = aggregate_views(_parsed(spark, [_enriched()]), views)
+    for view in views:
+        columns = view_rows(aggregated, views, view).columns
         assert set(view.key) <= set(columns), view.name
         assert "last_rating_time" in columns, f"{view.name}: the marker's freshness reads it"
+
+
+def test_a_rating_a_view_refuses_is_still_counted_by_the_others(spark: SparkSession) -> None:
+    late = _enriched(rating_id=1, rating_time=HOUR, cdc_watermark_ms=HOUR + 3 * 3_600_000)
+    on_time = _enriched(rating_id=2, rating_time=HOUR, cdc_watermark_ms=HOUR + 1000)
+    settings = ViewsSettings()
+    assert _rows(spark, [late], segment_hourly(settings)) == []
+    assert [r["ratings"] for r in _rows(spark, [late, on_time], segment_hourly(settings))] == [1]
+    assert [r["ratings"] for r in _rows(spark, [late, on_time], customer_ratings(settings))] == [2]
+
+
+def test_changelog_records_carry_each_rows_view_key_and_whole_row(spark: SparkSession) -> None:
+    views = declared(ViewsSettings())
+    aggregated = aggregate_views(_parsed(spark, [_enriched(rating_id=1, user_id=7, stars=2)]), views)
+    records = {r.view: r for r in changelog_rows(aggregated, views).collect()}
+    assert set(records) == {v.name for v in views}
+    customer = records["customer_ratings"]
+    assert json.loads(customer.key) == {"user_id": 7}
+    assert json.loads(customer.value)["unhappy_ratings"] == 1
+    assert json.loads(customer.value)["last_message"] == "meh"
+    segment = records["segment_hourly"]
+    assert json.loads(segment.key) == {"club_status": "gold", "channel": "web", "hour": "2026-11-18T10"}
+    assert json.loads(segment.value)["customers"] == 1
+    assert customer.last_rating_time == segment.last_rating_time == HOUR + 1000

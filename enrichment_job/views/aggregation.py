@@ -1,0 +1,100 @@
+"""All declared views as one streaming aggregation, and its changed rows as changelog records.
+
+Spark runs one streaming aggregation per query, and a query per view would read and parse
+every enriched rating once per view and pay the fixed cost of a stateful micro-batch (planning,
+state commits, checkpoint files) once per view. Instead each rating becomes one row per view
+that counts it, tagged with the view's number; the rows are grouped by that number and every
+view's group columns (a row carries the other views' as nulls), and each measure aggregates
+only its own view's rows. So one query keeps every view, and a batch costs about the same
+whatever the number of views.
+"""
+
+from collections.abc import Callable, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from enrichment_job.views.declarations import View
+
+VIEW = "view"  # the view's number in the declared order
+
+
+def column(view: View, name: str) -> str:
+    """The aggregation's column of a view's group column or measure."""
+    return f"{view.name}__{name}"
+
+
+def _group_columns(ratings: DataFrame, views: Sequence[View]) -> StructType:
+    """Every view's group columns, with their types (another view's rows carry them as nulls)."""
+    return ratings.select(
+        *[expr.alias(column(v, name)) for v in views for name, expr in v.group_by.items()]
+    ).schema
+
+
+def aggregate_views(ratings: DataFrame, views: Sequence[View]) -> DataFrame:
+    """Parsed ratings -> one row per (view, group): the view's number, every view's group
+    columns (null but the row's own view's) and every view's measures (likewise)."""
+    if len([v for v in views if v.event_time]) > 1:
+        raise ValueError("at most one view may declare an event_time (Spark keeps one watermark)")
+    groups = _group_columns(ratings, views)
+    owner = {column(v, name): v for v in views for name in v.group_by}
+
+    def entry(number: int, view: View) -> Column:
+        fields = [F.lit(number).alias(VIEW)]
+        for field in groups.fields:
+            mine = owner[field.name] is view
+            expr = view.group_by[field.name.removeprefix(f"{view.name}__")] if mine else None
+            fields.append((expr if expr is not None else F.lit(None).cast(field.dataType)).alias(field.name))
+        counted = F.struct(*fields)
+        return counted if view.refuses is None else F.when(view.refuses.isNull(), counted)
+
+    entries = F.array(*[entry(n, v) for n, v in enumerate(views)])
+    rows = ratings.select("*", F.inline(F.filter(entries, lambda e: e.isNotNull())))
+    for view in views:
+        if view.event_time:
+            rows = rows.withWatermark(column(view, view.event_time), f"{view.watermark_delay_s} seconds")
+    measures = [
+        fn(F.when(F.col(VIEW) == number, arg)).alias(column(view, name))
+        for number, view in enumerate(views)
+        for name, (fn, arg) in view.measures.items()
+    ]
+    return rows.groupBy(VIEW, *groups.fieldNames()).agg(*measures)
+
+
+def _row(view: View) -> dict[str, Column]:
+    return dict(view.row(lambda name: F.col(column(view, name))))
+
+
+def view_rows(aggregated: DataFrame, views: Sequence[View], view: View) -> DataFrame:
+    """One view's rows, as its declared columns."""
+    return aggregated.where(F.col(VIEW) == views.index(view)).select(
+        *[expr.alias(name) for name, expr in _row(view).items()]
+    )
+
+
+def _by_view(views: Sequence[View], part: Callable[[View, dict[str, Column]], Column]) -> Column:
+    """`part` of the row's own view."""
+    picked = None
+    for number, view in enumerate(views):
+        this, value = F.col(VIEW) == number, part(view, _row(view))
+        picked = F.when(this, value) if picked is None else picked.when(this, value)
+    if picked is None:
+        raise ValueError("no views declared")
+    return picked
+
+
+def changelog_rows(aggregated: DataFrame, views: Sequence[View]) -> DataFrame:
+    """Each changed row as a changelog record: `view` (its name), `key` (the key columns as
+    JSON), `value` (the whole row as JSON, nulls kept) and `last_rating_time`."""
+    return aggregated.select(
+        _by_view(views, lambda v, _: F.lit(v.name)).alias("view"),
+        _by_view(views, lambda v, row: F.to_json(F.struct(*[row[k].alias(k) for k in v.key]))).alias("key"),
+        _by_view(
+            views,
+            lambda _, row: F.to_json(
+                F.struct(*[e.alias(n) for n, e in row.items()]), {"ignoreNullFields": "false"}
+            ),
+        ).alias("value"),
+        _by_view(views, lambda _, row: row["last_rating_time"]).alias("last_rating_time"),
+    )
