@@ -80,7 +80,7 @@ class CdcReader:
                 **settings.producer_config(),
                 "group.id": group_id,  # assign only: the group has no members and commits nothing
                 "enable.auto.commit": False,
-                "isolation.level": "read_uncommitted",  # like Spark's Kafka source
+                "isolation.level": "read_committed",  # like Spark's Kafka source
                 "enable.partition.eof": False,
             }
         )

@@ -86,9 +86,11 @@ class JobSettings(BaseSettings):
         return self.state_dir / "metrics.json"
 
     def kafka_options(self) -> dict[str, str]:
-        """Options of Spark's Kafka source ("kafka." + the client's own dotted names)."""
+        """Options of Spark's Kafka source ("kafka." + the client's own dotted names): committed
+        records only, so a rating of an aborted producer transaction is never enriched."""
         return {
             "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.isolation.level": "read_committed",
             "kafka.fetch.max.wait.ms": str(self.source_fetch_max_wait_ms),
         } | {f"kafka.{k}": v for k, v in self.kafka_extra.items()}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from support.enrichment import (
     Job,
     Topics,
@@ -207,6 +207,31 @@ def test_g_bad_records_go_to_the_dlq_with_reasons_and_good_ones_around_them_are_
         headers = dict(record.headers())
         assert headers["dlq.topic"].decode() == topics.name("ratings")
         assert int(headers["dlq.offset"]) >= 0
+
+
+def test_a_rating_of_an_aborted_producer_transaction_is_never_enriched_alerted_or_dead_lettered(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    customer = _insert(db, "platinum")
+    t0 = _next_second(db)
+    aborted, committed = next(IDS), next(IDS)
+    servers = stack_env["KAFKA_BOOTSTRAP_SERVERS"]
+    producer = Producer({"bootstrap.servers": servers, "transactional.id": f"test-{uuid.uuid4()}"})
+    producer.init_transactions(30)
+    outcomes = ((aborted, producer.abort_transaction), (committed, producer.commit_transaction))
+    for rating_id, finish in outcomes:
+        producer.begin_transaction()
+        key, value = rating(rating_id, customer, 1, t0)  # unhappy platinum: it would alert
+        producer.produce(topics.name("ratings"), value, key)
+        producer.flush(30)
+        finish(30)
+    _by_rating(stack_env, topics.name("alerts"), {committed})
+    enriched = {v["rating_id"] for v in values(read_topic(stack_env, topics.name("enriched"), timeout_s=10))}
+    assert committed in enriched and aborted not in enriched
+    alerts = {v["rating_id"] for v in values(read_topic(stack_env, topics.name("alerts"), timeout_s=10))}
+    assert aborted not in alerts
+    dead = read_topic(stack_env, topics.name("dlq"), timeout_s=10)
+    assert not [r for r in dead if str(aborted).encode() in (r.value() or b"")]
 
 
 def test_c_a_fresh_job_waits_for_the_table_so_no_rating_is_unmatched_for_being_early(

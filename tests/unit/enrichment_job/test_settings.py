@@ -59,6 +59,7 @@ def test_spark_kafka_source_holds_fetches_briefly_and_extra_options_pass_through
     _clean_env(monkeypatch)
     monkeypatch.setenv("ENRICH_KAFKA_EXTRA", '{"security.protocol": "SSL"}')
     options = JobSettings().kafka_options()
+    assert options["kafka.isolation.level"] == "read_committed"
     assert options["kafka.fetch.max.wait.ms"] == "20"
     assert options["kafka.security.protocol"] == "SSL"
     monkeypatch.setenv("ENRICH_SOURCE_FETCH_MAX_WAIT_MS", "0")
