@@ -2,6 +2,7 @@
 
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -78,6 +79,8 @@ def build_session(settings: SparkSettings, app_name: str = "ratings-enrichment")
         # short-lived batch data cost a quarter of that, with pauses well under a batch.
         .config("spark.driver.extraJavaOptions", settings.driver_java_options)
         .config("spark.ui.enabled", str(settings.ui_enabled).lower())
+        # The UI shows the job's settings and data; its kill links would stop a query by a click.
+        .config("spark.ui.killEnabled", "false")
         # Each batch writes two small checkpoint files (offsets, commit) into the local state
         # folder. Spark's default manager (Hadoop FileContext) forks `readlink` four times and
         # `chmod` twice per file where Hadoop's native library is absent, as it is on a pip
@@ -88,6 +91,10 @@ def build_session(settings: SparkSettings, app_name: str = "ratings-enrichment")
     )
     if settings.master:
         builder = builder.master(settings.master)
+    if settings.master.startswith("local"):
+        # Spark binds its UI and the driver to SPARK_LOCAL_IP, to every interface without it.
+        # On one machine nothing needs more than the loopback; set SPARK_LOCAL_IP to open it.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if settings.spark_jars:
         builder = builder.config("spark.jars", settings.spark_jars)
     spark = builder.getOrCreate()

@@ -1,5 +1,9 @@
-"""The job's reading of Spark's offset log (where a batch's ratings end)."""
+"""The job's reading of Spark's offset log (where a batch's ratings end), and its Spark session's UI."""
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,3 +36,51 @@ def test_a_missing_or_unknown_file_stops_the_batch_naming_it(tmp_path: Path) -> 
     (tmp_path / "4").write_text("v2\n{}\n{}")
     with pytest.raises(RuntimeError, match="not an offset log file of a known version"):
         batch_ends(tmp_path, 4, "ratings")
+
+
+_SESSION = """
+import json, sys
+from enrichment_job.app import build_session
+from enrichment_job.settings import JobSettings
+spark = build_session(JobSettings(master="local[1]", ui_enabled=True))
+print(json.dumps({"url": spark.sparkContext.uiWebUrl, "kill": spark.conf.get("spark.ui.killEnabled")}))
+sys.stdout.flush()
+input()  # holds the UI open until the test has looked
+spark.stop()
+"""
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses listening on `port`, as /proc/net/tcp and tcp6 spell them (hex)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(address)
+    return found
+
+
+def test_the_spark_ui_of_a_local_job_listens_on_the_loopback_only_with_its_kill_links_off() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP" and not k.startswith("ENRICH_")}
+    with subprocess.Popen(
+        [sys.executable, "-c", _SESSION],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # Spark's warnings (no Delta jars here)
+        text=True,
+        env=env,
+    ) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        try:
+            started = json.loads(proc.stdout.readline())
+            port = int(started["url"].rsplit(":", 1)[1])
+            assert started["kill"] == "false"
+            # 127.0.0.1 (as IPv4, or IPv4 on an IPv6 socket), not every interface
+            assert _listening(port) and _listening(port) <= {"0100007F", "0000000000000000FFFF00000100007F"}
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            assert proc.wait(60) == 0
+        finally:
+            proc.kill()
