@@ -7,6 +7,7 @@ from typing import Any
 
 import pymysql
 
+from services.core.errors import ServiceError
 from services.loadgen.config import LoadgenSettings
 from services.loadgen.customers import Change, fake_customer, step_status
 
@@ -17,15 +18,25 @@ INSERT = (
 )
 
 
+class DatabaseUnavailable(ServiceError):
+    """The customer database cannot be reached (restarted, down, the connection dropped)."""
+
+
 class CustomerDb:
     def __init__(self, settings: LoadgenSettings) -> None:
-        self.conn: Any = pymysql.connect(
-            host=settings.db_host,
-            port=settings.db_port,
-            user=settings.db_user,
-            password=settings.db_password.get_secret_value(),
-            database=settings.db_name,
+        self.settings = settings
+        self.conn: Any = self._connect()
+
+    def _connect(self) -> Any:
+        s = self.settings
+        return pymysql.connect(
+            host=s.db_host,
+            port=s.db_port,
+            user=s.db_user,
+            password=s.db_password.get_secret_value(),
+            database=s.db_name,
             autocommit=True,
+            connect_timeout=5,
         )
 
     def ids(self) -> list[int]:
@@ -46,7 +57,24 @@ class CustomerDb:
         return self.ids()
 
     def apply(self, change: Change) -> int | None:
-        """Run one change; returns the id of a new customer, None otherwise."""
+        """Run one change; returns the id of a new customer, None otherwise. When the database
+        cannot be reached, DatabaseUnavailable: the change is not retried (it may have been
+        applied before the connection dropped), and the next call connects again."""
+        try:
+            if self.conn is None:
+                self.conn = self._connect()
+            return self._apply(change)
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as err:
+            if self.conn is not None:
+                try:
+                    self.conn.close()
+                except pymysql.err.Error:
+                    pass  # already gone
+            self.conn = None
+            where = f"{self.settings.db_host}:{self.settings.db_port}"
+            raise DatabaseUnavailable(f"customer database at {where}: {err}") from err
+
+    def _apply(self, change: Change) -> int | None:
         with self.conn.cursor() as cur:
             if change.kind == "insert" and change.new_customer is not None:
                 cur.execute(INSERT, change.new_customer.row())
@@ -68,4 +96,5 @@ class CustomerDb:
         return None
 
     def close(self) -> None:
-        self.conn.close()
+        if self.conn is not None:
+            self.conn.close()

@@ -15,11 +15,12 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from services.loadgen.config import LoadgenSettings
 from services.loadgen.customers import next_change
-from services.loadgen.database import CustomerDb
+from services.loadgen.database import CustomerDb, DatabaseUnavailable
 from services.loadgen.ratings import bad_record, encode, fake_rating
 
 log = logging.getLogger(__name__)
 TICK_S = 0.01
+DB_BACKOFF_MAX_S = 10.0
 
 
 class LoadGenerator:
@@ -33,6 +34,8 @@ class LoadGenerator:
         self.delivered = Counter[str]()
         self.failed = 0
         self.changes = Counter[str]()
+        self.db_down_since: float | None = None
+        self.db_backoff_s = 0.0
         self.stopping = threading.Event()
 
     def _on_delivery(self, kind: str, err: KafkaError | None, _msg: Message) -> None:
@@ -64,8 +67,7 @@ class LoadGenerator:
             due = int((now - started) * self.settings.rate) - sum(self.sent.values())
             self._produce(due)
             if self.settings.changes_per_s and now >= next_change_at:
-                self._change()
-                next_change_at += 1 / self.settings.changes_per_s
+                next_change_at = max(next_change_at, now - 1) + self._change()
             if now - last_report >= 1:
                 self.write_metrics(running=True)
                 last_report = now
@@ -112,14 +114,31 @@ class LoadGenerator:
                 self.producer.poll(0.05)
         self.sent[kind] += 1
 
-    def _change(self) -> None:
+    def _change(self) -> float:
+        """One customer change; returns the seconds until the next may run: its interval, or,
+        while the database is unreachable, a back-off (ratings keep flowing meanwhile)."""
+        interval = 1 / self.settings.changes_per_s
         change = next_change(self.rnd, self.ids, len(self.ids) + sum(self.changes.values()))
-        new_id = self.db.apply(change)
+        try:
+            new_id = self.db.apply(change)
+        except DatabaseUnavailable as err:
+            if self.db_down_since is None:
+                self.db_down_since = time.monotonic()
+                log.warning("%s; customer changes pause, ratings go on, retrying", err)
+            self.db_backoff_s = min(max(2 * self.db_backoff_s, interval, 0.5), DB_BACKOFF_MAX_S)
+            return self.db_backoff_s
+        if self.db_down_since is not None:
+            log.info(
+                "customer database reachable again after %.1f s; changes resume",
+                time.monotonic() - self.db_down_since,
+            )
+            self.db_down_since, self.db_backoff_s = None, 0.0
         if new_id is not None:
             self.ids.append(new_id)
         elif change.kind == "delete" and change.customer_id in self.ids:
             self.ids.remove(change.customer_id)
         self.changes[change.kind] += 1
+        return interval
 
     def figures(self, running: bool) -> dict[str, Any]:
         return {
