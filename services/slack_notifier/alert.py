@@ -1,5 +1,7 @@
 """An alert as the notifier needs it: the enriched rating, strictly read, with the fields a message
-shows. A record without them is a RecordError (it goes to the dead-letter topic)."""
+shows. A customer without a name or an email on file is still alerted on (the message says what
+is missing); a record that is no alert at all (unreadable, or no matched customer with a club
+status) is a RecordError and goes to the dead-letter topic."""
 
 from dataclasses import dataclass
 
@@ -7,6 +9,9 @@ from confluent_kafka import Message
 
 from services.core.enriched import decode_enriched
 from services.core.errors import RecordError
+
+NO_NAME = "(no name on file)"
+NO_EMAIL = "(no email on file)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,15 +30,14 @@ class Alert:
 def decode_alert(message: Message) -> Alert:
     record = decode_enriched(message)
     name = record.full_name or " ".join(p for p in (record.first_name, record.last_name) if p)
-    needed = {"full_name": name, "email": record.email, "club_status": record.club_status}
-    missing = [field for field, value in needed.items() if not value]
-    if not record.customer_matched or missing:
-        raise RecordError(f"alert without customer data: missing {', '.join(missing) or 'customer_matched'}")
+    if not record.customer_matched or not record.club_status:
+        missing = "customer_matched" if not record.customer_matched else "club_status"
+        raise RecordError(f"alert without customer data: missing {missing}")
     return Alert(
         rating_id=record.rating_id,
         user_id=record.user_id,
-        name=name,
-        email=str(record.email),
+        name=name or NO_NAME,
+        email=record.email or NO_EMAIL,
         club_status=str(record.club_status),
         stars=record.stars,
         message=record.message or "",

@@ -178,20 +178,31 @@ def test_a_permanent_error_stops_the_service_with_exit_1(setup: Setup) -> None:
     assert setup.slack.posts() == []
 
 
-def test_malformed_alerts_go_to_the_dead_letter_topic(setup: Setup) -> None:
+def test_malformed_alerts_go_to_the_dead_letter_topic_and_one_without_an_email_is_posted(
+    setup: Setup,
+) -> None:
     setup.produce_alerts([1])
-    produce(setup.stack_env, setup.topic, [(b"k", b"{not json"), as_kafka(enriched_record(2, email=None))])
+    produce(
+        setup.stack_env,
+        setup.topic,
+        [
+            (b"k", b"{not json"),
+            as_kafka(enriched_record(2, email=None)),
+            as_kafka(enriched_record(4, club_status=None)),
+        ],
+    )
     setup.produce_alerts([3])
     service = setup.service()
-    service.wait_for(written(4), "4 records handled")
+    service.wait_for(written(5), "5 records handled")
     service.stop()
-    assert setup.slack.covered() == {1: 1, 3: 1}
+    assert setup.slack.covered() == {1: 1, 2: 1, 3: 1}
+    assert "(no email on file)" in json.dumps(setup.slack.posts())
     dead = read_topic(setup.stack_env, setup.dlq, min_records=2)
     reasons = sorted(dict(m.headers())["dlq.reason"].decode() for m in dead)
     assert len(reasons) == 2
     assert "Invalid JSON" in reasons[0] or "Invalid JSON" in reasons[1]
-    assert any("missing email" in r for r in reasons)
-    assert setup.committed() == 4
+    assert any("missing club_status" in r for r in reasons)
+    assert setup.committed() == 5
 
 
 def test_print_mode_prints_what_it_would_post(setup: Setup) -> None:

@@ -32,15 +32,19 @@ def test_the_name_falls_back_to_first_and_last_name() -> None:
     assert decode_alert(kafka(enriched_record(3, full_name=None))).name == "Rica Blaisdell"
 
 
+def test_a_customer_without_name_or_email_on_file_is_still_alerted_on() -> None:
+    unknown = enriched_record(3, email=None, full_name=None, first_name=None, last_name=None)
+    alert = decode_alert(kafka(unknown))
+    assert (alert.name, alert.email) == ("(no name on file)", "(no email on file)")
+
+
 @pytest.mark.parametrize(
     "value, reason",
     [
         (b"not json", "Invalid JSON"),
         (enriched_record(1, stars=9), "stars"),
         ({"rating_id": 1}, "user_id"),
-        (enriched_record(1, email=None), "missing email"),
         (enriched_record(1, club_status=None), "missing club_status"),
-        (enriched_record(1, full_name=None, first_name=None, last_name=None), "missing full_name"),
         (enriched_record(1, customer_matched=False), "customer_matched"),
     ],
 )
