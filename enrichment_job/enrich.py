@@ -106,7 +106,8 @@ class Ratings:
             .option("endingOffsets", json.dumps({topic: {str(p): ends[p] for p in starts}}))
             .load()
         )
-        readable = select(parse_ratings(raw), _flow_columns()).where("dlq_reason IS NULL")
+        parsed = select(parse_ratings(raw, self.settings.max_future_ms), _flow_columns())
+        readable = parsed.where("dlq_reason IS NULL")
         rows = self._collect(readable, versions, marker["watermark_ms"])
         self.waiting = _waiting(rows)
         log.info(
@@ -126,7 +127,7 @@ class Ratings:
         base and its recent versions, see `CustomerTable.versions`)."""
         settings = self.settings
         waited = self.waiting_count
-        parsed = select(parse_ratings(raw), _flow_columns())
+        parsed = select(parse_ratings(raw, self.settings.max_future_ms), _flow_columns())
         if self.waiting is not None:
             parsed = parsed.unionByName(
                 self.spark.createDataFrame(self.waiting, schema=WAITING).withColumn(
@@ -194,11 +195,13 @@ DECIDED = ("settled", "released")
 @cache
 def _flow_columns() -> Columns:
     """A parsed rating as it enters the step: a dead letter keeps its original value and has no
-    user_id (it joins nothing and holds back no customer's ratings); a readable rating drops
+    user_id (it joins nothing and holds back no customer's ratings) and no rating_time (the
+    join's arithmetic never sees a value that made it a dead letter); a readable rating drops
     its value (it was parsed)."""
     bad = F.col("dlq_reason").isNotNull()
+    cleared = ("user_id", "rating_time")
     return Columns(
-        *[F.when(~bad, F.col(n)).alias(n) if n == "user_id" else F.col(n) for n in RATING_FIELDS.names],
+        *[F.when(~bad, F.col(n)).alias(n) if n in cleared else F.col(n) for n in RATING_FIELDS.names],
         F.col("key"),
         F.when(bad, F.col("value")).alias("value"),
         F.col("topic"),

@@ -48,6 +48,12 @@ class JobSettings(BaseSettings):
     grace_ms: int = Field(
         5_000, ge=0, description="a rating may join a customer row created this long after it"
     )
+    max_future_ms: int = Field(
+        300_000,
+        ge=0,
+        le=10 * 365 * 86_400_000,
+        description="a rating_time further ahead of its Kafka record's timestamp goes to the DLQ",
+    )
     alert_stars_below: int = Field(3, ge=1, le=6)
     alert_club_status: Literal["bronze", "silver", "gold", "platinum"] = "platinum"
 

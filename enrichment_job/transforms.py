@@ -41,18 +41,21 @@ def _first_reason(checks: list[tuple[Column, str]]) -> Column:
     return reason
 
 
-def parse_ratings(raw: DataFrame) -> DataFrame:
-    """Rating fields plus `dlq_reason`: null for a readable rating, else why it is not.
+def parse_ratings(raw: DataFrame, max_future_ms: int) -> DataFrame:
+    """Rating fields plus `dlq_reason`: null for a readable rating, else why it is not. A
+    rating_time before 1970 or more than `max_future_ms` after its Kafka record's timestamp is
+    not readable: it would hold back its customer's later ratings until that time, and near the
+    top of the long range it overflows the join's arithmetic.
 
     One typed parse of each value. Only a value that parse cannot take whole (not JSON, or a
     field of the wrong type) is read a second time, every field as text, to say which fields are
     present and which have the wrong type: JSON parsing is the largest cost per rating."""
-    typed, text, fields = _rating_parse()
+    typed, text, fields = _rating_parse(max_future_ms)
     return select(select(select(raw, typed), text), fields)
 
 
 @cache
-def _rating_parse() -> tuple[Columns, Columns, Columns]:
+def _rating_parse(max_future_ms: int) -> tuple[Columns, Columns, Columns]:
     value = F.col("value").cast("string")
     typed = Columns(
         *[F.col(c) for c in KAFKA_META],
@@ -81,6 +84,14 @@ def _rating_parse() -> tuple[Columns, Columns, Columns]:
         for field in RATING_FIELDS.fields
     ]
     checks.append((~F.col("_r.stars").between(1, 5), "stars outside 1..5"))
+    checks.append((F.col("_r.rating_time") < 0, "rating_time before 1970-01-01"))
+    checks.append(
+        (
+            F.col("_r.rating_time") > F.unix_millis("timestamp") + F.lit(max_future_ms),
+            f"rating_time more than {max_future_ms} ms after the record's Kafka timestamp"
+            " (ENRICH_MAX_FUTURE_MS)",
+        )
+    )
     fields = Columns(
         *[F.col(f"_r.{f.name}").alias(f.name) for f in RATING_FIELDS.fields],
         *[F.col(c) for c in KAFKA_META],

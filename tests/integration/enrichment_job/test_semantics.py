@@ -30,6 +30,7 @@ from enrichment_job.settings import JobSettings
 
 StackEnv = dict[str, str]
 GRACE_MS = 3000
+FUTURE = "rating_time more than 300000 ms after the record's Kafka timestamp (ENRICH_MAX_FUTURE_MS)"
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +189,16 @@ def test_g_bad_records_go_to_the_dlq_with_reasons_and_good_ones_around_them_are_
         json.dumps(
             {"marker": marker, "rating_id": 2, "user_id": customer, "stars": 9, "rating_time": t0}
         ): "stars outside 1..5",
+        # Near the top of the long range: rating_time + grace overflowed and crash-looped the job.
+        json.dumps(
+            {"marker": marker, "rating_id": 3, "user_id": customer, "stars": 3, "rating_time": 2**63 - 1}
+        ): FUTURE,
+        json.dumps(
+            {"marker": marker, "rating_id": 4, "user_id": customer, "stars": 3, "rating_time": t0 + 3_600_000}
+        ): FUTURE,
+        json.dumps(
+            {"marker": marker, "rating_id": 5, "user_id": customer, "stars": 3, "rating_time": -1}
+        ): "rating_time before 1970-01-01",
     }
     produce(
         stack_env,

@@ -2,6 +2,7 @@
 as-of join with grace, alerts."""
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from enrichment_job import transforms as T
 
 # py4j leaves its gateway sockets to the garbage collector; that is py4j's, not a leak of ours.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+MAX_FUTURE_MS = 300_000
 RAW = "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP"
 
 
@@ -48,10 +50,28 @@ RATING_CASES: list[tuple[bytes | None, str | None]] = [
 
 
 def test_each_rating_is_readable_or_has_a_reason(spark: Any) -> None:
-    rows = T.parse_ratings(_raw(spark, [value for value, _ in RATING_CASES])).orderBy("offset").collect()
+    raw = _raw(spark, [value for value, _ in RATING_CASES])
+    rows = T.parse_ratings(raw, MAX_FUTURE_MS).orderBy("offset").collect()
     assert [row.dlq_reason for row in rows] == [reason for _, reason in RATING_CASES]
     good = [row for row in rows if row.dlq_reason is None]
     assert [(row.rating_id, row.user_id, row.rating_time) for row in good] == [(1, 7, 1_000)] * 2
+
+
+def test_a_rating_time_before_1970_or_too_far_after_its_kafka_timestamp_is_a_dead_letter(spark: Any) -> None:
+    sent = datetime(2026, 11, 24, 12, tzinfo=UTC)
+    sent_ms = int(sent.timestamp() * 1000)
+    cases = [
+        (sent_ms + MAX_FUTURE_MS, None),  # as far ahead as allowed
+        (sent_ms - 86_400_000, None),  # a day old: late, not wrong
+        (sent_ms + MAX_FUTURE_MS + 1, "rating_time more than 300000 ms after the record's Kafka timestamp"),
+        (2**63 - 1, "rating_time more than 300000 ms after"),  # would overflow rating_time + grace
+        (-1, "rating_time before 1970-01-01"),
+    ]
+    rows = [(b"k", _rating(rating_time=t), "ratings", 0, i, sent) for i, (t, _) in enumerate(cases)]
+    parsed = T.parse_ratings(spark.createDataFrame(rows, RAW), MAX_FUTURE_MS).orderBy("offset").collect()
+    for row, (_, reason) in zip(parsed, cases, strict=True):
+        assert (row.dlq_reason or "").startswith(reason or ""), row
+        assert (row.dlq_reason is None) == (reason is None)
 
 
 def _event(op: str, cid: int, ts: int, pos: int, **after: Any) -> bytes:
@@ -168,7 +188,7 @@ def _table(spark: Any) -> Any:
 
 def _ratings(spark: Any, pairs: list[tuple[int, int]]) -> Any:
     values = [_rating(rating_id=i, user_id=uid, rating_time=t) for i, (uid, t) in enumerate(pairs)]
-    return T.parse_ratings(_raw(spark, values)).where("dlq_reason IS NULL")
+    return T.parse_ratings(_raw(spark, values), MAX_FUTURE_MS).where("dlq_reason IS NULL")
 
 
 # (user_id, rating_time, grace_ms, club status of the version joined, or None for unmatched)
@@ -217,7 +237,8 @@ def test_full_name_and_alert_rule(spark: Any) -> None:
                 _rating(rating_id=2, stars=3, rating_time=2_500),
                 _rating(rating_id=3, stars=1, rating_time=1_500),
             ],
-        )
+        ),
+        MAX_FUTURE_MS,
     ).where("dlq_reason IS NULL")
     enriched = T.asof_join(ratings, _table(spark), 0)
     assert {r.rating_id: r.full_name for r in enriched.collect()} == {
@@ -229,7 +250,7 @@ def test_full_name_and_alert_rule(spark: Any) -> None:
 
 
 def test_dead_letters_keep_the_original_bytes_and_say_why(spark: Any) -> None:
-    bad = T.parse_ratings(_raw(spark, [b"{broken"])).where("dlq_reason IS NOT NULL")
+    bad = T.parse_ratings(_raw(spark, [b"{broken"]), MAX_FUTURE_MS).where("dlq_reason IS NOT NULL")
     (row,) = T.dead_letters(bad, "enrichment").collect()
     assert row.value == b"{broken"
     headers = {h.key: bytes(h.value).decode() for h in row.headers}
