@@ -3,6 +3,7 @@
 import itertools
 import json
 import time
+import urllib.request
 from datetime import datetime
 from typing import Any
 
@@ -106,3 +107,29 @@ def test_the_cdc_topic_carries_a_millisecond_database_clock_ten_times_a_second(s
     assert sorted(steps_ms)[len(steps_ms) // 2] < 250, f"median tick spacing {steps_ms} ms"
     seconds = [t["source"]["ts_ms"] for t in ticks]
     assert seconds == sorted(seconds) and seconds[-1] > seconds[0], "binlog time advances too"
+
+
+def _hostname_errors(stack_env: StackEnv, hostname: str) -> list[str]:
+    """What Connect's validation says of a MariaDB connector config naming `hostname`."""
+    config = {
+        "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+        "database.hostname": hostname,
+        "topic.prefix": "validate-only",
+    }
+    request = urllib.request.Request(  # noqa: S310 (the stack's own http URL)
+        f"{stack_env['CONNECT_URL']}/connector-plugins/MariaDbConnector/config/validate",
+        data=json.dumps(config).encode(),
+        headers={"Content-Type": "application/json"},
+        method="PUT",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+        configs = json.load(response)["configs"]
+    (field,) = [c["value"] for c in configs if c["value"]["name"] == "database.hostname"]
+    return list(field["errors"])
+
+
+def test_connect_resolves_only_the_allowlisted_environment_variables(stack_env: StackEnv) -> None:
+    assert _hostname_errors(stack_env, "${env:MARIADB_HOST}") == []  # resolved: 127.0.0.1
+    # Not on the list: left as written (and so an invalid host name), never the worker's HOME.
+    (error,) = _hostname_errors(stack_env, "${env:HOME}")
+    assert "${env:HOME} has invalid format" in error

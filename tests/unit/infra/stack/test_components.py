@@ -1,4 +1,5 @@
 import base64
+import re
 import uuid
 from pathlib import Path
 
@@ -35,3 +36,15 @@ def test_a_kafka_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyP
     cluster_id = kafka_cluster_id()
     assert cluster_id == base64.urlsafe_b64encode(plain.bytes).decode().rstrip("=")
     assert len(cluster_id) == 22
+
+
+def test_connect_resolves_only_the_environment_variables_the_connector_configs_name() -> None:
+    repo = Path(__file__).resolve().parents[4]
+    worker = (repo / "infra" / "connect" / "connect-distributed.properties").read_text()
+    (pattern,) = re.findall(r"^config\.providers\.env\.param\.allowlist\.pattern=(.+)$", worker, re.M)
+    configs = [f.read_text() for f in (repo / "connect").glob("*.json")]
+    named = {name for text in configs for name in re.findall(r"\$\{env:(\w+)\}", text)}
+    assert named, "the connector configs name their hosts and secrets as ${env:NAME}"
+    assert {n for n in named if re.fullmatch(pattern, n)} == named
+    for other in ("HOME", "PATH", "S3_SECRET_KEY", "APP_DB_PASSWORD", "MARIADB_HOST_X"):
+        assert not re.fullmatch(pattern, other), other
