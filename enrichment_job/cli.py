@@ -3,6 +3,7 @@ with a bad value reported by its variable name (exit code 2)."""
 
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -40,8 +41,10 @@ def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
             name = "_".join(str(p) for p in problem["loc"]).upper()
             name = name if name.startswith(prefix) else f"{prefix}{name}"
             print(f"error: setting {name}: {problem['msg']}", file=sys.stderr)
-    except SettingsError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except SettingsError as err:  # a value that is not JSON where JSON is expected
+        field = re.search(r'field "(\w+)"', str(err))
+        name = f"{prefix}{field.group(1).upper()}" if field else "?"
+        print(f"error: setting {name}: not valid JSON ({err})", file=sys.stderr)
     sys.exit(2)
 
 

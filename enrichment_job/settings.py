@@ -32,7 +32,12 @@ class JobSettings(BaseSettings):
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int = Field(200_000, gt=0, description="records per micro-batch, both topics")
     kafka_extra: dict[str, str] = Field(
-        default_factory=dict, description="extra librdkafka/Spark Kafka options"
+        default_factory=dict,
+        description="extra options of the job's own producers and consumers (librdkafka's names), JSON",
+    )
+    spark_kafka_extra: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra options of Spark's Kafka source (the Java client's names), JSON",
     )
     # Spark's Kafka source reads each partition's range with a consumer kept between batches,
     # which can have a fetch in flight that the broker holds open until new records come or
@@ -98,7 +103,7 @@ class JobSettings(BaseSettings):
             "kafka.bootstrap.servers": self.bootstrap_servers,
             "kafka.isolation.level": "read_committed",
             "kafka.fetch.max.wait.ms": str(self.source_fetch_max_wait_ms),
-        } | {f"kafka.{k}": v for k, v in self.kafka_extra.items()}
+        } | {f"kafka.{k}": v for k, v in self.spark_kafka_extra.items()}
 
     def producer_config(self) -> dict[str, str]:
         """librdkafka settings of the job's own transactional producers."""

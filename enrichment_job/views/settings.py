@@ -31,7 +31,12 @@ class ViewsSettings(BaseSettings):
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int = Field(200_000, gt=0, description="enriched records per micro-batch")
     kafka_extra: dict[str, str] = Field(
-        default_factory=dict, description="extra librdkafka/Spark Kafka options"
+        default_factory=dict,
+        description="extra options of the job's own producers and consumers (librdkafka's names), JSON",
+    )
+    spark_kafka_extra: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra options of Spark's Kafka source (the Java client's names), JSON",
     )
     source_fetch_max_wait_ms: int = Field(20, ge=0, description="fetch.max.wait.ms of Spark's Kafka source")
 
@@ -76,7 +81,7 @@ class ViewsSettings(BaseSettings):
             "kafka.bootstrap.servers": self.bootstrap_servers,
             "kafka.isolation.level": "read_committed",
             "kafka.fetch.max.wait.ms": str(self.source_fetch_max_wait_ms),
-        } | {f"kafka.{k}": v for k, v in self.kafka_extra.items()}
+        } | {f"kafka.{k}": v for k, v in self.spark_kafka_extra.items()}
 
     def producer_config(self) -> dict[str, str]:
         return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_extra}

@@ -37,9 +37,12 @@ def test_a_bad_value_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         JobSettings()
 
 
-def test_the_job_stops_before_spark_with_the_setting_named() -> None:
+@pytest.mark.parametrize(
+    "name, value", [("ENRICH_GRACE_MS", "-5"), ("ENRICH_SPARK_KAFKA_EXTRA", '{"not": json')]
+)
+def test_the_job_stops_before_spark_with_the_setting_named(name: str, value: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENRICH_")}
-    env["ENRICH_GRACE_MS"] = "-5"
+    env[name] = value
     done = subprocess.run(
         [sys.executable, "-m", "enrichment_job"],
         cwd=REPO,
@@ -50,17 +53,20 @@ def test_the_job_stops_before_spark_with_the_setting_named() -> None:
         check=False,
     )
     assert done.returncode == 2, done.stderr
-    assert "ENRICH_GRACE_MS" in done.stderr
+    assert f"setting {name}:" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_spark_kafka_source_holds_fetches_briefly_and_extra_options_pass_through(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _clean_env(monkeypatch)
-    monkeypatch.setenv("ENRICH_KAFKA_EXTRA", '{"security.protocol": "SSL"}')
+    monkeypatch.setenv("ENRICH_SPARK_KAFKA_EXTRA", '{"sasl.jaas.config": "jaas"}')
+    monkeypatch.setenv("ENRICH_KAFKA_EXTRA", '{"sasl.username": "enrichment"}')
     options = JobSettings().kafka_options()
+    assert options["kafka.sasl.jaas.config"] == "jaas" and "kafka.sasl.username" not in options
+    assert JobSettings().producer_config()["sasl.username"] == "enrichment"
+    assert "sasl.jaas.config" not in JobSettings().producer_config()
     assert options["kafka.isolation.level"] == "read_committed"
     assert options["kafka.fetch.max.wait.ms"] == "20"
-    assert options["kafka.security.protocol"] == "SSL"
     monkeypatch.setenv("ENRICH_SOURCE_FETCH_MAX_WAIT_MS", "0")
     assert JobSettings().kafka_options()["kafka.fetch.max.wait.ms"] == "0"

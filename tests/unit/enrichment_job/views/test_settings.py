@@ -49,6 +49,10 @@ def test_a_bad_value_stops_the_job_before_spark_naming_the_setting() -> None:
 
 
 def test_spark_reads_only_committed_enriched_records() -> None:
-    options = ViewsSettings(kafka_extra={"security.protocol": "SSL"}).kafka_options()
+    settings = ViewsSettings(
+        kafka_extra={"sasl.username": "views"}, spark_kafka_extra={"sasl.jaas.config": "j"}
+    )
+    options = settings.kafka_options()
     assert options["kafka.isolation.level"] == "read_committed"
-    assert options["kafka.security.protocol"] == "SSL"
+    assert options["kafka.sasl.jaas.config"] == "j" and "kafka.sasl.username" not in options
+    assert settings.producer_config()["sasl.username"] == "views"
