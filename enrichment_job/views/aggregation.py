@@ -43,9 +43,11 @@ def aggregate_views(ratings: DataFrame, views: Sequence[View]) -> DataFrame:
     def entry(number: int, view: View) -> Column:
         fields = [F.lit(number).alias(VIEW)]
         for field in groups.fields:
-            mine = owner[field.name] is view
-            expr = view.group_by[field.name.removeprefix(f"{view.name}__")] if mine else None
-            fields.append((expr if expr is not None else F.lit(None).cast(field.dataType)).alias(field.name))
+            if owner[field.name] is view:
+                value = view.group_by[field.name.removeprefix(f"{view.name}__")]
+            else:
+                value = F.lit(None).cast(field.dataType)
+            fields.append(value.alias(field.name))
         counted = F.struct(*fields)
         return counted if view.refuses is None else F.when(view.refuses.isNull(), counted)
 

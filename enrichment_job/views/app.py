@@ -126,7 +126,7 @@ class ViewsSink(_Sink):
             if newest is not None and (known is None or newest > known):
                 self.max_rating_time[view.name] = newest
             outputs.append(to_records(rows, self.settings.topic(view.name)))
-        self._write(batch_id, outputs, {"max_rating_time": self.max_rating_time}, self._view_markers)
+        self._write(batch_id, outputs, {"max_rating_time": dict(self.max_rating_time)}, self._view_markers)
         if table.num_rows:
             log.info(
                 "batch %d: %s rows changed, %.2f s",

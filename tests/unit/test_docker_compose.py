@@ -78,10 +78,11 @@ def image_tag(image: str) -> str:
 
 
 def environment(service: Service) -> dict[str, str]:
+    """The service's environment as its container sees it (Compose turns `$$` into `$`)."""
     env = service.get("environment", {})
     if isinstance(env, list):
         env = dict(item.split("=", 1) for item in env)
-    return {key: str(value) for key, value in env.items()}
+    return {key: str(value).replace("$$", "$") for key, value in env.items()}
 
 
 def bind_mounts(service: Service) -> dict[str, str]:
