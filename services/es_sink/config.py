@@ -19,7 +19,12 @@ class EsSinkSettings(ServiceSettings):
     group_id: str = "es-sink"
     input_topics: tuple[str, ...] = ("ratings-with-customer-data", "unhappy-platinum-customers")
     dlq_topic: str = "es-sink-dlq"
-    batch_max_records: int = Field(2000, gt=0, description="one bulk request at this many records")
+    batch_max_records: int = Field(2000, gt=0, description="a batch is at most this many records")
+    bulk_max_bytes: int = Field(
+        10_000_000,
+        ge=1000,
+        description="a batch's bulk request is split so that each part stays under this size",
+    )
     batch_max_wait_ms: int = Field(500, gt=0, description="... or when the oldest record waited this long")
 
     alert_topics: tuple[str, ...] = Field(

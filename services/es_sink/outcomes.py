@@ -26,7 +26,7 @@ STATUS_OUTCOMES: dict[int, Outcome] = {
     404: Outcome.FATAL,  # index missing and not creatable (action.auto_create_index off)
     408: Outcome.RETRY,
     409: Outcome.RETRY,  # version conflict: another writer raced us on the same _id
-    413: Outcome.FATAL,  # bulk request larger than http.max_content_length: lower ES_SINK_BATCH_MAX_RECORDS
+    413: Outcome.FATAL,  # bulk request larger than http.max_content_length: lower ES_SINK_BULK_MAX_BYTES
     429: Outcome.RETRY,  # es_rejected_execution_exception, circuit breakers
 }
 

@@ -1,7 +1,9 @@
-"""The I/O writer: one bulk request per batch, each answer item classified by `outcomes`."""
+"""The I/O writer: a batch in bulk requests of at most ES_SINK_BULK_MAX_BYTES, each answer item
+classified by `outcomes`."""
 
 import json
 import logging
+from functools import partial
 from typing import Any, cast
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -46,6 +48,25 @@ def make_client(settings: EsSinkSettings) -> Elasticsearch:
     )
 
 
+def byte_bounded(operations: list[bytes], max_bytes: int) -> list[list[bytes]]:
+    """The bulk lines (an action and a source per document) in parts of at most `max_bytes`
+    (newlines counted); a document larger than that on its own is a part by itself."""
+    parts: list[list[bytes]] = []
+    part: list[bytes] = []
+    size = 0
+    for i in range(0, len(operations), 2):
+        doc = operations[i : i + 2]
+        doc_size = sum(len(line) + 1 for line in doc)
+        if part and size + doc_size > max_bytes:
+            parts.append(part)
+            part, size = [], 0
+        part.extend(doc)
+        size += doc_size
+    if part:
+        parts.append(part)
+    return parts
+
+
 class EsSink:
     def __init__(self, settings: EsSinkSettings, client: Elasticsearch, template: Document) -> None:
         self.settings, self.client = settings, client
@@ -61,15 +82,22 @@ class EsSink:
         if not self._templates_installed:
             self._call(self._install_templates)
             self._templates_installed = True
-        # 2. one bulk request, _id = rating_id
+        # 2. bulk requests of at most bulk_max_bytes each, _id = rating_id
         operations = bulk_lines([(self._prefix(r.topic), r.value) for r in records])
-        # the client's type says mappings; it sends pre-serialized NDJSON lines as they are
-        lines = cast(Any, operations)
-        answer = self._call(lambda: self.client.bulk(operations=lines, filter_path=BULK_FILTER).body)
+        items: list[Any] = []
+        errors = False
+        for part in byte_bounded(operations, self.settings.bulk_max_bytes):
+            answer = self._call(partial(self._bulk, part))
+            errors = errors or bool(answer.get("errors"))
+            items.extend(answer.get("items", []))
         # 3. each item: ok, reject (dead letter), or the whole batch again / stop
-        if not answer.get("errors"):
+        if not errors:
             return []
-        return self._classify(records, answer["items"])
+        return self._classify(records, items)
+
+    def _bulk(self, lines: list[bytes]) -> Any:
+        # the client's type says mappings; it sends pre-serialized NDJSON lines as they are
+        return self.client.bulk(operations=cast(Any, lines), filter_path=BULK_FILTER).body
 
     def close(self) -> None:
         self.client.close()

@@ -72,3 +72,14 @@ def test_a_kill_mid_stream_and_a_restart_give_exactly_one_document_per_record(ca
     )
     assert second.stop() == 0
     assert case.count(case.ratings_alias) == n
+
+
+def test_a_batch_split_into_small_bulk_requests_indexes_every_record_once(case: EsSinkCase) -> None:
+    ratings = ratings_over_midnight(300)
+    case.produce(case.ratings_topic, ratings)
+    # About five documents per request: a 300-record batch is some sixty bulk requests.
+    service = case.service(ES_SINK_BULK_MAX_BYTES="4000", ES_SINK_BATCH_MAX_RECORDS="300")
+    service.wait_for(lambda m: m["written"] == 300, "300 written")
+    assert service.stop() == 0
+    assert set(case.docs(case.ratings_alias)) == {str(r["rating_id"]) for r in ratings}
+    assert committed_total(case.stack_env, case.group, case.ratings_topic) == 300

@@ -15,7 +15,7 @@ from services.core.errors import FatalSinkError, SinkUnavailable
 from services.core.records import Incoming
 from services.es_sink.config import EsSinkSettings
 from services.es_sink.outcomes import Outcome, outcome, reason
-from services.es_sink.sink import BULK_FILTER, EsSink, load_template
+from services.es_sink.sink import BULK_FILTER, EsSink, byte_bounded, load_template
 
 SETTINGS = EsSinkSettings()
 
@@ -200,3 +200,17 @@ def test_an_item_refused_for_permissions_stops_the_service() -> None:
     )
     with pytest.raises(FatalSinkError, match="ES_SINK_API_KEY"):
         sink(client).write(incoming(1))
+
+
+def test_a_bulk_request_is_split_by_bytes_between_documents_never_inside_one() -> None:
+    sizes_of_sources = [100, 300, 50, 900, 10]
+    docs = [(f'{{"index":{{"_id":{i}}}}}'.encode(), b"x" * size) for i, size in enumerate(sizes_of_sources)]
+    operations = [line for doc in docs for line in doc]
+    parts = byte_bounded(operations, 500)
+    assert [line for part in parts for line in part] == operations  # nothing lost, order kept
+    assert all(len(part) % 2 == 0 for part in parts)  # an action always with its source
+    sizes = [sum(len(line) + 1 for line in part) for part in parts]
+    assert [len(part) // 2 for part in parts] == [2, 1, 1, 1]
+    assert all(size <= 500 for size, part in zip(sizes, parts, strict=True) if len(part) > 2)
+    assert sizes[2] > 500  # the 900-byte document goes alone: it cannot be split
+    assert byte_bounded([], 500) == []
