@@ -38,15 +38,13 @@ def aggregate_views(ratings: DataFrame, views: Sequence[View]) -> DataFrame:
     if len([v for v in views if v.event_time]) > 1:
         raise ValueError("at most one view may declare an event_time (Spark keeps one watermark)")
     groups = _group_columns(ratings, views)
-    owner = {column(v, name): v for v in views for name in v.group_by}
+    owner = {column(v, name): (v, expr) for v in views for name, expr in v.group_by.items()}
 
     def entry(number: int, view: View) -> Column:
         fields = [F.lit(number).alias(VIEW)]
         for field in groups.fields:
-            if owner[field.name] is view:
-                value = view.group_by[field.name.removeprefix(f"{view.name}__")]
-            else:
-                value = F.lit(None).cast(field.dataType)
+            owning, expr = owner[field.name]
+            value = expr if owning is view else F.lit(None).cast(field.dataType)
             fields.append(value.alias(field.name))
         counted = F.struct(*fields)
         return counted if view.refuses is None else F.when(view.refuses.isNull(), counted)
@@ -86,10 +84,11 @@ def _by_view(views: Sequence[View], part: Callable[[View, dict[str, Column]], Co
     return picked
 
 
-def changelog_rows(aggregated: DataFrame, views: Sequence[View]) -> DataFrame:
-    """Each changed row as a changelog record: `view` (its name), `key` (the key columns as
-    JSON), `value` (the whole row as JSON, nulls kept) and `last_rating_time`."""
-    return aggregated.select(
+def changelog_columns(views: Sequence[View]) -> list[Column]:
+    """What makes each changed row of the aggregation a changelog record: `view` (its name),
+    `key` (the key columns as JSON), `value` (the whole row as JSON, nulls kept) and
+    `last_rating_time`. The same for every batch: built once, selected per batch."""
+    return [
         _by_view(views, lambda v, _: F.lit(v.name)).alias("view"),
         _by_view(views, lambda v, row: F.to_json(F.struct(*[row[k].alias(k) for k in v.key]))).alias("key"),
         _by_view(
@@ -99,4 +98,4 @@ def changelog_rows(aggregated: DataFrame, views: Sequence[View]) -> DataFrame:
             ),
         ).alias("value"),
         _by_view(views, lambda _, row: row["last_rating_time"]).alias("last_rating_time"),
-    )
+    ]

@@ -27,7 +27,7 @@ from enrichment_job.batch_io import collect, kafka_records, to_records
 from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener
 from enrichment_job.transforms import dead_letters
-from enrichment_job.views.aggregation import aggregate_views, changelog_rows, view_rows
+from enrichment_job.views.aggregation import aggregate_views, changelog_columns, view_rows
 from enrichment_job.views.declarations import View, declared
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import parse_enriched
@@ -110,13 +110,14 @@ class ViewsSink(_Sink):
         newest = previous.get("max_rating_time", {}) if previous else {}
         self.max_rating_time: dict[str, int | None] = {v.name: newest.get(v.name) for v in views}
         self.columns: dict[str, list[dict[str, str]]] = {}
+        self.changelog = changelog_columns(views)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         if not self.columns:
             self.columns = {v.name: column_types(view_rows(batch, self.views, v)) for v in self.views}
         # Run the batch even when it is committed already: that moves the state on.
-        table = collect(changelog_rows(batch, self.views), extra=("view", "last_rating_time"))
+        table = collect(batch.select(*self.changelog), extra=("view", "last_rating_time"))
         outputs, changed = [], {}
         for view in self.views:
             rows = table.filter(pc.equal(table.column("view"), view.name))

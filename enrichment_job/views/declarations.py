@@ -3,7 +3,7 @@ aggregate function and its input, over parsed enriched ratings: see `transforms.
 and its row (the output columns, from the group columns and the measures). Adding a view is one
 more `View` in `declared`.
 
-All views are kept by one stateful query (`transforms.aggregate_views`): each rating is read
+All views are kept by one stateful query (`aggregation.aggregate_views`): each rating is read
 and parsed once, whatever the number of views, and one micro-batch updates them all.
 """
 

@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from enrichment_job.views.aggregation import aggregate_views, changelog_rows, view_rows
+from enrichment_job.views.aggregation import aggregate_views, changelog_columns, view_rows
 from enrichment_job.views.declarations import View, customer_ratings, declared, segment_hourly
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import late_for_hour, parse_enriched
@@ -159,7 +159,7 @@ def test_a_rating_a_view_refuses_is_still_counted_by_the_others(spark: SparkSess
 def test_changelog_records_carry_each_rows_view_key_and_whole_row(spark: SparkSession) -> None:
     views = declared(ViewsSettings())
     aggregated = aggregate_views(_parsed(spark, [_enriched(rating_id=1, user_id=7, stars=2)]), views)
-    records = {r.view: r for r in changelog_rows(aggregated, views).collect()}
+    records = {r.view: r for r in aggregated.select(*changelog_columns(views)).collect()}
     assert set(records) == {v.name for v in views}
     customer = records["customer_ratings"]
     assert json.loads(customer.key) == {"user_id": 7}
