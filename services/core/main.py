@@ -1,7 +1,7 @@
 """The entry point every service shares: settings, logging, signals, the loop, exit codes.
 
-Exit codes: 0 stopped on request, 1 the downstream refused for good (FatalSinkError) or Kafka
-failed fatally, 2 a bad setting.
+Exit codes: 0 stopped on request (or `--help`), 1 the downstream refused for good
+(FatalSinkError) or Kafka failed fatally, 2 a bad setting or an unknown argument.
 """
 
 import logging
@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer
 
 from services.core.dlq import DeadLetters
 from services.core.errors import ConfigError, FatalSinkError
+from services.core.help import settings_help
 from services.core.loop import ConsumerLoop, Sink
 from services.core.metrics import Metrics
 from services.core.settings import ServiceSettings, load_settings
@@ -48,7 +49,21 @@ def build_loop(service: Service[S, T], settings: S) -> ConsumerLoop[T]:
     )
 
 
-def run(service: Service[Any, Any]) -> int:
+def run(service: Service[Any, Any], argv: list[str] | None = None) -> int:
+    """The service until stopped. `--help` prints its settings and connects nowhere."""
+    args = sys.argv[1:] if argv is None else argv
+    package = service.settings_class.__module__.rsplit(".", 1)[0]
+    if any(arg in ("-h", "--help") for arg in args):
+        print(
+            settings_help(service.settings_class, f"python -m {package}", sys.modules[package].__doc__ or "")
+        )
+        return 0
+    if args:
+        print(
+            f"error: unknown arguments {' '.join(args)} (settings are environment variables; see --help)",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log = logging.getLogger(service.name)
     try:
