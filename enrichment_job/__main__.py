@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     if settings.views_in_job:
         views = load_or_exit(ViewsSettings, [], "python -m enrichment_job", __doc__ or "")
     job = start(settings, views)
-    return run_until_stopped(job.spark, job.queries, job.stop, log, stopping)
+    return run_until_stopped(job.spark, job.stop, log, stopping)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.cdc import CdcReader, CdcResult, ingest
 from enrichment_job.enrich import Ratings
 from enrichment_job.kafka_out import TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener, Steps
-from enrichment_job.queries import Query
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState, CustomerTable
 
@@ -329,14 +329,10 @@ def _kafka_stream(spark: SparkSession, settings: JobSettings) -> DataFrame:
 @dataclass(frozen=True)
 class RunningJob:
     spark: SparkSession
-    query: Query
+    query: StreamingQuery
     table: CustomerTable
     pipeline: Pipeline
-    views: tuple[Query, ...] = ()
-
-    @property
-    def queries(self) -> tuple[Query, ...]:
-        return (self.query, *self.views)
+    views: tuple[StreamingQuery, ...] = ()
 
     def stop(self) -> None:
         """Stops the query (a batch in flight is cancelled: nothing of it is committed, and the
@@ -369,18 +365,16 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     )
     out = TransactionalOutput(settings.producer_config(), f"enrichment-{run}", settings.commits_topic)
     pipeline = Pipeline(spark, settings, table, out, metrics, group_id=f"enrichment-{run}-cdc")
-    query = Query(
-        lambda: (
-            _kafka_stream(spark, settings)
-            .writeStream.queryName("enrichment")
-            .foreachBatch(pipeline)
-            .option("checkpointLocation", str(query_checkpoint(settings)))
-            .trigger(processingTime=settings.trigger_interval)
-            .start()
-        )
+    query = (
+        _kafka_stream(spark, settings)
+        .writeStream.queryName("enrichment")
+        .foreachBatch(pipeline)
+        .option("checkpointLocation", str(query_checkpoint(settings)))
+        .trigger(processingTime=settings.trigger_interval)
+        .start()
     )
     log.info("enrichment job running (run %s); metrics in %s", run, settings.metrics_file)
-    views: tuple[Query, ...] = ()
+    views: tuple[StreamingQuery, ...] = ()
     if views_settings is not None:
         from enrichment_job.views.app import start_queries  # noqa: PLC0415 (the views import this module)
 

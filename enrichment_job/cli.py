@@ -7,7 +7,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import FrameType
 from typing import TypeVar
 
@@ -16,7 +16,6 @@ from pydantic_settings import BaseSettings, SettingsError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from enrichment_job.queries import Query
 from services.core.help import settings_help
 
 S = TypeVar("S", bound=BaseSettings)
@@ -50,31 +49,20 @@ def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
 
 
 def run_until_stopped(
-    spark: SparkSession,
-    queries: Sequence[Query],
-    stop: Callable[[], None],
-    log: logging.Logger,
-    stopping: threading.Event,
+    spark: SparkSession, stop: Callable[[], None], log: logging.Logger, stopping: threading.Event
 ) -> int:
     """Waits until a query ends or SIGINT/SIGTERM asks to stop (`stopping`, from
-    `stop_on_signals`), then `stop()`s. A query that Spark's known Kafka source fault ended is
-    started again (queries.py). Exit code 1 when a query failed, else 0."""
+    `stop_on_signals`), then `stop()`s. Exit code 1 when a query failed, else 0."""
     stop_on_signals(log, stopping)  # again: starting Spark put its own SIGINT handler in place
     code = 0
     try:
         while not stopping.is_set():
-            try:
-                if spark.streams.awaitAnyTermination(1):
-                    log.warning("a query stopped; the job stops")
-                    break
-            except StreamingQueryException as err:
-                failed = [q for q in queries if q.failed]
-                spark.streams.resetTerminated()
-                if failed and all(q.restart_if_spark_fault() for q in failed):
-                    continue
-                log.error("a query failed; the job stops (restart it to resume from the checkpoint): %s", err)
-                code = 1
+            if spark.streams.awaitAnyTermination(1):
+                log.warning("a query stopped; the job stops")
                 break
+    except StreamingQueryException as err:
+        log.error("a query failed; the job stops (restart it to resume from the checkpoint): %s", err)
+        code = 1
     finally:
         stop()
     return code

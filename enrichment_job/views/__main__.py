@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     from enrichment_job.views.app import start  # noqa: PLC0415 (Spark loads only past --help)
 
     views = start(settings)
-    return run_until_stopped(views.spark, views.queries, views.stop, log, stopping)
+    return run_until_stopped(views.spark, views.stop, log, stopping)
 
 
 if __name__ == "__main__":

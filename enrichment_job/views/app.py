@@ -26,7 +26,6 @@ from enrichment_job.app import batch_ends, build_session, run_id
 from enrichment_job.batch_io import collect, kafka_records, to_records
 from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener
-from enrichment_job.queries import Query
 from enrichment_job.transforms import dead_letters
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, view_rows
 from enrichment_job.views.declarations import View, declared
@@ -173,7 +172,7 @@ class DeadLetterSink(_Sink):
 @dataclass(frozen=True)
 class RunningViews:
     spark: SparkSession
-    queries: tuple[Query, ...]
+    queries: tuple[StreamingQuery, ...]
 
     def stop(self) -> None:
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
@@ -189,7 +188,7 @@ def start(settings: ViewsSettings) -> RunningViews:
     return RunningViews(spark, start_queries(spark, settings))
 
 
-def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[Query, ...]:
+def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[StreamingQuery, ...]:
     """The views' query and the dead-letter query, in `spark` (its own application, or the
     enrichment job's when ENRICH_VIEWS_IN_JOB is on)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
@@ -200,26 +199,22 @@ def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[Query, 
     run = run_id(settings.checkpoint_dir)
     views = declared(settings)
     counted = enriched_stream(spark, settings).where(F.col("dlq_reason").isNull())
-    sink = ViewsSink(settings, views, run)
-    aggregates = Query(
-        lambda: (
-            aggregate_views(counted, views)
-            .writeStream.queryName(VIEWS_QUERY)
-            .outputMode("update")
-            .foreachBatch(sink)
-            .option("checkpointLocation", str(settings.checkpoint_dir / VIEWS_QUERY))
-            .trigger(processingTime=settings.trigger_interval)
-            .start()
-        )
+    aggregates = (
+        aggregate_views(counted, views)
+        .writeStream.queryName(VIEWS_QUERY)
+        .outputMode("update")
+        .foreachBatch(ViewsSink(settings, views, run))
+        .option("checkpointLocation", str(settings.checkpoint_dir / VIEWS_QUERY))
+        .trigger(processingTime=settings.trigger_interval)
+        .start()
     )
-    dead_sink = DeadLetterSink(settings, DLQ_QUERY, run)
-    dead_letters = Query(lambda: _dead_letter_query(spark, settings, views, dead_sink))
+    dead_letters = _dead_letter_query(spark, settings, views, run)
     log.info("views running (run %s): %s", run, ", ".join(settings.topic(v.name) for v in views))
     return aggregates, dead_letters
 
 
 def _dead_letter_query(
-    spark: SparkSession, settings: ViewsSettings, views: tuple[View, ...], sink: DeadLetterSink
+    spark: SparkSession, settings: ViewsSettings, views: tuple[View, ...], run: str
 ) -> StreamingQuery:
     parsed = enriched_stream(spark, settings)
     reason = F.col("dlq_reason")
@@ -231,7 +226,7 @@ def _dead_letter_query(
         parsed.withColumn("dlq_reason", reason)
         .where(F.col("dlq_reason").isNotNull())
         .writeStream.queryName(DLQ_QUERY)
-        .foreachBatch(sink)
+        .foreachBatch(DeadLetterSink(settings, DLQ_QUERY, run))
         .option("checkpointLocation", str(settings.checkpoint_dir / DLQ_QUERY))
         .trigger(processingTime=settings.dlq_trigger_interval)
         .start()
