@@ -21,6 +21,7 @@ from services.views.store import Change, Store, key_of
 
 log = logging.getLogger("views")
 JSON = "application/json"
+_EVENTS_PER_WRITE = 500
 
 
 class BadRequest(Exception):
@@ -179,8 +180,15 @@ class Api:
                 except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
-                seq += 1
-                yield sse("change", change_data(change), seq)
+                # The changes waiting go out in one write: one a change cost a send each.
+                events = []
+                while True:
+                    seq += 1
+                    events.append(sse("change", change_data(change), seq))
+                    if len(events) == _EVENTS_PER_WRITE or sub.queue.empty():
+                        break
+                    change = sub.queue.get_nowait()
+                yield "".join(events)
             yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))
         finally:
             self.hub.remove(sub)

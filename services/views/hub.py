@@ -22,17 +22,19 @@ class Subscriber:
     queue: "asyncio.Queue[Change]"
     overflowed: bool = False
 
-    def push(self, change: Change) -> None:
-        """From any thread: hands the change to the subscriber's event loop."""
-        self.loop.call_soon_threadsafe(self._put, change)
+    def push(self, changes: list[Change]) -> None:
+        """From any thread: hands the changes to the subscriber's event loop, in one wake-up
+        (one per change cost the changelog thread a write to the loop's pipe each)."""
+        self.loop.call_soon_threadsafe(self._put, changes)
 
-    def _put(self, change: Change) -> None:
-        if self.overflowed:
-            return
-        try:
-            self.queue.put_nowait(change)
-        except asyncio.QueueFull:
-            self.overflowed = True
+    def _put(self, changes: list[Change]) -> None:
+        for change in changes:
+            if self.overflowed:
+                return
+            try:
+                self.queue.put_nowait(change)
+            except asyncio.QueueFull:
+                self.overflowed = True
 
 
 @dataclass
@@ -50,10 +52,19 @@ class Hub:
 
     def publish(self, changes: list[Change]) -> None:
         """Call with `lock` held, right after the store applied the changes."""
+        if not changes or not self.subscribers:
+            return
+        by_view: dict[str, list[Change]] = {}
         for change in changes:
-            for sub in self.subscribers.get(change.view, ()):
-                if sub.key is None or sub.key == change.key:
-                    sub.push(change)
+            by_view.setdefault(change.view, []).append(change)
+        for view, subs in self.subscribers.items():
+            of_view = by_view.get(view)
+            if not of_view:
+                continue
+            for sub in subs:
+                picked = of_view if sub.key is None else [c for c in of_view if c.key == sub.key]
+                if picked:
+                    sub.push(picked)
 
     def count(self) -> int:
         return sum(len(subs) for subs in self.subscribers.values())

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+_IN_CHUNK = 500  # keys per `IN (...)` look-up of stored values
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (view TEXT, key TEXT, value TEXT NOT NULL, PRIMARY KEY (view, key))
   WITHOUT ROWID;
@@ -62,11 +64,17 @@ class Store:
         self._local = threading.local()
         self._writer = self._connect()
         self._writer.executescript(SCHEMA)
+        self._info = self._load_info()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")  # a power cut may lose the last commits: Kafka has them
+        # A batch of changes lands on pages all over the table: a cache that holds the table and a
+        # checkpoint (with its fsync) every 40 MB of log rather than every 4 MB halve the time a
+        # change costs (python -m infra.bench.store).
+        conn.execute("PRAGMA cache_size=-131072")  # KiB: 128 MiB at most
+        conn.execute("PRAGMA wal_autocheckpoint=10000")  # pages
         return conn
 
     @property
@@ -85,34 +93,51 @@ class Store:
         with self._transaction():
             for table in ("rows", "offsets", "views"):
                 self._writer.execute(f"DELETE FROM {table}")  # noqa: S608 (a fixed name)
+        self._info = {}
 
     def apply(
         self, changes: list[Change], markers: dict[str, dict[str, Any]], offsets: dict[tuple[str, int], int]
     ) -> list[Change]:
         """Writes the changes, the markers and the offsets in one transaction; returns the changes
-        that changed a row (a value equal to the stored one is no change)."""
+        that changed a row (a value equal to the stored one is no change), in order.
+
+        The stored values of the batch's keys are read in a few `IN` queries and the rows written
+        with one `executemany` per kind: a statement or two per change made the service spend
+        about 50 us a change, a fifth of a core at 5,000 changes a second."""
         applied: list[Change] = []
         now_ms = int(time.time() * 1000)
         with self._transaction():
             w = self._writer
+            current = self._stored({(c.view, c.key) for c in changes})
+            learned: dict[str, Change] = {}
             for change in changes:
-                old = w.execute(
-                    "SELECT value FROM rows WHERE view = ? AND key = ?", (change.view, change.key)
-                )
-                before = old.fetchone()
-                if (before[0] if before else None) == change.value:
+                ident = (change.view, change.key)
+                if current.get(ident) == change.value:
                     continue
-                if change.value is None:
-                    w.execute("DELETE FROM rows WHERE view = ? AND key = ?", (change.view, change.key))
-                else:
-                    w.execute(
-                        "INSERT INTO rows (view, key, value) VALUES (?, ?, ?)"
-                        " ON CONFLICT (view, key) DO UPDATE SET value = excluded.value",
-                        (change.view, change.key, change.value),
-                    )
-                    self._learn(change, now_ms)
+                current[ident] = change.value
                 applied.append(change)
+                if change.value is not None and change.view not in self._info and change.view not in learned:
+                    learned[change.view] = change
+            final = {(c.view, c.key): c.value for c in applied}
+            w.executemany(
+                "INSERT INTO rows (view, key, value) VALUES (?, ?, ?)"
+                " ON CONFLICT (view, key) DO UPDATE SET value = excluded.value",
+                [(view, key, value) for (view, key), value in final.items() if value is not None],
+            )
+            w.executemany(
+                "DELETE FROM rows WHERE view = ? AND key = ?",
+                [(view, key) for (view, key), value in final.items() if value is None],
+            )
+            info = dict(self._info)
+            for view, change in learned.items():
+                info[view] = self._learn(change, now_ms)
             for view, marker in markers.items():
+                info[view] = {
+                    "key": list(marker["key"]),
+                    "columns": marker["columns"],
+                    "marker": marker,
+                    "applied_at_ms": now_ms,
+                }
                 w.execute(
                     "INSERT INTO views (view, key_columns, columns, marker, applied_at_ms)"
                     " VALUES (?, ?, ?, ?, ?) ON CONFLICT (view) DO UPDATE SET"
@@ -131,18 +156,33 @@ class Store:
                 " ON CONFLICT (topic, part) DO UPDATE SET next = excluded.next",
                 [(topic, part, nxt) for (topic, part), nxt in offsets.items()],
             )
+        if learned or markers:
+            self._info = info  # readers see the views' new description once it is committed
         return applied
 
-    def _learn(self, change: Change, now_ms: int) -> None:
+    def _stored(self, idents: set[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+        """The stored value of each (view, key), None where there is no row."""
+        stored: dict[tuple[str, str], str | None] = dict.fromkeys(idents)
+        by_view: dict[str, list[str]] = {}
+        for view, key in idents:
+            by_view.setdefault(view, []).append(key)
+        for view, keys in by_view.items():
+            for start in range(0, len(keys), _IN_CHUNK):
+                chunk = keys[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT key, value FROM rows WHERE view = ? AND key IN ({marks})"  # noqa: S608 (placeholders)
+                for key, value in self._writer.execute(sql, (view, *chunk)):
+                    stored[(view, key)] = value
+        return stored
+
+    def _learn(self, change: Change, now_ms: int) -> dict[str, Any]:
         """A view's key and columns from its first row, until a marker names them."""
-        known = self._writer.execute("SELECT 1 FROM views WHERE view = ?", (change.view,)).fetchone()
-        if known is None and change.value is not None:
-            columns = infer_columns(json.loads(change.value))
-            self._writer.execute(
-                "INSERT INTO views (view, key_columns, columns, marker, applied_at_ms)"
-                " VALUES (?, ?, ?, NULL, ?)",
-                (change.view, json.dumps(list(change.key_columns)), json.dumps(columns), now_ms),
-            )
+        columns = infer_columns(json.loads(change.value or "{}"))
+        self._writer.execute(
+            "INSERT INTO views (view, key_columns, columns, marker, applied_at_ms) VALUES (?, ?, ?, NULL, ?)",
+            (change.view, json.dumps(list(change.key_columns)), json.dumps(columns), now_ms),
+        )
+        return {"key": list(change.key_columns), "columns": columns, "marker": None, "applied_at_ms": now_ms}
 
     def _transaction(self) -> "_Transaction":
         return _Transaction(self._writer)
@@ -171,17 +211,20 @@ class Store:
         return int(self._reader.execute("SELECT COUNT(*) FROM rows WHERE view = ?", (view,)).fetchone()[0])
 
     def view_info(self, view: str) -> dict[str, Any] | None:
-        """The view's key columns, columns, latest marker and when it was applied, if known."""
-        row = self._reader.execute(
-            "SELECT key_columns, columns, marker, applied_at_ms FROM views WHERE view = ?", (view,)
-        ).fetchone()
-        if row is None:
-            return None
+        """The view's key columns, columns, latest marker and when it was applied, if known.
+        Kept in memory (a pull query asks for it on every request); the writer replaces it."""
+        return self._info.get(view)
+
+    def _load_info(self) -> dict[str, dict[str, Any]]:
+        rows = self._writer.execute("SELECT view, key_columns, columns, marker, applied_at_ms FROM views")
         return {
-            "key": json.loads(row[0]),
-            "columns": json.loads(row[1]),
-            "marker": json.loads(row[2]) if row[2] else None,
-            "applied_at_ms": row[3],
+            view: {
+                "key": json.loads(key),
+                "columns": json.loads(columns),
+                "marker": json.loads(marker) if marker else None,
+                "applied_at_ms": applied,
+            }
+            for view, key, columns, marker, applied in rows
         }
 
 

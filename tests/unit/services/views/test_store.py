@@ -1,11 +1,14 @@
-"""The query service's store and request parsing, without Kafka."""
+"""The query service's store, its hand-over to subscribers and request parsing, without Kafka."""
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.views.api import BadRequest, parse_value
+from services.views.hub import Hub, Subscriber
 from services.views.store import Change, Store, infer_columns, key_of
 
 
@@ -74,3 +77,75 @@ def test_inferred_types_tell_booleans_from_numbers() -> None:
         {"name": "d", "type": "string"},
         {"name": "e", "type": "string"},
     ]
+
+
+def test_a_key_changed_twice_in_one_batch_gives_both_changes_in_order_and_keeps_the_last(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply([_change(1, 1)], {}, {})
+    applied = store.apply([_change(1, 2), _change(2, 1), _change(1, 1), _change(1, 1)], {}, {})
+    assert [(c.key, json.loads(c.value or "{}")["ratings"]) for c in applied] == [
+        ("[1]", 2),
+        ("[2]", 1),
+        ("[1]", 1),
+    ]
+    assert json.loads(store.get("customer_ratings", "[1]") or "{}")["ratings"] == 1
+    deleted = store.apply([Change("customer_ratings", "[2]", ("user_id",), None)] * 2, {}, {})
+    assert len(deleted) == 1 and store.get("customer_ratings", "[2]") is None
+
+
+def test_the_views_description_is_kept_across_a_reopen(tmp_path: Path) -> None:
+    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    Store(tmp_path / "s.sqlite3").apply([_change(1, 3)], {"customer_ratings": marker}, {})
+    info = Store(tmp_path / "s.sqlite3").view_info("customer_ratings")
+    assert info is not None and info["marker"] == marker and info["key"] == ["user_id"]
+
+
+def test_a_batch_reaches_each_subscriber_in_one_hand_over_with_only_its_view_and_key() -> None:
+    loop = asyncio.new_event_loop()
+    handed: list[int] = []
+    hand_over = loop.call_soon_threadsafe
+
+    def counted(callback: Any, changes: list[Change]) -> Any:
+        handed.append(len(changes))
+        return hand_over(callback, changes)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    hub = Hub()
+    whole = Subscriber(loop, "customer_ratings", None, asyncio.Queue())
+    one = Subscriber(loop, "customer_ratings", "[2]", asyncio.Queue())
+    other = Subscriber(loop, "segment_hourly", None, asyncio.Queue())
+    for sub in (whole, one, other):
+        hub.add(sub)
+    hub.publish([_change(1, 1), _change(2, 1), _change(1, 2)])
+    assert sorted(handed) == [1, 3]  # one hand-over per subscriber with changes
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert [(c.key, json.loads(c.value or "{}")["ratings"]) for c in _drain(whole.queue)] == [
+        ("[1]", 1),
+        ("[2]", 1),
+        ("[1]", 2),
+    ]
+    assert [c.key for c in _drain(one.queue)] == ["[2]"]
+    assert other.queue.empty()
+    loop.close()
+
+
+def test_a_subscriber_whose_queue_fills_is_marked_overflowed_and_gets_no_more() -> None:
+    loop = asyncio.new_event_loop()
+    hub = Hub()
+    sub = Subscriber(loop, "customer_ratings", None, asyncio.Queue(2))
+    hub.add(sub)
+    hub.publish([_change(i, 1) for i in range(5)])
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert sub.overflowed and [c.key for c in _drain(sub.queue)] == ["[0]", "[1]"]
+    loop.close()
+
+
+def _drain(queue: "asyncio.Queue[Change]") -> list[Change]:
+    out = []
+    while not queue.empty():
+        out.append(queue.get_nowait())
+    return out
