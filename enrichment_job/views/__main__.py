@@ -6,6 +6,7 @@ Settings come from VIEWS_JOB_* environment variables or the file named by VIEWS_
 """
 
 import logging
+import os
 import sys
 
 from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
@@ -18,6 +19,10 @@ def main(argv: list[str]) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     log = logging.getLogger("enrichment_job.views")
     stopping = stop_on_signals(log)
+    if settings.nice:
+        # The views are kept from what the enrichment job wrote: where both share a host's cores,
+        # a batch of enrichment (alerts wait for it) goes first, and the views use what is left.
+        os.nice(settings.nice)
     from enrichment_job.views.app import start  # noqa: PLC0415 (Spark loads only past --help)
 
     views = start(settings)

@@ -37,6 +37,7 @@ log = logging.getLogger("enrichment_job.views")
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 VIEWS_QUERY = "views"
 DLQ_QUERY = "dead-letters"
+VIEWS_POOL = "views"  # scheduler_pools.xml
 _TYPES: dict[type[DataType], str] = {
     IntegerType: "int",
     LongType: "long",
@@ -198,6 +199,9 @@ def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[Streami
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", "false")
     run = run_id(settings.checkpoint_dir)
     views = declared(settings)
+    # A query's thread takes the pool of the thread that starts it: inside the enrichment job's
+    # application the views' tasks take a slot only when no enrichment task waits for one.
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", VIEWS_POOL)
     counted = enriched_stream(spark, settings).where(F.col("dlq_reason").isNull())
     aggregates = (
         aggregate_views(counted, views)
@@ -209,6 +213,7 @@ def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[Streami
         .start()
     )
     dead_letters = _dead_letter_query(spark, settings, views, run)
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
     log.info("views running (run %s): %s", run, ", ".join(settings.topic(v.name) for v in views))
     return aggregates, dead_letters
 

@@ -62,6 +62,13 @@ class ViewsSettings(BaseSettings):
     driver_memory: str = "1g"
     driver_java_options: str = "-XX:+UseParallelGC"
     ui_enabled: bool = False
+    nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="CPU priority (nice) of the job's process and its Spark JVM, only with python -m:"
+        " on a host shared with the enrichment job, enrichment gets the CPU first (0: like any process)",
+    )
 
     @property
     def checkpoint_dir(self) -> Path:
