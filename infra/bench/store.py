@@ -2,7 +2,8 @@
 100,000 customer_ratings rows: load time, a point lookup, a filtered scan, and a reopen (what a
 restart costs), one line per store; then the service's own store (`services.views.store`)
 applying changelog records as its changelog thread does: batches of 2,000 changes over those
-rows, with a subscriber of the whole view, in microseconds per change."""
+rows, with a subscriber of the whole view, in microseconds per change; and a pull query through
+the service's ASGI app, in-process, in microseconds of CPU."""
 
 import asyncio
 import json
@@ -10,10 +11,14 @@ import random
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from services.views.api import Api
+from services.views.config import ViewsApiSettings
 from services.views.hub import Hub, Subscriber
 from services.views.store import Change, Store
 
@@ -115,10 +120,65 @@ def service_apply(rows: list[tuple[str, str]], folder: Path) -> dict[str, float]
     return figures
 
 
+class _CaughtUp:
+    failed = None
+    caught_up = threading.Event()
+
+
+def service_pull(rows: list[tuple[str, str]], folder: Path) -> dict[str, float]:
+    """A pull query through the query service's ASGI app, in-process (no socket, no HTTP
+    parsing): what a request costs the service beyond the server's own work."""
+    store = Store(folder / "pull.sqlite3")
+    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    initial = [Change("customer_ratings", key, ("user_id",), value) for key, value in rows]
+    store.apply(initial, {"customer_ratings": marker}, {})
+    app = Api(ViewsApiSettings(), store, Hub(), _CaughtUp()).app()  # type: ignore[arg-type]
+    rnd = random.Random(4)
+
+    async def pull() -> None:
+        path = f"/views/customer_ratings/{rnd.randrange(ROWS)}"
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+        }
+        scope |= {"headers": [], "root_path": "", "scheme": "http", "http_version": "1.1"}
+        sent: list[Any] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+        if sent[0]["status"] != 200:
+            raise SystemExit(f"pull of {path} answered {sent[0]['status']}")
+
+    async def pulls(n: int) -> float:
+        started = time.process_time()
+        for _ in range(n):
+            await pull()
+        return (time.process_time() - started) / n
+
+    asyncio.run(pulls(2_000))  # warm
+    return {
+        "pull_us": 1e6 * asyncio.run(pulls(20_000)),
+        "get_us": 1e6 * _time(lambda: store.get("customer_ratings", "[7]"), 20_000),
+    }
+
+
 def main() -> int:
     rows = _rows()
     with tempfile.TemporaryDirectory() as folder:
-        for name, store in (("sqlite", sqlite_store), ("dict", dict_store), ("service", service_apply)):
+        for name, store in (
+            ("sqlite", sqlite_store),
+            ("dict", dict_store),
+            ("service", service_apply),
+            ("pull", service_pull),
+        ):
             figures = store(rows, Path(folder))
             print(name, json.dumps({k: round(v, 3) for k, v in figures.items()}), flush=True)
     return 0
