@@ -374,6 +374,8 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         .start()
     )
     log.info("enrichment job running (run %s); metrics in %s", run, settings.metrics_file)
+    if spark.sparkContext.uiWebUrl:
+        log.info("Spark UI at %s", spark.sparkContext.uiWebUrl)
     views: tuple[StreamingQuery, ...] = ()
     if views_settings is not None:
         from enrichment_job.views.app import start_queries  # noqa: PLC0415 (the views import this module)

@@ -1,9 +1,12 @@
 """The views behind the real pipeline: MariaDB through Debezium, the enrichment job, then the
 views job, all on the local stack."""
 
+import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +135,7 @@ def test_the_views_can_run_inside_the_enrichment_jobs_application(
         **view_topics.env(),
         "VIEWS_JOB_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
         "VIEWS_JOB_STATE_DIR": str(tmp_path / "views"),
+        "ENRICH_UI_ENABLED": "true",
     }
     job = Job(stack_env, topics, tmp_path / "enrichment", grace_ms=0, extra=extra).start()
     try:
@@ -149,8 +153,27 @@ def test_the_views_can_run_inside_the_enrichment_jobs_application(
             time.sleep(1)
         assert row is not None, job.tail()
         assert (row["ratings"], row["stars_sum"], row["club_status"]) == (3, 9, "silver")
-        assert "query views started" in job.log.read_text()
+        log = job.log.read_text()
+        assert "query views started" in log
+        # The views' stages ran in their scheduler pool, behind the enrichment's (Spark's REST API).
+        ui = re.search(r"Spark UI at http://([^:\s]+):(\d+)", log)
+        assert ui is not None, log
+        apps = _get_json(ui.group(1), int(ui.group(2)), "/api/v1/applications")
+        stages = _get_json(ui.group(1), int(ui.group(2)), f"/api/v1/applications/{apps[0]['id']}/stages")
+        pools = {stage["schedulingPool"] for stage in stages}
+        assert {"default", "views"} <= pools, pools
     finally:
         assert job.stop() == 0
         delete_topics(stack_env, names)
         view_topics.drop(stack_env)
+
+
+def _get_json(host: str, port: int, path: str) -> Any:
+    conn = HTTPConnection(host, port, timeout=10)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        assert response.status == 200, (path, response.status)
+        return json.loads(response.read())
+    finally:
+        conn.close()
