@@ -20,8 +20,8 @@ def main(argv: list[str]) -> int:
     log = logging.getLogger("enrichment_job.views")
     stopping = stop_on_signals(log)
     if settings.nice:
-        # The views are kept from what the enrichment job wrote: where both share a host's cores,
-        # a batch of enrichment (alerts wait for it) goes first, and the views use what is left.
+        # Where the views share a host's cores with the enrichment job, a batch of enrichment
+        # (alerts wait for it) goes first, e.g. while the views rebuild from the topic's start.
         os.nice(settings.nice)
     from enrichment_job.views.app import start  # noqa: PLC0415 (Spark loads only past --help)
 

@@ -63,11 +63,11 @@ class ViewsSettings(BaseSettings):
     driver_java_options: str = "-XX:+UseParallelGC"
     ui_enabled: bool = False
     nice: int = Field(
-        10,
+        0,
         ge=0,
         le=19,
-        description="CPU priority (nice) of the job's process and its Spark JVM, only with python -m:"
-        " on a host shared with the enrichment job, enrichment gets the CPU first (0: like any process)",
+        description="lowers the CPU priority (nice) of the job's process and its Spark JVM, only with"
+        " python -m: on a host shared with the enrichment job, enrichment gets the CPU first",
     )
 
     @property
