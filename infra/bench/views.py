@@ -155,15 +155,6 @@ def views_lag(servers: str, enriched: str, port: int) -> int | None:
     )
 
 
-def _process_cpu_s(pid: int) -> float:
-    """CPU seconds a process used so far (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _machine_busy_s() -> float:
     """CPU seconds all cores spent busy so far (not idle, not waiting for I/O)."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -320,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark
             }
             cpu_before = {name: thread_cpu_s(pid) for name, pid in jvms.items()}
             pythons = {f"{name}_python": proc.pid for name, proc in procs.items()}
-            python_before = {name: _process_cpu_s(pid) for name, pid in pythons.items()}
+            python_before = {name: thread_cpu_s(pid) for name, pid in pythons.items()}
             machine_before = _machine_busy_s()
             t0 = time.monotonic()
             figures = fixed_rate(
@@ -352,13 +343,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark
             # (the rest is the broker, Connect, Elasticsearch and this benchmark's own clients).
             machine = (_machine_busy_s() - machine_before) / elapsed
             processes = {
+                **{name: round(sum(groups.values()), 2) for name, groups in figures["jvm_cores"].items()},
                 **{
-                    name: round(sum(c for g, c in groups.items()), 2)
-                    for name, groups in figures["jvm_cores"].items()
-                },
-                **{
-                    name: round((_process_cpu_s(pid) - python_before[name]) / elapsed, 2)
-                    for name, pid in pythons.items()
+                    name: round(sum(cores_used(before, thread_cpu_s(pythons[name]), elapsed).values()), 2)
+                    for name, before in python_before.items()
                 },
             }
             figures["cores"] = {**processes, "machine": round(machine, 2)}
