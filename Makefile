@@ -84,13 +84,13 @@ bench: up ## every benchmark, then bench-results/bench.json and bench.png (ARGS=
 	$(BIN)/python -m infra.bench $(ARGS)
 
 bench-job: up ## enrichment job figures: fixed-rate latency and saturation throughput (ARGS="--rate 2000")
-	$(BIN)/python -m enrichment_job.bench $(ARGS)
+	$(BIN)/python -m infra.bench.job $(ARGS)
 
 bench-views: up ## the views beside the job at 5,000/s: job latency, views freshness, pull queries, service restart (ARGS="--in-job")
 	$(BIN)/python -m infra.bench.views $(ARGS)
 
 bench-table: up ## per-batch cost of re-reading the customer table from Delta vs keeping it in memory, by size
-	$(BIN)/python -m enrichment_job.bench_table $(ARGS)
+	$(BIN)/python -m infra.bench.table $(ARGS)
 
 lake-query: up ## the data lake's ratings per day and club status (pyarrow over the S3 server)
 	@set -a && . .state/stack.env && set +a && S3_SINK_ENDPOINT_URL="$$S3_ENDPOINT_URL" S3_SINK_BUCKET="$$S3_BUCKET" \

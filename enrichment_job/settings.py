@@ -8,10 +8,8 @@ that names the setting.
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from infra.stack.settings import REPO_ROOT
 
 
 class JobSettings(BaseSettings):
@@ -46,8 +44,12 @@ class JobSettings(BaseSettings):
     # 0.9 s longer, measured. A short hold costs an empty fetch per wait while a task reads.
     source_fetch_max_wait_ms: int = Field(20, ge=0, description="fetch.max.wait.ms of Spark's Kafka source")
 
-    # Where the job keeps its state: the checkpoints, the customer table, metrics (local paths)
-    state_dir: Path = REPO_ROOT / ".state" / "enrichment"
+    state_dir: Path = Field(
+        Path(".state/enrichment"),
+        validate_default=True,
+        description="the checkpoints, the customer table and metrics: a local path (relative: to the"
+        " working directory at start)",
+    )
 
     # Join and alert rule
     grace_ms: int = Field(
@@ -83,6 +85,11 @@ class JobSettings(BaseSettings):
     views_in_job: bool = Field(
         False, description="also run the materialized views' queries in this application (VIEWS_JOB_*)"
     )
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.absolute()
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -8,10 +8,8 @@ with a message that names the setting.
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from infra.stack.settings import REPO_ROOT
 
 
 class ViewsSettings(BaseSettings):
@@ -48,8 +46,12 @@ class ViewsSettings(BaseSettings):
         description="segment_hourly: an hour's window closes this long after the hour ends",
     )
 
-    # Where the job keeps its checkpoints and state (a local path)
-    state_dir: Path = REPO_ROOT / ".state" / "views"
+    state_dir: Path = Field(
+        Path(".state/views"),
+        validate_default=True,
+        description="the checkpoints and the views' state: a local path (relative: to the working"
+        " directory at start)",
+    )
 
     # Spark
     master: str = "local[2]"
@@ -69,6 +71,11 @@ class ViewsSettings(BaseSettings):
         description="lowers the CPU priority (nice) of the job's process and its Spark JVM, only with"
         " python -m: on a host shared with the enrichment job, enrichment gets the CPU first",
     )
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.absolute()
 
     @property
     def checkpoint_dir(self) -> Path:

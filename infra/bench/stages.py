@@ -37,7 +37,7 @@ def stages(results: Path) -> list[Stage]:
         Stage(
             "job",
             (
-                "enrichment_job.bench",
+                "infra.bench.job",
                 "--rate",
                 "5000",
                 "--duration",
@@ -62,9 +62,9 @@ def stages(results: Path) -> list[Stage]:
             ),
             "views.json",
         ),
-        Stage("es_sink", ("services.es_sink.bench",), "es_sink.json"),
-        Stage("s3_sink", ("services.s3_sink.bench",), "s3_sink.json"),
-        Stage("slack_notifier", ("services.slack_notifier.bench",), "slack_notifier.json"),
+        Stage("es_sink", ("infra.bench.es_sink",), "es_sink.json"),
+        Stage("s3_sink", ("infra.bench.s3_sink",), "s3_sink.json"),
+        Stage("slack_notifier", ("infra.bench.slack_notifier",), "slack_notifier.json"),
     ]
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from enrichment_job.bench import (
+from infra.bench.job import (
     Latencies,
     cores_used,
     fixed_rate,

@@ -1,6 +1,7 @@
 """The es_sink's settings (prefix ES_SINK_): the shared Kafka/batch/retry settings plus where and
 how to index. Secrets are SecretStr and never logged."""
 
+from importlib import resources
 from pathlib import Path
 from typing import Self
 
@@ -9,8 +10,12 @@ from pydantic_settings import SettingsConfigDict
 
 from services.core.settings import ServiceSettings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE_FILE = REPO_ROOT / "infra" / "elasticsearch" / "ratings-index-template.json"
+TEMPLATE_RESOURCE = "ratings-index-template.json"
+
+
+def packaged_template() -> str:
+    """The index template that comes with the service (package data, wherever it is installed)."""
+    return resources.files("services.es_sink").joinpath(TEMPLATE_RESOURCE).read_text()
 
 
 class EsSinkSettings(ServiceSettings):
@@ -39,7 +44,9 @@ class EsSinkSettings(ServiceSettings):
     ratings_alias: str = Field("ratings", min_length=1)
     alerts_index_prefix: str = Field("unhappy-platinum-", min_length=1)
     alerts_alias: str = Field("unhappy-platinum", min_length=1)
-    template_file: Path = TEMPLATE_FILE
+    template_file: Path | None = Field(
+        None, description="the index template to install; none: the one that comes with the service"
+    )
     install_template: bool = True
 
     @model_validator(mode="after")

@@ -42,7 +42,7 @@ def bulk_lines(records: list[tuple[str, EnrichedRating]]) -> list[bytes]:
 
 
 def index_template(base: Document, index_prefix: str, alias: str) -> Document:
-    """The shared template (infra/elasticsearch) for one family: its pattern and its alias."""
+    """The shared template (ratings-index-template.json) for one family: its pattern and its alias."""
     template = copy.deepcopy(base)
     template["index_patterns"] = [f"{index_prefix}*"]
     template["template"]["aliases"] = {alias: {}}

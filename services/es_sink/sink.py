@@ -11,7 +11,7 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 from services.core.enriched import EnrichedRating
 from services.core.errors import ConfigError, FatalSinkError, SinkUnavailable
 from services.core.records import Incoming, Rejected
-from services.es_sink.config import EsSinkSettings
+from services.es_sink.config import TEMPLATE_RESOURCE, EsSinkSettings, packaged_template
 from services.es_sink.documents import Document, bulk_lines, index_template
 from services.es_sink.outcomes import CREDENTIALS, Outcome, outcome, raise_for_request, reason
 
@@ -22,13 +22,15 @@ BULK_FILTER = ["errors", "items.*.status", "items.*.error"]
 
 
 def load_template(settings: EsSinkSettings) -> Document:
+    """ES_SINK_TEMPLATE_FILE, or the template that comes with the service."""
+    path = settings.template_file
+    where = path if path is not None else f"the packaged {TEMPLATE_RESOURCE}"
     try:
-        template = json.loads(settings.template_file.read_text())
+        template = json.loads(path.read_text() if path is not None else packaged_template())
     except (OSError, ValueError) as err:
-        where = settings.template_file
         raise ConfigError(f"setting ES_SINK_TEMPLATE_FILE: cannot read {where}: {err}") from None
     if not isinstance(template, dict) or "mappings" not in template.get("template", {}):
-        raise ConfigError(f"setting ES_SINK_TEMPLATE_FILE: {settings.template_file} has no template.mappings")
+        raise ConfigError(f"setting ES_SINK_TEMPLATE_FILE: {where} has no template.mappings")
     return template
 
 

@@ -9,8 +9,6 @@ from pydantic_settings import SettingsConfigDict
 
 from services.core.settings import ServiceSettings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 Mode = Literal["bot", "webhook", "print"]
 
 
@@ -29,7 +27,11 @@ class SlackSettings(ServiceSettings):
         None, validate_default=True, description="channel ID to post to (required with a bot token)"
     )
     base_url: str = Field("https://slack.com/api/", description="Slack Web API base URL (tests: a fake)")
-    state_dir: Path = Field(REPO_ROOT / ".state" / "slack-notifier", description="the posted-alerts ledger")
+    state_dir: Path = Field(
+        Path(".state/slack-notifier"),
+        validate_default=True,
+        description="the posted-alerts ledger (relative: to the working directory at start)",
+    )
     max_messages_per_second: float = Field(1.0, gt=0, description="sustained posting rate (Slack: ~1/s)")
     burst_messages: int = Field(3, ge=1, description="messages allowed back to back after a quiet spell")
     summary_max_lines: int = Field(20, ge=1, description="alerts listed by name in a summary message")
@@ -62,6 +64,11 @@ class SlackSettings(ServiceSettings):
         if value is None and info.data.get("bot_token") is not None:
             raise ValueError("SLACK_BOT_TOKEN is set, so SLACK_CHANNEL (a channel ID) is required")
         return value
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.absolute()
 
     @field_validator("base_url")
     @classmethod

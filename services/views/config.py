@@ -3,10 +3,8 @@ where to keep the local copy of the store."""
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ViewsApiSettings(BaseSettings):
@@ -24,8 +22,10 @@ class ViewsApiSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8087, gt=0, lt=65536)
     state_dir: Path = Field(
-        REPO_ROOT / ".state" / "views-api",
-        description="the local copy of the store (SQLite), for fast restarts",
+        Path(".state/views-api"),
+        validate_default=True,
+        description="the local copy of the store (SQLite), for fast restarts (relative: to the working"
+        " directory at start)",
     )
     scan_limit: int = Field(100, gt=0, description="rows a filtered scan returns without ?limit=")
     scan_limit_max: int = Field(1000, gt=0, description="the largest ?limit= accepted")
@@ -34,6 +34,11 @@ class ViewsApiSettings(BaseSettings):
     )
     heartbeat_s: float = Field(15, gt=0, description="SSE comment line this often while nothing changes")
     log_level: str = "INFO"
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.absolute()
 
     def consumer_config(self) -> dict[str, str | int | bool]:
         """Committed records only: the views job writes rows and markers in transactions."""

@@ -26,7 +26,7 @@ from support.views import (
     without,
 )
 
-from enrichment_job.bench import job_jvm
+from infra.bench.job import job_jvm
 
 StackEnv = dict[str, str]
 LATENESS_S = 60

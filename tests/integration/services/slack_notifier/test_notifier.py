@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fake_slack import CHANNEL, TOKEN, FakeSlack, fake_slack
 from support.kafka import committed_total, drop_topics, make_topics, produce, read_topic
 from support.services import ServiceProcess, as_kafka, enriched_record, unique_name
 from support.views_api import Service, Views, free_port
+
+from infra.slack.fake import CHANNEL, TOKEN, FakeSlack, fake_slack
 
 StackEnv = dict[str, str]
 

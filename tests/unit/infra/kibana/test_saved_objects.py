@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from services.es_sink.config import packaged_template
+
 ROOT = Path(__file__).resolve().parents[4]
 OBJECTS = [json.loads(line) for line in (ROOT / "infra/kibana/ratings.ndjson").read_text().splitlines()]
-TEMPLATE = json.loads((ROOT / "infra/elasticsearch/ratings-index-template.json").read_text())
+TEMPLATE = json.loads(packaged_template())
 PROPERTIES: dict[str, Any] = TEMPLATE["template"]["mappings"]["properties"]
 MAPPED = set(PROPERTIES) | {f"{f}.{sub}" for f, p in PROPERTIES.items() for sub in p.get("fields", {})}
 BY_ID = {o["id"]: o for o in OBJECTS}

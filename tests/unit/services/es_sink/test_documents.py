@@ -1,5 +1,5 @@
 """Pure transforms: daily index by the UTC day of rating_time, _id = rating_id, and the index
-template built from infra/elasticsearch with its own pattern and alias per family."""
+template built from the packaged one with its own pattern and alias per family."""
 
 import json
 from datetime import UTC, datetime
@@ -8,10 +8,10 @@ import pytest
 from support.services import enriched_record
 
 from services.core.enriched import EnrichedRating
-from services.es_sink.config import TEMPLATE_FILE
+from services.es_sink.config import packaged_template
 from services.es_sink.documents import bulk_lines, daily_index, document, index_template
 
-TEMPLATE = json.loads(TEMPLATE_FILE.read_text())
+TEMPLATE = json.loads(packaged_template())
 PROPERTIES = TEMPLATE["template"]["mappings"]["properties"]
 
 

@@ -9,6 +9,7 @@ from services.core.errors import ConfigError
 from services.core.settings import load_settings
 from services.es_sink.config import EsSinkSettings
 from services.es_sink.service import make_sink
+from services.es_sink.sink import load_template
 
 README = Path(__file__).resolve().parents[4] / "services" / "es_sink" / "README.md"
 
@@ -29,7 +30,7 @@ def test_defaults_suit_the_local_stack() -> None:
     assert settings.group_id == "es-sink"
     assert settings.dlq_topic == "es-sink-dlq"
     assert set(settings.alert_topics) <= set(settings.input_topics)
-    assert settings.template_file.is_file()
+    assert settings.template_file is None and load_template(settings)["template"]["mappings"]
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Message
-from support.fake_slack import CHANNEL, TOKEN, FakeSlack, fake_slack
 from support.services import enriched_record
 
+from infra.slack.fake import CHANNEL, TOKEN, FakeSlack, fake_slack
 from services.core.errors import FatalSinkError, SinkUnavailable
 from services.core.records import Incoming
 from services.slack_notifier.alert import Alert, decode_alert

@@ -1,6 +1,6 @@
-"""python -m services.slack_notifier.bench: alert latency of the notifier on this machine.
+"""python -m infra.bench.slack_notifier: alert latency of the notifier on this machine.
 
-Against the local stack's Kafka and a fake Slack (tests/support/fake_slack.py) in this process:
+Against the local stack's Kafka and a fake Slack (infra/slack/fake.py) in this process:
 starts the notifier in bot mode on its own topics, produces one alert every --interval seconds
 for --duration seconds, and measures the time from producing an alert to Kafka to the fake Slack
 receiving its post. Prints p50/p99/max and writes them as JSON (--out).
@@ -21,13 +21,10 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from infra.slack.fake import CHANNEL, TOKEN, FakeSlack
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
-
-# The fake Slack lives with the tests; the benchmark is a developer tool that reuses it.
-sys.path.insert(0, str(REPO_ROOT / "tests"))
-from support.fake_slack import CHANNEL, TOKEN, FakeSlack
 
 GOAL = "alert p99 < 2.5 s for the whole pipeline (Spark job included, measured separately)"
 

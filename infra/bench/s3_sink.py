@@ -1,4 +1,4 @@
-"""python -m services.s3_sink.bench: how fast the S3 sink moves a backlog into the lake.
+"""python -m infra.bench.s3_sink: how fast the S3 sink moves a backlog into the lake.
 
 Against the running local stack (its addresses and keys from .state/stack.env): produces a
 backlog of enriched ratings to a fresh topic, runs the sink's consumer loop on it in this process,
@@ -20,10 +20,10 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from infra.bench.results import write_result
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
-from services.core.bench import write_result
 from services.core.main import build_loop
 from services.s3_sink.config import S3SinkSettings
 from services.s3_sink.service import SERVICE

@@ -5,7 +5,7 @@ days) to a fresh topic, runs the sink in-process with its default batch settings
 indices, and measures from the first confirmed batch to the last. Prints progress and the
 figures, writes them as JSON (--out). Removes its topics, indices and templates afterwards.
 
-    .venv/bin/python -m services.es_sink.bench [--records 150000]
+    .venv/bin/python -m infra.bench.es_sink [--records 150000]
 """
 
 import argparse
@@ -21,10 +21,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from elasticsearch import Elasticsearch
 
+from infra.bench.results import write_result
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
-from services.core.bench import write_result
 from services.core.main import build_loop
 from services.es_sink.config import EsSinkSettings
 from services.es_sink.service import SERVICE

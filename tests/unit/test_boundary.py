@@ -1,0 +1,142 @@
+"""The product (enrichment_job/, services/) stands on its own: it imports nothing from the
+development tooling (infra/, tests/), touches no sys.path, finds no file by climbing out of its
+package, and its default folders follow the working directory, not the checkout."""
+
+import ast
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from enrichment_job.settings import JobSettings
+from enrichment_job.views.settings import ViewsSettings
+from services.es_sink.config import EsSinkSettings
+from services.es_sink.sink import load_template
+from services.slack_notifier.config import SlackSettings
+from services.views.config import ViewsApiSettings
+
+REPO = Path(__file__).resolve().parents[2]
+PRODUCT = ("enrichment_job", "services")
+TOOLING = {"infra", "tests"}
+
+
+def product_files() -> list[Path]:
+    return sorted(path for package in PRODUCT for path in (REPO / package).rglob("*.py"))
+
+
+def _has_file_name(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == "__file__" for n in ast.walk(node))
+
+
+def _is_sys_path(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "path"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
+def _climbs_out(node: ast.AST) -> bool:
+    """Path(__file__).parents[n] or Path(__file__).parent.parent: a file found by where the
+    checkout is, not in the package."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+        return node.value.attr == "parents" and _has_file_name(node.value)
+    if isinstance(node, ast.Attribute) and node.attr == "parent":
+        inner = node.value
+        return isinstance(inner, ast.Attribute) and inner.attr == "parent" and _has_file_name(inner)
+    return False
+
+
+def violations(source: str) -> Iterator[tuple[int, str]]:
+    """(line, what) for each way `source` reaches out of the product."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in TOOLING:
+                    yield node.lineno, f"import {alias.name}"
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 0 and module.split(".")[0] in TOOLING:
+                yield node.lineno, f"from {module} import ..."
+            if node.level == 0 and module == "sys" and any(a.name == "path" for a in node.names):
+                yield node.lineno, "from sys import path"
+        elif _is_sys_path(node):
+            yield node.lineno, "sys.path"
+        elif _climbs_out(node):
+            yield node.lineno, "a path above the module's own package, from __file__"
+
+
+def test_the_product_reaches_nothing_of_the_tooling_or_the_checkout() -> None:
+    files = product_files()
+    assert len(files) > 50  # the walk found the product
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {what}"
+        for path in files
+        for line, what in violations(path.read_text())
+    ]
+    assert found == [], "the product reaches out of itself:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        ("import os\nimport infra.stack.settings\n", 2),
+        ("from tests.support.fake_slack import FakeSlack\n", 1),
+        ("import sys\nsys.path.insert(0, 'tests')\n", 2),
+        ("from sys import path\n", 1),
+        ("from pathlib import Path\nROOT = Path(__file__).resolve().parents[2]\n", 2),
+        ("from pathlib import Path\nROOT = Path(__file__).parent.parent\n", 2),
+    ],
+)
+def test_the_check_catches_each_way_out(source: str, line: int) -> None:
+    assert [found for found, _ in violations(source)] == [line]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from . import config\nfrom .config import Settings\n",
+        "import services.core.settings\nfrom enrichment_job.settings import JobSettings\n",
+        "import infrastructure\nimport testsuite\n",
+        "from pathlib import Path\nPOOLS = Path(__file__).with_name('pools.xml')\n",
+    ],
+)
+def test_the_check_lets_the_product_be(source: str) -> None:
+    assert list(violations(source)) == []
+
+
+@pytest.mark.parametrize(
+    ("cls", "folder"),
+    [
+        (JobSettings, ".state/enrichment"),
+        (ViewsSettings, ".state/views"),
+        (ViewsApiSettings, ".state/views-api"),
+        (SlackSettings, ".state/slack-notifier"),
+    ],
+)
+def test_default_state_folders_are_under_the_working_directory(
+    cls: type[JobSettings | ViewsSettings | ViewsApiSettings | SlackSettings],
+    folder: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    for name in list(os.environ):
+        if name.startswith(prefix):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    assert cls().state_dir == tmp_path / folder
+    monkeypatch.setenv(f"{prefix}STATE_DIR", "elsewhere")
+    assert cls().state_dir == tmp_path / "elsewhere"  # absolute, as it was found at start
+
+
+def test_the_index_template_comes_with_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("ES_SINK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    settings = EsSinkSettings()
+    assert settings.template_file is None
+    assert "properties" in load_template(settings)["template"]["mappings"]
