@@ -1,15 +1,20 @@
 """python -m enrichment_job: run the CDC ingestion and enrichment queries until stopped.
 
 Settings come from ENRICH_* environment variables or the file named by ENRICH_ENV_FILE.
+
+Exit codes: 0 stopped, 1 a query failed (restart it: it resumes from its last commit), 2 a bad
+setting, 3 fenced: another instance of the same ENRICH_JOB_NAME took over (do not restart).
 """
 
 import logging
 import sys
 
-from enrichment_job.app import start
+from enrichment_job.app import TopicsChanged, start
 from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
+
+FENCED_EXIT = 3
 
 
 def main(argv: list[str]) -> int:
@@ -22,8 +27,16 @@ def main(argv: list[str]) -> int:
     views = None
     if settings.views_in_job:
         views = load_or_exit(ViewsSettings, [], "python -m enrichment_job", __doc__ or "")
-    job = start(settings, views)
-    return run_until_stopped(job.spark, job.stop, log, stopping)
+    try:
+        job = start(settings, views)
+    except TopicsChanged as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    code = run_until_stopped(job.spark, job.stop, log, stopping)
+    if job.pipeline.fenced is not None:
+        log.error("%s", job.pipeline.fenced)
+        return FENCED_EXIT
+    return code
 
 
 if __name__ == "__main__":

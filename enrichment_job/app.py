@@ -3,12 +3,14 @@
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -16,7 +18,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.cdc import CdcReader, CdcResult, ingest
 from enrichment_job.enrich import Ratings
-from enrichment_job.kafka_out import TransactionalOutput
+from enrichment_job.kafka_out import Fenced, TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener, Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState, CustomerTable
@@ -139,6 +141,68 @@ def run_id(checkpoint_dir: Path) -> str:
     return path.read_text().strip()
 
 
+class TopicsChanged(ValueError):
+    """The job name's last commit was made reading other topics: a name per set of topics."""
+
+
+def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
+    """This state folder's run id, once the folder is known to continue the job's last commit.
+
+    The job's last commit (`marker`, by job name) may come from another run: another state
+    folder or host, or this folder before it was wiped. That run's commit is the truth. A fresh
+    folder starts from it; a folder whose checkpoint and customer table stopped before it is out
+    of date, and is rebuilt the same way (a re-run of its batches would write them twice)."""
+    run = run_id(settings.checkpoint_dir)
+    if marker is None or marker.get("run") == run:
+        return run
+    for name, topic in (("ratings_topic", settings.ratings_topic), ("cdc_topic", settings.cdc_topic)):
+        if marker.get(name, topic) != topic:
+            raise TopicsChanged(
+                f"setting ENRICH_JOB_NAME: job {settings.job_name!r} last committed reading "
+                f"{name} {marker[name]!r}, not {topic!r}; give a job over other topics its own name"
+            )
+    stale = [p for p in (query_checkpoint(settings), settings.table_path) if p.exists()]
+    if stale:
+        log.warning(
+            "job %s was last committed by another run (%s, batch %s), not by this state folder's (%s): "
+            "its checkpoint and customer table are out of date; rebuilding them from the last commit",
+            settings.job_name,
+            marker.get("run"),
+            marker.get("batch_id"),
+            run,
+        )
+        shutil.rmtree(settings.checkpoint_dir)
+        shutil.rmtree(settings.table_path, ignore_errors=True)
+    else:
+        log.info(
+            "a fresh state folder: job %s goes on from its last commit (run %s, batch %s)",
+            settings.job_name,
+            marker.get("run"),
+            marker.get("batch_id"),
+        )
+    return run_id(settings.checkpoint_dir)
+
+
+def starting_offsets(
+    settings: JobSettings, marker: dict[str, Any] | None, partitions: Callable[[str], list[int]]
+) -> str:
+    """Where the query starts when its checkpoint is new (Spark ignores it otherwise): the job's
+    first run at ENRICH_STARTING_OFFSETS, a later one where the job's last commit left both
+    topics (partitions it never read from their start)."""
+    if marker is None:
+        return settings.starting_offsets
+    ends = {
+        settings.ratings_topic: marker.get("consumed_to", {}),
+        settings.cdc_topic: marker.get("cdc_to", {}),
+    }
+    return json.dumps(
+        {
+            topic: {str(p): int(offsets.get(str(p), offsets.get(p, -2))) for p in partitions(topic)}
+            for topic, offsets in ends.items()
+        }
+    )
+
+
 class Pipeline:
     """foreachBatch handler of the one streaming query, which reads the CDC topic and the ratings
     topic together. Per micro-batch: CDC first (new versions, the watermark), then the ratings
@@ -169,6 +233,7 @@ class Pipeline:
         self.metrics = metrics
         self.ratings = Ratings(spark, settings)
         self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
+        self.fenced: Fenced | None = None  # another instance took over: stop, do not restart
         self.cdc = CdcReader(settings, group_id)
         self._is_rating = F.col("topic") == settings.ratings_topic  # built once: see plans.py
         self.offsets_dir = query_checkpoint(settings) / "offsets"
@@ -249,6 +314,9 @@ class Pipeline:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
             self._run(batch, batch_id)
+        except Fenced as err:
+            self.fenced = err
+            raise
         except Exception:
             if not self.stopping.is_set():
                 raise
@@ -298,6 +366,8 @@ class Pipeline:
             "duplicates": cdc.duplicates,
         }
         marker = {
+            "ratings_topic": settings.ratings_topic,
+            "cdc_topic": settings.cdc_topic,
             **cdc.state.as_json(),
             "waiting_from": waiting_from,
             "consumed_to": consumed_to,
@@ -314,12 +384,12 @@ class Pipeline:
         self.metrics.batch(batch_id, counts, watermark, time.monotonic() - started, steps)
 
 
-def _kafka_stream(spark: SparkSession, settings: JobSettings) -> DataFrame:
+def _kafka_stream(spark: SparkSession, settings: JobSettings, starting: str) -> DataFrame:
     return (
         spark.readStream.format("kafka")
         .options(**settings.kafka_options())
         .option("subscribe", f"{settings.cdc_topic},{settings.ratings_topic}")
-        .option("startingOffsets", settings.starting_offsets)
+        .option("startingOffsets", starting)
         .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
         .load()
         .select("key", "value", "topic", "partition", "offset", "timestamp")
@@ -351,10 +421,13 @@ class RunningJob:
 
 def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) -> RunningJob:
     """The job's query; with `views_settings`, the views' queries too, in the same application."""
+    # First the job's identity in Kafka: it fences an earlier instance of the same name, and its
+    # last commit says where this run starts.
+    out = TransactionalOutput(settings.producer_config(), settings.job_name, settings.commits_topic)
+    run = out.run = claim_state(settings, out.marker)
     spark = build_session(settings)
     metrics = Metrics(settings.metrics_file)
     spark.streams.addListener(ProgressListener(metrics))
-    run = run_id(settings.checkpoint_dir)
     table = CustomerTable(
         spark,
         str(settings.table_path),
@@ -363,17 +436,19 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         maintain_every=settings.maintenance_every_commits,
         commit_interval_s=settings.table_commit_interval_s,
     )
-    out = TransactionalOutput(settings.producer_config(), f"enrichment-{run}", settings.commits_topic)
-    pipeline = Pipeline(spark, settings, table, out, metrics, group_id=f"enrichment-{run}-cdc")
+    pipeline = Pipeline(spark, settings, table, out, metrics, group_id=f"{settings.job_name}-{run}-cdc")
+    starting = starting_offsets(settings, out.marker, out.partitions)
     query = (
-        _kafka_stream(spark, settings)
+        _kafka_stream(spark, settings, starting)
         .writeStream.queryName("enrichment")
         .foreachBatch(pipeline)
         .option("checkpointLocation", str(query_checkpoint(settings)))
         .trigger(processingTime=settings.trigger_interval)
         .start()
     )
-    log.info("enrichment job running (run %s); metrics in %s", run, settings.metrics_file)
+    log.info(
+        "enrichment job %s running (run %s); metrics in %s", settings.job_name, run, settings.metrics_file
+    )
     if spark.sparkContext.uiWebUrl:
         log.info("Spark UI at %s", spark.sparkContext.uiWebUrl)
     views: tuple[StreamingQuery, ...] = ()

@@ -4,7 +4,8 @@ Spark's Kafka sink is at-least-once: a batch re-run after a crash writes again. 
 batch's records and a marker {"batch_id": N, ...} go to Kafka in one transaction. After a
 restart Spark re-runs the last batch with the same id; the marker says whether that batch is
 already in Kafka, and if it is, nothing is written twice. Readers use isolation.level =
-read_committed. `init_transactions` fences a zombie instance with the same transactional id.
+read_committed. The transactional id is the job's name: `init_transactions` of an instance
+started later fences an earlier one with the same name, wherever it runs (`Fenced`).
 """
 
 import json
@@ -67,6 +68,21 @@ def last_marker(config: dict[str, str], topic: str, key: str, timeout_s: float =
         consumer.close()
 
 
+class Fenced(RuntimeError):
+    """Another instance took over the transactional id: this one must stop, not retry."""
+
+
+FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+
+def _fenced(err: BaseException) -> bool:
+    """A fenced producer's first failure names the fence; later calls fail as merely fatal."""
+    error = err.args[0] if isinstance(err, KafkaException) and err.args else None
+    if not isinstance(error, KafkaError):
+        return False
+    return error.code() in FENCED_CODES or (error.fatal() and "fenced" in error.str().lower())
+
+
 class TransactionalOutput:
     """One transactional producer per streaming query; `write` is called once per batch."""
 
@@ -94,6 +110,13 @@ class TransactionalOutput:
         self.marker = last_marker(config, commits_topic, transactional_id)
         log.info("%s: last committed batch %s", transactional_id, self.marker and self.marker["batch_id"])
 
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partitions, from the cluster's metadata."""
+        meta = self.producer.list_topics(topic, timeout=30).topics[topic]
+        if meta.error is not None:
+            raise KafkaException(meta.error)
+        return sorted(meta.partitions)
+
     def committed(self, batch_id: int) -> bool:
         if self.marker is None or (self.run is not None and self.marker.get("run") != self.run):
             return False
@@ -102,8 +125,8 @@ class TransactionalOutput:
     def write(self, batch_id: int, outputs: Iterable[Records], marker: dict[str, Any]) -> int:
         """All records of the batch plus its marker, atomically. Returns the number written."""
         written = 0
-        self.producer.begin_transaction()
         try:
+            self.producer.begin_transaction()
             for records in outputs:
                 headers = records.headers or [None] * len(records)
                 for key, value, hdrs in zip(records.keys, records.values, headers, strict=True):
@@ -112,7 +135,12 @@ class TransactionalOutput:
             body = {"batch_id": batch_id, **({"run": self.run} if self.run else {}), **marker}
             self._produce(self.commits_topic, self.marker_key.encode(), json.dumps(body).encode(), None)
             self.producer.commit_transaction(120)
-        except Exception:
+        except Exception as err:
+            if _fenced(err):
+                raise Fenced(
+                    f"another instance of the job took over its transactional id {self.marker_key!r} "
+                    f"(fenced: {err}); this one stops without writing batch {batch_id}"
+                ) from err
             self.producer.abort_transaction(60)
             raise
         self.marker = body

@@ -27,7 +27,17 @@ class JobSettings(BaseSettings):
         "enrichment-commits",
         description="compacted: the marker of the last batch the job committed (exactly once)",
     )
-    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    job_name: str = Field(
+        "enrichment",
+        pattern=r"^[A-Za-z0-9._-]{1,200}$",
+        description="the job's identity in Kafka: its transactional id and the key of its commit "
+        "markers. An instance started later under the same name fences the earlier one, whatever "
+        "its state folder or host; one name per set of input and output topics",
+    )
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest",
+        description="where a job name's very first run starts; later runs go on from its last commit",
+    )
     max_offsets_per_trigger: int = Field(200_000, gt=0, description="records per micro-batch, both topics")
     kafka_extra: dict[str, str] = Field(
         default_factory=dict,

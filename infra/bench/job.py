@@ -268,6 +268,7 @@ def start_job(
         "ENRICH_SPARK_JARS": env["SPARK_JARS"],
         "JAVA_HOME": env["JAVA_HOME"],
         "ENRICH_STATE_DIR": str(state),
+        "ENRICH_JOB_NAME": f"job-{topics['ratings']}",  # its own topics: its own name
         "ENRICH_GRACE_MS": str(grace_ms),
         "ENRICH_UI_ENABLED": "false",
         **{f"ENRICH_{role.upper()}_TOPIC": name for role, name in topics.items()},

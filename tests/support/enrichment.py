@@ -32,6 +32,7 @@ class Topics:
 
     def env(self) -> dict[str, str]:
         return {
+            "ENRICH_JOB_NAME": f"test-{self.suffix}",
             "ENRICH_RATINGS_TOPIC": self.name("ratings"),
             "ENRICH_ENRICHED_TOPIC": self.name("enriched"),
             "ENRICH_ALERTS_TOPIC": self.name("alerts"),

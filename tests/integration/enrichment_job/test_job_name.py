@@ -1,0 +1,82 @@
+"""i. One job name, one writer. A second instance under the same ENRICH_JOB_NAME, on a state
+folder of its own (another host, say), goes on from the first one's last commit and fences it:
+the first stops with exit code 3 and is not to be restarted, and every rating is enriched once.
+j. A name already used for other input topics is refused at start, naming the setting."""
+
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from support.enrichment import Job, StackEnv, Topics, produce, rating, read_topic, values
+
+GRACE_MS = 1000
+FENCED_EXIT = 3
+
+
+def _customer(db: Any) -> int:
+    with db.cursor() as cur:
+        cur.execute(
+            "INSERT INTO customers (first_name, last_name, email, club_status) "
+            "VALUES ('Ida', 'Fence', %s, 'gold')",
+            (f"{uuid.uuid4().hex[:8]}@example.com",),
+        )
+        db.commit()
+        return int(cur.lastrowid)
+
+
+def _ratings(stack_env: StackEnv, topic: str, user: int, ids: range) -> None:
+    now = int(time.time() * 1000)
+    produce(stack_env, topic, [rating(i, user, 4, now) for i in ids])
+
+
+def test_i_a_second_instance_takes_over_from_the_last_commit_and_fences_the_first(
+    stack_env: StackEnv, topics: Topics, db: Any, tmp_path: Path
+) -> None:
+    user = _customer(db)
+    time.sleep(2)
+    first = Job(stack_env, topics, tmp_path / "host-a", GRACE_MS).start()
+    second = Job(stack_env, topics, tmp_path / "host-b", GRACE_MS)
+    try:
+        _ratings(stack_env, topics.name("ratings"), user, range(1, 101))
+        read_topic(stack_env, topics.name("enriched"), min_records=100, timeout_s=120, idle_s=2)
+        second.start()
+        _ratings(stack_env, topics.name("ratings"), user, range(101, 201))
+        enriched = values(
+            read_topic(stack_env, topics.name("enriched"), min_records=200, timeout_s=180, idle_s=10)
+        )
+        assert first.proc is not None
+        first_code = first.proc.wait(180)
+    finally:
+        first.stop()
+        second_code = second.stop()
+    counts = Counter(v["rating_id"] for v in enriched)
+    assert set(counts) == set(range(1, 201))
+    assert [rid for rid, n in counts.items() if n > 1] == []
+    assert all(v["customer_matched"] for v in enriched)
+    assert first_code == FENCED_EXIT, first.tail()
+    assert "took over its transactional id" in first.tail(80)
+    assert "goes on from its last commit" in second.log.read_text()
+    assert second_code == 0, second.tail()
+
+
+def test_j_a_job_name_used_for_other_topics_is_refused(
+    stack_env: StackEnv, topics: Topics, tmp_path: Path
+) -> None:
+    other = Topics()  # its own ratings topic, under the name the module's jobs committed with
+    job = Job(stack_env, other, tmp_path / "other", GRACE_MS)
+    job.env["ENRICH_JOB_NAME"] = topics.env()["ENRICH_JOB_NAME"]
+    done = subprocess.run(
+        [sys.executable, "-m", "enrichment_job"],
+        env=job.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "setting ENRICH_JOB_NAME" in done.stderr
+    assert topics.name("ratings") in done.stderr
