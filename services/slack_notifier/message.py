@@ -1,10 +1,25 @@
 """Slack messages from alerts, as pure functions: one Block Kit message per alert, or one summary
 for alerts that came faster than the rate allows.
 
-Everything taken from a record is escaped for Slack's mrkdwn (`&`, `<`, `>`), so text a customer
-typed cannot mention (`<!channel>`, `<@U123>`) or hide a link (`<http://x|y>`). Messages are sent
-with `link_names: false` and no `parse`, and every message carries metadata naming the rating ids
-it covers: that is how a restart finds out what Slack already has.
+Text a customer typed reaches Slack as literal text and cannot format the message:
+
+- In the blocks, every value taken from a record (name, email, review, channel, club status, and
+  the figures) is a `plain_text` text object with `"emoji": false`, which Slack shows as it is:
+  no bold, italics, strike, code, quotes, emoji codes, mentions or `<url|label>` links. The
+  product's own labels ("*Customer*", "*Review*") are `mrkdwn` objects of their own that never
+  hold record text, so the labels stay bold. Block Kit's sizes hold: a section's text at most
+  3000 characters, a field at most 2000, at most 10 fields a section.
+- The top-level `text` (notifications, and clients that cannot show blocks) holds record text
+  too, so the body says `"mrkdwn": false`: Slack does not parse markup in it.
+- `&`, `<`, `>` are still sent as entities (`&amp;`, `&lt;`, `&gt;`) in every text, plain or
+  not, as Slack's formatting reference asks of all text sent to it; Slack shows them as the
+  characters. So no text can hold `<!channel>`, `<@U123>` or `<http://x|y>` markup whatever
+  its type.
+
+Messages are sent with `link_names: false`, no `parse`, and unfurling off (a URL the customer typed
+may still show as a link to itself, but it fetches no preview and cannot hide where it goes).
+Every message carries metadata naming the rating ids it covers: that is how a restart finds out
+what Slack already has.
 """
 
 from dataclasses import dataclass, field
@@ -20,6 +35,7 @@ FALLBACK_MAX_CHARS = 300
 SECTION_MAX_CHARS = 2900
 FIELD_MAX_CHARS = 500
 NAME_MAX_CHARS = 80
+FIELDS_PER_SECTION = 10  # Block Kit's most; a label and its value take two
 
 
 @dataclass(frozen=True)
@@ -42,6 +58,7 @@ class SlackMessage:
             "text": self.text,
             "blocks": self.blocks,
             "metadata": self.metadata,
+            "mrkdwn": False,  # the top-level text holds customer text: no markup parsed in it
             "link_names": False,
             "unfurl_links": False,
             "unfurl_media": False,
@@ -74,28 +91,47 @@ def stars(count: int) -> str:
 
 
 def _mrkdwn(text: str) -> dict[str, str]:
+    """The product's own formatted text only: never anything taken from a record."""
     return {"type": "mrkdwn", "text": text}
+
+
+def _plain(text: str) -> dict[str, Any]:
+    """Text shown as it is (no markup, no emoji codes); "-" for none, as Slack wants 1 character."""
+    return {"type": "plain_text", "text": text if text.strip() else "-", "emoji": False}
+
+
+def _label(label: str) -> dict[str, str]:
+    return _mrkdwn(f"*{label}*")
+
+
+def _field_sections(fields: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Label and value side by side: the label bold (mrkdwn), the value plain_text, two columns."""
+    items = [obj for label, value in fields for obj in (_label(label), _plain(value))]
+    return [
+        {"type": "section", "fields": items[i : i + FIELDS_PER_SECTION]}
+        for i in range(0, len(items), FIELDS_PER_SECTION)
+    ]
 
 
 def alert_message(alert: Alert, history: History | None = None) -> SlackMessage:
     """One alert; with the customer's `history` (their customer_ratings row) when it is known."""
-    name, email = escape(alert.name), escape(alert.email)
-    review = escape(alert.message, REVIEW_MAX_CHARS) or "_(no text)_"
+    review = escape(alert.message, REVIEW_MAX_CHARS)
     fields = [
-        ("Customer", name),
-        ("Email", email),
+        ("Customer", escape(alert.name)),
+        ("Email", escape(alert.email)),
         ("Club status", escape(alert.club_status)),
         ("Stars", stars(alert.stars)),
-        ("Channel", escape(alert.channel) or "-"),
+        ("Channel", escape(alert.channel)),
         ("Time", utc(alert.rating_time_ms)),
     ]
     if history is not None:
         fields.append(("History", escape(history_text(history, alert))))
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": "Unhappy customer alert"}},
-        {"type": "section", "fields": [_mrkdwn(f"*{label}*\n{value}") for label, value in fields]},
-        {"type": "section", "text": _mrkdwn(f"*Review*\n{review}")},
-        {"type": "context", "elements": [_mrkdwn(f"rating id {alert.rating_id}")]},
+        {"type": "header", "text": _plain("Unhappy customer alert")},
+        *_field_sections(fields),
+        {"type": "section", "text": _label("Review")},
+        {"type": "section", "text": _plain(review) if review.strip() else _mrkdwn("_(no text)_")},
+        {"type": "context", "elements": [_plain(f"rating id {alert.rating_id}")]},
     ]
     text = escape(
         f"Unhappy {alert.club_status} customer {alert.name} ({alert.email}) gave "
@@ -119,12 +155,12 @@ def summary_message(alerts: list[Alert], max_lines: int) -> SlackMessage:
     listing = "\n".join(lines)
     headline = f"{len(alerts)} more unhappy customer alerts"
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": headline}},
+        {"type": "header", "text": _plain(headline)},
         {
             "type": "section",
             "text": _mrkdwn("Alerts came faster than Slack's rate allows, so these are summarised:"),
         },
-        {"type": "section", "text": _mrkdwn(listing)},
+        {"type": "section", "text": _plain(listing)},
     ]
     names = ", ".join(a.name for a in shown)
     text = escape(f"{headline}: {names}", FALLBACK_MAX_CHARS)

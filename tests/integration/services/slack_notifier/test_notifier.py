@@ -1,7 +1,8 @@
 """The notifier as a process against real Kafka and a fake Slack: every alert posted exactly
-once with its fields escaped, offsets committed after the posts, 429/5xx ridden out, a kill -9
-while Slack holds its answer reconciled on restart, bursts folded into a summary, permanent
-errors stopping the process, malformed alerts dead-lettered, and print mode printing."""
+once with its fields escaped and as plain text, offsets committed after the posts, 429/5xx
+ridden out, a kill -9 while Slack holds its answer reconciled on restart, bursts folded into a
+summary, permanent errors stopping the process, malformed alerts dead-lettered, and print mode
+printing."""
 
 import json
 from collections.abc import Iterator
@@ -100,17 +101,36 @@ def test_each_alert_is_posted_once_with_its_fields(setup: Setup) -> None:
         assert post["channel"] == CHANNEL
 
 
-def test_customer_text_arrives_escaped(setup: Setup) -> None:
-    typed = "<!channel> <!here> <@U123> <http://evil.example|refund>"
+def text_objects(node: Any) -> list[dict[str, Any]]:
+    """Every Block Kit text object in `node`."""
+    if isinstance(node, list):
+        return [o for item in node for o in text_objects(item)]
+    if not isinstance(node, dict):
+        return []
+    found = [node] if node.get("type") in ("mrkdwn", "plain_text") and "text" in node else []
+    return found + [o for value in node.values() for o in text_objects(value)]
+
+
+def test_customer_text_arrives_escaped_and_as_plain_text(setup: Setup) -> None:
+    typed = "<!channel> <!here> <@U123> <http://evil.example|refund> *bold* _x_ `code`"
     setup.produce_alerts([1], message=typed, full_name="<!everyone> Mallory")
     service = setup.service()
     service.wait_for(written(1), "the alert written")
     service.stop()
     (post,) = setup.slack.posts()
+    escaped = (
+        "&lt;!channel&gt; &lt;!here&gt; &lt;@U123&gt; &lt;http://evil.example|refund&gt; *bold* _x_ `code`"
+    )
     for rendered in (field_texts(post), post["text"]):
         assert "<!" not in rendered and "<@" not in rendered and "<http" not in rendered
-        assert "&lt;!channel&gt; &lt;!here&gt; &lt;@U123&gt; &lt;http://evil.example|refund&gt;" in rendered
+        assert escaped in rendered
         assert "&lt;!everyone&gt; Mallory" in rendered
+    assert post["request"]["mrkdwn"] is False  # the fallback text: no markup parsed
+    objects = text_objects(post["blocks"])
+    plain = [o["text"] for o in objects if o["type"] == "plain_text"]
+    assert escaped in plain and "&lt;!everyone&gt; Mallory" in plain
+    mrkdwn = [o["text"] for o in objects if o["type"] == "mrkdwn"]
+    assert not [t for t in mrkdwn if "Mallory" in t or "bold" in t or "evil" in t]
 
 
 def test_429_with_retry_after_is_honoured_and_nothing_is_lost(setup: Setup) -> None:

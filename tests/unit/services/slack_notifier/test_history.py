@@ -64,8 +64,9 @@ def test_rows_without_the_figures_are_no_history() -> None:
 def test_the_message_carries_the_history_of_single_alerts_only() -> None:
     history = History.parse(row())
     assert history is not None
-    shown = json.dumps(alert_message(alert(), history).blocks)
-    assert "*History*\\n4th unhappy rating; average 2.4 over 17 ratings" in shown
+    fields = [f for b in alert_message(alert(), history).blocks for f in b.get("fields", [])]
+    label = fields.index({"type": "mrkdwn", "text": "*History*"})
+    assert fields[label + 1]["text"] == "4th unhappy rating; average 2.4 over 17 ratings"
     assert "History" not in json.dumps(alert_message(alert()).blocks)
     messages = fold([alert(1), alert(2, user_id=8)], posts_allowed=5, max_lines=5, histories={7: history})
     assert ["History" in json.dumps(m.blocks) for m in messages] == [True, False]
