@@ -85,6 +85,9 @@ class Ratings:
         self.waiting: pa.Table | None = None
         self._rows: Columns | None = None  # the step's output columns, built once
 
+    def _parse(self, raw: DataFrame) -> DataFrame:
+        return parse_ratings(raw, self.settings.max_future_ms, self.settings.max_rating_bytes)
+
     @property
     def waiting_count(self) -> int:
         return self.waiting.num_rows if self.waiting is not None else 0
@@ -106,7 +109,7 @@ class Ratings:
             .option("endingOffsets", json.dumps({topic: {str(p): ends[p] for p in starts}}))
             .load()
         )
-        parsed = select(parse_ratings(raw, self.settings.max_future_ms), _flow_columns())
+        parsed = select(self._parse(raw), _flow_columns())
         readable = parsed.where("dlq_reason IS NULL")
         rows = self._collect(readable, versions, marker["watermark_ms"])
         self.waiting = _waiting(rows)
@@ -127,7 +130,7 @@ class Ratings:
         base and its recent versions, see `CustomerTable.versions`)."""
         settings = self.settings
         waited = self.waiting_count
-        parsed = select(parse_ratings(raw, self.settings.max_future_ms), _flow_columns())
+        parsed = select(self._parse(raw), _flow_columns())
         if self.waiting is not None:
             parsed = parsed.unionByName(
                 self.spark.createDataFrame(self.waiting, schema=WAITING).withColumn(
@@ -181,7 +184,7 @@ class Ratings:
         joined = release(joined, grace_ms)
         if self._rows is None:  # the same every batch
             in_value = tuple(c for c in joined.columns if c not in (*CARRIED, *DECIDED))
-            self._rows = _row_columns(in_value, self.rule)
+            self._rows = _row_columns(in_value, self.rule, self.settings.max_rating_bytes)
         return select(joined, self._rows).toArrow().sort_by(ORDER)
 
 
@@ -212,9 +215,13 @@ def _flow_columns() -> Columns:
     )
 
 
-def _row_columns(in_value: tuple[str, ...], rule: Column) -> Columns:
+def _row_columns(in_value: tuple[str, ...], rule: Column, max_bytes: int) -> Columns:
     """The one result of a step, a row per rating: kind (enriched, waiting or bad), partition,
-    offset, key, value, headers, is_alert, rating (the WAITING fields of a waiting rating)."""
+    offset, key, value, headers, is_alert, rating (the WAITING fields of a waiting rating).
+
+    A dead letter keeps the rating's bytes, unless they are over `max_bytes`: with its headers
+    it might not fit in a Kafka record, so it goes without, and its headers say where the
+    rating is (topic, partition, offset) and why it is there."""
     bad = F.col("dlq_reason").isNotNull()
     enriched = ~bad & F.col("released")
     waiting = ~bad & ~F.col("released")
@@ -235,7 +242,9 @@ def _row_columns(in_value: tuple[str, ...], rule: Column) -> Columns:
         F.col("rating_offset").alias("offset"),
         F.when(bad, F.col("key")).when(enriched, F.col("user_id").cast("string").cast("binary")).alias("key"),
         # Nulls stay in the record (an unmatched rating says club_status: null, not nothing).
-        F.when(bad, F.col("value")).when(enriched, value.cast("binary")).alias("value"),
+        F.when(bad & (F.length("value") <= max_bytes), F.col("value"))
+        .when(enriched, value.cast("binary"))
+        .alias("value"),
         F.when(bad, headers).alias("headers"),
         F.when(enriched, F.coalesce(rule, F.lit(False))).alias("is_alert"),
         F.when(waiting, as_waiting).alias("rating"),

@@ -71,6 +71,14 @@ class JobSettings(BaseSettings):
         le=10 * 365 * 86_400_000,
         description="a rating_time further ahead of its Kafka record's timestamp goes to the DLQ",
     )
+    max_rating_bytes: int = Field(
+        900_000,
+        ge=1_000,
+        le=100_000_000,
+        description="a rating value larger than this goes to the DLQ (by reference: topic, partition, "
+        "offset), as its enriched copy would be over Kafka's record limit; keep it some kB under "
+        "the producers' message.max.bytes and the topics' max.message.bytes",
+    )
     alert_stars_below: int = Field(3, ge=1, le=6)
     alert_club_status: Literal["bronze", "silver", "gold", "platinum"] = "platinum"
 

@@ -41,21 +41,25 @@ def _first_reason(checks: list[tuple[Column, str]]) -> Column:
     return reason
 
 
-def parse_ratings(raw: DataFrame, max_future_ms: int) -> DataFrame:
+MAX_RATING_BYTES = 900_000
+
+
+def parse_ratings(raw: DataFrame, max_future_ms: int, max_bytes: int = MAX_RATING_BYTES) -> DataFrame:
     """Rating fields plus `dlq_reason`: null for a readable rating, else why it is not. A
     rating_time before 1970 or more than `max_future_ms` after its Kafka record's timestamp is
     not readable: it would hold back its customer's later ratings until that time, and near the
-    top of the long range it overflows the join's arithmetic.
+    top of the long range it overflows the join's arithmetic. A value over `max_bytes` is not
+    either: its enriched copy would be over Kafka's limit for a record, and fail every retry.
 
     One typed parse of each value. Only a value that parse cannot take whole (not JSON, or a
     field of the wrong type) is read a second time, every field as text, to say which fields are
     present and which have the wrong type: JSON parsing is the largest cost per rating."""
-    typed, text, fields = _rating_parse(max_future_ms)
+    typed, text, fields = _rating_parse(max_future_ms, max_bytes)
     return select(select(select(raw, typed), text), fields)
 
 
 @cache
-def _rating_parse(max_future_ms: int) -> tuple[Columns, Columns, Columns]:
+def _rating_parse(max_future_ms: int, max_bytes: int) -> tuple[Columns, Columns, Columns]:
     value = F.col("value").cast("string")
     typed = Columns(
         *[F.col(c) for c in KAFKA_META],
@@ -73,6 +77,11 @@ def _rating_parse(max_future_ms: int) -> tuple[Columns, Columns, Columns]:
 
     checks: list[tuple[Column, str]] = [
         (F.col("value").isNull(), "empty value"),
+        (
+            F.length("value") > max_bytes,
+            f"value over {max_bytes} bytes (ENRICH_MAX_RATING_BYTES): its enriched copy would not fit"
+            " in a Kafka record",
+        ),
         (suspect & (F.col("_s").isNull() | F.col(f"_s.{CORRUPT}").isNotNull()), "not a JSON object"),
     ]
     checks += [(~present(name), f"missing field {name}") for name in REQUIRED_RATING_FIELDS]

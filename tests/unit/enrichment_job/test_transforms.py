@@ -57,6 +57,16 @@ def test_each_rating_is_readable_or_has_a_reason(spark: Any) -> None:
     assert [(row.rating_id, row.user_id, row.rating_time) for row in good] == [(1, 7, 1_000)] * 2
 
 
+def test_a_rating_too_large_for_its_enriched_copy_is_a_dead_letter(spark: Any) -> None:
+    small, large = _rating(message="x" * 800), _rating(message="x" * 1_200)
+    rows = T.parse_ratings(_raw(spark, [small, large]), MAX_FUTURE_MS, max_bytes=1_000).orderBy("offset")
+    reasons = [row.dlq_reason for row in rows.collect()]
+    assert reasons[0] is None
+    assert reasons[1] == (
+        "value over 1000 bytes (ENRICH_MAX_RATING_BYTES): its enriched copy would not fit in a Kafka record"
+    )
+
+
 def test_a_rating_time_before_1970_or_too_far_after_its_kafka_timestamp_is_a_dead_letter(spark: Any) -> None:
     sent = datetime(2026, 11, 24, 12, tzinfo=UTC)
     sent_ms = int(sent.timestamp() * 1000)
