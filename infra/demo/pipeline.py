@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,11 +116,21 @@ MODULES = {
 }
 
 
+# Exit codes after which a restart cannot help: a bad setting, or the job fenced by another
+# instance of its name (restarting it would fence that one in turn).
+NO_RESTART = {2: "a bad setting", 3: "another instance of the job took over"}
+BACKOFF_FIRST_S, BACKOFF_MAX_S, STEADY_S = 1.0, 30.0, 60.0
+
+
 @dataclass
 class Child:
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
+    args: tuple[str, ...] = ()
+    module: str = ""
+    started: float = field(default_factory=time.monotonic)
+    restarts: int = 0
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -136,20 +147,22 @@ class Pipeline:
     paths: DemoPaths
     envs: dict[str, dict[str, str]]
     children: dict[str, Child] = field(default_factory=dict)
+    _backoff: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (delay, due)
 
-    def start(self, name: str, args: tuple[str, ...] = ()) -> Child:
+    def start(self, name: str, args: tuple[str, ...] = (), module: str | None = None) -> Child:
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         logfile = self.paths.logs / f"{name}.log"
+        module = module or MODULES[name]
         with logfile.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", MODULES[name], *args],
+                [sys.executable, "-m", module, *args],
                 env={**os.environ, **self.envs[name]},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C reaches the demo only; it stops each child itself
             )
-        child = Child(name, proc, logfile)
+        child = Child(name, proc, logfile, args, module)
         self.children[name] = child
         log.info("started %s (pid %d, log %s)", name, proc.pid, logfile)
         return child
@@ -175,3 +188,34 @@ class Pipeline:
 
     def dead(self) -> list[Child]:
         return [c for name, c in self.children.items() if name != "loadgen" and not c.alive()]
+
+    def supervise(self) -> list[Child]:
+        """Restarts what died, as a process supervisor would: after 1 s, doubling up to 30 s
+        while it keeps dying within a minute of its start. Returns the children that must not
+        be restarted (see NO_RESTART); the load generator is left alone (it has an end)."""
+        final = []
+        now = time.monotonic()
+        for child in self.dead():
+            code = child.proc.returncode
+            if code in NO_RESTART:
+                final.append(child)
+                continue
+            delay, due = self._backoff.get(child.name, (0.0, 0.0))
+            if due == 0.0:  # just found dead: schedule its restart
+                ran = now - child.started  # about: it was found dead now
+                delay = (
+                    BACKOFF_FIRST_S
+                    if ran >= STEADY_S
+                    else min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, 2 * delay))
+                )
+                self._backoff[child.name] = (delay, now + delay)
+                log.warning("%s exited with code %s; restarting it in %.0f s", child.name, code, delay)
+                continue
+            if now < due:
+                continue
+            self._backoff[child.name] = (delay, 0.0)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.proc.pid, signal.SIGKILL)  # what is left of its group
+            restarted = self.start(child.name, child.args, child.module)
+            restarted.restarts = child.restarts + 1
+        return final
