@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -153,6 +154,11 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
     folder starts from it; a folder whose checkpoint and customer table stopped before it is out
     of date, and is rebuilt the same way (a re-run of its batches would write them twice)."""
     run = run_id(settings.checkpoint_dir)
+    if marker is not None and marker.get("run") == run and not query_checkpoint(settings).exists():
+        # The query's checkpoint was deleted under a run that committed: its batch ids would
+        # start again at 0 and be taken for batches already written. A new run it is.
+        (settings.checkpoint_dir / "run_id").unlink()
+        run = run_id(settings.checkpoint_dir)
     if marker is None or marker.get("run") == run:
         return run
     for name, topic in (("ratings_topic", settings.ratings_topic), ("cdc_topic", settings.cdc_topic)):
@@ -239,8 +245,9 @@ class Pipeline:
         self.offsets_dir = query_checkpoint(settings) / "offsets"
         marker = out.marker
         self.state = CdcState.from_json(marker) if marker else table.delta_state
-        self.consumed_to: dict[int, int] = (
-            {int(p): int(o) for p, o in marker.get("consumed_to", {}).items()} if marker else {}
+        self.consumed_to, self.waiting_from = (
+            {int(p): int(o) for p, o in (marker or {}).get(name, {}).items()}
+            for name in ("consumed_to", "waiting_from")
         )
         if marker is not None:
             self._catch_up_table(int(marker["batch_id"]))
@@ -329,6 +336,44 @@ class Pipeline:
                 f"java.lang.InterruptedException: batch {batch_id} cancelled by the stop"
             ) from None
 
+    def _ratings_input(
+        self, batch: DataFrame, batch_id: int, ends: dict[int, int]
+    ) -> tuple[DataFrame, dict[int, int]]:
+        """The ratings this batch takes in, and where they end per partition (`consumed_to`).
+
+        Waiting ratings are held in memory. At ENRICH_MAX_WAITING_RATINGS (the CDC watermark
+        stalled: Connect down, a failed Debezium task) the batch takes no new ones: they stay
+        in Kafka, and `consumed_to` stays where it was. Once fewer wait, the batches read what
+        was left, from `consumed_to` on, at most a batch's worth at a time, before the stream's
+        own ratings. The same covers a restart with ratings left behind."""
+        no_ratings = batch.where(F.lit(False))
+        if self.ratings.waiting_count >= self.settings.max_waiting_ratings:
+            return no_ratings, dict(self.consumed_to)
+        topic = self.settings.ratings_topic
+        starts = batch_ends(self.offsets_dir, batch_id - 1, topic) if batch_id > 0 else {}
+        left = {p: o for p, o in self.consumed_to.items() if o < starts.get(p, o)}
+        if not left:
+            # Read once, straight from Kafka: the batch is not cached, no job reads it twice.
+            return batch.where(self._is_rating), {**self.consumed_to, **ends}
+        share = max(1, self.settings.max_offsets_per_trigger // max(1, len(ends)))
+        froms = {p: self.consumed_to.get(p, starts.get(p, 0)) for p in ends}
+        upto = {p: min(end, froms[p] + share) for p, end in ends.items()}
+        log.info(
+            "batch %d: reading %d ratings left in Kafka earlier",
+            batch_id,
+            sum(upto[p] - froms[p] for p in upto),
+        )
+        raw = (
+            self.spark.read.format("kafka")
+            .options(**self.settings.kafka_options())
+            .option("assign", json.dumps({topic: sorted(upto)}))
+            .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in froms.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in upto.items()}}))
+            .load()
+            .select(*batch.columns)
+        )
+        return raw, {**self.consumed_to, **upto}
+
     def _run(self, batch: DataFrame, batch_id: int) -> None:
         if self.out.committed(batch_id):
             log.info("batch %d is already in Kafka; not writing it again", batch_id)
@@ -347,23 +392,34 @@ class Pipeline:
         watermark = cdc.state.clock_ms
         outputs = [cdc.customers, cdc.dead]
         result = None
-        if self.ratings.waiting_count or any(o > self.consumed_to.get(p, 0) for p, o in ends.items()):
+        ratings_raw, consumed_to = self._ratings_input(batch, batch_id, ends)
+        # Waiting ratings are decided again when the CDC side moved (a heartbeat, a change):
+        # without it, nothing about them can have changed.
+        if consumed_to != self.consumed_to or (self.ratings.waiting_count and cdc.events):
             with steps("ratings"):
-                # Read once, straight from Kafka: the batch is not cached, no job reads it twice.
-                ratings_raw = batch.where(self._is_rating)
                 result = self.ratings.step(ratings_raw, self.table.versions(), watermark, steps)
             outputs += [result.enriched, result.alerts, result.dead]
-        consumed_to = {**self.consumed_to, **ends}
-        waiting_from = result.waiting_from if result is not None else {}
+        deferred = sum(max(0, end - consumed_to.get(p, end)) for p, end in ends.items())
+        if deferred:
+            log.warning(
+                "batch %d: %d ratings left in Kafka for later: %d are waiting for the CDC watermark "
+                "(ENRICH_MAX_WAITING_RATINGS %d)",
+                batch_id,
+                deferred,
+                self.ratings.waiting_count,
+                settings.max_waiting_ratings,
+            )
+        waiting_from = result.waiting_from if result is not None else self.waiting_from
         counts = {
             "new": result.new if result else 0,
             "enriched": len(result.enriched) if result else 0,
             "alerts": len(result.alerts) if result else 0,
             "dlq": len(cdc.dead) + (len(result.dead) if result else 0),
-            "waiting": (result.waiting.num_rows if result and result.waiting is not None else 0),
+            "waiting": self.ratings.waiting_count if result is None else _rows(result.waiting),
             "cdc_events": cdc.events,
             "changes": cdc.changes,
             "duplicates": cdc.duplicates,
+            "deferred": deferred,
         }
         marker = {
             "ratings_topic": settings.ratings_topic,
@@ -376,12 +432,16 @@ class Pipeline:
         with steps("kafka"):
             self.out.write(batch_id, outputs, marker)
         # Committed: now the state moves on, and the table keeps the new versions.
-        self.state, self.consumed_to = cdc.state, consumed_to
+        self.state, self.consumed_to, self.waiting_from = cdc.state, consumed_to, waiting_from
         if result is not None:
             self.ratings.waiting = result.waiting
         if cdc.changes:
             self.table.commit(batch_id, cdc.versions, cdc.state)
         self.metrics.batch(batch_id, counts, watermark, time.monotonic() - started, steps)
+
+
+def _rows(table: "pa.Table | None") -> int:
+    return 0 if table is None else table.num_rows
 
 
 def _kafka_stream(spark: SparkSession, settings: JobSettings, starting: str) -> DataFrame:
@@ -447,7 +507,7 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         .start()
     )
     log.info(
-        "enrichment job %s running (run %s); metrics in %s", settings.job_name, run, settings.metrics_file
+        "enrichment job %r running (run %s); metrics in %s", settings.job_name, run, settings.metrics_file
     )
     if spark.sparkContext.uiWebUrl:
         log.info("Spark UI at %s", spark.sparkContext.uiWebUrl)

@@ -71,6 +71,12 @@ class JobSettings(BaseSettings):
         le=10 * 365 * 86_400_000,
         description="a rating_time further ahead of its Kafka record's timestamp goes to the DLQ",
     )
+    max_waiting_ratings: int = Field(
+        500_000,
+        gt=0,
+        description="ratings held in memory waiting for the CDC watermark; at this many, new "
+        "ratings stay in Kafka until fewer wait (memory: about this plus one batch)",
+    )
     max_rating_bytes: int = Field(
         900_000,
         ge=1_000,

@@ -1,4 +1,5 @@
-"""The job's reading of Spark's offset log (where a batch's ratings end), and its Spark session's UI."""
+"""The job's reading of Spark's offset log (where a batch's ratings end), how a state folder
+continues the job name's last commit, and its Spark session's UI."""
 
 import json
 import os
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from enrichment_job.app import batch_ends
+from enrichment_job.app import TopicsChanged, batch_ends, claim_state, query_checkpoint, starting_offsets
+from enrichment_job.settings import JobSettings
 
 METADATA = '{"batchWatermarkMs":0,"batchTimestampMs":1795461102505,"conf":{}}'
 
@@ -36,6 +38,62 @@ def test_a_missing_or_unknown_file_stops_the_batch_naming_it(tmp_path: Path) -> 
     (tmp_path / "4").write_text("v2\n{}\n{}")
     with pytest.raises(RuntimeError, match="not an offset log file of a known version"):
         batch_ends(tmp_path, 4, "ratings")
+
+
+def _settings(tmp_path: Path) -> JobSettings:
+    return JobSettings(state_dir=tmp_path / "state", job_name="job-a")
+
+
+def _marker(run: str, **fields: object) -> dict[str, object]:
+    return {
+        "batch_id": 41,
+        "run": run,
+        "ratings_topic": "ratings",
+        "cdc_topic": "asgard.demo.customers",
+    } | fields
+
+
+def test_a_folder_goes_on_with_its_own_run_when_the_last_commit_is_its_own(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    first = claim_state(settings, None)
+    query_checkpoint(settings).mkdir(parents=True)
+    assert claim_state(settings, _marker(first)) == first
+    assert query_checkpoint(settings).exists()
+
+
+def test_a_folder_behind_another_runs_commit_is_rebuilt_under_a_new_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = _settings(tmp_path)
+    mine = claim_state(settings, None)
+    query_checkpoint(settings).mkdir(parents=True)
+    settings.table_path.mkdir(parents=True)
+    run = claim_state(settings, _marker("another-host"))
+    assert run != mine
+    assert not query_checkpoint(settings).exists() and not settings.table_path.exists()
+    assert "out of date" in caplog.text
+
+
+def test_a_deleted_query_checkpoint_is_a_new_run_not_a_replay_of_batch_ids(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    mine = claim_state(settings, None)  # committed batches 0..41, then checkpoints/pipeline went
+    assert claim_state(settings, _marker(mine)) != mine
+
+
+def test_a_job_name_used_for_other_topics_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(TopicsChanged, match="setting ENRICH_JOB_NAME: job 'job-a' last committed reading"):
+        claim_state(_settings(tmp_path), _marker("other", ratings_topic="other-ratings"))
+
+
+def test_a_new_run_starts_where_the_last_commit_left_both_topics(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    assert starting_offsets(settings, None, lambda topic: [0]) == "earliest"
+    marker = _marker("x", consumed_to={"0": 120, "1": 7}, cdc_to={"0": 9000})
+    parts = {"ratings": [0, 1, 2], "asgard.demo.customers": [0]}
+    assert json.loads(starting_offsets(settings, marker, parts.__getitem__)) == {
+        "ratings": {"0": 120, "1": 7, "2": -2},  # a partition it never read: from its start
+        "asgard.demo.customers": {"0": 9000},
+    }
 
 
 _SESSION = """
