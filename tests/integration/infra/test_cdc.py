@@ -7,7 +7,12 @@ import urllib.request
 from datetime import datetime
 from typing import Any
 
+import pymysql
+import pytest
 from confluent_kafka import Consumer, TopicPartition
+
+from infra.stack.secrets import read_env_file
+from infra.stack.settings import StackSettings
 
 StackEnv = dict[str, str]
 CDC_TOPIC = "asgard.demo.customers"
@@ -133,3 +138,28 @@ def test_connect_resolves_only_the_allowlisted_environment_variables(stack_env: 
     # Not on the list: left as written (and so an invalid host name), never the worker's HOME.
     (error,) = _hostname_errors(stack_env, "${env:HOME}")
     assert "${env:HOME} has invalid format" in error
+
+
+def test_the_debezium_user_reads_only_the_captured_tables(stack_env: StackEnv) -> None:
+    settings = StackSettings()
+    secrets = read_env_file(settings.state_dir / "secrets.env")
+    conn = pymysql.connect(
+        host=stack_env["MARIADB_HOST"],
+        port=int(stack_env["MARIADB_PORT"]),
+        user="debezium",
+        password=secrets["DEBEZIUM_DB_PASSWORD"],
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW GRANTS")
+            grants = sorted(row[0] for row in cur.fetchall())
+            cur.execute("SELECT COUNT(*) FROM demo.customers")  # the snapshot's read
+            with pytest.raises(pymysql.err.OperationalError, match="denied"):
+                cur.execute("SELECT COUNT(*) FROM mysql.user")
+    finally:
+        conn.close()
+    assert [g.split(" TO ")[0] for g in grants] == [
+        "GRANT RELOAD, SHOW DATABASES, REPLICATION SLAVE, BINLOG MONITOR ON *.*",
+        "GRANT SELECT ON `demo`.`customers`",
+        "GRANT SELECT ON `demo`.`debezium_heartbeat`",
+    ]
