@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STACK := $(BIN)/python -m infra.stack
 
-.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job bench-table bench-views lake-query views-job views-api view
+.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job bench-table bench-views faults lake-query views-job views-api view
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -88,6 +88,9 @@ bench-job: up ## enrichment job figures: fixed-rate latency and saturation throu
 
 bench-views: up ## the views beside the job at 5,000/s: job latency, views freshness, pull queries, service restart (ARGS="--in-job")
 	$(BIN)/python -m infra.bench.views $(ARGS)
+
+faults: up ## the fault matrix under load: crashes, outages, hostile input; a table and bench-results/faults.json (ARGS="--quick")
+	$(BIN)/python -m infra.faults $(ARGS)
 
 bench-table: up ## per-batch cost of re-reading the customer table from Delta vs keeping it in memory, by size
 	$(BIN)/python -m infra.bench.table $(ARGS)

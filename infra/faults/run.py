@@ -1,0 +1,425 @@
+"""One fault matrix run: the demo's pipeline (the enrichment job, the views job, the four
+services) started once, the Slack notifier in bot mode against a local fake of Slack's Web API;
+then, per scenario, load from the load generator, the fault injected while it runs, the time
+until every stage has caught up again, and every stage reconciled against what was produced.
+
+Processes that die are restarted with back-off, as a supervisor would (`Pipeline.supervise`),
+except after exit code 2 (a bad setting) or 3 (the job fenced by another instance of its name).
+"""
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from confluent_kafka import Producer
+
+from infra.demo.__main__ import Demo
+from infra.demo.figures import TOPICS, read_json
+from infra.demo.pipeline import MODULES, DemoPaths
+from infra.demo.reconcile import Reconciliation, TopicCounter, es_count, lake_ids
+from infra.faults.scenarios import Scenario, poison_records
+from infra.slack.fake import CHANNEL, TOKEN, FakeSlack
+from infra.stack.bootstrap import _os_user
+from infra.stack.clients import app_db
+from infra.stack.components import mariadb_socket
+from infra.stack.settings import StackSettings
+from infra.stack.supervise import Supervisor
+
+log = logging.getLogger("faults")
+
+
+@dataclass
+class Row:
+    """One line of the matrix."""
+
+    fault: str
+    injected: str
+    expected: str
+    ratings: int | None = None
+    lost: int | None = None
+    duplicated: int | None = None
+    alerts_lost: int | None = None
+    alerts_duplicated: int | None = None
+    es_missing: int | None = None
+    lake_lost: int | None = None
+    lake_duplicated: int | None = None
+    slack_lost: int | None = None
+    slack_duplicated: int | None = None
+    dlq: str = ""
+    views_ok: bool | None = None
+    recovered_s: float | None = None
+    restarts: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    ok: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Faults:
+    """What an injection can do to the running pipeline and stack (see scenarios.py)."""
+
+    def __init__(self, run: "FaultRun", seed: int) -> None:
+        self.run = run
+        self.rng = random.Random(seed)
+        self.slack = run.slack
+        self.notes: list[str] = []
+        self.lock = run.lock
+        self.sup = Supervisor(StackSettings())
+        self.ended_at = time.monotonic()
+
+    def note(self, text: str) -> None:
+        log.info("note: %s", text)
+        self.notes.append(text)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def kill(self, name: str) -> None:
+        with self.lock:
+            child = self.run.pipeline.children[name]
+            if child.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.proc.pid, signal.SIGKILL)
+                child.proc.wait(30)
+        log.info("killed %s (SIGKILL)", name)
+
+    def wait_alive(self, name: str, timeout_s: float = 120) -> None:
+        """Until the supervisor has restarted it (the next kill hits the new process)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.run.pipeline.children[name].alive():
+                    return
+            time.sleep(0.5)
+
+    def stop_component(self, name: str) -> None:
+        log.info("stopping %s", name)
+        self.sup.stop(name)
+
+    def start_component(self, name: str) -> None:
+        log.info("starting %s", name)
+        self.sup.start(name)
+
+    def change_customer(self) -> None:
+        db = app_db(self.run.stack)
+        try:
+            with db.cursor() as cur:
+                cur.execute("SELECT MIN(id), MAX(id) FROM customers")
+                low, high = cur.fetchone()
+                status = self.rng.choice(["bronze", "silver", "gold", "platinum"])
+                cur.execute(
+                    "UPDATE customers SET club_status = %s WHERE id = %s",
+                    (status, self.rng.randint(low, high)),
+                )
+            db.commit()
+        finally:
+            db.close()
+
+    def admin_sql(self, sql: str) -> None:
+        """As the database's local admin, over its socket (DDL: the app's user may not)."""
+        log.info("admin SQL: %s", sql)
+        subprocess.run(
+            ["mariadb", f"--socket={mariadb_socket(StackSettings())}", "-u", _os_user(), "-e", sql],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+
+    def produce_poison(self) -> None:
+        kinds = poison_records(int(time.time() * 1000), 1)
+        producer = Producer(
+            {
+                "bootstrap.servers": self.run.stack["KAFKA_BOOTSTRAP_SERVERS"],
+                "message.max.bytes": 2_000_000,
+                "compression.type": "none",
+            }
+        )
+        for what, key, value in kinds:
+            producer.produce(TOPICS["ratings"], key=key, value=value)
+            log.info("poison: %s (%d bytes)", what, len(value))
+        if producer.flush(30):
+            raise RuntimeError("poison ratings were not all delivered")
+        self.run.injected_bad += len(kinds)
+
+    def start_extra(self, name: str) -> None:
+        """A second instance of a service, in the same consumer group."""
+        pipeline = self.run.pipeline
+        env = {
+            k: str(self.run.paths.metrics(f"{name}-2")) if k.endswith("_METRICS_FILE") else v
+            for k, v in pipeline.envs[name].items()
+        }
+        with self.lock:
+            pipeline.envs[f"{name}-2"] = env
+            pipeline.start(f"{name}-2", module=MODULES[name])
+
+    def stop_extra(self, name: str) -> None:
+        with self.lock:
+            self.run.pipeline.stop(f"{name}-2")
+            self.run.pipeline.children.pop(f"{name}-2", None)
+
+    def take_over_job(self, same_state: bool) -> None:
+        """A second enrichment job under the same name; the first must be fenced (exit 3), the
+        second takes its place in the pipeline."""
+        pipeline = self.run.pipeline
+        with self.lock:
+            first = pipeline.children["enrichment"]
+            env = dict(pipeline.envs["enrichment"])
+            if not same_state:
+                env["ENRICH_STATE_DIR"] = str(self.run.paths.root / f"enrichment-{time.time_ns()}")
+            pipeline.envs["enrichment-2"] = env
+            pipeline.start("enrichment-2", module=MODULES["enrichment"])
+        try:
+            code = first.proc.wait(300)
+        except subprocess.TimeoutExpired:
+            self.note("the first job was not fenced within 300 s")
+            return
+        self.note(f"the first job exited with code {code}" + (" (fenced)" if code == 3 else ""))
+        with self.lock:
+            second = pipeline.children.pop("enrichment-2")
+            pipeline.children["enrichment"] = second
+            pipeline.envs["enrichment"] = env
+
+
+class FaultRun(Demo):
+    """The demo's pipeline, supervised, with a fake Slack behind the notifier."""
+
+    def __init__(self, args: argparse.Namespace, stack: dict[str, str], paths: DemoPaths) -> None:
+        super().__init__(args, stack, paths)
+        self.slack = FakeSlack()
+        self.pipeline.envs["slack_notifier"].update(
+            {
+                "SLACK_BOT_TOKEN": TOKEN,
+                "SLACK_CHANNEL": CHANNEL,
+                "SLACK_BASE_URL": self.slack.base_url,
+                "SLACK_TIMEOUT_S": "5",
+            }
+        )
+        # A cap the 10-minute CDC stall reaches: past it, ratings are left in Kafka.
+        self.pipeline.envs["enrichment"]["ENRICH_MAX_WAITING_RATINGS"] = "100000"
+        self.lock = threading.Lock()
+        self.final: list[str] = []  # children that ended for good (exit 2 or 3)
+        self._shown = 0.0
+
+    def _check_children(self) -> None:
+        with self.lock:
+            for child in self.pipeline.supervise():
+                if child.name not in self.final:
+                    log.warning("%s exited with %s: not restarted", child.name, child.proc.returncode)
+                    self.final.append(child.name)
+
+    def show(self, phase: str) -> None:
+        """A progress line every 10 s (the demo's screen asks the broker for more than that,
+        and the broker may be the thing that is down)."""
+        now = time.monotonic()
+        if now - self._shown >= 10:
+            self._shown = now
+            print(f"[{time.strftime('%H:%M:%S')}] {phase}", flush=True)
+
+    def scenario(self, scn: Scenario, seed: int) -> Row:
+        row = Row(scn.name, scn.injected, scn.expected)
+        log.info("==> %s: %s", scn.name, scn.injected)
+        print(f"==> {scn.name}: {scn.injected}", flush=True)
+        self.start_offsets = {role: self.observer.ends(role) for role in TOPICS}
+        self.paths.metrics("loadgen").unlink(missing_ok=True)
+        self.slack.messages.clear()
+        self.injected_bad = 0
+        restarts_before = {n: c.restarts for n, c in self.pipeline.children.items()}
+        rate = scn.rate or self.args.rate
+        load_args = tuple(
+            f"{x}"
+            for x in (
+                "--rate",
+                rate,
+                "--customers",
+                self.args.customers,
+                "--duration",
+                scn.load_s,
+                "--seed",
+                seed,
+            )
+        )
+        with self.lock:
+            loadgen = self.pipeline.start("loadgen", load_args)
+        faults = Faults(self, seed)
+        injector = threading.Thread(target=self._inject, args=(scn, faults), daemon=True)
+        time.sleep(3)  # the first ratings are out before anything breaks
+        injector.start()
+        recovery: Recovery | None = None
+        deadline = time.monotonic() + scn.load_s + self.args.drain_timeout
+        while injector.is_alive() or loadgen.alive() or (recovery and recovery.seconds is None):
+            self._check_children()
+            if not injector.is_alive() and recovery is None:
+                recovery = self._recovery(faults.ended_at)
+            if recovery is not None and recovery.seconds is None:
+                recovery.poll()
+            if time.monotonic() > deadline:
+                faults.note("did not recover within the load and the drain timeout")
+                break
+            time.sleep(1)
+        if recovery is not None:
+            row.recovered_s = recovery.seconds
+            recovery.close()
+        result = self.reconcile()
+        self._fill(row, result, faults)
+        row.restarts = {
+            n: c.restarts - restarts_before.get(n, 0)
+            for n, c in self.pipeline.children.items()
+            if c.restarts - restarts_before.get(n, 0)
+        }
+        print(result.text(), flush=True)
+        return row
+
+    def _inject(self, scn: Scenario, faults: Faults) -> None:
+        try:
+            scn.inject(faults)
+        except Exception as err:  # a failed injection is a finding of the row
+            log.exception("injection of %s failed", scn.name)
+            faults.note(f"the injection failed: {err}")
+        faults.ended_at = time.monotonic()
+
+    def _recovery(self, fault_end: float) -> "Recovery | None":
+        """Follows the stages from the end of the fault until they hold every rating produced
+        until then (None when the load generator has not reported yet)."""
+        load = read_json(self.paths.metrics("loadgen"))
+        if "first_rating_id" not in load:
+            return None
+        ids = (int(load["first_rating_id"]), int(load["last_rating_id"]))
+        counter = TopicCounter(self.stack["KAFKA_BOOTSTRAP_SERVERS"], self.start_offsets["enriched"], ids)
+        return Recovery(self, fault_end, ids, counter)
+
+    def _fill(self, row: Row, result: Reconciliation, faults: Faults) -> None:
+        checks = {c.name.strip(): c for c in result.checks}
+
+        def got(name: str) -> int | None:
+            check = checks.get(name)
+            return None if check is None else check.got
+
+        produced = got("ratings produced") or 0
+        total, distinct = got("enriched records"), got("distinct ratings enriched")
+        alerts, alerts_distinct = got("alerts (stars < 3, platinum)"), got("distinct alerts")
+        should_alert = checks["distinct alerts"].want if "distinct alerts" in checks else None
+        row.ratings = produced
+        if total is not None and distinct is not None:
+            row.lost, row.duplicated = produced - distinct, total - distinct
+        if alerts is not None and alerts_distinct is not None and should_alert is not None:
+            row.alerts_lost, row.alerts_duplicated = should_alert - alerts_distinct, alerts - alerts_distinct
+        es = got("Elasticsearch documents")
+        row.es_missing = None if es is None else produced - es
+        lake, lake_distinct = got("lake rows"), got("distinct ratings in the lake")
+        if lake is not None and lake_distinct is not None:
+            row.lake_lost, row.lake_duplicated = produced - lake_distinct, lake - lake_distinct
+        load = read_json(self.paths.metrics("loadgen"))
+        first, last = int(load.get("first_rating_id", 0)), int(load.get("last_rating_id", -1))
+        posted = {i: n for i, n in self.slack.covered().items() if first <= i <= last}
+        if should_alert is not None:
+            row.slack_lost = should_alert - len(posted)
+            row.slack_duplicated = sum(posted.values()) - len(posted)
+        dlq = checks.get("enrichment-dlq")
+        if dlq is not None:
+            row.dlq = f"{dlq.got}/{dlq.want}"
+        views = checks.get("customer_ratings rows of the run's customers")
+        row.views_ok = None if views is None else views.ok
+        row.notes = [*faults.notes, *[f"{n} ended for good" for n in self.final]]
+        self.final.clear()
+        lost_or_doubled = [
+            row.lost,
+            row.duplicated,
+            row.alerts_lost,
+            row.alerts_duplicated,
+            row.es_missing,
+            row.lake_lost,
+            row.lake_duplicated,
+            row.slack_lost,
+            row.slack_duplicated,
+        ]
+        row.ok = (
+            all(v == 0 for v in lost_or_doubled)
+            and (dlq is None or dlq.ok)
+            and row.views_ok is not False
+            and row.recovered_s is not None
+        )
+
+
+class Recovery:
+    """Polled until the enriched topic, Elasticsearch and the lake hold all of `ids`."""
+
+    def __init__(self, run: FaultRun, since: float, ids: tuple[int, int], counter: TopicCounter) -> None:
+        self.run, self.since, self.ids, self.counter = run, since, ids, counter
+        self.want = ids[1] - ids[0] + 1
+        self.seconds: float | None = None
+        self._next = 0.0
+
+    def poll(self) -> None:
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + 2
+        self.counter.read()
+        if len(self.counter.ids) < self.want:
+            return
+        if es_count(self.run.stack["ELASTICSEARCH_URL"], "ratings", self.ids) != self.want:
+            return
+        lake = lake_ids(self.run.lake, self.ids)
+        if lake is not None and len(lake) >= self.want:
+            self.seconds = round(time.monotonic() - self.since, 1)
+
+    def close(self) -> None:
+        self.counter.close()
+
+
+def write_matrix(rows: list[Row], path: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": [r.as_json() for r in rows]}, indent=1))
+
+
+COLUMNS = (
+    ("fault", "fault"),
+    ("ratings", "ratings"),
+    ("lost", "lost"),
+    ("duplicated", "dup"),
+    ("alerts_lost", "alerts lost"),
+    ("alerts_duplicated", "alerts dup"),
+    ("es_missing", "ES missing"),
+    ("lake_lost", "lake lost"),
+    ("lake_duplicated", "lake dup"),
+    ("slack_lost", "Slack lost"),
+    ("slack_duplicated", "Slack dup"),
+    ("dlq", "DLQ got/want"),
+    ("views_ok", "views"),
+    ("recovered_s", "recovered s"),
+    ("ok", "ok"),
+)
+
+
+def table(rows: list[Row]) -> str:
+    """The matrix as a Markdown table, then what was injected and noted per row."""
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, bool):
+            return "yes" if value else "NO"
+        return f"{value:,}" if isinstance(value, int) else str(value)
+
+    lines = [
+        "| " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    for row in rows:
+        data = row.as_json()
+        lines.append("| " + " | ".join(cell(data[key]) for key, _ in COLUMNS) + " |")
+    lines.append("")
+    for row in rows:
+        restarts = ", ".join(f"{n} {k}x" for n, k in row.restarts.items()) or "none"
+        lines.append(f"- {row.fault}: {row.injected}. Expected: {row.expected}. Restarts: {restarts}.")
+        lines += [f"  - {note}" for note in row.notes]
+    return "\n".join(lines)

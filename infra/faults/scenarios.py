@@ -1,0 +1,248 @@
+"""The rows of the fault matrix: what each injects, while the load generator runs, and what is
+expected of it. Each `inject` gets a `Faults` handle (see run.py) and returns when its fault is
+over; the run then measures the time to recover and reconciles every stage."""
+
+import base64
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infra.faults.run import Faults
+
+ONCE = "each rating enriched, indexed and in the lake once; each alert raised and posted once"
+MS_PER_YEAR = 365 * 86_400_000
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    injected: str
+    inject: "Callable[[Faults], None]"
+    load_s: float  # seconds of load; the fault happens inside them
+    quick: bool = False  # also in the quick matrix that CI runs
+    expected: str = ONCE
+    rate: float | None = None  # ratings/s; None: the run's --rate
+
+
+def _kill_job(kills: int, gap_s: tuple[float, float]) -> "Callable[[Faults], None]":
+    def inject(f: "Faults") -> None:
+        for i in range(kills):
+            f.sleep(f.rng.uniform(*gap_s))
+            if i % 2:  # right after a customer change, before the job can have committed it
+                f.change_customer()
+                time.sleep(f.rng.uniform(0, 0.3))
+            f.kill("enrichment")
+            f.wait_alive("enrichment")
+
+    return inject
+
+
+def _down(component: str, seconds: float) -> "Callable[[Faults], None]":
+    def inject(f: "Faults") -> None:
+        f.sleep(10)
+        f.stop_component(component)
+        f.sleep(seconds)
+        f.start_component(component)
+
+    return inject
+
+
+def _kill_sinks(f: "Faults") -> None:
+    for name in ("es_sink", "s3_sink", "slack_notifier"):
+        f.sleep(8)
+        f.kill(name)
+
+
+def _two_sinks(f: "Faults") -> None:
+    """A second ES sink and S3 sink join their groups (a rebalance), then the first ones are
+    killed (another), then the second ones stop (a third)."""
+    f.sleep(8)
+    for name in ("es_sink", "s3_sink"):
+        f.start_extra(name)
+    f.sleep(20)
+    for name in ("es_sink", "s3_sink"):
+        f.kill(name)
+    f.sleep(20)
+    for name in ("es_sink", "s3_sink"):
+        f.stop_extra(name)
+
+
+def _second_job(same_state: bool) -> "Callable[[Faults], None]":
+    def inject(f: "Faults") -> None:
+        f.sleep(10)
+        f.take_over_job(same_state)
+
+    return inject
+
+
+def _slack_rate_limited(retry_after_s: int) -> "Callable[[Faults], None]":
+    def inject(f: "Faults") -> None:
+        f.sleep(10)
+        f.slack.rate_limit(3, retry_after_s)
+        f.sleep(retry_after_s + 10)
+
+    return inject
+
+
+def _slack_kill_after_post(f: "Faults") -> None:
+    """Slack stores a post but its answer is held: the notifier is killed before it hears."""
+    f.sleep(5)
+    f.slack.hold(1)
+    if not f.slack.held.wait(60):
+        f.note("no alert came to hold within 60 s")
+        f.slack.release()
+        return
+    f.kill("slack_notifier")
+    f.slack.release()
+
+
+def _schema_change(f: "Faults") -> None:
+    f.sleep(10)
+    f.admin_sql("ALTER TABLE demo.customers ADD COLUMN loyalty_points INT NULL")
+    f.sleep(10)
+    f.change_customer()
+    f.admin_sql("ALTER TABLE demo.customers MODIFY comments VARCHAR(2000)")
+    f.sleep(10)
+    f.change_customer()
+    f.admin_sql("ALTER TABLE demo.customers RENAME COLUMN loyalty_points TO points")
+    f.sleep(10)
+    f.change_customer()
+    f.admin_sql("ALTER TABLE demo.customers DROP COLUMN points, MODIFY comments VARCHAR(1000)")
+
+
+def poison_records(now_ms: int, first_id: int) -> list[tuple[str, bytes | None, bytes]]:
+    """(what, key, value) of every kind of hostile rating: each must end in the job's DLQ (or be
+    recorded by reference when even its dead letter cannot be written), none may stop a stage."""
+
+    def rating(rid: int, **fields: object) -> bytes:
+        body = {
+            "rating_id": rid,
+            "user_id": 1,
+            "stars": 2,
+            "route_id": 1,
+            "rating_time": now_ms,
+            "channel": "web",
+            "message": "poison",
+        }
+        return json.dumps({**body, **fields}).encode()
+
+    # Near the broker's 1 MiB record limit, and incompressible: its enriched copy and its dead
+    # letter with headers are over it.
+    big = base64.b64encode(random.Random(1).randbytes(780_000)).decode()
+    kinds: list[tuple[str, bytes | None, bytes]] = [
+        ("rating_time at the top of the long range", b"1", rating(first_id, rating_time=2**63 - 1)),
+        ("rating_time where + grace overflows", b"1", rating(first_id + 1, rating_time=2**63 - 2_000)),
+        ("rating_time before year 1", b"1", rating(first_id + 2, rating_time=-62_200_000_000_000)),
+        ("rating_time at the bottom of the long range", b"1", rating(first_id + 3, rating_time=-(2**63))),
+        ("rating_time a year ahead", b"1", rating(first_id + 4, rating_time=now_ms + MS_PER_YEAR)),
+        ("stars out of range", b"1", rating(first_id + 5, stars=99)),
+        ("user_id not a number", b"1", rating(first_id + 6, user_id="abc")),
+        ("user_id null", None, rating(first_id + 7, user_id=None)),
+        ("rating_id missing", b"1", json.dumps({"user_id": 1, "stars": 2}).encode()),
+        ("a JSON array", b"1", b"[1, 2, 3]"),
+        ("not JSON", b"1", b"{not json"),
+        ("not UTF-8", b"1", b"\xff\xfe\x00{"),
+        ("empty value", b"1", b""),
+        ("a message near Kafka's 1 MiB record limit", b"1", rating(first_id + 8, message=big)),
+    ]
+    return kinds
+
+
+def _poison(f: "Faults") -> None:
+    f.sleep(10)
+    f.produce_poison()
+
+
+SCENARIOS = [
+    Scenario(
+        "job-kill",
+        "SIGKILL of the enrichment job 3 times, one right after a customer change",
+        _kill_job(3, (10, 25)),
+        load_s=150,
+        quick=True,
+    ),
+    Scenario(
+        "job-kill-20",
+        "SIGKILL of the enrichment job 20 times at random moments, half right after a customer change",
+        _kill_job(20, (5, 25)),
+        load_s=420,
+    ),
+    Scenario("broker-30s", "Kafka stopped for 30 s, then started", _down("kafka", 30), load_s=90, quick=True),
+    Scenario("broker-3min", "Kafka stopped for 3 min, then started", _down("kafka", 180), load_s=240),
+    Scenario(
+        "connect-10min",
+        "Kafka Connect (Debezium) stopped for 10 min at 300 ratings/s, then started",
+        _down("connect", 600),
+        load_s=630,
+        rate=300,
+        expected=ONCE + "; at the job's cap of waiting ratings, the rest left in Kafka",
+    ),
+    Scenario(
+        "connect-restart", "Kafka Connect stopped for 20 s, then started", _down("connect", 20), load_s=60
+    ),
+    Scenario("mariadb-restart", "MariaDB stopped for 20 s, then started", _down("mariadb", 20), load_s=60),
+    Scenario(
+        "poison-ratings",
+        "14 hostile ratings (times at the ends of the long range, a year ahead, wrong types, "
+        "not JSON, a record near Kafka's limit)",
+        _poison,
+        load_s=40,
+        quick=True,
+        expected=ONCE + "; every hostile rating in the DLQ or recorded by reference",
+    ),
+    Scenario(
+        "second-job-other-state",
+        "a second enrichment job, same job name, its own state folder",
+        _second_job(same_state=False),
+        load_s=120,
+        quick=True,
+        expected=ONCE + "; the first job fenced (exit 3), the second goes on",
+    ),
+    Scenario(
+        "second-job-same-state",
+        "a second enrichment job on the same state folder",
+        _second_job(same_state=True),
+        load_s=120,
+        expected=ONCE + "; the first job fenced (exit 3), the second goes on",
+    ),
+    Scenario(
+        "sinks-kill",
+        "SIGKILL of the ES sink, the S3 sink and the Slack notifier",
+        _kill_sinks,
+        load_s=60,
+        quick=True,
+    ),
+    Scenario(
+        "sinks-rebalance",
+        "a second ES sink and S3 sink join, the first ones are killed, the second ones stop",
+        _two_sinks,
+        load_s=80,
+    ),
+    Scenario(
+        "elasticsearch-2min", "Elasticsearch stopped for 2 min", _down("elasticsearch", 120), load_s=180
+    ),
+    Scenario("s3-2min", "the S3 server stopped for 2 min", _down("s3", 120), load_s=180),
+    Scenario(
+        "slack-429",
+        "Slack answers 429 with Retry-After: 60 to three posts",
+        _slack_rate_limited(60),
+        load_s=90,
+    ),
+    Scenario(
+        "slack-kill-after-post",
+        "SIGKILL of the Slack notifier after Slack stored a post, before it heard back",
+        _slack_kill_after_post,
+        load_s=60,
+        quick=True,
+    ),
+    Scenario(
+        "schema-change",
+        "demo.customers: a column added, a column widened, a column renamed, then all undone",
+        _schema_change,
+        load_s=60,
+    ),
+]
