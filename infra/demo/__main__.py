@@ -28,7 +28,15 @@ from pydantic import SecretStr
 from enrichment_job.metrics import caught_up
 from infra.demo import views
 from infra.demo.figures import TOPICS, Observer, read_json
-from infra.demo.pipeline import MODULES, NO_RESTART, SPARK_JOBS, DemoPaths, Pipeline, service_envs
+from infra.demo.pipeline import (
+    MODULES,
+    NO_RESTART,
+    SPARK_JOBS,
+    DemoPaths,
+    Pipeline,
+    running_stack,
+    service_envs,
+)
 from infra.demo.reconcile import (
     ALERT_RULE,
     Check,
@@ -42,9 +50,7 @@ from infra.demo.reconcile import (
 from infra.demo.slack_posts import posted_ids
 from infra.demo.view import CLEAR, frame
 from infra.stack.health import s3_client
-from infra.stack.secrets import read_env_file
 from infra.stack.settings import StackSettings
-from infra.stack.stack import stack_env_path
 from services.s3_sink.config import S3SinkSettings
 
 log = logging.getLogger("demo")
@@ -301,12 +307,8 @@ class Demo:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse(argv)
-    env_path = stack_env_path(StackSettings())
-    if not env_path.exists():
-        print(f"error: the local stack is not up ({env_path} is missing): run `make up`", file=sys.stderr)
-        return 2
-    stack = read_env_file(env_path)
-    demo = Demo(args, stack, DemoPaths(env_path.parent / "demo"))
+    stack, state = running_stack()
+    demo = Demo(args, stack, DemoPaths(state / "demo"))
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     try:

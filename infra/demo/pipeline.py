@@ -12,6 +12,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.stack.secrets import read_env_file
+from infra.stack.settings import StackSettings
+from infra.stack.stack import stack_env_path
+
 log = logging.getLogger("demo")
 
 
@@ -103,6 +107,16 @@ def service_envs(stack: dict[str, str], paths: DemoPaths) -> dict[str, dict[str,
             "LOADGEN_METRICS_FILE": str(paths.metrics("loadgen")),
         },
     }
+
+
+def running_stack() -> tuple[dict[str, str], Path]:
+    """How clients reach the running stack (what `make up` wrote) and the folder it sits in;
+    exits 2 with the command to run when the stack is not up."""
+    env_path = stack_env_path(StackSettings())
+    if not env_path.exists():
+        print(f"error: the local stack is not up ({env_path} is missing): run `make up`", file=sys.stderr)
+        sys.exit(2)
+    return read_env_file(env_path), env_path.parent
 
 
 MODULES = {

@@ -19,12 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from infra.demo.pipeline import DemoPaths
+from infra.demo.pipeline import DemoPaths, running_stack
 from infra.faults.run import FaultRun, Row, table, write_matrix
 from infra.faults.scenarios import SCENARIOS
-from infra.stack.secrets import read_env_file
-from infra.stack.settings import REPO_ROOT, StackSettings
-from infra.stack.stack import stack_env_path
+from infra.stack.settings import REPO_ROOT
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -64,12 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [by_name[n] for n in args.only]
     else:
         chosen = [s for s in SCENARIOS if s.quick or not args.quick]
-    env_path = stack_env_path(StackSettings())
-    if not env_path.exists():
-        print(f"error: the local stack is not up ({env_path} is missing): run `make up`", file=sys.stderr)
-        return 2
-    stack = read_env_file(env_path)
-    run = FaultRun(args, stack, DemoPaths(env_path.parent / "faults"))
+    stack, state = running_stack()
+    run = FaultRun(args, stack, DemoPaths(state / "faults"))
     rows: list[Row] = []
     began = time.monotonic()
     for sig in (signal.SIGINT, signal.SIGTERM):  # both stop the run and every process it started
