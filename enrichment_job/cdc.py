@@ -6,6 +6,7 @@ batch's change events come to the driver in one Spark job, as Arrow columns: not
 in Python, and no further job to learn the watermark or to keep the new versions.
 """
 
+import logging
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -24,6 +25,8 @@ from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState
 from enrichment_job.transforms import binlog_type, cdc_clock, dead_letters, parse_cdc, version_columns
 
+log = logging.getLogger("enrichment_job")
+
 HEADERS = "array<struct<key:string,value:binary>>"
 
 
@@ -35,6 +38,7 @@ class CdcResult:
     dead: Records  # unreadable change events
     events: int  # CDC records read (heartbeats and tombstones included)
     duplicates: int  # changes Debezium sent again, skipped
+    regressions: int = 0  # of the duplicates, those in an earlier binlog file than one read
 
     @property
     def changes(self) -> int:
@@ -49,6 +53,7 @@ class CdcResult:
             dead=_concat(self.dead, later.dead),
             events=self.events + later.events,
             duplicates=self.duplicates + later.duplicates,
+            regressions=self.regressions + later.regressions,
         )
 
 
@@ -178,9 +183,19 @@ def ingest(raw: DataFrame, state: CdcState, customers_topic: str, dlq_topic: str
         keep=("partition", "offset", "is_tombstone"),
     )
     rows = select(good, readable).unionByName(select(unread, unreadable)).toArrow()
-    return _result(
+    result = _result(
         rows.sort_by([("partition", "ascending"), ("offset", "ascending")]), state, customers_topic, dlq_topic
     )
+    if result.regressions:
+        log.error(
+            "%d CDC events came from an earlier binlog file than the furthest position read, %s, and were "
+            "skipped as re-sends. If the database's binlog started over (RESET MASTER, a restore, a "
+            "failover), the customer table is frozen while heartbeats still move the watermark: "
+            "re-snapshot into a new CDC topic and start the job under a new ENRICH_JOB_NAME",
+            result.regressions,
+            state.position,
+        )
+    return result
 
 
 @cache
@@ -193,6 +208,7 @@ def _row_columns() -> tuple[Columns, Columns]:
     none = {
         "clock_ms": F.lit(None).cast("long"),
         "furthest": F.lit(None).cast(binlog_type()),
+        "regressed": F.lit(None).cast("boolean"),
         "headers": F.lit(None).cast(HEADERS),
         "version": F.lit(None).cast(VERSION_FIELDS),
     }
@@ -202,6 +218,7 @@ def _row_columns() -> tuple[Columns, Columns]:
         F.col("offset"),
         F.col("clock_ms"),
         F.col("furthest"),
+        F.col("regressed"),
         F.when(change, F.col("customer_id").cast("string").cast("binary")).alias("key"),
         F.when(change & (F.col("op") != "d"), F.to_json("after").cast("binary")).alias("value"),
         none["headers"].alias("headers"),
@@ -213,6 +230,7 @@ def _row_columns() -> tuple[Columns, Columns]:
         F.col("offset"),
         none["clock_ms"].alias("clock_ms"),
         none["furthest"].alias("furthest"),
+        none["regressed"].alias("regressed"),
         F.col("key").cast("binary").alias("key"),
         F.col("value").cast("binary").alias("value"),
         F.col("headers"),
@@ -250,6 +268,7 @@ def _result(rows: pa.Table, state: CdcState, customers_topic: str, dlq_topic: st
         dead=to_records(bad.select(["key", "value", "headers"]), dlq_topic),
         events=rows.num_rows,
         duplicates=int(pc.sum(pc.equal(kind, "duplicate")).as_py() or 0),
+        regressions=int(pc.sum(pc.and_(pc.equal(kind, "duplicate"), rows.column("regressed"))).as_py() or 0),
     )
 
 

@@ -162,7 +162,8 @@ def cdc_clock(events: DataFrame, clock_ms: int | None, position: tuple[int, int,
     every later change was committed at or after it: it is a lower bound of each change's commit
     time, and the completeness watermark: no change still to come can be valid before it.
     `binlog`: (file number, position, row); a change at or before the furthest position already
-    seen is Debezium re-sending it after a restart (at-least-once) and is marked `duplicate`.
+    seen is Debezium re-sending it after a restart (at-least-once) and is marked `duplicate`;
+    `regressed` marks one in an earlier binlog file than one already seen (see ingest).
     Snapshot reads share the snapshot's position, so they are never duplicates."""
     binlog, clocked = _clock_parts()
     file, pos, row = position if position is not None else (None, None, None)
@@ -210,6 +211,10 @@ def _clock_parts() -> tuple[Column, Columns]:
         F.col("*"),
         F.greatest(F.max("reading_ms").over(upto), F.col("_carried_clock")).alias("clock_ms"),
         (~snapshot & furthest.isNotNull() & (F.col("binlog") <= furthest)).alias("duplicate"),
+        # A re-send starts at a recent position; a position in an earlier binlog file than one
+        # already read is more likely the binlog starting over (RESET MASTER, a restore, a
+        # failover to a server with other files), whose changes are then all taken for re-sends.
+        (~snapshot & furthest.isNotNull() & (F.col("binlog.file") < furthest["file"])).alias("regressed"),
         F.max(positions).over(upto).alias("furthest"),  # ... and up to it
     )
     return binlog, clocked
