@@ -250,14 +250,17 @@ class Pipeline:
             for name in ("consumed_to", "waiting_from")
         )
         if marker is not None:
-            self._catch_up_table(int(marker["batch_id"]))
+            own = marker.get("run") == out.run
+            self._catch_up_table(int(marker["batch_id"]) if own else None)
             self.ratings.recover(marker, self.table.versions())
 
-    def _catch_up_table(self, batch_id: int) -> None:
-        """Appends to Delta what Kafka has committed but the table has not (see table.py)."""
-        if self.table.delta_batch is not None and self.table.delta_batch >= batch_id:
-            return
+    def _catch_up_table(self, batch_id: int | None) -> None:
+        """Appends to Delta what Kafka has committed but the table has not (see table.py).
+        Told by CDC offsets, not batch ids: the commit may be another run's (`batch_id` None),
+        whose batch ids mean nothing to this table."""
         since, until = self.table.delta_state, self.state
+        if all(since.cdc_to.get(p, -1) >= o for p, o in until.cdc_to.items()):
+            return
         topic = self.settings.cdc_topic
         starts = {str(p): since.cdc_to.get(p, -2) for p in until.cdc_to}  # -2: earliest
         ends = {str(p): o for p, o in until.cdc_to.items()}
@@ -278,8 +281,8 @@ class Pipeline:
             )
         self.table.catch_up(batch_id, result.versions, until)
         log.info(
-            "customer table caught up with batch %d: %d versions re-read from the CDC topic",
-            batch_id,
+            "customer table caught up with batch %s: %d versions re-read from the CDC topic",
+            batch_id if batch_id is not None else "(another run's)",
             result.changes,
         )
 

@@ -180,23 +180,27 @@ class CustomerTable:
         """Queues a batch's versions for Delta, once the batch is committed to Kafka."""
         self._writes.put((batch_id, versions, state))
 
-    def catch_up(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:
+    def catch_up(self, batch_id: int | None, versions: pa.Table, state: CdcState) -> None:
         """Synchronously appends what a restart re-read from the CDC topic (see the module doc)."""
         self._append(batch_id, versions, state)
         self.add(versions)
 
-    def _append(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:
+    def _append(self, batch_id: int | None, versions: pa.Table, state: CdcState) -> None:
+        """`batch_id` None: the catch-up of a run that goes on from another run's commit. Its
+        batch ids are not this run's, and as this run's txnVersion they would make Delta skip
+        this run's own appends up to them; the append is one commit, and the table's CDC
+        offsets say afterwards that it was made."""
         meta = {"batch_id": batch_id, **state.as_json()}
-        (
+        write = (
             self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
             .coalesce(1)
             .write.format("delta")
             .mode("append")
-            .option("txnAppId", self.app_id)
-            .option("txnVersion", batch_id)
             .option("userMetadata", json.dumps(meta))
-            .save(self.path)
         )
+        if batch_id is not None:
+            write = write.option("txnAppId", self.app_id).option("txnVersion", batch_id)
+        write.save(self.path)
         self.delta_batch, self.delta_state = batch_id, state
 
     def _write_loop(self) -> None:

@@ -1,6 +1,7 @@
 """i. One job name, one writer. A second instance under the same ENRICH_JOB_NAME, on a state
 folder of its own (another host, say), goes on from the first one's last commit and fences it:
-the first stops with exit code 3 and is not to be restarted, and every rating is enriched once.
+the first stops with exit code 3 and is not to be restarted, and every rating is enriched once,
+a kill -9 of the second one included.
 j. A name already used for other input topics is refused at start, naming the setting."""
 
 import subprocess
@@ -44,7 +45,15 @@ def test_i_a_second_instance_takes_over_from_the_last_commit_and_fences_the_firs
         _ratings(stack_env, topics.name("ratings"), user, range(1, 101))
         read_topic(stack_env, topics.name("enriched"), min_records=100, timeout_s=120, idle_s=2)
         second.start()
-        _ratings(stack_env, topics.name("ratings"), user, range(101, 201))
+        # A customer the second instance alone has seen, then a crash before its customer table
+        # went to Delta (every 30 s): the restart must find that customer again.
+        newcomer = _customer(db)
+        time.sleep(2)
+        _ratings(stack_env, topics.name("ratings"), newcomer, range(101, 151))
+        read_topic(stack_env, topics.name("enriched"), min_records=150, timeout_s=120, idle_s=2)
+        second.kill()
+        second.start()
+        _ratings(stack_env, topics.name("ratings"), newcomer, range(151, 201))
         enriched = values(
             read_topic(stack_env, topics.name("enriched"), min_records=200, timeout_s=180, idle_s=10)
         )
