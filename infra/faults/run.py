@@ -186,6 +186,7 @@ class Faults:
         self.note(f"the first job exited with code {code}" + (" (fenced)" if code == 3 else ""))
         with self.lock:
             second = pipeline.children.pop("enrichment-2")
+            second.restarts = first.restarts  # the row counts restarts of "the job"
             pipeline.children["enrichment"] = second
             pipeline.envs["enrichment"] = env
 
