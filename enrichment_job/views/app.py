@@ -189,14 +189,20 @@ def start(settings: ViewsSettings) -> RunningViews:
     return RunningViews(spark, start_queries(spark, settings))
 
 
-def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[StreamingQuery, ...]:
-    """The views' query and the dead-letter query, in `spark` (its own application, or the
-    enrichment job's when ENRICH_VIEWS_IN_JOB is on)."""
+def use_rocksdb_state(spark: SparkSession) -> None:
+    """Stateful queries started from now on in `spark` keep their state in RocksDB, checkpointed
+    as a changelog per batch and a snapshot now and then (Spark's maintenance thread)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
     # Each updated group costs a RocksDB read to restore it and a write; counting the store's
     # rows would add a second read to every write.
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", "false")
+
+
+def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[StreamingQuery, ...]:
+    """The views' query and the dead-letter query, in `spark` (its own application, or the
+    enrichment job's when ENRICH_VIEWS_IN_JOB is on)."""
+    use_rocksdb_state(spark)
     run = run_id(settings.checkpoint_dir)
     views = declared(settings)
     # A query's thread takes the pool of the thread that starts it: inside the enrichment job's

@@ -1,0 +1,58 @@
+"""The views' state store in the jobs' Spark session: RocksDB snapshots reach the checkpoint."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+# A stateful count over Spark's rate source, in a session built like the jobs' and with the
+# views' state store; snapshots are asked for after every batch and maintained every second.
+_QUERY = """
+import sys, time
+from pathlib import Path
+from pyspark.sql import functions as F
+from enrichment_job.app import build_session
+from enrichment_job.settings import JobSettings
+from enrichment_job.views.app import use_rocksdb_state
+
+checkpoint = Path(sys.argv[1])
+spark = build_session(JobSettings(master="local[1]", shuffle_partitions=1))
+spark.conf.unset("spark.sql.catalog.spark_catalog")  # no Delta jars in unit tests
+use_rocksdb_state(spark)
+spark.conf.set("spark.sql.streaming.stateStore.minDeltasForSnapshot", "1")
+spark.conf.set("spark.sql.streaming.stateStore.maintenanceInterval", "1s")
+counts = (
+    spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+    .groupBy((F.col("value") % 7).alias("key")).count()
+)
+query = (
+    counts.writeStream.outputMode("update").format("noop")
+    .option("checkpointLocation", str(checkpoint))
+    .trigger(processingTime="200 milliseconds").start()
+)
+deadline = time.monotonic() + 90
+while not list(checkpoint.glob("state/0/0/*.zip")) and time.monotonic() < deadline:
+    time.sleep(0.5)
+query.stop()
+spark.stop()
+"""
+
+
+def test_the_rocksdb_state_store_uploads_its_snapshots_and_the_driver_writes_no_checksum_files(
+    tmp_path: Path,
+) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    done = subprocess.run(
+        [sys.executable, "-c", _QUERY, str(checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    snapshots = sorted(p.name for p in checkpoint.glob("state/0/0/*.zip"))
+    assert snapshots, f"no RocksDB snapshot uploaded; the job's log ends:\n{done.stderr[-3000:]}"
+    assert "ClassCastException" not in done.stderr
+    # the query thread's checkpoint files, without .crc beside them; the state store's own
+    # files (written by tasks) keep theirs
+    assert (checkpoint / "offsets" / "0").is_file()
+    assert not list((checkpoint / "offsets").glob(".*.crc"))
