@@ -13,13 +13,14 @@ from enrichment_job.app import TopicsChanged, start
 from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
+from services.core.logs import configure_or_exit
 
 FENCED_EXIT = 3
 
 
 def main(argv: list[str]) -> int:
     settings = load_or_exit(JobSettings, argv, "python -m enrichment_job", __doc__ or "")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_or_exit()
     # py4j logs every callback (each batch, each progress event) at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     log = logging.getLogger("enrichment_job")

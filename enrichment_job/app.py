@@ -23,6 +23,7 @@ from enrichment_job.kafka_out import Fenced, TransactionalOutput
 from enrichment_job.metrics import Metrics, ProgressListener, Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState, CustomerTable
+from services.core.logs import log_format
 
 if TYPE_CHECKING:
     from enrichment_job.views.settings import ViewsSettings
@@ -34,6 +35,7 @@ CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
 SCHEDULER_POOLS = Path(__file__).with_name("scheduler_pools.xml")
+LOG4J_CONFIG = "log4j2.configurationFile"
 
 
 class SparkSettings(Protocol):
@@ -83,7 +85,7 @@ def build_session(settings: SparkSettings, app_name: str = "ratings-enrichment")
         # In local mode the driver JVM runs the tasks too. G1's concurrent marking cost about
         # 10 % of a core at 5,000 ratings/s here; the parallel collector's young collections of
         # short-lived batch data cost a quarter of that, with pauses well under a batch.
-        .config("spark.driver.extraJavaOptions", settings.driver_java_options)
+        .config("spark.driver.extraJavaOptions", _java_options(settings.driver_java_options))
         .config("spark.ui.enabled", str(settings.ui_enabled).lower())
         # The UI shows the job's settings and data; its kill links would stop a query by a click.
         .config("spark.ui.killEnabled", "false")
@@ -106,6 +108,16 @@ def build_session(settings: SparkSettings, app_name: str = "ratings-enrichment")
     spark.sparkContext.setLogLevel("WARN")
     _skip_driver_checksums(spark)
     return spark
+
+
+def _java_options(options: str) -> str:
+    """The driver's JVM options; with LOG_FORMAT=json its log4j writes Spark's own JSON lines
+    (its structured logging layout), like the job's Python side. The layout is chosen as the
+    JVM starts, so it takes effect where the job starts the JVM (python -m); under
+    spark-submit, log4j's configuration is the cluster's."""
+    if log_format() != "json":
+        return options
+    return f"{options} -D{LOG4J_CONFIG}=org/apache/spark/log4j2-json-layout.properties".strip()
 
 
 def _skip_driver_checksums(spark: SparkSession) -> None:

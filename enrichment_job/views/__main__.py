@@ -11,11 +11,12 @@ import sys
 
 from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.views.settings import ViewsSettings
+from services.core.logs import configure_or_exit
 
 
 def main(argv: list[str]) -> int:
     settings = load_or_exit(ViewsSettings, argv, "python -m enrichment_job.views", __doc__ or "")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_or_exit()
     logging.getLogger("py4j").setLevel(logging.WARNING)
     log = logging.getLogger("enrichment_job.views")
     stopping = stop_on_signals(log)

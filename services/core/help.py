@@ -2,6 +2,8 @@
 
 from pydantic_settings import BaseSettings
 
+from services.core.logs import HELP as LOG_FORMAT_HELP
+
 
 def settings_help(cls: type[BaseSettings], prog: str, doc: str) -> str:
     prefix = str(cls.model_config.get("env_prefix", ""))
@@ -11,4 +13,5 @@ def settings_help(cls: type[BaseSettings], prog: str, doc: str) -> str:
         meaning = f"  {field.description}" if field.description else ""
         lines.append(f"  {prefix}{name.upper()}={default!s}{meaning}")
     lines.append(f"  {prefix}ENV_FILE=  a file of NAME=value lines read first (the environment wins)")
+    lines.append(f"  {LOG_FORMAT_HELP}")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer
 from services.core.dlq import DeadLetters
 from services.core.errors import ConfigError, FatalSinkError
 from services.core.help import settings_help
+from services.core.logs import configure_or_exit
 from services.core.loop import ConsumerLoop, Sink
 from services.core.metrics import Metrics
 from services.core.settings import ServiceSettings, load_settings
@@ -64,7 +65,7 @@ def run(service: Service[Any, Any], argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_or_exit()
     log = logging.getLogger(service.name)
     try:
         settings = load_settings(service.settings_class)

@@ -4,13 +4,14 @@ Settings come from LOADGEN_* variables; the flags override the most used ones.
 """
 
 import argparse
-import logging
 import signal
 import sys
 
 from confluent_kafka import Producer
 
 from services.core.errors import ConfigError
+from services.core.logs import HELP as LOG_FORMAT_HELP
+from services.core.logs import configure_or_exit
 from services.core.settings import load_settings
 from services.loadgen.config import LoadgenSettings
 from services.loadgen.database import CustomerDb
@@ -18,13 +19,15 @@ from services.loadgen.generator import LoadGenerator
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m services.loadgen", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m services.loadgen", description=__doc__, epilog=LOG_FORMAT_HELP
+    )
     parser.add_argument("--rate", type=float, help="ratings per second (LOADGEN_RATE)")
     parser.add_argument("--customers", type=int, help="customers before ratings start (LOADGEN_CUSTOMERS)")
     parser.add_argument("--duration", type=float, dest="duration_s", help="seconds; 0 = until Ctrl-C")
     parser.add_argument("--seed", type=int, help="random seed (LOADGEN_SEED)")
     flags = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    configure_or_exit()
     try:
         settings = load_settings(LoadgenSettings, **flags)
     except ConfigError as err:

@@ -17,6 +17,7 @@ import uvicorn
 
 from services.core.errors import ConfigError
 from services.core.help import settings_help
+from services.core.logs import configure_or_exit
 from services.core.settings import load_settings
 from services.views.api import Api
 from services.views.changelog import Changelog
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(settings_help(ViewsApiSettings, "python -m services.views", __doc__ or ""))
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_or_exit()
     try:
         settings = load_settings(ViewsApiSettings)
     except ConfigError as err:

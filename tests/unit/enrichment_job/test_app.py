@@ -142,3 +142,25 @@ def test_the_spark_ui_of_a_local_job_listens_on_the_loopback_only_with_its_kill_
             assert proc.wait(60) == 0
         finally:
             proc.kill()
+
+
+def test_with_log_format_json_the_driver_jvm_logs_json_lines_too() -> None:
+    script = (
+        "from enrichment_job.app import build_session\n"
+        "from enrichment_job.settings import JobSettings\n"
+        "build_session(JobSettings(master='local[1]')).stop()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENRICH_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, "LOG_FORMAT": "json"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    # Hadoop's warning about its native library, at least, comes from log4j
+    assert any(line["logger"] == "NativeCodeLoader" and line["level"] == "WARN" for line in lines), done.stderr
+    assert not [line for line in done.stderr.splitlines() if " WARN NativeCodeLoader" in line]
