@@ -13,6 +13,7 @@ from enrichment_job.app import TopicsChanged, start
 from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
+from services.core.errors import ConfigError
 from services.core.logs import configure_or_exit
 
 FENCED_EXIT = 3
@@ -30,7 +31,7 @@ def main(argv: list[str]) -> int:
         views = load_or_exit(ViewsSettings, [], "python -m enrichment_job", __doc__ or "")
     try:
         job = start(settings, views)
-    except TopicsChanged as err:
+    except (TopicsChanged, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     code = run_until_stopped(job.spark, job.stop, log, stopping)

@@ -20,10 +20,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 from enrichment_job.cdc import CdcReader, CdcResult, ingest
 from enrichment_job.enrich import Ratings
 from enrichment_job.kafka_out import Fenced, TransactionalOutput
-from enrichment_job.metrics import Metrics, ProgressListener, Steps
+from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState, CustomerTable
 from services.core.logs import log_format
+from services.core.prometheus import MetricsServer, serve
 
 if TYPE_CHECKING:
     from enrichment_job.views.settings import ViewsSettings
@@ -493,6 +494,7 @@ class RunningJob:
     table: CustomerTable
     pipeline: Pipeline
     views: tuple[StreamingQuery, ...] = ()
+    endpoint: MetricsServer | None = None
 
     def stop(self) -> None:
         """Stops the query (a batch in flight is cancelled: nothing of it is committed, and the
@@ -507,6 +509,8 @@ class RunningJob:
         self.pipeline.cdc.close()
         self.table.close()
         self.spark.stop()
+        if self.endpoint is not None:
+            self.endpoint.close()
 
 
 def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) -> RunningJob:
@@ -515,8 +519,9 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     # last commit says where this run starts.
     out = TransactionalOutput(settings.producer_config(), settings.job_name, settings.commits_topic)
     run = out.run = claim_state(settings, out.marker)
-    spark = build_session(settings)
     metrics = Metrics(settings.metrics_file)
+    endpoint = serve(JobCollector(metrics, settings.job_name), settings, "ENRICH_")
+    spark = build_session(settings)
     spark.streams.addListener(ProgressListener(metrics))
     table = CustomerTable(
         spark,
@@ -546,4 +551,4 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         from enrichment_job.views.app import start_queries  # noqa: PLC0415 (the views import this module)
 
         views = start_queries(spark, views_settings)
-    return RunningJob(spark, query, table, pipeline, views)
+    return RunningJob(spark, query, table, pipeline, views, endpoint)

@@ -1,13 +1,18 @@
-"""Progress of the job as Spark users expect it: a log line per batch and a JSON file of the
-latest figures (rows/s, batch duration, waiting ratings, CDC watermark lag, dead letters)."""
+"""Progress of the job as Spark users expect it: a log line per batch, a JSON file of the
+latest figures (rows/s, batch duration, waiting ratings, CDC watermark lag, dead letters), and
+the same figures for Prometheus (`JobCollector`)."""
 
+import copy
 import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.registry import Collector
 from pyspark.sql.streaming.listener import (
     JStreamingQueryListener,
     QueryProgressEvent,
@@ -59,8 +64,20 @@ class Metrics:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._totals = {"dlq_records": 0, "enriched": 0, "alerts": 0, "cdc_changes": 0}
+        self._totals: dict[str, float] = {
+            "dlq_records": 0,
+            "enriched": 0,
+            "alerts": 0,
+            "cdc_changes": 0,
+            "batches": 0,
+            "batch_seconds": 0.0,
+        }
         self._data: dict[str, Any] = {"totals": self._totals}
+
+    def snapshot(self) -> dict[str, Any]:
+        """A copy of the latest figures, as the JSON file has them."""
+        with self._lock:
+            return copy.deepcopy(self._data)
 
     def _update(self, section: str, values: dict[str, Any]) -> None:
         with self._lock:
@@ -82,6 +99,8 @@ class Metrics:
         self._totals["enriched"] += counts["enriched"]
         self._totals["alerts"] += counts["alerts"]
         self._totals["dlq_records"] += counts["dlq"]
+        self._totals["batches"] += 1
+        self._totals["batch_seconds"] = round(self._totals["batch_seconds"] + seconds, 3)
         lag = _lag_ms(watermark_ms)
         common = {
             "batch_id": batch_id,
@@ -122,6 +141,59 @@ class Metrics:
 
     def progress(self, name: str, values: dict[str, Any]) -> None:
         self._update(f"query:{name}", values)
+
+
+class JobCollector(Collector):
+    """The job's figures for Prometheus, read from `Metrics` at each scrape. `job` labels them:
+    the enrichment job's name, or `views`."""
+
+    def __init__(self, metrics: Metrics, job: str) -> None:
+        self.metrics, self.job = metrics, job
+
+    def collect(self) -> Iterator[Metric]:
+        data, job = self.metrics.snapshot(), [self.job]
+        totals = data.get("totals", {})
+        if "enrichment" in data:  # the enrichment job's own figures (the views job has none)
+            for name, key, doc in (
+                ("ratings_job_enriched", "enriched", "enriched records committed to Kafka"),
+                ("ratings_job_alerts", "alerts", "alerts committed to Kafka"),
+                ("ratings_job_dead_letters", "dlq_records", "ratings sent to the dead-letter topic"),
+                ("ratings_job_cdc_changes", "cdc_changes", "customer changes applied to the table"),
+            ):
+                family = CounterMetricFamily(name, doc, labels=["job"])
+                family.add_metric(job, totals.get(key, 0))
+                yield family
+            batches = SummaryMetricFamily(
+                "ratings_job_batch_seconds", "the job's handling of a micro-batch", labels=["job"]
+            )
+            batches.add_metric(job, count_value=totals["batches"], sum_value=totals["batch_seconds"])
+            yield batches
+            waiting = GaugeMetricFamily(
+                "ratings_job_waiting_ratings",
+                "ratings held until their customer's version is known, after the last batch",
+                labels=["job"],
+            )
+            waiting.add_metric(job, data["enrichment"].get("waiting", 0))
+            yield waiting
+        watermark = data.get("cdc", {}).get("watermark_ms")
+        if watermark is not None:
+            lag = GaugeMetricFamily(
+                "ratings_job_watermark_lag_seconds",
+                "now minus the CDC watermark (the database clock the join has seen up to)",
+                labels=["job"],
+            )
+            lag.add_metric(job, max(0.0, time.time() - watermark / 1000))
+            yield lag
+        queries = [(k.removeprefix("query:"), v) for k, v in sorted(data.items()) if k.startswith("query:")]
+        for name, key, doc, scale in (
+            ("ratings_query_input_rows_per_second", "input_rows_per_s", "Spark: rows read per second", 1),
+            ("ratings_query_batch_duration_seconds", "batch_duration_ms", "Spark: the last batch", 1e-3),
+            ("ratings_query_last_batch_id", "batch_id", "Spark: the last batch's id", 1),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=["job", "query"])
+            for query, progress in queries:
+                gauge.add_metric([self.job, query], progress.get(key, 0) * scale)
+            yield gauge
 
 
 class ProgressListener(StreamingQueryListener):

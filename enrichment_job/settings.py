@@ -99,6 +99,10 @@ class JobSettings(BaseSettings):
         description="spark.driver.extraJavaOptions (only with python -m): the driver runs the tasks",
     )
     ui_enabled: bool = True
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="serve Prometheus metrics at http://<host>:<port>/metrics (0: off)"
+    )
+    metrics_host: str = Field("127.0.0.1", description="address of the Prometheus endpoint")
     table_commit_interval_s: float = Field(
         30, ge=0, description="append new customer versions to Delta at most this often"
     )

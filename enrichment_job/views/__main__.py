@@ -11,6 +11,7 @@ import sys
 
 from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.views.settings import ViewsSettings
+from services.core.errors import ConfigError
 from services.core.logs import configure_or_exit
 
 
@@ -26,7 +27,11 @@ def main(argv: list[str]) -> int:
         os.nice(settings.nice)
     from enrichment_job.views.app import start  # noqa: PLC0415 (Spark loads only past --help)
 
-    views = start(settings)
+    try:
+        views = start(settings)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return run_until_stopped(views.spark, views.stop, log, stopping)
 
 

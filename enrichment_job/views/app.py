@@ -25,12 +25,13 @@ from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, Lo
 from enrichment_job.app import batch_ends, build_session, run_id
 from enrichment_job.batch_io import collect, kafka_records, to_records
 from enrichment_job.kafka_out import Records, TransactionalOutput
-from enrichment_job.metrics import Metrics, ProgressListener
+from enrichment_job.metrics import JobCollector, Metrics, ProgressListener
 from enrichment_job.transforms import dead_letters
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, view_rows
 from enrichment_job.views.declarations import View, declared
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import parse_enriched
+from services.core.prometheus import MetricsServer, serve
 
 log = logging.getLogger("enrichment_job.views")
 
@@ -174,19 +175,24 @@ class DeadLetterSink(_Sink):
 class RunningViews:
     spark: SparkSession
     queries: tuple[StreamingQuery, ...]
+    endpoint: MetricsServer | None = None
 
     def stop(self) -> None:
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         for query in self.queries:
             query.stop()
         self.spark.stop()
+        if self.endpoint is not None:
+            self.endpoint.close()
 
 
 def start(settings: ViewsSettings) -> RunningViews:
     """The views job as its own Spark application."""
+    metrics = Metrics(settings.metrics_file)
+    endpoint = serve(JobCollector(metrics, "views"), settings, "VIEWS_JOB_")
     spark = build_session(settings, "ratings-views")
-    spark.streams.addListener(ProgressListener(Metrics(settings.metrics_file)))
-    return RunningViews(spark, start_queries(spark, settings))
+    spark.streams.addListener(ProgressListener(metrics))
+    return RunningViews(spark, start_queries(spark, settings), endpoint)
 
 
 def use_rocksdb_state(spark: SparkSession) -> None:

@@ -64,6 +64,10 @@ class ViewsSettings(BaseSettings):
     driver_memory: str = "1g"
     driver_java_options: str = "-XX:+UseParallelGC"
     ui_enabled: bool = False
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="serve Prometheus metrics at http://<host>:<port>/metrics (0: off)"
+    )
+    metrics_host: str = Field("127.0.0.1", description="address of the Prometheus endpoint")
     nice: int = Field(
         0,
         ge=0,

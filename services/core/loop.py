@@ -122,6 +122,7 @@ class ConsumerLoop(Generic[T]):
 
     # 2.-5. decode, write, dead-letter, commit
     def _deliver(self, batch: list[Message]) -> None:
+        started = time.monotonic()
         good: list[Incoming[T]] = []
         rejected: list[Rejected] = []
         for message in batch:
@@ -138,6 +139,7 @@ class ConsumerLoop(Generic[T]):
         # written = batch minus every dead letter (unreadable ones were never in `good`)
         self.metrics.add("written", len(batch) - len(rejected))
         self.metrics.add("dead_letters", len(rejected))
+        self.metrics.batch_done(time.monotonic() - started)
         self._resume()
 
     def _commit(self, batch: list[Message]) -> None:
@@ -152,6 +154,12 @@ class ConsumerLoop(Generic[T]):
             # After a rebalance the partitions belong to another member, which replays from the
             # last commit; the sinks are idempotent, so nothing is doubled.
             log.warning("%s: commit failed (%s); the new owner replays these records", self.name, err)
+            return
+        for tp in offsets:
+            # the end of the partition as the last fetch saw it (no request to the broker)
+            _low, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            if high >= 0:
+                self.metrics.set_lag(tp.topic, tp.partition, high - tp.offset)
 
     # retries while the downstream is away
     def _with_retries(self, write: Callable[[], R]) -> R:

@@ -18,7 +18,8 @@ from services.core.errors import ConfigError, FatalSinkError
 from services.core.help import settings_help
 from services.core.logs import configure_or_exit
 from services.core.loop import ConsumerLoop, Sink
-from services.core.metrics import Metrics
+from services.core.metrics import Metrics, ServiceCollector
+from services.core.prometheus import serve
 from services.core.settings import ServiceSettings, load_settings
 
 T = TypeVar("T")
@@ -71,6 +72,8 @@ def run(service: Service[Any, Any], argv: list[str] | None = None) -> int:
         settings = load_settings(service.settings_class)
         logging.getLogger().setLevel(settings.log_level.upper())
         loop = build_loop(service, settings)
+        prefix = str(service.settings_class.model_config.get("env_prefix", ""))
+        endpoint = serve(ServiceCollector(loop.metrics), settings, prefix)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -84,5 +87,8 @@ def run(service: Service[Any, Any], argv: list[str] | None = None) -> int:
     except KafkaException as err:
         log.error("stopping: Kafka failed: %s", err)
         return 1
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     log.info("stopped")
     return 0

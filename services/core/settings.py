@@ -32,6 +32,10 @@ class ServiceSettings(BaseSettings):
     retry_max_ms: int = Field(30_000, gt=0, description="longest pause between retries (capped backoff)")
     metrics_file: Path | None = Field(None, description="JSON file with the service's figures, rewritten")
     metrics_interval_s: float = Field(10.0, gt=0, description="log a progress line this often")
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="serve Prometheus metrics at http://<host>:<port>/metrics (0: off)"
+    )
+    metrics_host: str = Field("127.0.0.1", description="address of the Prometheus endpoint")
     log_level: str = "INFO"
 
     def consumer_config(self) -> dict[str, str | int | bool]:

@@ -1,5 +1,5 @@
 """The HTTP API (Starlette): views, rows by key, filtered scans, changes as Server-Sent Events,
-health. Every refusal is a 4xx with {"error": "..."} that says what is wrong."""
+health, and Prometheus metrics. Every refusal is a 4xx with {"error": "..."} that says what is wrong."""
 
 import asyncio
 import json
@@ -8,6 +8,7 @@ import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -18,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from services.views.changelog import Changelog
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub, Subscriber, change_data, sse
+from services.views.metrics import ViewsCollector
 from services.views.store import Change, Store, key_of
 
 log = logging.getLogger("views")
@@ -52,10 +54,13 @@ class Api:
         self.settings, self.store, self.hub, self.changelog = settings, store, hub, changelog
         self.names = [settings.view_name(t) for t in settings.changelog_topics]
         self.topics = dict(zip(self.names, settings.changelog_topics, strict=True))
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(ViewsCollector(self.names, store, hub, changelog))
 
     def app(self) -> ASGIApp:
         routes = [
             Route("/health", self.health),
+            Route("/metrics", self.metrics),
             Route("/views", self.catalog),
             Route("/views/{name}", self.scan),
             Route("/views/{name}/changes", self.changes),
@@ -130,6 +135,9 @@ class Api:
         if not self.changelog.caught_up.is_set():
             return JSONResponse({"status": "catching up with the changelog topics"}, 503)
         return JSONResponse({"status": "ok"})
+
+    async def metrics(self, _: Request) -> Response:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def catalog(self, _: Request) -> Response:
         views = []

@@ -7,6 +7,7 @@ jobs of their own."""
 import json
 import re
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from support.enrichment import (
     read_topic,
     values,
 )
+from support.views_api import free_port
 
 from enrichment_job.settings import JobSettings
 
@@ -35,7 +37,8 @@ FUTURE = "rating_time more than 300000 ms after the record's Kafka timestamp (EN
 
 @pytest.fixture(scope="module")
 def job(stack_env: StackEnv, topics: Topics, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
-    job = Job(stack_env, topics, tmp_path_factory.mktemp("jobs") / "main", GRACE_MS).start()
+    metrics = {"ENRICH_METRICS_PORT": str(free_port())}
+    job = Job(stack_env, topics, tmp_path_factory.mktemp("jobs") / "main", GRACE_MS, metrics).start()
     yield job
     job.stop()
 
@@ -105,6 +108,36 @@ def test_a_rating_joins_the_row_valid_at_its_time_and_updates_apply_later(
     assert out[before]["customer_version"] != out[after]["customer_version"]
     alerts = _by_rating(stack_env, topics.name("alerts"), {after})
     assert alerts[after]["club_status"] == "platinum" and alerts[after]["stars"] == 1
+
+
+def _scrape(job: Job) -> dict[str, float]:
+    """The job's Prometheus endpoint: metric name (labels dropped) -> value, one series each."""
+    port = job.env["ENRICH_METRICS_PORT"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line[:1] not in ("#", "")}
+
+
+def test_prometheus_scrapes_the_job_s_counts_batches_and_watermark_lag(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    before = _scrape(job)
+    customer = _insert(db, "platinum")
+    t0 = _next_second(db)
+    first = next(IDS)
+    produce(stack_env, topics.name("ratings"), [rating(first, customer, 1, t0)])
+    assert _by_rating(stack_env, topics.name("enriched"), {first})[first]["customer_matched"]
+    enriched = before.get("ratings_job_enriched_total", 0)
+    deadline = time.monotonic() + 30
+    while (after := _scrape(job)).get("ratings_job_enriched_total", 0) == enriched:
+        assert time.monotonic() < deadline, after
+        time.sleep(0.5)
+    assert after["ratings_job_enriched_total"] >= enriched + 1
+    assert after["ratings_job_alerts_total"] >= before.get("ratings_job_alerts_total", 0) + 1
+    assert after["ratings_job_cdc_changes_total"] >= 1
+    assert after["ratings_job_batch_seconds_count"] > before.get("ratings_job_batch_seconds_count", 0)
+    assert 0 <= after["ratings_job_watermark_lag_seconds"] < 60
+    assert after["ratings_query_last_batch_id"] >= 1
 
 
 def test_b_after_a_delete_ratings_are_unmatched_and_a_reinsert_matches_again(

@@ -162,5 +162,6 @@ def test_with_log_format_json_the_driver_jvm_logs_json_lines_too() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     # Hadoop's warning about its native library, at least, comes from log4j
-    assert any(line["logger"] == "NativeCodeLoader" and line["level"] == "WARN" for line in lines), done.stderr
+    native = [line for line in lines if line["logger"] == "NativeCodeLoader"]
+    assert native and native[0]["level"] == "WARN", done.stderr
     assert not [line for line in done.stderr.splitlines() if " WARN NativeCodeLoader" in line]

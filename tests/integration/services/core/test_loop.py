@@ -4,7 +4,9 @@ letters with their reason and bytes, and a stop request finishes the batch at ha
 
 import json
 import threading
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -12,9 +14,12 @@ from confluent_kafka import Message
 from pydantic_settings import SettingsConfigDict
 from support.kafka import committed_total, drop_topics, make_topics, produce, read_topic
 from support.services import unique_name
+from support.views_api import free_port
 
 from services.core.errors import RecordError, SinkUnavailable
 from services.core.main import Service, build_loop
+from services.core.metrics import ServiceCollector
+from services.core.prometheus import serve
 from services.core.records import Incoming, Rejected
 from services.core.settings import ServiceSettings
 
@@ -132,3 +137,56 @@ def test_bad_and_rejected_records_become_dead_letters_with_reason_and_bytes(
     assert {"dlq.partition", "dlq.offset", "dlq.stage"} <= {k for h in by_value.values() for k in h}
     assert sorted(sink.written) == [0, 2]
     assert committed_total(stack_env, loop.settings.group_id, topics[0]) == 5
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """The endpoint's samples, `name{labels}` -> value (comments dropped)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def test_prometheus_scrapes_the_loop_s_counts_lag_and_state(
+    stack_env: StackEnv, topics: tuple[str, str]
+) -> None:
+    sink = RecordingSink()
+    sink.reject_odd = True
+    loop, thread = start(stack_env, topics, sink)
+    endpoint = serve(ServiceCollector(loop.metrics), _Endpoint(), "LOOP_TEST_")
+    assert endpoint is not None
+    try:
+        produce(stack_env, topics[0], numbers(10))
+        wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 10)
+        written = 'ratings_records_written_total{service="loop-test"}'
+        wait_until(lambda: _scrape(endpoint.port).get(written) == 5)
+        samples = _scrape(endpoint.port)
+        assert samples['ratings_records_consumed_total{service="loop-test"}'] == 10
+        assert samples['ratings_dead_letters_total{service="loop-test"}'] == 5
+        assert samples['ratings_batch_seconds_count{service="loop-test"}'] >= 1
+        assert samples['ratings_service_state{service="loop-test",ratings_service_state="running"}'] == 1
+        lags = {k: v for k, v in samples.items() if k.startswith("ratings_consumer_lag_records{")}
+        assert lags and set(lags.values()) == {0.0}, lags  # everything consumed is committed
+        sink.down = True
+        produce(stack_env, topics[0], numbers(4, start=10))
+        wait_until(lambda: sink.failed_calls >= 1)
+        samples = _scrape(endpoint.port)
+        assert samples['ratings_downstream_retries_total{service="loop-test"}'] >= 1
+        waiting = 'ratings_service_state{service="loop-test",ratings_service_state="waiting for downstream"}'
+        assert samples[waiting] == 1
+        sink.down = False
+        wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 14)
+    finally:
+        loop.stop()
+        thread.join(30)
+        endpoint.close()
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    metrics_port: int = field(default_factory=free_port)
+    metrics_host: str = "127.0.0.1"

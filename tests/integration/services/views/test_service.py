@@ -51,6 +51,14 @@ def test_pull_by_key_composite_keys_filters_and_freshness(
     fresh = catalog["customer_ratings"]["freshness"]
     assert fresh["enriched_to"] == {"0": 10} and fresh["max_rating_time"] == 1_795_000_000_001
     assert fresh["applied_at_ms"] >= fresh["written_at_ms"] - 60_000
+    with urllib.request.urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=10) as response:
+        scraped = response.read().decode()
+    assert 'ratings_views_rows{view="customer_ratings"} 30.0' in scraped
+    assert 'ratings_views_rows{view="segment_hourly"} 1.0' in scraped
+    assert "ratings_views_caught_up 1.0" in scraped
+    lag = 'ratings_views_rating_lag_seconds{view="customer_ratings"} '
+    behind = [float(line.removeprefix(lag)) for line in scraped.splitlines() if line.startswith(lag)]
+    assert behind and behind[0] >= time.time() - 1_795_000_000.001 - 5
     cli = [sys.executable, "-m", "services.views.cli", "--url", f"http://127.0.0.1:{service.port}"]
     shown = subprocess.run(
         [*cli, "show", "customer_ratings", "7"], capture_output=True, text=True, check=True

@@ -96,13 +96,14 @@ def test_the_default_is_text_and_a_bad_value_names_the_setting(monkeypatch: pyte
 def test_every_entry_point_stops_on_a_bad_log_format_and_lists_it_in_help(module: str) -> None:
     env = {**os.environ, "LOG_FORMAT": "xml", "LOADGEN_DURATION_S": "1"}
     env = {k: v for k, v in env.items() if not k.endswith("BOOTSTRAP_SERVERS")}
-    bad = subprocess.run(
-        [sys.executable, "-m", module], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    bad = _run(module, env)
     assert bad.returncode == 2, bad.stderr
     assert "error: setting LOG_FORMAT: 'xml' is not one of text, json" in bad.stderr
-    helped = subprocess.run(
-        [sys.executable, "-m", module, "--help"], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    helped = _run(module, env, "--help")
     assert helped.returncode == 0, helped.stderr
     assert "LOG_FORMAT=text" in " ".join(helped.stdout.split())
+
+
+def _run(module: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", module, *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
