@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@echo "==> Python environment in $(VENV) (first run builds pyspark: a few minutes)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
-	@$(BIN)/python -m pip install -q -e '.[dev]'
+	@$(BIN)/python -m pip install -q -e '.[job,services,dev]'
 	@touch $(STAMP)
 
 install: $(STAMP) ## install Python packages and the stack's artifacts (Maven, apt), cached

@@ -51,7 +51,12 @@ class Job:
         state_dir: Path,
         grace_ms: int,
         extra: dict[str, str] | None = None,
+        *,
+        python: str = sys.executable,
+        cwd: Path | None = None,
     ) -> None:
+        """`python`, `cwd`: another interpreter (an installed wheel's venv) and working folder."""
+        self.python, self.cwd = python, cwd
         self.state_dir = state_dir
         self.log = state_dir.with_suffix(".log")
         self.env = {
@@ -71,8 +76,9 @@ class Job:
     def start(self) -> "Job":
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "enrichment_job"],
+                [self.python, "-m", "enrichment_job"],
                 env=self.env,
+                cwd=self.cwd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: the Spark JVM included

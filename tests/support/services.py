@@ -72,8 +72,11 @@ def kill_leftovers() -> None:
 class ServiceProcess:
     """`python -m services.<name>` with its own environment; its log next to its metrics file."""
 
-    def __init__(self, module: str, prefix: str, env: dict[str, str], workdir: Path) -> None:
-        self.module = module
+    def __init__(
+        self, module: str, prefix: str, env: dict[str, str], workdir: Path, python: str = sys.executable
+    ) -> None:
+        """`python`: another interpreter (an installed wheel's venv); it runs in `workdir`."""
+        self.module, self.prefix, self.python, self.workdir = module, prefix, python, workdir
         self.log = workdir / f"{module.rsplit('.', 1)[-1]}.log"
         self.metrics_file = workdir / f"{module.rsplit('.', 1)[-1]}-metrics.json"
         self.env = {
@@ -89,8 +92,9 @@ class ServiceProcess:
         self.metrics_file.unlink(missing_ok=True)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", self.module],
+                [self.python, "-m", self.module],
                 env=self.env,
+                cwd=self.workdir,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -168,7 +168,7 @@ def test_prometheus_scrapes_the_loop_s_counts_lag_and_state(
         assert samples['ratings_records_consumed_total{service="loop-test"}'] == 10
         assert samples['ratings_dead_letters_total{service="loop-test"}'] == 5
         assert samples['ratings_batch_seconds_count{service="loop-test"}'] >= 1
-        assert samples['ratings_service_state{service="loop-test",ratings_service_state="running"}'] == 1
+        assert samples['ratings_service_state{ratings_service_state="running",service="loop-test"}'] == 1
         lags = {k: v for k, v in samples.items() if k.startswith("ratings_consumer_lag_records{")}
         assert lags and set(lags.values()) == {0.0}, lags  # everything consumed is committed
         sink.down = True
@@ -176,7 +176,7 @@ def test_prometheus_scrapes_the_loop_s_counts_lag_and_state(
         wait_until(lambda: sink.failed_calls >= 1)
         samples = _scrape(endpoint.port)
         assert samples['ratings_downstream_retries_total{service="loop-test"}'] >= 1
-        waiting = 'ratings_service_state{service="loop-test",ratings_service_state="waiting for downstream"}'
+        waiting = 'ratings_service_state{ratings_service_state="waiting for downstream",service="loop-test"}'
         assert samples[waiting] == 1
         sink.down = False
         wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 14)
