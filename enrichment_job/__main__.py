@@ -10,13 +10,11 @@ import logging
 import sys
 
 from enrichment_job.app import TopicsChanged, start
-from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
+from enrichment_job.cli import CONFIG_EXIT, FENCED_EXIT, load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
 from services.core.errors import ConfigError
 from services.core.logs import configure_or_exit
-
-FENCED_EXIT = 3
 
 
 def main(argv: list[str]) -> int:
@@ -33,7 +31,7 @@ def main(argv: list[str]) -> int:
         job = start(settings, views)
     except (TopicsChanged, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return CONFIG_EXIT
     code = run_until_stopped(job.spark, job.stop, log, stopping)
     if job.pipeline.fenced is not None:
         log.error("%s", job.pipeline.fenced)

@@ -20,6 +20,10 @@ from services.core.help import settings_help
 
 S = TypeVar("S", bound=BaseSettings)
 
+# Exit codes after which restarting the same process cannot help (a supervisor should not).
+CONFIG_EXIT = 2  # a bad setting, an unknown argument, topics other than the job name's
+FENCED_EXIT = 3  # another instance of the same job name took over
+
 
 def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
     """Settings from the environment (and <PREFIX>ENV_FILE); `--help` prints them and exits 0; a
@@ -32,7 +36,7 @@ def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
             f"error: unknown arguments {' '.join(argv)} (settings are environment variables; see --help)",
             file=sys.stderr,
         )
-        sys.exit(2)
+        sys.exit(CONFIG_EXIT)
     prefix = str(cls.model_config.get("env_prefix", ""))
     try:
         return cls(_env_file=os.environ.get(f"{prefix}ENV_FILE"))
@@ -45,7 +49,7 @@ def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
         field = re.search(r'field "(\w+)"', str(err))
         name = f"{prefix}{field.group(1).upper()}" if field else "?"
         print(f"error: setting {name}: not valid JSON ({err})", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(CONFIG_EXIT)
 
 
 def run_until_stopped(

@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from enrichment_job.cli import load_or_exit, run_until_stopped, stop_on_signals
+from enrichment_job.cli import CONFIG_EXIT, load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.views.settings import ViewsSettings
 from services.core.errors import ConfigError
 from services.core.logs import configure_or_exit
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
         views = start(settings)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return CONFIG_EXIT
     return run_until_stopped(views.spark, views.stop, log, stopping)
 
 

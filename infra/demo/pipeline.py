@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from enrichment_job.cli import CONFIG_EXIT, FENCED_EXIT
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import StackSettings
 from infra.stack.stack import stack_env_path
@@ -132,7 +133,7 @@ MODULES = {
 
 # Exit codes after which a restart cannot help: a bad setting, or the job fenced by another
 # instance of its name (restarting it would fence that one in turn).
-NO_RESTART = {2: "a bad setting", 3: "another instance of the job took over"}
+NO_RESTART = {CONFIG_EXIT: "a bad setting", FENCED_EXIT: "another instance of the job took over"}
 BACKOFF_FIRST_S, BACKOFF_MAX_S, STEADY_S = 1.0, 30.0, 60.0
 
 

@@ -28,7 +28,7 @@ from infra.demo.pipeline import MODULES, DemoPaths
 from infra.demo.reconcile import Reconciliation, TopicCounter, es_count, lake_ids
 from infra.faults.scenarios import Scenario, poison_records
 from infra.slack.fake import CHANNEL, TOKEN, FakeSlack
-from infra.stack.bootstrap import _os_user
+from infra.stack.bootstrap import os_user
 from infra.stack.clients import app_db
 from infra.stack.components import mariadb_socket
 from infra.stack.settings import StackSettings
@@ -129,7 +129,7 @@ class Faults:
         """As the database's local admin, over its socket (DDL: the app's user may not)."""
         log.info("admin SQL: %s", sql)
         subprocess.run(
-            ["mariadb", f"--socket={mariadb_socket(StackSettings())}", "-u", _os_user(), "-e", sql],
+            ["mariadb", f"--socket={mariadb_socket(StackSettings())}", "-u", os_user(), "-e", sql],
             check=True,
             capture_output=True,
             text=True,

@@ -58,7 +58,7 @@ def create_topics(settings: StackSettings) -> None:
         log.info("created topic %s", name)
 
 
-def _os_user() -> str:
+def os_user() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
 
 
@@ -67,7 +67,7 @@ def bootstrap_mariadb(settings: StackSettings, secrets: dict[str, str]) -> None:
     users = string.Template((INFRA_DIR / "mariadb" / "init" / "02-users.sql.tmpl").read_text())
     sql = (INFRA_DIR / "mariadb" / "init" / "01-schema.sql").read_text() + "\n" + users.substitute(secrets)
     proc = subprocess.run(
-        ["mariadb", f"--socket={mariadb_socket(settings)}", "-u", _os_user(), "--batch"],
+        ["mariadb", f"--socket={mariadb_socket(settings)}", "-u", os_user(), "--batch"],
         input=sql,
         capture_output=True,
         text=True,
@@ -80,7 +80,7 @@ def bootstrap_mariadb(settings: StackSettings, secrets: dict[str, str]) -> None:
 def check_mariadb_socket(settings: StackSettings) -> None:
     """Raises until the local admin can run a query over the server's socket."""
     proc = subprocess.run(
-        ["mariadb", f"--socket={mariadb_socket(settings)}", "-u", _os_user(), "-e", "SELECT 1"],
+        ["mariadb", f"--socket={mariadb_socket(settings)}", "-u", os_user(), "-e", "SELECT 1"],
         capture_output=True,
         text=True,
         check=False,

@@ -14,8 +14,9 @@ from typing import Any
 
 from support.enrichment import Job, StackEnv, Topics, produce, rating, read_topic, values
 
+from enrichment_job.cli import FENCED_EXIT
+
 GRACE_MS = 1000
-FENCED_EXIT = 3
 
 
 def _customer(db: Any) -> int:
