@@ -11,12 +11,15 @@ ROOT = Path(__file__).resolve().parents[4]
 
 def _pyproject_pins() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    specs = project["dependencies"] + project["optional-dependencies"]["dev"]
-    pins = {}
+    specs = project["dependencies"] + [
+        s for extra in project["optional-dependencies"].values() for s in extra
+    ]
+    pins: dict[str, str] = {}
     for spec in specs:
         match = re.fullmatch(r"([A-Za-z0-9_.-]+)==([^\s;]+)", spec)
         assert match, f"not an exact pin: {spec}"
-        pins[match.group(1).lower()] = match.group(2)
+        # one version per package, whichever extras name it
+        assert pins.setdefault(match.group(1).lower(), match.group(2)) == match.group(2), spec
     return pins
 
 
