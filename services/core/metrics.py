@@ -122,7 +122,7 @@ class ServiceCollector(Collector):
             "records between the committed offset and the end of the partition, at the last batch",
             labels=["service", "topic", "partition"],
         )
-        for (topic, partition), records in sorted(m.lag.items()):
+        for (topic, partition), records in sorted(dict(m.lag).items()):  # copied at once (GIL)
             lag.add_metric([m.service, topic, str(partition)], records)
         yield lag
         state = StateSetMetricFamily("ratings_service_state", "what the service is doing", labels=["service"])
