@@ -11,13 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming.listener import (
     JStreamingQueryListener,
     QueryProgressEvent,
     StreamingQueryListener,
 )
+
+from services.core.prometheus import counters
 
 log = logging.getLogger("enrichment_job")
 
@@ -154,15 +156,17 @@ class JobCollector(Collector):
         data, job = self.metrics.snapshot(), [self.job]
         totals = data.get("totals", {})
         if "enrichment" in data:  # the enrichment job's own figures (the views job has none)
-            for name, key, doc in (
-                ("ratings_job_enriched", "enriched", "enriched records committed to Kafka"),
-                ("ratings_job_alerts", "alerts", "alerts committed to Kafka"),
-                ("ratings_job_dead_letters", "dlq_records", "ratings sent to the dead-letter topic"),
-                ("ratings_job_cdc_changes", "cdc_changes", "customer changes applied to the table"),
-            ):
-                family = CounterMetricFamily(name, doc, labels=["job"])
-                family.add_metric(job, totals.get(key, 0))
-                yield family
+            yield from counters(
+                (
+                    ("ratings_job_enriched", "enriched", "enriched records committed to Kafka"),
+                    ("ratings_job_alerts", "alerts", "alerts committed to Kafka"),
+                    ("ratings_job_dead_letters", "dlq_records", "ratings sent to the dead-letter topic"),
+                    ("ratings_job_cdc_changes", "cdc_changes", "customer changes applied to the table"),
+                ),
+                totals,
+                "job",
+                self.job,
+            )
             batches = SummaryMetricFamily(
                 "ratings_job_batch_seconds", "the job's handling of a micro-batch", labels=["job"]
             )

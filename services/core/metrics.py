@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import (
-    CounterMetricFamily,
     GaugeMetricFamily,
     Metric,
     StateSetMetricFamily,
     SummaryMetricFamily,
 )
 from prometheus_client.registry import Collector
+
+from services.core import prometheus
 
 log = logging.getLogger(__name__)
 
@@ -103,15 +104,17 @@ class ServiceCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         m, service = self.metrics, [self.metrics.service]
         counters = dict(m.counters)
-        for name, key, doc in (
-            ("ratings_records_consumed", "consumed", "records read from the input topics"),
-            ("ratings_records_written", "written", "records the sink confirmed (committed)"),
-            ("ratings_dead_letters", "dead_letters", "records sent to the dead-letter topic"),
-            ("ratings_downstream_retries", "retries", "retries while the downstream was unavailable"),
-        ):
-            family = CounterMetricFamily(name, doc, labels=["service"])
-            family.add_metric(service, counters.get(key, 0))
-            yield family
+        yield from prometheus.counters(
+            (
+                ("ratings_records_consumed", "consumed", "records read from the input topics"),
+                ("ratings_records_written", "written", "records the sink confirmed (committed)"),
+                ("ratings_dead_letters", "dead_letters", "records sent to the dead-letter topic"),
+                ("ratings_downstream_retries", "retries", "retries while the downstream was unavailable"),
+            ),
+            counters,
+            "service",
+            m.service,
+        )
         batches = SummaryMetricFamily(
             "ratings_batch_seconds", "from a batch collected to its offsets committed", labels=["service"]
         )

@@ -4,10 +4,12 @@ never waits for metrics. Every metric name starts with `ratings_`."""
 
 import logging
 import threading
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from services.core.errors import ConfigError
@@ -22,6 +24,16 @@ class Endpoint(Protocol):
     def metrics_port(self) -> int: ...
     @property
     def metrics_host(self) -> str: ...
+
+
+def counters(
+    specs: Iterable[tuple[str, str, str]], values: Mapping[str, float], label: str, label_value: str
+) -> Iterator[Metric]:
+    """A counter per (metric name, key in `values`, help text), labelled `label`=`label_value`."""
+    for name, key, doc in specs:
+        family = CounterMetricFamily(name, doc, labels=[label])
+        family.add_metric([label_value], values.get(key, 0))
+        yield family
 
 
 class MetricsServer:
