@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from support.enrichment import Job, Topics, create_topics, delete_topics, produce, rating, read_topic
 from support.kafka import drop_topics, make_topics
+from support.prometheus import scrape
 from support.services import ServiceProcess, unique_name
 from support.views_api import free_port
 
@@ -92,14 +93,6 @@ def topics(stack_env: StackEnv) -> Iterator[Topics]:
     delete_topics(stack_env, names)
 
 
-def _metrics(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        lines = response.read().decode().splitlines()
-    return {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line[:1] not in ("#", "")
-    }
-
-
 def _wait(what: str, check: Any, timeout_s: float = 90) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -150,7 +143,7 @@ def test_the_installed_job_and_services_carry_a_rating_to_every_sink(
                 port = int(service.env[f"{service.prefix}METRICS_PORT"])
                 name = service.module.rsplit(".", 1)[1].replace("_", "-")  # es-sink, s3-sink, ...
                 written = f'ratings_records_written_total{{service="{name}"}}'
-                _wait(f"{name} writing", lambda p=port, w=written: _metrics(p).get(w, 0) >= 1)
+                _wait(f"{name} writing", lambda p=port, w=written: scrape(p).get(w, 0) >= 1)
             es.indices.refresh(index=f"{alias}-ratings")
             assert es.count(index=f"{alias}-ratings")["count"] == 1
             objects = s3.list_objects_v2(Bucket=stack_env["S3_BUCKET"], Prefix=prefix).get("Contents", [])

@@ -7,7 +7,6 @@ jobs of their own."""
 import json
 import re
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from support.enrichment import (
     read_topic,
     values,
 )
+from support.prometheus import scrape
 from support.views_api import free_port
 
 from enrichment_job.settings import JobSettings
@@ -112,10 +112,8 @@ def test_a_rating_joins_the_row_valid_at_its_time_and_updates_apply_later(
 
 def _scrape(job: Job) -> dict[str, float]:
     """The job's Prometheus endpoint: metric name (labels dropped) -> value, one series each."""
-    port = job.env["ENRICH_METRICS_PORT"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        lines = response.read().decode().splitlines()
-    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line[:1] not in ("#", "")}
+    samples = scrape(int(job.env["ENRICH_METRICS_PORT"]))
+    return {name.split("{")[0]: value for name, value in samples.items()}
 
 
 def test_prometheus_scrapes_the_job_s_counts_batches_and_watermark_lag(

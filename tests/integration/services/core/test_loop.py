@@ -4,17 +4,15 @@ letters with their reason and bytes, and a stop request finishes the batch at ha
 
 import json
 import threading
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from confluent_kafka import Message
 from pydantic_settings import SettingsConfigDict
 from support.kafka import committed_total, drop_topics, make_topics, produce, read_topic
+from support.prometheus import Endpoint, scrape
 from support.services import unique_name
-from support.views_api import free_port
 
 from services.core.errors import RecordError, SinkUnavailable
 from services.core.main import Service, build_loop
@@ -139,32 +137,20 @@ def test_bad_and_rejected_records_become_dead_letters_with_reason_and_bytes(
     assert committed_total(stack_env, loop.settings.group_id, topics[0]) == 5
 
 
-def _scrape(port: int) -> dict[str, float]:
-    """The endpoint's samples, `name{labels}` -> value (comments dropped)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            samples[name] = float(value)
-    return samples
-
-
 def test_prometheus_scrapes_the_loop_s_counts_lag_and_state(
     stack_env: StackEnv, topics: tuple[str, str]
 ) -> None:
     sink = RecordingSink()
     sink.reject_odd = True
     loop, thread = start(stack_env, topics, sink)
-    endpoint = serve(ServiceCollector(loop.metrics), _Endpoint(), "LOOP_TEST_")
+    endpoint = serve(ServiceCollector(loop.metrics), Endpoint(), "LOOP_TEST_")
     assert endpoint is not None
     try:
         produce(stack_env, topics[0], numbers(10))
         wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 10)
         written = 'ratings_records_written_total{service="loop-test"}'
-        wait_until(lambda: _scrape(endpoint.port).get(written) == 5)
-        samples = _scrape(endpoint.port)
+        wait_until(lambda: scrape(endpoint.port).get(written) == 5)
+        samples = scrape(endpoint.port)
         assert samples['ratings_records_consumed_total{service="loop-test"}'] == 10
         assert samples['ratings_dead_letters_total{service="loop-test"}'] == 5
         assert samples['ratings_batch_seconds_count{service="loop-test"}'] >= 1
@@ -174,7 +160,7 @@ def test_prometheus_scrapes_the_loop_s_counts_lag_and_state(
         sink.down = True
         produce(stack_env, topics[0], numbers(4, start=10))
         wait_until(lambda: sink.failed_calls >= 1)
-        samples = _scrape(endpoint.port)
+        samples = scrape(endpoint.port)
         assert samples['ratings_downstream_retries_total{service="loop-test"}'] >= 1
         waiting = 'ratings_service_state{ratings_service_state="waiting for downstream",service="loop-test"}'
         assert samples[waiting] == 1
@@ -184,9 +170,3 @@ def test_prometheus_scrapes_the_loop_s_counts_lag_and_state(
         loop.stop()
         thread.join(30)
         endpoint.close()
-
-
-@dataclass(frozen=True)
-class _Endpoint:
-    metrics_port: int = field(default_factory=free_port)
-    metrics_host: str = "127.0.0.1"

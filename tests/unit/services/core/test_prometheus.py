@@ -3,21 +3,15 @@ at port 0, and a port that is taken stops the service naming the setting."""
 
 import socket
 import urllib.request
-from dataclasses import dataclass
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from support.prometheus import Endpoint
 from support.views_api import free_port
 
 from services.core.errors import ConfigError
 from services.core.metrics import Metrics, ServiceCollector
 from services.core.prometheus import serve
-
-
-@dataclass(frozen=True)
-class Where:
-    metrics_port: int
-    metrics_host: str = "127.0.0.1"
 
 
 def _metrics() -> Metrics:
@@ -53,7 +47,7 @@ def test_a_scrape_reads_counts_batches_lag_and_state() -> None:
 
 def test_the_endpoint_serves_the_figures_over_http_and_stops() -> None:
     port = free_port()
-    endpoint = serve(ServiceCollector(_metrics()), Where(port), "ES_SINK_")
+    endpoint = serve(ServiceCollector(_metrics()), Endpoint(port), "ES_SINK_")
     assert endpoint is not None and endpoint.port == port
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -66,7 +60,7 @@ def test_the_endpoint_serves_the_figures_over_http_and_stops() -> None:
 
 
 def test_port_0_serves_nothing() -> None:
-    assert serve(ServiceCollector(_metrics()), Where(0), "ES_SINK_") is None
+    assert serve(ServiceCollector(_metrics()), Endpoint(0), "ES_SINK_") is None
 
 
 def test_a_taken_port_names_the_setting() -> None:
@@ -77,4 +71,4 @@ def test_a_taken_port_names_the_setting() -> None:
         with pytest.raises(
             ConfigError, match=rf"setting ES_SINK_METRICS_PORT: cannot serve metrics on 127.0.0.1:{port}"
         ):
-            serve(ServiceCollector(_metrics()), Where(port), "ES_SINK_")
+            serve(ServiceCollector(_metrics()), Endpoint(port), "ES_SINK_")
