@@ -11,6 +11,13 @@ The loop owns retries: when the sink or the dead-letter topic is unavailable it 
 assigned partition, backs off (capped, with jitter; polling keeps the group membership alive),
 and writes the same batch again. Sinks are idempotent, so a batch that partly landed is safe to
 repeat, and a crash between 3 and 5 replays it.
+
+A sink may name what it writes after the first offset of the batch (the S3 sink does), so a
+replay must begin where the unconfirmed batch began, and never after a second unconfirmed batch
+was written. Hence: when a commit fails, the batch's partitions are rewound to the batch's first
+offsets and the next batch is that replay; when the group takes a partition away while its batch
+waits for the downstream, the batch is dropped unwritten (the new owner replays it from the
+last commit) rather than written late over what the new owner wrote.
 """
 
 import logging
@@ -45,6 +52,10 @@ class _Stopping(ServiceError):
     """The service was asked to stop while it waited for the downstream."""
 
 
+class _Revoked(ServiceError):
+    """The group took partitions of the batch away while it waited for the downstream."""
+
+
 class ConsumerLoop(Generic[T]):
     def __init__(
         self,
@@ -61,13 +72,20 @@ class ConsumerLoop(Generic[T]):
         self.consumer, self.dead_letters, self.metrics = consumer, dead_letters, metrics
         self._stopping = False
         self._paused = False
+        self._collecting: list[Message] = []  # the batch being collected
+        self._in_flight: set[tuple[str, int]] = set()  # the partitions of the batch being written
+        self._revoked = False  # one of them was taken away while the batch waited
 
     def stop(self) -> None:
         """Finish the batch at hand, commit it, and return from run(). Safe from a signal handler."""
         self._stopping = True
 
     def run(self) -> None:
-        self.consumer.subscribe(list(self.settings.input_topics), on_assign=self._on_assign)
+        self.consumer.subscribe(
+            list(self.settings.input_topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,  # also told of partitions lost without a revoke
+        )
         log.info(
             "%s: consuming %s as group %s",
             self.name,
@@ -92,11 +110,13 @@ class ConsumerLoop(Generic[T]):
     # 1. collect
     def _collect(self) -> list[Message]:
         batch: list[Message] = []
+        self._collecting = batch
         deadline: float | None = None
         wanted = self.settings.batch_max_records
         while not self._stopping and len(batch) < wanted:
             # consume() returns when it has `n` records or the time is up: ask for one record
             # until the batch has begun, so the first record is not held back by the timeout.
+            # A partition revoked meanwhile has its records taken out of `batch` (_on_revoke).
             timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
             n = 1 if deadline is None else min(wanted - len(batch), 10_000)
             for message in self.consumer.consume(n, timeout):
@@ -107,6 +127,7 @@ class ConsumerLoop(Generic[T]):
             deadline = deadline or time.monotonic() + self.settings.batch_max_wait_ms / 1000
             if time.monotonic() >= deadline:
                 break
+        self._collecting = []
         self.metrics.add("consumed", len(batch))
         return batch
 
@@ -130,11 +151,28 @@ class ConsumerLoop(Generic[T]):
                 good.append(Incoming(self.decode(message), message))
             except RecordError as err:
                 rejected.append(Rejected(message, str(err)))
-        if good:
-            rejected += self._with_retries(lambda: self.sink.write(good))
-        if rejected:
-            self._with_retries(lambda: self.dead_letters.send(rejected))
-        self._commit(batch)
+        self._in_flight, self._revoked = {_partition(m) for m in batch}, False
+        try:
+            if good:
+                rejected += self._with_retries(lambda: self.sink.write(good))
+            if rejected:
+                self._with_retries(lambda: self.dead_letters.send(rejected))
+        except _Revoked:
+            log.warning(
+                "%s: partitions of the batch were reassigned while it waited; dropped it unwritten "
+                "(%d records), their new owner replays them from the last commit",
+                self.name,
+                len(batch),
+            )
+            self._rewind(batch)
+            self._resume()
+            return
+        finally:
+            self._in_flight = set()
+        if not self._commit(batch):
+            self._rewind(batch)
+            self._resume()
+            return
         # Counted once committed, so whoever reads the figures finds the offsets there too.
         # written = batch minus every dead letter (unreadable ones were never in `good`)
         self.metrics.add("written", len(batch) - len(rejected))
@@ -142,24 +180,39 @@ class ConsumerLoop(Generic[T]):
         self.metrics.batch_done(time.monotonic() - started)
         self._resume()
 
-    def _commit(self, batch: list[Message]) -> None:
+    def _commit(self, batch: list[Message]) -> bool:
         next_offsets: dict[tuple[str, int], int] = {}
         for m in batch:
-            key = (str(m.topic()), int(m.partition() or 0))
+            key = _partition(m)
             next_offsets[key] = max(next_offsets.get(key, 0), int(m.offset() or 0) + 1)
         offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
         try:
             self.consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as err:
-            # After a rebalance the partitions belong to another member, which replays from the
-            # last commit; the sinks are idempotent, so nothing is doubled.
-            log.warning("%s: commit failed (%s); the new owner replays these records", self.name, err)
-            return
+            log.warning("%s: commit failed (%s); the batch will be written again", self.name, err)
+            return False
         for tp in offsets:
             # the end of the partition as the last fetch saw it (no request to the broker)
             _low, high = self.consumer.get_watermark_offsets(tp, cached=True)
             if high >= 0:
                 self.metrics.set_lag(tp.topic, tp.partition, high - tp.offset)
+        return True
+
+    def _rewind(self, batch: list[Message]) -> None:
+        """Fetch the batch's partitions again from its first offsets, those still assigned to this
+        member (a partition that went elsewhere starts from the last commit at its new owner)."""
+        first: dict[tuple[str, int], int] = {}
+        for m in batch:
+            key = _partition(m)
+            first[key] = min(first.get(key, int(m.offset() or 0)), int(m.offset() or 0))
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        for (topic, partition), offset in sorted(first.items()):
+            if (topic, partition) not in assigned:
+                continue
+            try:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as err:
+                log.warning("%s: could not rewind %s[%d] (%s)", self.name, topic, partition, err)
 
     # retries while the downstream is away
     def _with_retries(self, write: Callable[[], R]) -> R:
@@ -200,6 +253,8 @@ class ConsumerLoop(Generic[T]):
             if self._stopping:
                 raise _Stopping
             self.consumer.poll(min(0.5, max(0.0, deadline - time.monotonic())))
+            if self._revoked:
+                raise _Revoked
             self.metrics.maybe_report()
 
     def _resume(self) -> None:
@@ -213,3 +268,17 @@ class ConsumerLoop(Generic[T]):
         log.info("%s: assigned %s", self.name, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
         if self._paused:
             consumer.pause(partitions)
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Runs inside poll/consume, on this thread. Records of a partition that is no longer
+        this member's are not written: its next owner (maybe this member again, from the last
+        commit) reads them afresh, with batch bounds of its own."""
+        taken = {(p.topic, p.partition) for p in partitions}
+        log.info("%s: revoked %s", self.name, ", ".join(f"{t}[{p}]" for t, p in sorted(taken)))
+        self._collecting[:] = [m for m in self._collecting if _partition(m) not in taken]
+        if taken & self._in_flight:
+            self._revoked = True
+
+
+def _partition(message: Message) -> tuple[str, int]:
+    return str(message.topic()), int(message.partition() or 0)

@@ -1,6 +1,7 @@
 """The consumer loop against real Kafka, with a sink the test controls: offsets are committed only
 after the sink confirmed, an outage pauses and resumes without loss, bad records become dead
-letters with their reason and bytes, and a stop request finishes the batch at hand."""
+letters with their reason and bytes, a stop request finishes the batch at hand, and a batch
+whose commit failed or whose partitions moved is replayed from its start, never after another."""
 
 import json
 import threading
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, KafkaException, Message
 from pydantic_settings import SettingsConfigDict
 from support.kafka import committed_total, drop_topics, make_topics, produce, read_topic
 from support.prometheus import Endpoint, scrape
@@ -33,6 +34,7 @@ class RecordingSink:
 
     def __init__(self) -> None:
         self.written: list[int] = []
+        self.batches: list[list[tuple[int, int]]] = []  # (partition, offset) of each batch written
         self.down = False
         self.failed_calls = 0
         self.reject_odd = False
@@ -43,6 +45,9 @@ class RecordingSink:
             raise SinkUnavailable("test sink is down")
         rejected = [Rejected(r.message, "odd") for r in records if self.reject_odd and r.value % 2]
         self.written += [r.value for r in records if not (self.reject_odd and r.value % 2)]
+        self.batches.append(
+            [(int(r.message.partition() or 0), int(r.message.offset() or 0)) for r in records]
+        )
         return rejected
 
     def close(self) -> None:
@@ -64,18 +69,46 @@ def topics(stack_env: StackEnv) -> Iterator[tuple[str, str]]:
     drop_topics(stack_env, list(names))
 
 
-def start(stack_env: StackEnv, topics: tuple[str, str], sink: RecordingSink) -> tuple[Any, threading.Thread]:
-    settings = LoopSettings(
-        bootstrap_servers=stack_env["KAFKA_BOOTSTRAP_SERVERS"],
-        group_id=unique_name("group"),
-        input_topics=(topics[0],),
-        dlq_topic=topics[1],
-        batch_max_records=50,
-        batch_max_wait_ms=100,
-        retry_initial_ms=100,
-        retry_max_ms=500,
-    )
+class FirstCommitFails:
+    """The loop's real consumer, except that its first commit fails as if the broker had gone."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.refused: list[Any] = []
+
+    def commit(self, **kwargs: Any) -> Any:
+        if not self.refused:
+            self.refused.append(kwargs["offsets"])
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker went away (injected)"))
+        return self._consumer.commit(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def start(
+    stack_env: StackEnv,
+    topics: tuple[str, str],
+    sink: RecordingSink,
+    *,
+    group: str = "",
+    wrap: Any = None,
+    **overrides: Any,
+) -> tuple[Any, threading.Thread]:
+    values: dict[str, Any] = {
+        "bootstrap_servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+        "group_id": group or unique_name("group"),
+        "input_topics": (topics[0],),
+        "dlq_topic": topics[1],
+        "batch_max_records": 50,
+        "batch_max_wait_ms": 100,
+        "retry_initial_ms": 100,
+        "retry_max_ms": 500,
+    }
+    settings = LoopSettings(**(values | overrides))
     loop = build_loop(Service("loop-test", LoopSettings, decode, lambda _s: sink), settings)
+    if wrap is not None:
+        loop.consumer = wrap(loop.consumer)
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
     return loop, thread
@@ -170,3 +203,59 @@ def test_prometheus_scrapes_the_loop_s_counts_lag_and_state(
         loop.stop()
         thread.join(30)
         endpoint.close()
+
+
+def first_offsets(batch: list[tuple[int, int]]) -> dict[int, int]:
+    firsts: dict[int, int] = {}
+    for partition, offset in batch:
+        firsts[partition] = min(firsts.get(partition, offset), offset)
+    return firsts
+
+
+def test_a_batch_whose_commit_failed_is_written_again_from_its_start_before_anything_else(
+    stack_env: StackEnv, topics: tuple[str, str]
+) -> None:
+    sink = RecordingSink()
+    loop, thread = start(stack_env, topics, sink, wrap=FirstCommitFails)
+    produce(stack_env, topics[0], numbers(200))
+    wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 200)
+    loop.stop()
+    thread.join(30)
+    assert len(loop.consumer.refused) == 1
+    refused, later = sink.batches[0], sink.batches[1:]
+    # In each partition of the refused batch, the next write starts where the refused batch
+    # started: a sink that names its objects after a batch's first offset overwrites them
+    # instead of leaving a second object beside them with some of the same rows.
+    for partition, offset in first_offsets(refused).items():
+        replay = next(first_offsets(b) for b in later if partition in first_offsets(b))
+        assert replay[partition] == offset, (partition, sink.batches)
+    # Every record of the refused batch was written exactly once more, and nothing else twice.
+    written = [pair for batch in sink.batches for pair in batch]
+    assert len(written) - len(set(written)) == len(refused)
+    assert sorted(set(sink.written)) == list(range(200))
+
+
+def test_a_batch_waiting_for_the_downstream_is_dropped_when_its_partitions_move(
+    stack_env: StackEnv, topics: tuple[str, str]
+) -> None:
+    group = unique_name("group")
+    waiting = RecordingSink()
+    waiting.down = True
+    # One batch of all 100 records, of both partitions, waits for the sink.
+    wide = {"batch_max_records": 100, "batch_max_wait_ms": 3000}
+    first, first_thread = start(stack_env, topics, waiting, group=group, **wide)
+    produce(stack_env, topics[0], numbers(100))
+    wait_until(lambda: waiting.failed_calls >= 2)
+    joining = RecordingSink()
+    second, second_thread = start(stack_env, topics, joining, group=group)
+    wait_until(lambda: len(joining.written) > 0)  # the group gave the newcomer a partition
+    waiting.down = False
+    wait_until(lambda: committed_total(stack_env, group, topics[0]) == 100)
+    for loop, thread in ((first, first_thread), (second, second_thread)):
+        loop.stop()
+        thread.join(30)
+    # Each record was written once, by the member that owned its partition then: the first
+    # member did not write its old batch late, over the newcomer's share.
+    assert sorted(waiting.written + joining.written) == list(range(100))
+    owned = [{p for batch in sink.batches for p, _ in batch} for sink in (waiting, joining)]
+    assert owned[0] and owned[1] and owned[0].isdisjoint(owned[1]), owned
