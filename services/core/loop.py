@@ -1,7 +1,8 @@
 """The consumer loop every service runs: collect a batch, decode it, let the sink write it,
 dead-letter what failed, and only then commit the batch's offsets.
 
-    1. collect up to `batch_max_records`, or what came within `batch_max_wait_ms` of the first
+    1. collect up to `batch_max_records` and `batch_max_bytes`, or what came within
+       `batch_max_wait_ms` of the first
     2. decode each record (a RecordError sends it to the dead-letter list)
     3. sink.write(good records): the sink confirms, or returns per-record rejections
     4. dead letters produced and confirmed by Kafka
@@ -73,6 +74,7 @@ class ConsumerLoop(Generic[T]):
         self._stopping = False
         self._paused = False
         self._collecting: list[Message] = []  # the batch being collected
+        self._spilled: list[Message] = []  # fetched past the last batch's bounds: the next one's
         self._in_flight: set[tuple[str, int]] = set()  # the partitions of the batch being written
         self._revoked = False  # one of them was taken away while the batch waited
 
@@ -109,23 +111,35 @@ class ConsumerLoop(Generic[T]):
 
     # 1. collect
     def _collect(self) -> list[Message]:
+        """Up to `batch_max_records` records and `batch_max_bytes` bytes (keys and values; a
+        record larger than that is a batch of its own). Records fetched past a bound are kept,
+        in order, for the next batch."""
         batch: list[Message] = []
         self._collecting = batch
+        size, full = 0, False
         deadline: float | None = None
-        wanted = self.settings.batch_max_records
-        while not self._stopping and len(batch) < wanted:
-            # consume() returns when it has `n` records or the time is up: ask for one record
-            # until the batch has begun, so the first record is not held back by the timeout.
-            # A partition revoked meanwhile has its records taken out of `batch` (_on_revoke).
-            timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
-            n = 1 if deadline is None else min(wanted - len(batch), 10_000)
-            for message in self.consumer.consume(n, timeout):
-                if self._usable(message):
-                    batch.append(message)
+        wanted, max_bytes = self.settings.batch_max_records, self.settings.batch_max_bytes
+        while not (self._stopping or full):
+            if self._spilled:
+                incoming, self._spilled = self._spilled, []
+            else:
+                # consume() returns when it has `n` records or the time is up: ask for one
+                # record until the batch has begun, so the first is not held back by the timeout.
+                # A partition revoked meanwhile has its records taken out of `batch` (_on_revoke).
+                timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+                n = 1 if deadline is None else min(wanted - len(batch), 10_000)
+                incoming = [m for m in self.consumer.consume(n, timeout) if self._usable(m)]
+            for i, message in enumerate(incoming):
+                record_bytes = len(message.key() or b"") + len(message.value() or b"")
+                if batch and (len(batch) >= wanted or size + record_bytes > max_bytes):
+                    self._spilled, full = incoming[i:], True
+                    break
+                batch.append(message)
+                size += record_bytes
             if not batch:
                 return batch
             deadline = deadline or time.monotonic() + self.settings.batch_max_wait_ms / 1000
-            if time.monotonic() >= deadline:
+            if len(batch) >= wanted or time.monotonic() >= deadline:
                 break
         self._collecting = []
         self.metrics.add("consumed", len(batch))
@@ -205,6 +219,8 @@ class ConsumerLoop(Generic[T]):
         for m in batch:
             key = _partition(m)
             first[key] = min(first.get(key, int(m.offset() or 0)), int(m.offset() or 0))
+        # Records fetched past the batch would come twice: the partition is fetched again.
+        self._spilled = [m for m in self._spilled if _partition(m) not in first]
         assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
         for (topic, partition), offset in sorted(first.items()):
             if (topic, partition) not in assigned:
@@ -276,6 +292,7 @@ class ConsumerLoop(Generic[T]):
         taken = {(p.topic, p.partition) for p in partitions}
         log.info("%s: revoked %s", self.name, ", ".join(f"{t}[{p}]" for t, p in sorted(taken)))
         self._collecting[:] = [m for m in self._collecting if _partition(m) not in taken]
+        self._spilled = [m for m in self._spilled if _partition(m) not in taken]
         if taken & self._in_flight:
             self._revoked = True
 

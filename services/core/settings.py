@@ -27,6 +27,11 @@ class ServiceSettings(BaseSettings):
         default_factory=dict, description="extra librdkafka settings (JSON), e.g. security.protocol"
     )
     batch_max_records: int = Field(1000, gt=0, description="hand the sink a batch at this many records")
+    batch_max_bytes: int = Field(
+        16 * 1024 * 1024,
+        gt=0,
+        description="... or at this many bytes of keys and values (a bigger record goes alone)",
+    )
     batch_max_wait_ms: int = Field(1000, gt=0, description="... or when the oldest record waited this long")
     retry_initial_ms: int = Field(500, gt=0, description="first pause after the downstream failed")
     retry_max_ms: int = Field(30_000, gt=0, description="longest pause between retries (capped backoff)")

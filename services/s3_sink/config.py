@@ -17,6 +17,9 @@ class S3SinkSettings(ServiceSettings):
     dlq_topic: str = "s3-sink-dlq"
     # A batch is a set of files: it closes at this many records or this long after its first one.
     batch_max_records: int = Field(50_000, gt=0, description="close the batch (and its files) at this many")
+    batch_max_bytes: int = Field(
+        128 * 1024 * 1024, gt=0, description="... or at this many bytes of records (a bigger one goes alone)"
+    )
     batch_max_wait_ms: int = Field(60_000, gt=0, description="... or this long after its first record")
 
     endpoint_url: str | None = Field(

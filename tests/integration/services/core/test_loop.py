@@ -35,6 +35,7 @@ class RecordingSink:
     def __init__(self) -> None:
         self.written: list[int] = []
         self.batches: list[list[tuple[int, int]]] = []  # (partition, offset) of each batch written
+        self.values: list[list[int]] = []  # the numbers of each batch written
         self.down = False
         self.failed_calls = 0
         self.reject_odd = False
@@ -48,6 +49,7 @@ class RecordingSink:
         self.batches.append(
             [(int(r.message.partition() or 0), int(r.message.offset() or 0)) for r in records]
         )
+        self.values.append([r.value for r in records])
         return rejected
 
     def close(self) -> None:
@@ -259,3 +261,23 @@ def test_a_batch_waiting_for_the_downstream_is_dropped_when_its_partitions_move(
     assert sorted(waiting.written + joining.written) == list(range(100))
     owned = [{p for batch in sink.batches for p, _ in batch} for sink in (waiting, joining)]
     assert owned[0] and owned[1] and owned[0].isdisjoint(owned[1]), owned
+
+
+def test_batches_are_bounded_by_bytes_and_a_larger_record_goes_alone(
+    stack_env: StackEnv, topics: tuple[str, str]
+) -> None:
+    sink = RecordingSink()
+    pad = "x" * 10_000
+    small = [(str(i).encode(), json.dumps({"n": i, "pad": pad}).encode()) for i in range(30)]
+    large = [(b"30", json.dumps({"n": 30, "pad": pad * 5}).encode())]
+    produce(stack_env, topics[0], small + large)
+    # Every record is there before the loop starts: a batch could take them all at once.
+    loop, thread = start(
+        stack_env, topics, sink, batch_max_records=1000, batch_max_wait_ms=2000, batch_max_bytes=35_000
+    )
+    wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 31)
+    loop.stop()
+    thread.join(30)
+    assert sorted(sink.written) == list(range(31))  # each once: nothing spilled was lost or doubled
+    assert all(len(batch) <= 3 for batch in sink.values), sink.values  # 3 x 10 kB fit, 4 do not
+    assert [30] in sink.values  # 50 kB: over the bound, alone
