@@ -13,6 +13,10 @@ assigned partition, backs off (capped, with jitter; polling keeps the group memb
 and writes the same batch again. Sinks are idempotent, so a batch that partly landed is safe to
 repeat, and a crash between 3 and 5 replays it.
 
+A consumer that lost its partitions (the broker was away longer than the session timeout) and
+is not given new ones within `rejoin_timeout_s` is closed and replaced by a fresh one: librdkafka
+can stay out of its group for good after a long broker outage.
+
 A sink may name what it writes after the first offset of the batch (the S3 sink does), so a
 replay must begin where the unconfirmed batch began, and never after a second unconfirmed batch
 was written. Hence: when a commit fails, the batch's partitions are rewound to the batch's first
@@ -68,9 +72,12 @@ class ConsumerLoop(Generic[T]):
         consumer: Consumer,
         dead_letters: DeadLetters,
         metrics: Metrics,
+        renew: Callable[[], Consumer] | None = None,
     ) -> None:
         self.name, self.settings, self.decode, self.sink = name, settings, decode, sink
         self.consumer, self.dead_letters, self.metrics = consumer, dead_letters, metrics
+        self._renew = renew  # a new consumer, for one that no longer rejoins its group
+        self._outside_since: float | None = None  # not in a group generation since then
         self._stopping = False
         self._paused = False
         self._collecting: list[Message] = []  # the batch being collected
@@ -83,11 +90,7 @@ class ConsumerLoop(Generic[T]):
         self._stopping = True
 
     def run(self) -> None:
-        self.consumer.subscribe(
-            list(self.settings.input_topics),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,  # also told of partitions lost without a revoke
-        )
+        self._subscribe()
         log.info(
             "%s: consuming %s as group %s",
             self.name,
@@ -101,6 +104,7 @@ class ConsumerLoop(Generic[T]):
                 if batch:
                     self._deliver(batch)
                 self.metrics.maybe_report()
+                self._rejoin_if_stuck()
         except _Stopping:
             log.info("%s: stopped while waiting for the downstream; the batch will be replayed", self.name)
         finally:
@@ -108,6 +112,34 @@ class ConsumerLoop(Generic[T]):
             self.metrics.maybe_report(force=True)
             self.consumer.close()
             self.sink.close()
+
+    def _subscribe(self) -> None:
+        self._outside_since = time.monotonic()
+        self.consumer.subscribe(
+            list(self.settings.input_topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,  # also told of partitions lost without a revoke
+        )
+
+    def _rejoin_if_stuck(self) -> None:
+        if self._renew is None or self._outside_since is None:
+            return
+        outside = time.monotonic() - self._outside_since
+        if outside < self.settings.rejoin_timeout_s:
+            return
+        log.error(
+            "%s: no partitions from group %s for %.0f s; replacing the consumer with a new one",
+            self.name,
+            self.settings.group_id,
+            outside,
+        )
+        try:
+            self.consumer.close()
+        except (KafkaException, RuntimeError) as err:
+            log.warning("%s: closing the old consumer: %s", self.name, err)
+        self._spilled = []
+        self.consumer = self._renew()
+        self._subscribe()
 
     # 1. collect
     def _collect(self) -> list[Message]:
@@ -281,6 +313,7 @@ class ConsumerLoop(Generic[T]):
             log.info("%s: downstream is back; resumed", self.name)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._outside_since = None  # a member of the group's generation (maybe with no partition)
         log.info("%s: assigned %s", self.name, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
         if self._paused:
             consumer.pause(partitions)
@@ -290,6 +323,7 @@ class ConsumerLoop(Generic[T]):
         this member's are not written: its next owner (maybe this member again, from the last
         commit) reads them afresh, with batch bounds of its own."""
         taken = {(p.topic, p.partition) for p in partitions}
+        self._outside_since = time.monotonic()
         log.info("%s: revoked %s", self.name, ", ".join(f"{t}[{p}]" for t, p in sorted(taken)))
         self._collecting[:] = [m for m in self._collecting if _partition(m) not in taken]
         self._spilled = [m for m in self._spilled if _partition(m) not in taken]

@@ -48,6 +48,7 @@ def build_loop(service: Service[S, T], settings: S) -> ConsumerLoop[T]:
         consumer=Consumer(settings.consumer_config()),
         dead_letters=dead_letters,
         metrics=metrics,
+        renew=lambda: Consumer(settings.consumer_config()),
     )
 
 

@@ -35,6 +35,11 @@ class ServiceSettings(BaseSettings):
     batch_max_wait_ms: int = Field(1000, gt=0, description="... or when the oldest record waited this long")
     retry_initial_ms: int = Field(500, gt=0, description="first pause after the downstream failed")
     retry_max_ms: int = Field(30_000, gt=0, description="longest pause between retries (capped backoff)")
+    rejoin_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="a consumer left without a group assignment this long is replaced by a new one",
+    )
     metrics_file: Path | None = Field(None, description="JSON file with the service's figures, rewritten")
     metrics_interval_s: float = Field(10.0, gt=0, description="log a progress line this often")
     metrics_port: int = Field(

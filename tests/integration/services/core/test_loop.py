@@ -281,3 +281,39 @@ def test_batches_are_bounded_by_bytes_and_a_larger_record_goes_alone(
     assert sorted(sink.written) == list(range(31))  # each once: nothing spilled was lost or doubled
     assert all(len(batch) <= 3 for batch in sink.values), sink.values  # 3 x 10 kB fit, 4 do not
     assert [30] in sink.values  # 50 kB: over the bound, alone
+
+
+class NeverJoins:
+    """A consumer stuck outside its group: subscribed, it never gets an assignment."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.closed = False
+
+    def subscribe(self, topics: list[str], **_callbacks: Any) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list[Message]:
+        threading.Event().wait(timeout)
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+        self._consumer.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def test_a_consumer_left_outside_its_group_is_replaced_by_a_new_one(
+    stack_env: StackEnv, topics: tuple[str, str]
+) -> None:
+    sink = RecordingSink()
+    loop, thread = start(stack_env, topics, sink, wrap=NeverJoins, rejoin_timeout_s=3)
+    stuck = loop.consumer
+    produce(stack_env, topics[0], numbers(20))
+    wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 20)
+    loop.stop()
+    thread.join(30)
+    assert stuck.closed and loop.consumer is not stuck
+    assert sorted(sink.written) == list(range(20))
