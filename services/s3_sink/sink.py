@@ -1,12 +1,17 @@
 """The writer: a batch of enriched ratings becomes Parquet objects in S3, each PUT whole (S3 PUTs
-are atomic), named so that writing the same records again overwrites instead of doubling."""
+are atomic), named after the offsets they hold. Written again from any offset (a replay after a
+crash, an offset reset, a rebalance), the rows land once: an object's older siblings whose
+offsets it also holds are deleted, or rewritten without those rows."""
 
+import io
 import logging
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -14,7 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from services.core.errors import ConfigError, FatalSinkError
 from services.core.records import Incoming, Rejected
 from services.s3_sink.config import S3SinkSettings
-from services.s3_sink.layout import LakeObject, split_into_objects
+from services.s3_sink.layout import LakeObject, offsets_of, overlapping, split_into_objects
 from services.s3_sink.rows import parse_values
 from services.s3_sink.s3_errors import classify
 from services.s3_sink.schema import to_lake_table
@@ -93,11 +98,61 @@ class S3Sink:
     def _put(self, target: LakeObject, rows: pa.Table) -> None:
         key = target.key(self.prefix)
         body = parquet_bytes(rows, self.settings.compression)
+        self._s3(key, self.client.put_object, Key=key, Body=body)
+        log.debug("wrote s3://%s/%s: %d rows, %d bytes", self.settings.bucket, key, rows.num_rows, len(body))
+        self._settle(target, key)
+
+    def _settle(self, target: LakeObject, key: str) -> None:
+        """Siblings (same topic, partition and hour) holding offsets `target` holds lose those
+        rows: deleted when all their rows are in `target`, otherwise rewritten with the rest
+        (one object per side of `target`'s range), then deleted. Done after `target` is written,
+        so a crash in between leaves rows twice until the replay settles again, never lost."""
+        for other in self._siblings(target):
+            span = offsets_of(other)
+            if other == key or span is None or overlapping(target, *span) == "keep":
+                continue
+            kept = 0
+            if overlapping(target, *span) == "trim":
+                got = self._s3(other, self.client.get_object, Key=other)
+                rows = pq.read_table(io.BytesIO(got["Body"].read()))
+                offsets = rows.column("kafka_offset")
+                for side in (pc.less(offsets, target.first_offset), pc.greater(offsets, target.last_offset)):
+                    piece = rows.filter(side)
+                    if piece.num_rows:
+                        first, last = (
+                            pc.min(piece.column("kafka_offset")),
+                            pc.max(piece.column("kafka_offset")),
+                        )
+                        part = target.with_offsets(int(first.as_py()), int(last.as_py())).key(self.prefix)
+                        body = parquet_bytes(piece, self.settings.compression)
+                        self._s3(part, self.client.put_object, Key=part, Body=body)
+                        kept += piece.num_rows
+            self._s3(other, self.client.delete_object, Key=other)
+            log.info(
+                "s3://%s/%s held offsets of %s (written again from another offset): replaced, %d of its "
+                "rows kept in objects of their own",
+                self.settings.bucket,
+                other,
+                key.rsplit("/", 1)[-1],
+                kept,
+            )
+
+    def _siblings(self, target: LakeObject) -> Iterator[str]:
+        prefix, token = target.siblings(self.prefix), None
+        while True:
+            extra: dict[str, str] = {"ContinuationToken": token} if token else {}
+            page = self._s3(prefix, self.client.list_objects_v2, Prefix=prefix, **extra)
+            yield from (item["Key"] for item in page.get("Contents", []))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+
+    def _s3(self, key: str, call: Callable[..., Any], **kwargs: Any) -> Any:
+        """One S3 request on the bucket, its failure classified for the loop."""
         try:
-            self.client.put_object(Bucket=self.settings.bucket, Key=key, Body=body)
+            return call(Bucket=self.settings.bucket, **kwargs)
         except (BotoCoreError, ClientError) as err:
             raise classify(err, f"s3://{self.settings.bucket}/{key}") from err
-        log.debug("wrote s3://%s/%s: %d rows, %d bytes", self.settings.bucket, key, rows.num_rows, len(body))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -1,8 +1,10 @@
-"""Exactly once in the lake across a kill -9 (objects written but never committed are overwritten
-by the replay), and an S3 outage that pauses the sink without committing or losing anything."""
+"""Exactly once in the lake across a kill -9 (objects written but never committed are replaced
+by the replay), an offset reset into the middle of written objects, and an S3 outage that pauses
+the sink without committing or losing anything."""
 
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -13,6 +15,7 @@ from support.services import ServiceProcess, as_kafka, enriched_record
 
 from services.core.records import Incoming
 from services.s3_sink.config import S3SinkSettings
+from services.s3_sink.layout import offsets_of
 from services.s3_sink.sink import S3Sink
 
 StackEnv = dict[str, str]
@@ -89,6 +92,53 @@ def test_kill_9_and_restart_leave_every_rating_exactly_once(
     assert len(rows) == total
     assert {r["rating_id"] for r in rows} == set(range(total))
     assert len({(r["kafka_partition"], r["kafka_offset"]) for r in rows}) == total
+
+
+def test_an_offset_reset_into_the_middle_of_written_objects_leaves_every_rating_once(
+    stack_env: StackEnv,
+    topics: Callable[..., tuple[str, str]],
+    sink_env: Callable[..., dict[str, str]],
+    lake: Lake,
+    tmp_path: Path,
+) -> None:
+    total = 1000
+    names = topics(2)
+    produce(stack_env, names[0], ratings(total))
+    env = sink_env(names, batch_max_records=200, batch_max_wait_ms=500)
+    first = ServiceProcess("services.s3_sink", "S3_SINK_", env, tmp_path).start()
+    try:
+        first.wait_for(lambda m: m["written"] == total, "every rating written")
+    finally:
+        assert first.stop() == 0
+    # An operator moves the group back, to offsets that fall inside written objects.
+    resetter = Consumer(
+        {"bootstrap.servers": env["S3_SINK_BOOTSTRAP_SERVERS"], "group.id": env["S3_SINK_GROUP_ID"]}
+    )
+    try:
+        resetter.commit(offsets=[TopicPartition(names[0], p, 137) for p in (0, 1)], asynchronous=False)
+    finally:
+        resetter.close()
+    replayed = total - 2 * 137
+    second = ServiceProcess(
+        "services.s3_sink", "S3_SINK_", env | {"S3_SINK_BATCH_MAX_RECORDS": "150"}, tmp_path
+    )
+    second.start()
+    try:
+        second.wait_for(lambda m: m["written"] == replayed, "the replay written")
+    finally:
+        assert second.stop() == 0
+    rows = lake.rows()
+    assert sorted(r["rating_id"] for r in rows) == list(range(total))
+    # Within a partition and hour, the objects' offset ranges are apart.
+    spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for key in lake.keys():
+        folder, name = key.rsplit("/", 1)
+        offsets = offsets_of(key)
+        assert offsets is not None, key
+        spans.setdefault((folder, name.split("+")[1]), []).append(offsets)
+    for ranges in spans.values():
+        ranges.sort()
+        assert all(a[1] < b[0] for a, b in pairwise(ranges)), ranges
 
 
 def test_s3_outage_pauses_commits_nothing_more_and_everything_lands_once_after(

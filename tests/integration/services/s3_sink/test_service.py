@@ -39,9 +39,9 @@ def as_record(row: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def expected_key(topic: str, partition: int, first_offset: int, rating_time: int) -> str:
+def expected_key(topic: str, partition: int, offsets: tuple[int, int], rating_time: int) -> str:
     at = datetime.fromtimestamp(rating_time / 1000, tz=UTC)
-    return f"dt={at:%Y-%m-%d}/hour={at:%H}/{topic}+{partition}+{first_offset:020d}.parquet"
+    return f"dt={at:%Y-%m-%d}/hour={at:%H}/{topic}+{partition}+{offsets[0]:020d}+{offsets[1]:020d}.parquet"
 
 
 def test_every_rating_lands_once_at_the_expected_key_with_its_values(
@@ -63,22 +63,23 @@ def test_every_rating_lands_once_at_the_expected_key_with_its_values(
     finally:
         assert service.stop() == 0
 
-    # where Kafka put each rating, and so the first offset of each (partition, hour)
+    # where Kafka put each rating, and so the first and last offsets of each (partition, hour)
     placed = {
         m.value(): (m.partition(), m.offset()) for m in read_topic(stack_env, names[0], min_records=400)
     }
-    first: dict[tuple[int, int], int] = {}
+    span: dict[tuple[int, int], tuple[int, int]] = {}
     by_id = {}
     for record, (_, value) in zip(records, map(as_kafka, records), strict=True):
         partition, offset = placed[value]
         group = (partition, record["rating_time"] // HOUR_MS)
-        first[group] = min(first.get(group, offset), offset)
+        low, high = span.get(group, (offset, offset))
+        span[group] = (min(low, offset), max(high, offset))
         by_id[record["rating_id"]] = (record, partition, offset)
-    assert len({p for p, _ in first}) == 2 and len({h for _, h in first}) == 3
+    assert len({p for p, _ in span}) == 2 and len({h for _, h in span}) == 3
 
     objects = lake.objects()
     assert sorted(objects) == sorted(
-        expected_key(names[0], p, offset, h * HOUR_MS) for (p, h), offset in first.items()
+        expected_key(names[0], p, offsets, h * HOUR_MS) for (p, h), offsets in span.items()
     )
     rows = [row for table in objects.values() for row in table.to_pylist()]
     assert sorted(r["rating_id"] for r in rows) == list(range(400))
@@ -108,7 +109,8 @@ def test_files_rotate_at_the_record_count(
     finally:
         assert service.stop() == 0
     objects = lake.objects()
-    assert [key.rsplit("+", 1)[1] for key in objects] == [f"{o:020d}.parquet" for o in (0, 50, 100, 150, 200)]
+    spans = [(0, 49), (50, 99), (100, 149), (150, 199), (200, 229)]
+    assert [key.split("+", 2)[2] for key in objects] == [f"{a:020d}+{b:020d}.parquet" for a, b in spans]
     assert [t.num_rows for t in objects.values()] == [50, 50, 50, 50, 30]
 
 

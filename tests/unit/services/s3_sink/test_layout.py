@@ -1,12 +1,13 @@
-"""Object names: UTC date and hour of rating_time, first offset zero-padded; one object per topic,
-partition and hour of a batch, named by the group's first offset."""
+"""Object names: UTC date and hour of rating_time, first and last offsets zero-padded; one object
+per topic, partition and hour of a batch, named by the group's first and last offsets; which
+siblings an object's range overlaps."""
 
 from datetime import datetime
 
 import pyarrow as pa
 import pytest
 
-from services.s3_sink.layout import HOUR_MS, LakeObject, split_into_objects
+from services.s3_sink.layout import HOUR_MS, LakeObject, offsets_of, overlapping, split_into_objects
 from services.s3_sink.rows import parse_values
 from services.s3_sink.schema import to_lake_table
 
@@ -27,16 +28,40 @@ def ms(text: str) -> int:
     ],
 )
 def test_the_folder_is_the_utc_date_and_hour(when: str, folder: str) -> None:
-    target = LakeObject("ratings", 3, ms(when) // HOUR_MS, 42)
-    assert target.key("lake") == f"lake/{folder}/ratings+3+00000000000000000042.parquet"
+    target = LakeObject("ratings", 3, ms(when) // HOUR_MS, 42, 50)
+    name = "ratings+3+00000000000000000042+00000000000000000050.parquet"
+    assert target.key("lake") == f"lake/{folder}/{name}"
+    assert offsets_of(target.key("lake")) == (42, 50)
 
 
 def test_offsets_are_padded_to_20_digits_so_names_sort_by_offset() -> None:
     offsets = [0, 9, 10, 99_999, 2**63 - 1]
-    keys = [LakeObject("t", 0, 0, o).key("p") for o in offsets]
+    keys = [LakeObject("t", 0, 0, o, o).key("p") for o in offsets]
     assert sorted(keys) == keys
-    assert keys[-1].endswith("+09223372036854775807.parquet")
-    assert LakeObject("t", 0, 0, 7).key("") == "dt=1970-01-01/hour=00/t+0+00000000000000000007.parquet"
+    assert keys[-1].endswith("+09223372036854775807+09223372036854775807.parquet")
+    assert (
+        LakeObject("t", 0, 0, 7, 9).key("")
+        == "dt=1970-01-01/hour=00/t+0+00000000000000000007+00000000000000000009.parquet"
+    )
+    assert offsets_of("p/dt=1970-01-01/hour=00/t+0+00000000000000000007.parquet") is None  # not ours
+
+
+@pytest.mark.parametrize(
+    ("sibling", "action"),
+    [
+        ((0, 9), "keep"),
+        ((21, 30), "keep"),
+        ((10, 20), "delete"),
+        ((12, 18), "delete"),
+        ((5, 10), "trim"),
+        ((20, 25), "trim"),
+        ((5, 25), "trim"),
+    ],
+)
+def test_a_sibling_is_kept_deleted_or_trimmed_by_how_its_range_meets_the_new_one(
+    sibling: tuple[int, int], action: str
+) -> None:
+    assert overlapping(LakeObject("t", 0, 0, 10, 20), *sibling) == action
 
 
 def lake_rows(rows: list[tuple[str, int, int, int]]) -> pa.Table:
@@ -49,7 +74,7 @@ def lake_rows(rows: list[tuple[str, int, int, int]]) -> pa.Table:
     return to_lake_table(parsed.table, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
 
 
-def test_a_batch_splits_by_partition_and_hour_named_by_each_groups_first_offset() -> None:
+def test_a_batch_splits_by_partition_and_hour_named_by_each_groups_offsets() -> None:
     h0, h1 = ms("2026-11-22T10:59:59.999+00:00"), ms("2026-11-22T11:00:00+00:00")
     table = lake_rows(
         [
@@ -65,38 +90,12 @@ def test_a_batch_splits_by_partition_and_hour_named_by_each_groups_first_offset(
     objects = split_into_objects(table)
     got = {o.key("p"): rows.column("kafka_offset").to_pylist() for o, rows in objects}
     assert got == {
-        "p/dt=2026-11-22/hour=10/t+0+00000000000000000100.parquet": [100, 102],
-        "p/dt=2026-11-22/hour=11/t+0+00000000000000000101.parquet": [101, 103],
-        "p/dt=2026-11-22/hour=11/t+1+00000000000000000007.parquet": [7, 8],
-        "p/dt=2026-11-22/hour=10/u+0+00000000000000000100.parquet": [100],
+        "p/dt=2026-11-22/hour=10/t+0+00000000000000000100+00000000000000000102.parquet": [100, 102],
+        "p/dt=2026-11-22/hour=11/t+0+00000000000000000101+00000000000000000103.parquet": [101, 103],
+        "p/dt=2026-11-22/hour=11/t+1+00000000000000000007+00000000000000000008.parquet": [7, 8],
+        "p/dt=2026-11-22/hour=10/u+0+00000000000000000100+00000000000000000100.parquet": [100],
     }
     assert sum(rows.num_rows for _, rows in objects) == table.num_rows
-
-
-def test_a_replay_from_the_committed_offset_reuses_the_names_it_overwrites() -> None:
-    """The crashed batch covered offsets 0..5; the replay's first batch stops at 3. The object
-    names of the crash are all written again, each row lands in exactly one surviving object."""
-    h0, h1 = ms("2026-11-22T10:00:00+00:00"), ms("2026-11-22T11:00:00+00:00")
-    stream = [
-        ("t", 0, 0, h0),
-        ("t", 0, 1, h0),
-        ("t", 0, 2, h0),
-        ("t", 0, 3, h1),
-        ("t", 0, 4, h0),
-        ("t", 0, 5, h1),
-    ]
-
-    def write(rows: list[tuple[str, int, int, int]], lake: dict[str, list[int]]) -> None:
-        for target, part in split_into_objects(lake_rows(rows)):
-            lake[target.key("p")] = part.column("kafka_offset").to_pylist()
-
-    lake: dict[str, list[int]] = {}
-    write(stream, lake)  # crashed before commit
-    crashed_names = set(lake)
-    write(stream[:3], lake)  # replay, batch 1 (smaller)
-    write(stream[3:], lake)  # replay, batch 2
-    assert crashed_names <= set(lake)
-    assert sorted(o for offsets in lake.values() for o in offsets) == [0, 1, 2, 3, 4, 5]
 
 
 def test_an_empty_batch_has_no_objects() -> None:

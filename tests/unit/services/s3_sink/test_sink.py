@@ -1,8 +1,11 @@
-"""The writer with a client that records PUTs (or fails like S3 would): one Parquet object per
-partition and hour, rejected records returned with their reason, failures classified."""
+"""The writer with a client that keeps objects in a dict (or fails like S3 would): one Parquet
+object per partition and hour, rejected records returned with their reason, failures classified,
+and the same records written again from any offset landing once."""
 
 import io
 import json
+import random
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -32,6 +35,16 @@ class RecordingClient:
         if self.fail_with is not None:
             raise self.fail_with
 
+    def list_objects_v2(self, Bucket: str, Prefix: str, **_page: str) -> dict[str, Any]:
+        keys = [k.split("/", 1)[1] for k in sorted(self.objects) if k.startswith(f"{Bucket}/{Prefix}")]
+        return {"Contents": [{"Key": k} for k in keys], "IsTruncated": False}
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        return {"Body": io.BytesIO(self.objects[f"{Bucket}/{Key}"])}
+
+    def delete_object(self, Bucket: str, Key: str) -> None:
+        self.objects.pop(f"{Bucket}/{Key}", None)
+
 
 def incoming(partition: int, offset: int, value: bytes) -> Incoming[bytes]:
     message = Message(topic="enriched", partition=partition, offset=offset, value=value)
@@ -56,12 +69,14 @@ def test_a_batch_becomes_one_parquet_object_per_partition_and_hour() -> None:
     assert [(r.message.offset(), r.reason) for r in rejected] == [(11, "Invalid value. in row 0")]
     folder = "bkt/lake/dt=2026-11-18"
     assert sorted(client.objects) == [
-        f"{folder}/hour=11/enriched+0+00000000000000000010.parquet",
-        f"{folder}/hour=11/enriched+1+00000000000000000020.parquet",
-        f"{folder}/hour=12/enriched+0+00000000000000000012.parquet",
+        f"{folder}/hour=11/enriched+0+00000000000000000010+00000000000000000013.parquet",
+        f"{folder}/hour=11/enriched+1+00000000000000000020+00000000000000000020.parquet",
+        f"{folder}/hour=12/enriched+0+00000000000000000012+00000000000000000012.parquet",
     ]
     first = pq.read_table(
-        io.BytesIO(client.objects[f"{folder}/hour=11/enriched+0+00000000000000000010.parquet"])
+        io.BytesIO(
+            client.objects[f"{folder}/hour=11/enriched+0+00000000000000000010+00000000000000000013.parquet"]
+        )
     )
     assert first.schema.remove_metadata() == LAKE_SCHEMA
     assert first.column("rating_id").to_pylist() == [1, 4]
@@ -106,3 +121,43 @@ def test_a_batch_of_only_bad_records_writes_nothing() -> None:
     rejected = sink(client).write([incoming(0, 1, b"[]"), incoming(0, 2, b"{}")])
     assert len(rejected) == 2
     assert client.objects == {}
+
+
+def lake_offsets(client: RecordingClient) -> list[tuple[int, int]]:
+    """(partition, offset) of every row in every object."""
+    rows = [pq.read_table(io.BytesIO(body)) for body in client.objects.values()]
+    return sorted(
+        (p, o)
+        for t in rows
+        for p, o in zip(
+            t.column("kafka_partition").to_pylist(), t.column("kafka_offset").to_pylist(), strict=True
+        )
+    )
+
+
+def test_records_written_again_from_any_offset_land_once() -> None:
+    """A crash before the commit, a replay with other batch bounds, an offset reset into the
+    middle of an object, a late batch of a member that lost its partitions: every row once."""
+    hour = 1_795_000_000_000 // 3_600_000 * 3_600_000
+    stream = [
+        incoming(
+            p,
+            o,
+            json.dumps(enriched_record(p * 1000 + o, rating_time=hour + (o % 3) * 3_600_000)).encode(),
+        )
+        for p in (0, 1)
+        for o in range(60)
+    ]
+    by_partition = {p: [r for r in stream if r.message.partition() == p] for p in (0, 1)}
+    client = RecordingClient()
+    writer = sink(client)
+    shuffle = random.Random(7)
+    for _ in range(40):  # batches of random bounds from random starting offsets, per partition
+        p = shuffle.choice((0, 1))
+        first = shuffle.randrange(60)
+        last = shuffle.randrange(first, min(first + 25, 60))
+        writer.write(by_partition[p][first : last + 1])
+    for p in (0, 1):  # finally every offset at least once
+        writer.write(by_partition[p])
+        writer.write(by_partition[p][10:20])
+    assert lake_offsets(client) == [(p, o) for p in (0, 1) for o in range(60)]
