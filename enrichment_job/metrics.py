@@ -191,6 +191,12 @@ class JobCollector(Collector):
         queries = [(k.removeprefix("query:"), v) for k, v in sorted(data.items()) if k.startswith("query:")]
         for name, key, doc, scale in (
             ("ratings_query_input_rows_per_second", "input_rows_per_s", "Spark: rows read per second", 1),
+            (
+                "ratings_query_processed_rows_per_second",
+                "processed_rows_per_s",
+                "Spark: rows processed per second of batch time",
+                1,
+            ),
             ("ratings_query_batch_duration_seconds", "batch_duration_ms", "Spark: the last batch", 1e-3),
             ("ratings_query_last_batch_id", "batch_id", "Spark: the last batch's id", 1),
         ):

@@ -29,9 +29,11 @@ from enrichment_job.metrics import caught_up
 from infra.demo import views
 from infra.demo.figures import TOPICS, Observer, read_json
 from infra.demo.pipeline import (
+    METRICS_PORTS,
     MODULES,
     NO_RESTART,
     SPARK_JOBS,
+    VIEWS_PORT,
     DemoPaths,
     Pipeline,
     running_stack,
@@ -89,7 +91,8 @@ class Demo:
         metrics_files = {name: paths.metrics(name) for name in MODULES if name not in SPARK_JOBS}
         metrics_files["enrichment"] = paths.job_state / "metrics.json"
         metrics_files["views"] = paths.views_state / "metrics.json"
-        self.observer = Observer(stack, metrics_files, s3_client(StackSettings(), stack))
+        endpoints = METRICS_PORTS | {"views_api": VIEWS_PORT}
+        self.observer = Observer(stack, metrics_files, endpoints, s3_client(StackSettings(), stack))
         self.plain = args.plain or not sys.stdout.isatty()
         self.lake = S3SinkSettings(
             endpoint_url=stack["S3_ENDPOINT_URL"],
@@ -182,15 +185,14 @@ class Demo:
         now = self.observer.snapshot()
         alerts = list(self.observer.latest_alerts)
         if self.plain:
-            m = now.metrics
             figures = {
                 "produced": now.since(self.start, "ratings"),
-                "enriched": m.get("enrichment", {}).get("totals", {}).get("enriched", 0),
-                "es": m.get("es_sink", {}).get("written", 0),
-                "lake": m.get("s3_sink", {}).get("written", 0),
-                "slack": m.get("slack_notifier", {}).get("written", 0),
+                "enriched": now.total("enrichment", "ratings_job_enriched_total"),
+                "es": now.total("es_sink", "ratings_records_written_total"),
+                "lake": now.total("s3_sink", "ratings_records_written_total"),
+                "slack": now.total("slack_notifier", "ratings_records_written_total"),
             }
-            line = " ".join(f"{k} {v:,}" for k, v in figures.items())
+            line = " ".join(f"{k} {v:,.0f}" for k, v in figures.items())
             print(f"[{time.strftime('%H:%M:%S')}] {phase}: {line}", flush=True)
         else:
             text = frame(

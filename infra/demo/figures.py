@@ -1,10 +1,11 @@
 """What the live view and the summary show, read from the outside of each stage: Kafka end
-offsets and consumer-group lag, each process's metrics file, Elasticsearch's document count,
-the lake's objects, and the latest alerts."""
+offsets and consumer-group lag, each program's Prometheus endpoint (the load generator's metrics
+file), Elasticsearch's document count, the lake's objects, and the latest alerts."""
 
 import contextlib
 import json
 import time
+import urllib.request
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,12 +39,39 @@ class Snapshot:
     at: float
     ends: dict[str, int] = field(default_factory=dict)
     lag: dict[str, int | None] = field(default_factory=dict)
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # from metrics files
+    samples: dict[str, dict[str, float]] = field(default_factory=dict)  # scraped, per program
     es_docs: int | None = None
     lake_files: int | None = None
 
     def since(self, start: "Snapshot", role: str) -> int:
         return self.ends.get(role, 0) - start.ends.get(role, 0)
+
+    def total(self, program: str, name: str) -> float:
+        """A metric the program exports (summed over labels), 0 until it answers a scrape."""
+        return sample(self.samples.get(program, {}), name) or 0.0
+
+
+def scrape(port: int, timeout_s: float = 10) -> dict[str, float]:
+    """GET /metrics on 127.0.0.1:`port`: `name{labels}` -> value, comments dropped."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as response:
+        lines = response.read().decode().splitlines()
+    samples = [line.rsplit(" ", 1) for line in lines if line[:1] not in ("#", "")]
+    return {name: float(value) for name, value in samples}
+
+
+def sample(samples: dict[str, float], name: str) -> float | None:
+    """The sum of a metric's samples over its labels (None when the program has not sent it)."""
+    found = [v for k, v in samples.items() if k.split("{", 1)[0] == name]
+    return sum(found) if found else None
+
+
+def labelled(samples: dict[str, float], name: str, label: str) -> str | None:
+    """The value of `label` on the sample of `name` that is 1 (a Prometheus state set)."""
+    for key, value in samples.items():
+        if key.split("{", 1)[0] == name and value == 1 and f'{label}="' in key:
+            return key.split(f'{label}="', 1)[1].split('"', 1)[0]
+    return None
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -56,9 +84,12 @@ def read_json(path: Path) -> dict[str, Any]:
 class Observer:
     """Reads the figures; cheap enough to call every second (the lake listing every fifth)."""
 
-    def __init__(self, stack: dict[str, str], metrics_files: dict[str, Path], s3: Any) -> None:
+    def __init__(
+        self, stack: dict[str, str], metrics_files: dict[str, Path], endpoints: dict[str, int], s3: Any
+    ) -> None:
         servers = stack["KAFKA_BOOTSTRAP_SERVERS"]
         self.stack, self.metrics_files, self.s3 = stack, metrics_files, s3
+        self.endpoints = endpoints  # program -> the port of its Prometheus endpoint
         self.admin = AdminClient({"bootstrap.servers": servers})
         self.offsets = Consumer({"bootstrap.servers": servers, "group.id": f"demo-{uuid.uuid4().hex}"})
         self.partitions = {
@@ -97,6 +128,9 @@ class Observer:
         for service, (group, roles) in GROUPS.items():
             snap.lag[service] = self._lag(group, roles, ends)
         snap.metrics = {name: read_json(path) for name, path in self.metrics_files.items()}
+        for name, port in self.endpoints.items():
+            with contextlib.suppress(OSError, ValueError):  # not up yet, or restarting
+                snap.samples[name] = scrape(port, timeout_s=1)
         with contextlib.suppress(OSError, ValueError):
             snap.es_docs = int(http_json("GET", f"{self.stack['ELASTICSEARCH_URL']}/ratings/_count")["count"])
         if self._ticks % 5 == 0:

@@ -49,7 +49,15 @@ class DemoPaths:
 
 
 VIEWS_PORT = 8087
+# Where each program serves Prometheus metrics in the demo (the views service: on VIEWS_PORT).
+METRICS_PORTS = {"enrichment": 9461, "views": 9462, "slack_notifier": 9463, "es_sink": 9464, "s3_sink": 9465}
 SPARK_JOBS = ("enrichment", "views")  # they stop their queries on SIGINT; the services on SIGTERM
+
+
+def without_endpoint(env: dict[str, str]) -> dict[str, str]:
+    """The settings that turn a program's Prometheus endpoint off: for a second instance of it,
+    which would find the first one's port taken."""
+    return {k: "0" for k in env if k.endswith("_METRICS_PORT")}
 
 
 def service_envs(stack: dict[str, str], paths: DemoPaths) -> dict[str, dict[str, str]]:
@@ -61,12 +69,14 @@ def service_envs(stack: dict[str, str], paths: DemoPaths) -> dict[str, dict[str,
             "ENRICH_SPARK_JARS": stack["SPARK_JARS"],
             "ENRICH_STATE_DIR": str(paths.job_state),
             "ENRICH_UI_ENABLED": "false",
+            "ENRICH_METRICS_PORT": str(METRICS_PORTS["enrichment"]),
             "JAVA_HOME": stack["JAVA_HOME"],
         },
         "views": {
             "VIEWS_JOB_BOOTSTRAP_SERVERS": kafka,
             "VIEWS_JOB_SPARK_JARS": stack["SPARK_JARS"],
             "VIEWS_JOB_STATE_DIR": str(paths.views_state),
+            "VIEWS_JOB_METRICS_PORT": str(METRICS_PORTS["views"]),
             "JAVA_HOME": stack["JAVA_HOME"],
         },
         "views_api": {
@@ -80,12 +90,14 @@ def service_envs(stack: dict[str, str], paths: DemoPaths) -> dict[str, dict[str,
             "SLACK_STATE_DIR": str(paths.slack_state),
             "SLACK_METRICS_FILE": str(paths.metrics("slack_notifier")),
             "SLACK_METRICS_INTERVAL_S": "1",
+            "SLACK_METRICS_PORT": str(METRICS_PORTS["slack_notifier"]),
         },
         "es_sink": {
             "ES_SINK_BOOTSTRAP_SERVERS": kafka,
             "ES_SINK_URL": stack["ELASTICSEARCH_URL"],
             "ES_SINK_METRICS_FILE": str(paths.metrics("es_sink")),
             "ES_SINK_METRICS_INTERVAL_S": "1",
+            "ES_SINK_METRICS_PORT": str(METRICS_PORTS["es_sink"]),
         },
         "s3_sink": {
             "S3_SINK_BOOTSTRAP_SERVERS": kafka,
@@ -97,6 +109,7 @@ def service_envs(stack: dict[str, str], paths: DemoPaths) -> dict[str, dict[str,
             "S3_SINK_BATCH_MAX_WAIT_MS": "5000",
             "S3_SINK_METRICS_FILE": str(paths.metrics("s3_sink")),
             "S3_SINK_METRICS_INTERVAL_S": "1",
+            "S3_SINK_METRICS_PORT": str(METRICS_PORTS["s3_sink"]),
         },
         "loadgen": {
             "LOADGEN_BOOTSTRAP_SERVERS": kafka,

@@ -5,7 +5,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from infra.demo.figures import Snapshot
+from infra.demo.figures import Snapshot, labelled, sample
 
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -20,17 +20,19 @@ def _n(value: int | float | None) -> str:
 
 
 def _metric(snap: Snapshot, process: str, name: str) -> float:
+    """A figure of the load generator's metrics file (it is tooling: no Prometheus endpoint)."""
     value = snap.metrics.get(process, {}).get(name)
     return float(value) if isinstance(value, int | float) else 0.0
 
 
-def _job_total(snap: Snapshot, name: str) -> float:
-    return float(snap.metrics.get("enrichment", {}).get("totals", {}).get(name, 0))
+def _scraped(snap: Snapshot, program: str, name: str) -> float | None:
+    return sample(snap.samples.get(program, {}), name)
 
 
 def stage_rows(start: Snapshot, before: Snapshot, now: Snapshot) -> list[tuple[str, ...]]:
-    job = now.metrics.get("enrichment", {})
-    enrichment = job.get("enrichment", {})
+    """One row per stage, from each program's Prometheus endpoint ("-" until it answers)."""
+    enriched = "ratings_job_enriched_total"
+    watermark_lag = _scraped(now, "enrichment", "ratings_job_watermark_lag_seconds")
     rows: list[tuple[str, ...]] = [
         (
             "load generator",
@@ -44,46 +46,49 @@ def stage_rows(start: Snapshot, before: Snapshot, now: Snapshot) -> list[tuple[s
         (
             "enrichment job",
             _rate(now, before, now.ends["ratings"], before.ends["ratings"]),
-            _rate(now, before, _job_total(now, "enriched"), _job_total(before, "enriched")),
-            _n(_job_total(now, "enriched")),
-            _n(enrichment.get("waiting")),
+            _rate(now, before, now.total("enrichment", enriched), before.total("enrichment", enriched)),
+            _n(_scraped(now, "enrichment", enriched)),
+            _n(_scraped(now, "enrichment", "ratings_job_waiting_ratings")),
             _n(now.since(start, "enrichment_dlq")),
-            f"CDC lag {_n(job.get('cdc', {}).get('watermark_lag_ms'))} ms",
+            f"CDC lag {_n(None if watermark_lag is None else watermark_lag * 1000)} ms",
         ),
     ]
-    views = now.metrics.get("views", {}).get("query:views", {})
+    batch_id = _scraped(now, "views", "ratings_query_last_batch_id")
+    batch_s = _scraped(now, "views", "ratings_query_batch_duration_seconds")
     rows.append(
         (
             "views job",
-            f"{views.get('input_rows_per_s', 0):,.0f}" if views else "-",
-            f"{views.get('processed_rows_per_s', 0):,.0f}" if views else "-",
+            _n(_scraped(now, "views", "ratings_query_input_rows_per_second")),
+            _n(_scraped(now, "views", "ratings_query_processed_rows_per_second")),
             "-",
             "-",
             _n(now.since(start, "views_dlq")),
-            f"batch {_n(views.get('batch_id'))}, {_n(views.get('batch_duration_ms'))} ms"
-            if views
+            f"batch {_n(batch_id)}, {_n(None if batch_s is None else batch_s * 1000)} ms"
+            if batch_id is not None
             else "starting",
         )
     )
+    consumed, written = "ratings_records_consumed_total", "ratings_records_written_total"
     for process, label, dlq, extra in (
         (
             "slack_notifier",
             "slack notifier",
             "slack_dlq",
-            f"{_n(_metric(now, 'slack_notifier', 'written'))} alerts",
+            f"{_n(now.total('slack_notifier', written))} alerts",
         ),
         ("es_sink", "elasticsearch sink", "es_dlq", f"{_n(now.es_docs)} docs in ratings"),
         ("s3_sink", "s3 lake sink", "s3_dlq", f"{_n(now.lake_files)} files in the lake"),
     ):
+        state = labelled(now.samples.get(process, {}), "ratings_service_state", "ratings_service_state")
         rows.append(
             (
                 label,
-                _rate(now, before, _metric(now, process, "consumed"), _metric(before, process, "consumed")),
-                _rate(now, before, _metric(now, process, "written"), _metric(before, process, "written")),
-                _n(_metric(now, process, "written")),
+                _rate(now, before, now.total(process, consumed), before.total(process, consumed)),
+                _rate(now, before, now.total(process, written), before.total(process, written)),
+                _n(_scraped(now, process, written)),
                 _n(now.lag.get(process)),
                 _n(now.since(start, dlq)),
-                f"{now.metrics.get(process, {}).get('state', 'starting')}; {extra}",
+                f"{state or 'starting'}; {extra}",
             )
         )
     return rows

@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 
 from infra.demo.__main__ import Demo
 from infra.demo.figures import TOPICS, read_json
-from infra.demo.pipeline import MODULES, DemoPaths
+from infra.demo.pipeline import MODULES, DemoPaths, without_endpoint
 from infra.demo.reconcile import Reconciliation, TopicCounter, es_count, lake_ids
 from infra.faults.scenarios import Scenario, poison_records
 from infra.slack.fake import CHANNEL, TOKEN, FakeSlack
@@ -154,10 +154,8 @@ class Faults:
     def start_extra(self, name: str) -> None:
         """A second instance of a service, in the same consumer group."""
         pipeline = self.run.pipeline
-        env = {
-            k: str(self.run.paths.metrics(f"{name}-2")) if k.endswith("_METRICS_FILE") else v
-            for k, v in pipeline.envs[name].items()
-        }
+        env = {**pipeline.envs[name], **without_endpoint(pipeline.envs[name])}
+        env |= {k: str(self.run.paths.metrics(f"{name}-2")) for k in env if k.endswith("_METRICS_FILE")}
         with self.lock:
             pipeline.envs[f"{name}-2"] = env
             pipeline.start(f"{name}-2", module=MODULES[name])
@@ -173,7 +171,7 @@ class Faults:
         pipeline = self.run.pipeline
         with self.lock:
             first = pipeline.children["enrichment"]
-            env = dict(pipeline.envs["enrichment"])
+            env = {**pipeline.envs["enrichment"], **without_endpoint(pipeline.envs["enrichment"])}
             if not same_state:
                 env["ENRICH_STATE_DIR"] = str(self.run.paths.root / f"enrichment-{time.time_ns()}")
             pipeline.envs["enrichment-2"] = env

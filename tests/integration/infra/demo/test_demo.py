@@ -2,9 +2,10 @@
 load generator) ends with every stage reconciled: ratings produced = enriched = Elasticsearch
 documents = lake rows, alerts = Slack posts, dead letters where they belong, and every
 customer_ratings row of the run's customers equal to the counts recomputed from the enriched
-topic."""
+topic. Its progress lines show what the programs' Prometheus endpoints answer."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,8 @@ def test_the_unattended_demo_reconciles_every_stage(stack_env: StackEnv, tmp_pat
     rows = checks["customer_ratings rows of the run's customers"]
     assert rows["got"] == rows["want"] > 100, "every customer of the run has its exact row in the view"
     assert "reconciled: every stage agrees" in result.stdout
+    # The progress lines read the programs' Prometheus endpoints: the job's and the sinks'
+    # counters grew while the load ran.
+    shown = re.findall(r"load running.*: produced [\d,]+ enriched ([\d,]+) es ([\d,]+) lake", result.stdout)
+    assert shown and max(int(e.replace(",", "")) for e, _ in shown) > 0, result.stdout[-2000:]
+    assert max(int(es.replace(",", "")) for _, es in shown) > 0

@@ -46,14 +46,19 @@ def test_the_live_view_shows_every_stage_and_the_latest_alerts() -> None:
         at=time.time(),
         ends={"ratings": 200, "enrichment_dlq": 1, "slack_dlq": 0, "es_dlq": 0, "s3_dlq": 0},
         lag={"slack_notifier": 0, "es_sink": 5, "s3_sink": 150},
-        metrics={
+        metrics={"loadgen": {"customers": 3000}},
+        samples={  # as the programs' Prometheus endpoints answer
             "enrichment": {
-                "totals": {"enriched": 190},
-                "enrichment": {"waiting": 9},
-                "cdc": {"watermark_lag_ms": 900},
+                'ratings_job_enriched_total{job="ratings-enrichment"}': 190.0,
+                'ratings_job_waiting_ratings{job="ratings-enrichment"}': 9.0,
+                'ratings_job_watermark_lag_seconds{job="ratings-enrichment"}': 0.9,
             },
-            "es_sink": {"consumed": 185, "written": 185, "state": "running"},
-            "loadgen": {"customers": 3000},
+            "es_sink": {
+                'ratings_records_consumed_total{service="es-sink"}': 185.0,
+                'ratings_records_written_total{service="es-sink"}': 185.0,
+                'ratings_service_state{ratings_service_state="running",service="es-sink"}': 1.0,
+                'ratings_service_state{ratings_service_state="waiting for downstream"}': 0.0,
+            },
         },
         es_docs=185,
         lake_files=3,
@@ -79,6 +84,11 @@ def test_the_live_view_shows_every_stage_and_the_latest_alerts() -> None:
     )
     for stage in stages:
         assert stage in text
+    rows = {line.split("  ")[0].strip(): line for line in text.splitlines()}
+    assert "CDC lag 900 ms" in rows["enrichment job"]
+    assert rows["enrichment job"].split()[2:6] == ["100", "95", "190", "9"]  # in/s out/s total waiting
+    assert "running; 185 docs in ratings" in rows["elasticsearch sink"]
+    assert "starting" in rows["s3 lake sink"] and "starting" in rows["views job"]  # not answering yet
     assert views[0] in text
     assert "185 docs in ratings" in text and "3 files in the lake" in text
     assert "★☆☆☆☆ via iOS" in "\n".join(alert_lines([alert]))
