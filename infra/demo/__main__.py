@@ -33,7 +33,6 @@ from infra.demo.pipeline import (
     MODULES,
     NO_RESTART,
     SPARK_JOBS,
-    VIEWS_PORT,
     DemoPaths,
     Pipeline,
     running_stack,
@@ -91,8 +90,7 @@ class Demo:
         metrics_files = {name: paths.metrics(name) for name in MODULES if name not in SPARK_JOBS}
         metrics_files["enrichment"] = paths.job_state / "metrics.json"
         metrics_files["views"] = paths.views_state / "metrics.json"
-        endpoints = METRICS_PORTS | {"views_api": VIEWS_PORT}
-        self.observer = Observer(stack, metrics_files, endpoints, s3_client(StackSettings(), stack))
+        self.observer = Observer(stack, metrics_files, METRICS_PORTS, s3_client(StackSettings(), stack))
         self.plain = args.plain or not sys.stdout.isatty()
         self.lake = S3SinkSettings(
             endpoint_url=stack["S3_ENDPOINT_URL"],

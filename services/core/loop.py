@@ -17,12 +17,12 @@ A consumer that lost its partitions (the broker was away longer than the session
 is not given new ones within `rejoin_timeout_s` is closed and replaced by a fresh one: librdkafka
 can stay out of its group for good after a long broker outage.
 
-A sink may name what it writes after the first offset of the batch (the S3 sink does), so a
-replay must begin where the unconfirmed batch began, and never after a second unconfirmed batch
-was written. Hence: when a commit fails, the batch's partitions are rewound to the batch's first
-offsets and the next batch is that replay; when the group takes a partition away while its batch
-waits for the downstream, the batch is dropped unwritten (the new owner replays it from the
-last commit) rather than written late over what the new owner wrote.
+Per partition, at most one written batch is unconfirmed, and a replay starts where it started:
+when a commit fails, the batch's partitions are rewound to the batch's first offsets and the next
+batch is that replay; when the group takes a partition away while its batch waits for the
+downstream, the batch is dropped unwritten (the new owner replays it from the last commit) rather
+than written late over what the new owner wrote. Sinks whose output follows the batch bounds (the
+S3 sink's objects) then meet fewer overlaps to settle.
 """
 
 import logging

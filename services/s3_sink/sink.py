@@ -107,7 +107,7 @@ class S3Sink:
         rows: deleted when all their rows are in `target`, otherwise rewritten with the rest
         (one object per side of `target`'s range), then deleted. Done after `target` is written,
         so a crash in between leaves rows twice until the replay settles again, never lost."""
-        for other in self._siblings(target):
+        for other in list(self._siblings(target)):  # listed before any change to the folder
             span = offsets_of(other)
             if other == key or span is None or overlapping(target, *span) == "keep":
                 continue
