@@ -23,6 +23,7 @@ from enrichment_job.kafka_out import Fenced, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState, CustomerTable
+from enrichment_job.transforms import KAFKA_META
 from services.core.logs import log_format
 from services.core.prometheus import MetricsServer, serve
 
@@ -301,8 +302,10 @@ class Pipeline:
             .option("startingOffsets", json.dumps({topic: starts}))
             .option("endingOffsets", json.dumps({topic: ends}))
             .load()
+            .select(*KAFKA_META)
+            .toArrow()
         )
-        result = ingest(raw, since, self.settings.customers_topic, self.settings.dlq_topic)
+        result = ingest(raw, since, self.settings.customers_topic, self.settings.dlq_topic, self.spark)
         if result.state.clock_ms != until.clock_ms:
             log.warning(
                 "re-read CDC ends at clock %s, the marker says %s", result.state.clock_ms, until.clock_ms
@@ -314,17 +317,11 @@ class Pipeline:
             result.changes,
         )
 
-    def _cdc_events(
-        self, batch: DataFrame, state: CdcState, until: dict[int, int] | None = None
-    ) -> DataFrame:
-        """The CDC topic from `state`'s offsets to its end now (or to `until`), as the stream's
-        rows (Kafka columns)."""
-        ranges = self.cdc.ranges(state.cdc_to, until)
-        if not ranges:
-            return batch.where(F.lit(False))
-        return self.spark.createDataFrame(self.cdc.read(ranges), schema=batch.schema)
+    def _cdc_events(self, state: CdcState, until: dict[int, int] | None = None) -> pa.Table:
+        """The CDC topic from `state`'s offsets to its end now (or to `until`), as Kafka columns."""
+        return self.cdc.read(self.cdc.ranges(state.cdc_to, until))
 
-    def _cdc_catch_up(self, batch: DataFrame, batch_id: int, cdc: CdcResult) -> CdcResult:
+    def _cdc_catch_up(self, batch_id: int, cdc: CdcResult) -> CdcResult:
         """When the limit per read left CDC records that were in the topic as the batch
         started (a fresh job on a long CDC topic, or after a long stop), the batch reads on to
         them, one limited read after the other, before any rating is decided. Otherwise ratings
@@ -334,10 +331,11 @@ class Pipeline:
             return cdc
         while self.cdc.short:
             more = ingest(
-                self._cdc_events(batch, cdc.state, until=target),
+                self._cdc_events(cdc.state, until=target),
                 cdc.state,
                 self.settings.customers_topic,
                 self.settings.dlq_topic,
+                self.spark,
             )
             cdc = cdc.then(more)
             left = sum(max(0, end - cdc.state.cdc_to.get(p, end)) for p, end in target.items())
@@ -415,9 +413,13 @@ class Pipeline:
         ends = batch_ends(self.offsets_dir, batch_id, settings.ratings_topic)
         with steps("cdc"):
             cdc = ingest(
-                self._cdc_events(batch, self.state), self.state, settings.customers_topic, settings.dlq_topic
+                self._cdc_events(self.state),
+                self.state,
+                settings.customers_topic,
+                settings.dlq_topic,
+                self.spark,
             )
-            cdc = self._cdc_catch_up(batch, batch_id, cdc)
+            cdc = self._cdc_catch_up(batch_id, cdc)
         if cdc.changes:  # the join below needs them: the watermark counts them in
             self.table.add(cdc.versions)
         watermark = cdc.state.clock_ms

@@ -1,33 +1,29 @@
 """Debezium change events of a micro-batch -> customer versions, the compacted `customers`
 topic's records, dead letters, and the CDC state after them (clock = watermark, position).
 
-CDC is small next to the ratings (a heartbeat every 100 ms and the customers' changes), so the
-batch's change events come to the driver in one Spark job, as Arrow columns: nothing per record
-in Python, and no further job to learn the watermark or to keep the new versions.
+CDC is small next to the ratings (a heartbeat every 100 ms and the customers' changes): the
+batch's change events are read on the driver by a consumer kept open, parsed there as Arrow
+columns (`change_events`), and turned into versions and records without a Spark job.
 """
 
 import logging
 import time
 from dataclasses import dataclass
-from functools import cache
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from enrichment_job.batch_io import concat, to_records
+from enrichment_job import change_events
+from enrichment_job.batch_io import concat
 from enrichment_job.kafka_out import Records
-from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState
-from enrichment_job.transforms import binlog_type, cdc_clock, dead_letters, parse_cdc, version_columns
+from enrichment_job.transforms import CUSTOMER_COLUMNS
 
 log = logging.getLogger("enrichment_job")
-
-HEADERS = "array<struct<key:string,value:binary>>"
 
 
 @dataclass(frozen=True)
@@ -172,20 +168,12 @@ class CdcReader:
         self.consumer.close()
 
 
-def ingest(raw: DataFrame, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
-    """`raw`: change events of the CDC topic (Kafka columns), read after `state`. One Spark job."""
-    events = parse_cdc(raw)
-    good = cdc_clock(events.where("dlq_reason IS NULL AND NOT is_tombstone"), state.clock_ms, state.position)
-    readable, unreadable = _row_columns()
-    unread = dead_letters(
-        events.where("dlq_reason IS NOT NULL OR is_tombstone"),
-        "cdc",
-        keep=("partition", "offset", "is_tombstone"),
-    )
-    rows = select(good, readable).unionByName(select(unread, unreadable)).toArrow()
-    result = _result(
-        rows.sort_by([("partition", "ascending"), ("offset", "ascending")]), state, customers_topic, dlq_topic
-    )
+def ingest(
+    raw: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str, spark: SparkSession
+) -> CdcResult:
+    """`raw`: records of the CDC topic (Kafka columns), read after `state`."""
+    raw = concat([raw]).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    result = _result(change_events.read(raw, spark), state, customers_topic, dlq_topic)
     if result.regressions:
         log.error(
             "%d CDC events came from an earlier binlog file than the furthest position read, %s, and were "
@@ -198,78 +186,112 @@ def ingest(raw: DataFrame, state: CdcState, customers_topic: str, dlq_topic: str
     return result
 
 
-@cache
-def _row_columns() -> tuple[Columns, Columns]:
-    """ingest's one result: change events (kind change, duplicate or beat) and unreadable ones
-    (bad, tombstone), as rows of one shape."""
-    change = (F.col("source.table") == "customers") & ~F.col("duplicate")
-    # Cast: every field nullable, as Arrow needs for a struct that is null on other rows.
-    version = F.struct(*version_columns()).cast(VERSION_FIELDS)
-    none = {
-        "clock_ms": F.lit(None).cast("long"),
-        "furthest": F.lit(None).cast(binlog_type()),
-        "regressed": F.lit(None).cast("boolean"),
-        "headers": F.lit(None).cast(HEADERS),
-        "version": F.lit(None).cast(VERSION_FIELDS),
-    }
-    readable = Columns(
-        F.when(change, "change").when(F.col("duplicate"), "duplicate").otherwise("beat").alias("kind"),
-        F.col("partition"),
-        F.col("offset"),
-        F.col("clock_ms"),
-        F.col("furthest"),
-        F.col("regressed"),
-        F.when(change, F.col("customer_id").cast("string").cast("binary")).alias("key"),
-        F.when(change & (F.col("op") != "d"), F.to_json("after").cast("binary")).alias("value"),
-        none["headers"].alias("headers"),
-        F.when(change, version).alias("version"),
-    )
-    unreadable = Columns(
-        F.when(F.col("is_tombstone"), "tombstone").otherwise("bad").alias("kind"),
-        F.col("partition"),
-        F.col("offset"),
-        none["clock_ms"].alias("clock_ms"),
-        none["furthest"].alias("furthest"),
-        none["regressed"].alias("regressed"),
-        F.col("key").cast("binary").alias("key"),
-        F.col("value").cast("binary").alias("value"),
-        F.col("headers"),
-        none["version"].alias("version"),
-    )
-    return readable, unreadable
-
-
-def _result(rows: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
-    kind = rows.column("kind")
-    changes = rows.filter(pc.equal(kind, "change"))
-    readable = rows.filter(pc.is_valid(rows.column("clock_ms")))
-    clock, furthest = state.clock_ms, state.position
-    if readable.num_rows:
-        clock = int(pc.max(readable.column("clock_ms")).as_py())
-        seen = [p for p in readable.column("furthest").to_pylist()[-1:] if p is not None]
-        if seen:
-            last = (int(seen[0]["file"]), int(seen[0]["pos"]), int(seen[0]["row"]))
-            furthest = max(last, furthest) if furthest is not None else last
+def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
+    unreadable = pc.or_(events.column("is_tombstone"), pc.is_valid(events.column("dlq_reason")))
+    good = events.filter(pc.invert(unreadable))
+    clock = change_events.Clock(good, state.clock_ms, state.position)
+    duplicate = pa.array(clock.duplicate, pa.bool_())
+    is_change = pc.and_(pc.equal(good.column("table"), "customers"), pc.invert(duplicate))
+    changes = good.append_column("clock_ms", clock.clock_ms).filter(is_change)
     cdc_to = dict(state.cdc_to)
-    if rows.num_rows:
-        ends = rows.group_by("partition").aggregate([("offset", "max")])
+    if events.num_rows:
+        ends = events.group_by("partition").aggregate([("offset", "max")])
         for p, o in zip(
             ends.column("partition").to_pylist(), ends.column("offset_max").to_pylist(), strict=True
         ):
             cdc_to[int(p)] = int(o) + 1
-    versions = (
-        pa.Table.from_struct_array(changes.column("version").combine_chunks()) if changes.num_rows else None
-    )
-    bad = rows.filter(pc.equal(kind, "bad"))
+    bad = events.filter(pc.and_(unreadable, pc.invert(events.column("is_tombstone"))))
     return CdcResult(
-        state=CdcState(clock, furthest, cdc_to),
-        versions=versions if versions is not None else VERSION_SCHEMA.empty_table(),
-        customers=to_records(changes.select(["key", "value"]), customers_topic),
-        dead=to_records(bad.select(["key", "value", "headers"]), dlq_topic),
-        events=rows.num_rows,
-        duplicates=int(pc.sum(pc.equal(kind, "duplicate")).as_py() or 0),
-        regressions=int(pc.sum(pc.and_(pc.equal(kind, "duplicate"), rows.column("regressed"))).as_py() or 0),
+        state=CdcState(clock.end_clock_ms, clock.position, cdc_to),
+        versions=_versions(changes),
+        customers=_customers(changes, customers_topic),
+        dead=_dead_letters(bad, dlq_topic),
+        events=events.num_rows,
+        duplicates=int(clock.duplicate.sum()),
+        regressions=int(clock.regressed.sum()),
     )
+
+
+def _versions(changes: pa.Table) -> pa.Table:
+    """Change events as versions (VERSION_FIELDS): create/read/update open a version with the
+    row's values; a delete opens a `deleted` version, which ends the one before.
+
+    A change is valid from the database clock at its place in the binlog. A snapshot read ("r")
+    carries the snapshot's time instead, so it is valid from the row's own update_ts when it has
+    one: a customer that existed before the connector started still matches older ratings."""
+    op = changes.column("op")
+    deleted = pc.equal(op, "d")
+    after = changes.column("after").combine_chunks()
+    columns = {
+        "id": changes.column("customer_id"),
+        **{
+            name: pc.if_else(
+                deleted, pa.nulls(len(deleted), after.type.field(name).type), pc.struct_field(after, name)
+            )
+            for name in CUSTOMER_COLUMNS
+        },
+        "valid_from": pc.if_else(
+            pc.equal(op, "r"),
+            pc.coalesce(changes.column("update_ms"), changes.column("source_ts_ms")),
+            changes.column("clock_ms"),
+        ),
+        "deleted": deleted,
+        "op": op,
+        "source_file": changes.column("source_file"),
+        "source_pos": changes.column("source_pos"),
+        "source_row": changes.column("source_row"),
+        "cdc_partition": changes.column("partition"),
+        "cdc_offset": changes.column("offset"),
+    }
+    return pa.table(columns).cast(VERSION_SCHEMA)
+
+
+def _customers(changes: pa.Table, topic: str) -> Records:
+    """The compacted topic's records: key = the customer id, value = the row as JSON (its null
+    columns left out, as Spark's to_json writes it), none for a delete."""
+    keys = pc.cast(changes.column("customer_id"), pa.string()).cast(pa.binary())
+    values = pc.if_else(pc.equal(changes.column("op"), "d"), None, json_objects(changes.column("after")))
+    return Records(topic, keys.to_pylist(), values.cast(pa.binary()).to_pylist())
+
+
+# JSON's escapes for the characters a string cannot hold as they are (besides \ and ").
+_ESCAPES = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def json_objects(rows: pa.ChunkedArray | pa.StructArray) -> pa.Array:
+    """Each row of a struct of strings and numbers as a compact JSON object, null fields left
+    out (null where the row is null). Built column by column, not row by row."""
+    rows = rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows
+    members = []
+    for field in rows.type:
+        value = pc.struct_field(rows, field.name)
+        if pa.types.is_string(field.type):
+            text = pc.replace_substring(pc.replace_substring(value, "\\", "\\\\"), '"', '\\"')
+            if pc.any(pc.match_substring_regex(text, "[\\x00-\\x1f]")).as_py():
+                for char in map(chr, range(32)):
+                    text = pc.replace_substring(text, char, _ESCAPES.get(char, f"\\u{ord(char):04X}"))
+            value = pc.binary_join_element_wise('"', text, '"', "")
+        else:
+            value = pc.cast(value, pa.string())
+        members.append(pc.fill_null(pc.binary_join_element_wise(f'"{field.name}":', value, ",", ""), ""))
+    joined = pc.utf8_rtrim(pc.binary_join_element_wise(*members, ""), ",")  # the last member's comma
+    objects = pc.binary_join_element_wise("{", joined, "}", "")
+    return pc.if_else(pc.is_valid(rows), objects, None)
+
+
+def _dead_letters(bad: pa.Table, topic: str) -> Records:
+    """The unreadable events' original key and bytes, with the reason and origin as headers."""
+    headers: list[list[tuple[str, str | bytes | None]] | None] = [
+        [
+            ("dlq.reason", row["dlq_reason"].encode()),
+            ("dlq.stage", b"cdc"),
+            ("dlq.topic", row["topic"].encode()),
+            ("dlq.partition", str(row["partition"]).encode()),
+            ("dlq.offset", str(row["offset"]).encode()),
+        ]
+        for row in bad.select(["dlq_reason", "topic", "partition", "offset"]).to_pylist()
+    ]
+    return Records(topic, bad.column("key").to_pylist(), bad.column("value").to_pylist(), headers)
 
 
 def _arrow_schema() -> pa.Schema:

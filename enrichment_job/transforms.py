@@ -13,7 +13,6 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
 
 from enrichment_job.plans import Columns, aggregate, drop, select, values_row
 from enrichment_job.schemas import (
@@ -30,7 +29,6 @@ KAFKA_META = ("key", "value", "topic", "partition", "offset", "timestamp")
 PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 CUSTOMER_COLUMNS = [f.name for f in CUSTOMER_FIELDS.fields if f.name != "id"]
 HEARTBEAT_TABLE = "debezium_heartbeat"
-CDC_ORDER = ("partition", "offset")
 
 
 def _first_reason(checks: list[tuple[Column, str]]) -> Column:
@@ -153,112 +151,12 @@ def _cdc_parse() -> tuple[Columns, Columns]:
     return read, fields
 
 
-def cdc_clock(events: DataFrame, clock_ms: int | None, position: tuple[int, int, int] | None) -> DataFrame:
-    """Readable change events (no tombstones) in CDC order, with the database clock and whether
-    each is a replayed duplicate. `clock_ms` and `position` carry the state of the events before.
-
-    `clock_ms`: the running maximum of the database times read so far (heartbeat readings in ms,
-    change times in whole seconds). The CDC topic is in binlog order, which is commit order, so
-    every later change was committed at or after it: it is a lower bound of each change's commit
-    time, and the completeness watermark: no change still to come can be valid before it.
-    `binlog`: (file number, position, row); a change at or before the furthest position already
-    seen is Debezium re-sending it after a restart (at-least-once) and is marked `duplicate`;
-    `regressed` marks one in an earlier binlog file than one already seen (see ingest).
-    Snapshot reads share the snapshot's position, so they are never duplicates."""
-    binlog, clocked = _clock_parts()
-    file, pos, row = position if position is not None else (None, None, None)
-    carried = {"_carried_clock": clock_ms, "_carried_file": file, "_carried_pos": pos, "_carried_row": row}
-    return drop(
-        select(with_batch_values(events.withColumn("binlog", binlog), **carried), clocked), CARRIED_VALUES
-    )
-
-
-CARRIED_VALUES = ("_carried_clock", "_carried_file", "_carried_pos", "_carried_row")
-
-
 def with_batch_values(df: DataFrame, **values: int | None) -> DataFrame:
     """`df` with one column per value, the same on every row: the values of this micro-batch
     (a watermark, a clock). Spark writes a number literal into the Java code it generates, so
     `F.lit` of a value that changes every batch costs compilations every batch (about 6 a batch,
     0.1 to 0.2 s); a column of a one-row local table is data, and the code is compiled once."""
     return df.crossJoin(F.broadcast(values_row(df.sparkSession, **values)))
-
-
-@cache
-def _clock_parts() -> tuple[Column, Columns]:
-    """cdc_clock's expressions (none changes between batches): the binlog position, and the
-    events with clock_ms, duplicate and furthest, from the running windows over the events and
-    the carried clock and position (`with_batch_values`)."""
-    snapshot = F.col("op") == "r"
-    file_no = F.regexp_extract(F.col("source.file"), r"(\d+)$", 1).cast("long")
-    binlog = F.struct(
-        file_no.alias("file"), F.col("source.pos").alias("pos"), F.col("source.row").cast("long").alias("row")
-    )
-    upto = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = Window.orderBy(*CDC_ORDER).rowsBetween(Window.unboundedPreceding, -1)
-    positions = F.when(~snapshot, F.col("binlog"))
-    seen = F.max(positions).over(before)  # the furthest non-snapshot position before a row
-    carried_pos = F.when(
-        F.col("_carried_file").isNotNull(),
-        F.struct(*(F.col(f"_carried_{n}").alias(n) for n in ("file", "pos", "row"))),
-    )
-    furthest = (
-        F.when(seen.isNull(), carried_pos)
-        .when(carried_pos.isNull(), seen)
-        .otherwise(F.greatest(seen, carried_pos))
-    )
-    clocked = Columns(
-        F.col("*"),
-        F.greatest(F.max("reading_ms").over(upto), F.col("_carried_clock")).alias("clock_ms"),
-        (~snapshot & furthest.isNotNull() & (F.col("binlog") <= furthest)).alias("duplicate"),
-        # A re-send starts at a recent position; a position in an earlier binlog file than one
-        # already read is more likely the binlog starting over (RESET MASTER, a restore, a
-        # failover to a server with other files), whose changes are then all taken for re-sends.
-        (~snapshot & furthest.isNotNull() & (F.col("binlog.file") < furthest["file"])).alias("regressed"),
-        F.max(positions).over(upto).alias("furthest"),  # ... and up to it
-    )
-    return binlog, clocked
-
-
-def binlog_type() -> StructType:
-    return StructType([StructField(n, LongType()) for n in ("file", "pos", "row")])
-
-
-@cache
-def version_columns() -> tuple[Column, ...]:
-    """Change events of `cdc_clock` as versions (VERSION_FIELDS): create/read/update open a
-    version with the row's values; a delete opens a `deleted` version, which ends the one before.
-
-    A change is valid from the database clock at its place in the binlog. A snapshot read ("r")
-    carries the snapshot's time instead, so it is valid from the row's own update_ts when it has
-    one: a customer that existed before the connector started still matches older ratings."""
-    deleted = F.col("op") == "d"
-    row_time = F.unix_millis(F.to_timestamp(F.col("after.update_ts")))
-    valid_from = F.when(F.col("op") == "r", F.coalesce(row_time, F.col("source.ts_ms"))).otherwise(
-        F.col("clock_ms")
-    )
-    return (
-        F.col("customer_id").alias("id"),
-        *[
-            F.when(deleted, F.lit(None)).otherwise(F.col(f"after.{name}")).alias(name)
-            for name in CUSTOMER_COLUMNS
-        ],
-        valid_from.alias("valid_from"),
-        deleted.alias("deleted"),
-        F.col("op"),
-        F.col("source.file").alias("source_file"),
-        F.col("source.pos").alias("source_pos"),
-        F.col("source.row").alias("source_row"),
-        F.col("partition").alias("cdc_partition"),
-        F.col("offset").alias("cdc_offset"),
-    )
-
-
-def to_versions(events: DataFrame) -> DataFrame:
-    """`version_columns` of customer change events that are not duplicates."""
-    return events.where((F.col("source.table") == "customers") & ~F.col("duplicate")).select(
-        *version_columns()
-    )
 
 
 VERSION_ORDER = ("valid_from", "cdc_partition", "cdc_offset")

@@ -1,44 +1,43 @@
-"""Change events into versions, on a local Spark: re-sends skipped, and a binlog that started
-over (RESET MASTER, a restore, a failover) told apart from a re-send and reported."""
+"""Change events into versions and the compacted topic's records: the database clock, re-sends
+skipped, a binlog that started over (RESET MASTER, a restore, a failover) told apart from a
+re-send and reported, and unreadable events dead-lettered with their bytes."""
 
 import json
 import logging
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 
-from enrichment_job.cdc import ingest
+from enrichment_job import change_events
+from enrichment_job.cdc import ingest, json_objects
 from enrichment_job.table import CdcState
+from enrichment_job.transforms import with_validity
+from tests.support.change_events import cdc_records, change_event, heartbeat, ingest_values, versions_frame
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-RAW = "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP"
-
-
-def _event(cid: int, binlog_file: int, pos: int, ts_ms: int) -> bytes:
-    row = {"id": cid, "first_name": "Ada", "last_name": "L", "club_status": "gold"}
-    source = {
-        "ts_ms": ts_ms,
-        "file": f"mariadb-bin.{binlog_file:06d}",
-        "pos": pos,
-        "row": 0,
-        "table": "customers",
-    }
-    return json.dumps({"before": row, "after": row, "op": "u", "ts_ms": ts_ms, "source": source}).encode()
 
 
 def _ingest(spark: Any, events: list[bytes]) -> Any:
-    raw = spark.createDataFrame([(b"k", v, "cdc", 0, 100 + i, None) for i, v in enumerate(events)], RAW)
+    raw = cdc_records(events, first_offset=100)
     state = CdcState(clock_ms=50_000, position=(5, 1_000, 0), cdc_to={0: 100})
-    return ingest(raw, state, "customers", "dlq")
+    return ingest(raw, state, "customers", "dlq", spark)
 
 
 def test_a_resend_of_recent_positions_is_skipped_quietly(
     spark: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     result = _ingest(
-        spark, [_event(7, 5, 900, 49_000), _event(7, 5, 1_000, 50_000), _event(7, 5, 1_100, 51_000)]
+        spark,
+        [
+            change_event("u", 7, 49_000, 900, binlog_file=5),
+            change_event("u", 7, 50_000, 1_000, binlog_file=5),
+            change_event("u", 7, 51_000, 1_100, binlog_file=5),
+        ],
     )
     assert (result.duplicates, result.regressions, result.changes) == (2, 0, 1)
+    assert result.state == CdcState(51_000, (5, 1_100, 0), {0: 103})
     assert "earlier binlog file" not in caplog.text
 
 
@@ -46,8 +45,149 @@ def test_changes_from_an_earlier_binlog_file_are_reported_loudly(
     spark: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.ERROR, logger="enrichment_job"):
-        result = _ingest(spark, [_event(7, 1, 4, 60_000), _event(8, 1, 400, 61_000)])
+        result = _ingest(
+            spark,
+            [
+                change_event("u", 7, 60_000, 4, binlog_file=1),
+                change_event("u", 8, 61_000, 400, binlog_file=1),
+            ],
+        )
     assert (result.duplicates, result.regressions, result.changes) == (2, 2, 0)
     expected = "2 CDC events came from an earlier binlog file than the furthest position read, (5, 1000, 0)"
     assert expected in caplog.text
     assert "RESET MASTER" in caplog.text
+
+
+def test_change_events_become_versions_and_the_compacted_topics_records(spark: Any) -> None:
+    values = [
+        change_event("c", 7, 1_000, 10),
+        change_event("u", 7, 2_000, 20, club_status="platinum", comments='say "hi"\n'),
+        change_event("d", 7, 3_000, 30),
+        None,  # the tombstone after the delete
+    ]
+    result = ingest_values(spark, values)
+    versions = with_validity(spark.createDataFrame(result.versions)).orderBy("valid_from").collect()
+    assert [(v.id, v.valid_from, v.valid_to, v.deleted, v.club_status, v.cdc_offset) for v in versions] == [
+        (7, 1_000, 2_000, False, "silver", 0),
+        (7, 2_000, 3_000, False, "platinum", 1),
+        (7, 3_000, None, True, None, 2),
+    ]
+    assert (result.events, result.changes, len(result.dead)) == (4, 3, 0)
+    assert result.customers.keys == [b"7"] * 3
+    first, second, deleted = result.customers.values
+    assert first is not None and second is not None
+    assert json.loads(first) == {"id": 7, "first_name": "Ada", "last_name": "L", "club_status": "silver"}
+    assert json.loads(second)["comments"] == 'say "hi"\n'
+    assert deleted is None
+    assert result.state == CdcState(3_000, (1, 30, 0), {0: 4})
+
+
+def test_unreadable_events_are_dead_letters_with_their_bytes_and_the_rest_goes_on(spark: Any) -> None:
+    values = [
+        change_event("c", 7, 1_000, 10),
+        b"garbage",
+        json.dumps({"op": "x", "after": {"id": 1}, "source": {"ts_ms": 1}}).encode(),
+        change_event("u", 7, 2_000, 20, club_status="gold"),
+    ]
+    assert change_events.read_arrow(cdc_records(values)) is None  # Spark's parse tells why
+    result = ingest_values(spark, values)
+    assert [v["club_status"] for v in result.versions.to_pylist()] == ["silver", "gold"]
+    assert result.dead.values == [b"garbage", values[2]]
+    assert result.dead.headers is not None
+    headers = [dict(h or []) for h in result.dead.headers]
+    assert [h["dlq.reason"] for h in headers] == [b"not a JSON object", b"unknown op"]
+    assert [(h["dlq.stage"], h["dlq.topic"], h["dlq.offset"]) for h in headers] == [
+        (b"cdc", b"asgard.demo.customers", b"1"),
+        (b"cdc", b"asgard.demo.customers", b"2"),
+    ]
+    assert result.state.cdc_to == {0: 4}
+
+
+def test_arrow_and_spark_read_a_batch_the_same(spark: Any) -> None:
+    values = [
+        change_event("r", 9, 50_000, 5, update_ts="1970-01-01T00:00:10Z"),
+        heartbeat("1970-01-01T00:00:51.100Z", 6),
+        change_event("u", 9, 52_000, 7, email="ada@example.com", region="EU"),
+        change_event("d", 9, 53_000, 8),
+        None,
+        change_event("c", 10, 54_000, 9, binlog_file=12, gender="f"),
+    ]
+    raw = cdc_records(values, first_offset=40)
+    by_arrow = change_events.read_arrow(raw)
+    assert by_arrow is not None
+    by_spark = change_events.read_spark(spark.createDataFrame(raw, change_events.RAW_SCHEMA))
+    assert by_arrow.to_pylist() == by_spark.to_pylist()
+    assert by_arrow.column("binlog_file").to_pylist() == [1, 1, 1, 1, None, 12]
+    assert by_arrow.column("reading_ms").to_pylist() == [None, 51_100, 52_000, 53_000, None, 54_000]
+
+
+def test_a_replayed_change_event_does_not_make_a_second_version(spark: Any) -> None:
+    values = [change_event("c", 7, 1_000, 10), change_event("c", 7, 1_000, 10)]
+    result = ingest_values(spark, values)
+    assert (result.changes, result.duplicates) == (1, 1)
+
+
+def _clock(values: list[bytes | None], clock_ms: int | None = None, position: Any = None) -> Any:
+    events = change_events.read_arrow(cdc_records(values))
+    assert events is not None
+    return change_events.Clock(events, clock_ms, position)
+
+
+def test_a_change_resent_after_a_restart_is_a_duplicate_even_in_a_later_batch() -> None:
+    # Debezium re-sends from an older binlog position: A(10), B(20), then A(10) and B(20) again.
+    values = [change_event("u", 7, 1_000, 10), change_event("u", 7, 2_000, 20, club_status="gold")] * 2
+    assert _clock(values).duplicate.tolist() == [False, False, True, True]
+    assert _clock(values).position == (1, 20, 0)
+    # The same, with the position carried from an earlier batch.
+    assert _clock(values[:1], 5_000, (1, 20, 0)).duplicate.tolist() == [True]
+    assert _clock(values[:1], 5_000, (1, 5, 0)).duplicate.tolist() == [False]
+
+
+def test_heartbeats_move_the_clock_in_milliseconds_and_changes_take_it(spark: Any) -> None:
+    values = [
+        heartbeat("1970-01-01T00:00:01.250Z", 10),
+        change_event("u", 7, 1_000, 20),  # committed after the beat at 1.250 s: valid from 1.250 s
+        heartbeat("1970-01-01T00:00:01.200Z", 30),  # a reading that went back: the clock does not
+        change_event("u", 7, 2_000, 40, club_status="gold"),  # a new second: 2.000 s
+    ]
+    assert _clock(values).clock_ms.to_pylist() == [1_250, 1_250, 1_250, 2_000]
+    assert [v["valid_from"] for v in ingest_values(spark, values).versions.to_pylist()] == [1_250, 2_000]
+    # A clock carried from an earlier batch is a floor.
+    assert _clock(values[:2], 1_900).clock_ms.to_pylist() == [1_900, 1_900]
+    assert ingest_values(spark, values[:2], clock_ms=1_900).state.clock_ms == 1_900
+
+
+def test_a_snapshot_row_is_valid_from_its_own_update_time_not_the_snapshot_time(spark: Any) -> None:
+    values = [
+        change_event("r", 9, 50_000, 5, update_ts="1970-01-01T00:00:10Z"),
+        change_event("r", 10, 50_000, 6),  # no update_ts: the snapshot's time
+    ]
+    versions = versions_frame(spark, values).orderBy("id").collect()
+    assert [(v.id, v.valid_from) for v in versions] == [(9, 10_000), (10, 50_000)]
+
+
+def test_a_snapshot_does_not_start_the_clock_before_its_last_row() -> None:
+    """Snapshot reads carry the snapshot's time while rows valid from long before are still to
+    come: releasing ratings on it would join them before their customers were loaded."""
+    values = [
+        change_event("r", 9, 50_000, 5, update_ts="1970-01-01T00:00:10Z"),
+        change_event("r", 10, 50_000, 5, update_ts="1970-01-01T00:00:20Z"),
+        heartbeat("1970-01-01T00:00:51.100Z", 6),  # the first change streamed after the snapshot
+    ]
+    clock = _clock(values)
+    assert clock.clock_ms.to_pylist() == [None, None, 51_100]
+    assert clock.duplicate.tolist() == [False, False, False]
+
+
+def test_json_objects_are_what_sparks_to_json_writes(spark: Any) -> None:
+    texts = ["plain", 'quote " and back\\slash', "new\nline\ttab\x01bell\x1f", "ünïcödé ✓", "", None]
+    rows = pa.array(
+        [{"id": i, "text": t} for i, t in enumerate(texts)] + [None],
+        pa.struct([("id", pa.int32()), ("text", pa.string())]),
+    )
+    ours = json_objects(rows).to_pylist()
+    frame = spark.createDataFrame(pa.table({"row": rows}))
+    theirs = [r[0] for r in frame.select(F.to_json("row")).collect()]
+    assert ours == theirs
+    assert ours[-2] == '{"id":5}'
+    assert ours[-1] is None

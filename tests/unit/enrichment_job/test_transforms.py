@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from enrichment_job import transforms as T
+from tests.support.change_events import change_event as _event
+from tests.support.change_events import versions_frame
 
 # py4j leaves its gateway sockets to the garbage collector; that is py4j's, not a leak of ours.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -84,19 +86,7 @@ def test_a_rating_time_before_1970_or_too_far_after_its_kafka_timestamp_is_a_dea
         assert (row.dlq_reason is None) == (reason is None)
 
 
-def _event(op: str, cid: int, ts: int, pos: int, **after: Any) -> bytes:
-    row = {"id": cid, "first_name": "Ada", "last_name": "L", "club_status": "silver", **after}
-    envelope = {
-        "before": row if op in ("u", "d") else None,
-        "after": None if op == "d" else row,
-        "op": op,
-        "ts_ms": ts + 5,
-        "source": {"ts_ms": ts, "file": "mariadb-bin.000001", "pos": pos, "row": 0, "table": "customers"},
-    }
-    return json.dumps(envelope).encode()
-
-
-def test_change_events_become_versions_and_bad_ones_have_reasons(spark: Any) -> None:
+def test_each_change_event_is_readable_or_has_a_reason(spark: Any) -> None:
     values = [
         _event("c", 7, 1_000, 10),
         _event("u", 7, 2_000, 20, club_status="platinum"),
@@ -118,72 +108,6 @@ def test_change_events_become_versions_and_bad_ones_have_reasons(spark: Any) -> 
     ]
     assert [e.is_tombstone for e in events][:4] == [False, False, False, True]
 
-    good = T.parse_cdc(_raw(spark, values[:3], "asgard.demo.customers"))
-    versions = T.with_validity(_versions(good)).orderBy("valid_from").collect()
-    assert [(v.valid_from, v.valid_to, v.deleted, v.club_status) for v in versions] == [
-        (1_000, 2_000, False, "silver"),
-        (2_000, 3_000, False, "platinum"),
-        (3_000, None, True, None),
-    ]
-
-
-def _versions(events: Any, clock_ms: int | None = None, position: tuple[int, int, int] | None = None) -> Any:
-    return T.to_versions(T.cdc_clock(events, clock_ms, position))
-
-
-def _beat(ts: str, pos: int) -> bytes:
-    envelope = {
-        "before": {"id": 1},
-        "after": {"id": 1, "ts": ts},
-        "op": "u",
-        "ts_ms": 0,
-        "source": {
-            "ts_ms": 0,
-            "file": "mariadb-bin.000001",
-            "pos": pos,
-            "row": 0,
-            "table": "debezium_heartbeat",
-        },
-    }
-    return json.dumps(envelope).encode()
-
-
-def test_a_replayed_change_event_does_not_make_a_second_version(spark: Any) -> None:
-    values = [_event("c", 7, 1_000, 10), _event("c", 7, 1_000, 10)]
-    versions = T.with_validity(_versions(T.parse_cdc(_raw(spark, values)))).collect()
-    assert len(versions) == 1
-    assert versions[0].valid_to is None
-
-
-def test_a_change_resent_after_a_restart_is_a_duplicate_even_in_a_later_batch(spark: Any) -> None:
-    # Debezium re-sends from an older binlog position: A(10), B(20), then A(10) and B(20) again.
-    values = [_event("u", 7, 1_000, 10), _event("u", 7, 2_000, 20, club_status="gold")] * 2
-    events = T.cdc_clock(T.parse_cdc(_raw(spark, values)), None, None).orderBy("offset").collect()
-    assert [e.duplicate for e in events] == [False, False, True, True]
-    # The same, with the position carried from an earlier batch.
-    later = T.cdc_clock(T.parse_cdc(_raw(spark, values[:1])), 5_000, (1, 20, 0)).collect()
-    assert [e.duplicate for e in later] == [True]
-
-
-def test_heartbeats_move_the_clock_in_milliseconds_and_changes_take_it(spark: Any) -> None:
-    values = [
-        _beat("1970-01-01T00:00:01.250Z", 10),
-        _event("u", 7, 1_000, 20),  # committed after the beat at 1.250 s: valid from 1.250 s
-        _beat("1970-01-01T00:00:01.200Z", 30),  # a reading that went back: the clock does not
-        _event("u", 7, 2_000, 40, club_status="gold"),  # a new second: 2.000 s
-    ]
-    events = T.cdc_clock(T.parse_cdc(_raw(spark, values)), None, None).orderBy("offset").collect()
-    assert [e.clock_ms for e in events] == [1_250, 1_250, 1_250, 2_000]
-    assert [
-        v.valid_from for v in _versions(T.parse_cdc(_raw(spark, values))).orderBy("cdc_offset").collect()
-    ] == [
-        1_250,
-        2_000,
-    ]
-    # A clock carried from an earlier batch is a floor.
-    carried = T.cdc_clock(T.parse_cdc(_raw(spark, values[:2])), 1_900, None).collect()
-    assert [e.clock_ms for e in carried] == [1_900, 1_900]
-
 
 def _table(spark: Any) -> Any:
     values = [
@@ -193,7 +117,7 @@ def _table(spark: Any) -> Any:
         _event("c", 7, 4_000, 40, last_name="Again", club_status="gold"),
         _event("c", 8, 10_000, 50, first_name="Late", last_name="Comer", club_status="gold"),
     ]
-    return _versions(T.parse_cdc(_raw(spark, values)))
+    return versions_frame(spark, values)
 
 
 def _ratings(spark: Any, pairs: list[tuple[int, int]]) -> Any:
@@ -323,24 +247,3 @@ def test_the_grace_delays_only_ratings_without_a_version_valid_at_their_time(spa
     assert _released(spark, ratings, 7_001, 5_000) == dict.fromkeys(range(4), True)
     # A delete valid at the rating's time is final too: unmatched, with no wait for the grace.
     assert _released(spark, [(7, 3_500)], 3_600, 5_000) == {0: True}
-
-
-def test_a_snapshot_row_is_valid_from_its_own_update_time_not_the_snapshot_time(spark: Any) -> None:
-    values = [
-        _event("r", 9, 50_000, 5, update_ts="1970-01-01T00:00:10Z"),
-        _event("r", 10, 50_000, 6),  # no update_ts: the snapshot's time
-    ]
-    versions = _versions(T.parse_cdc(_raw(spark, values))).orderBy("id").collect()
-    assert [(v.id, v.valid_from) for v in versions] == [(9, 10_000), (10, 50_000)]
-
-
-def test_a_snapshot_does_not_start_the_clock_before_its_last_row(spark: Any) -> None:
-    """Snapshot reads carry the snapshot's time while rows valid from long before are still to
-    come: releasing ratings on it would join them before their customers were loaded."""
-    values = [
-        _event("r", 9, 50_000, 5, update_ts="1970-01-01T00:00:10Z"),
-        _event("r", 10, 50_000, 5, update_ts="1970-01-01T00:00:20Z"),
-        _beat("1970-01-01T00:00:51.100Z", 6),  # the first change streamed after the snapshot
-    ]
-    events = T.cdc_clock(T.parse_cdc(_raw(spark, values)), None, None).orderBy("offset").collect()
-    assert [e.clock_ms for e in events] == [None, None, 51_100]

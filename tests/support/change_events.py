@@ -1,0 +1,79 @@
+"""Debezium change events as the MariaDB connector writes them (JSON, schemas off), and CDC
+records as the job's reader hands them over (Arrow, Kafka columns)."""
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from enrichment_job.cdc import CdcResult, ingest
+from enrichment_job.table import CdcState
+
+CDC_TOPIC = "asgard.demo.customers"
+
+
+def change_event(op: str, cid: int, ts: int, pos: int, binlog_file: int = 1, **after: Any) -> bytes:
+    """A change of customer `cid` at source.ts_ms `ts`, binlog position `pos`."""
+    row = {"id": cid, "first_name": "Ada", "last_name": "L", "club_status": "silver", **after}
+    envelope = {
+        "before": row if op in ("u", "d") else None,
+        "after": None if op == "d" else row,
+        "op": op,
+        "ts_ms": ts + 5,
+        "source": {
+            "ts_ms": ts,
+            "file": f"mariadb-bin.{binlog_file:06d}",
+            "pos": pos,
+            "row": 0,
+            "table": "customers",
+        },
+    }
+    return json.dumps(envelope).encode()
+
+
+def heartbeat(ts: str, pos: int) -> bytes:
+    """A heartbeat: the heartbeat row's `ts` (database time in ms, ISO-8601) at binlog `pos`."""
+    envelope = {
+        "before": {"id": 1},
+        "after": {"id": 1, "ts": ts},
+        "op": "u",
+        "ts_ms": 0,
+        "source": {
+            "ts_ms": 0,
+            "file": "mariadb-bin.000001",
+            "pos": pos,
+            "row": 0,
+            "table": "debezium_heartbeat",
+        },
+    }
+    return json.dumps(envelope).encode()
+
+
+def cdc_records(values: list[bytes | None], first_offset: int = 0, topic: str = CDC_TOPIC) -> pa.Table:
+    """The values as CDC records of partition 0 from `first_offset` on (None: a tombstone)."""
+    rows = len(values)
+    return pa.table(
+        {
+            "key": pa.array([b"k"] * rows, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "topic": pa.array([topic] * rows, pa.string()),
+            "partition": pa.array([0] * rows, pa.int32()),
+            "offset": pa.array(range(first_offset, first_offset + rows), pa.int64()),
+            "timestamp": pa.array([None] * rows, pa.timestamp("ms", tz="UTC")),
+        }
+    )
+
+
+def ingest_values(
+    spark: Any,
+    values: list[bytes | None],
+    clock_ms: int | None = None,
+    position: tuple[int, int, int] | None = None,
+) -> CdcResult:
+    """`ingest` of the values as one batch, after the given clock and position."""
+    return ingest(cdc_records(values), CdcState(clock_ms, position, {}), "customers", "dlq", spark)
+
+
+def versions_frame(spark: Any, values: list[bytes | None]) -> Any:
+    """The customer versions of the change events, as the job's customer table holds them."""
+    return spark.createDataFrame(ingest_values(spark, values).versions)
