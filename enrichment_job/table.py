@@ -90,20 +90,26 @@ class CustomerTable:
         self._small: list[pa.Table] = []
         self._small_df: DataFrame | None = None
         self._compacting = threading.Event()
+        self._folding = threading.Lock()  # one fold at a time: each swaps in a base built from the last
         self._writes: queue.Queue[tuple[int, pa.Table, CdcState] | None] = queue.Queue()
         self._failure: BaseException | None = None
-        self.delta_batch, self.delta_state = self._load_or_create()
+        self._written = False  # a Delta table is at `path`
+        self.delta_batch, self.delta_state = self._load()
         self._base = self._read_all()
         self._writer = threading.Thread(target=self._write_loop, name="delta-writer", daemon=True)
         self._writer.start()
 
     # ---- reading -------------------------------------------------------------------------
-    def _load_or_create(self) -> tuple[int | None, CdcState]:
+    def _load(self) -> tuple[int | None, CdcState]:
+        """The newest commit's batch and CDC state; none for a table not written yet. The first
+        append creates the table: creating it at start cost a fresh start 13 s here (Delta's
+        first write in a JVM), and reading it back 6 s more, before the first batch."""
         from delta.tables import DeltaTable  # noqa: PLC0415 - needs the Delta jars on the session
 
         if not DeltaTable.isDeltaTable(self.spark, self.path):
-            empty = self.spark.createDataFrame([], VERSION_FIELDS)
-            empty.write.format("delta").save(self.path)
+            log.info("customer table %s: not written yet; the first commit creates it", self.path)
+            return None, CdcState()
+        self._written = True
         # The newest commit that carries CDC state (maintenance commits carry none).
         for entry in DeltaTable.forPath(self.spark, self.path).history(100).collect():
             meta = json.loads(entry["userMetadata"]) if entry["userMetadata"] else {}
@@ -114,6 +120,8 @@ class CustomerTable:
         return None, CdcState()
 
     def _read_all(self) -> DataFrame:
+        if not self._written:
+            return self._materialize(self.spark.createDataFrame([], VERSION_FIELDS))
         return self._materialize(self.spark.read.format("delta").load(self.path))
 
     def _materialize(self, versions: DataFrame) -> DataFrame:
@@ -142,6 +150,9 @@ class CustomerTable:
         self._raise_failure()
         if not versions.num_rows:
             return
+        if versions.num_rows >= COMPACT_ROWS:
+            self._fold(self.spark.createDataFrame(versions, schema=VERSION_FIELDS))
+            return
         large = versions.num_rows > LOCAL_PIECE_ROWS
         if large:  # a plan would carry the rows: materialize once (a Spark job: not under the lock)
             piece = self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
@@ -164,16 +175,25 @@ class CustomerTable:
         (plus its pieces) until the swap."""
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
         try:
-            with self._lock:
-                base, pieces, small, recent = self._base, len(self._pieces), len(self._small), self._recent()
-            merged = self._materialize(reduce(DataFrame.unionByName, [base, *recent]))
-            with self._lock:
-                self._base, self._pieces, self._small = merged, self._pieces[pieces:], self._small[small:]
-                self._small_df = self._local(self._small)
+            self._fold()
         except Exception:  # the pieces stay; the next add tries again
             log.exception("folding new customer versions into the table failed; retrying later")
         finally:
             self._compacting.clear()
+
+    def _fold(self, new: DataFrame | None = None) -> None:
+        """A new materialized base: the base, the pieces and `new`. As many versions as a fold
+        takes at once (a fresh start's snapshot, a long stop's changes) are folded in on the
+        spot: as a piece every batch's join would broadcast them until the next fold."""
+        with self._folding:
+            with self._lock:
+                base, pieces, small, recent = self._base, len(self._pieces), len(self._small), self._recent()
+            merged = self._materialize(
+                reduce(DataFrame.unionByName, [base, *recent, *([new] if new is not None else [])])
+            )
+            with self._lock:
+                self._base, self._pieces, self._small = merged, self._pieces[pieces:], self._small[small:]
+                self._small_df = self._local(self._small)
 
     # ---- Delta ---------------------------------------------------------------------------
     def commit(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:
@@ -201,19 +221,23 @@ class CustomerTable:
         if batch_id is not None:
             write = write.option("txnAppId", self.app_id).option("txnVersion", batch_id)
         write.save(self.path)
-        self.delta_batch, self.delta_state = batch_id, state
+        self.delta_batch, self.delta_state, self._written = batch_id, state, True
 
     def _write_loop(self) -> None:
         """Appends what batches queued, at most once per `commit_interval_s`: a Delta commit
         costs seconds of CPU whatever its size, and this machine has two cores."""
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
-        commits, stopping, last = 0, False, time.monotonic()
+        commits, stopping = 0, False
+        last: float | None = None
         while not stopping:
             items: list[tuple[int, pa.Table, CdcState]] = []
             first = self._writes.get()
             if first is None:
                 return
             items.append(first)
+            # The first append waits an interval too: after a fresh start or a long stop the
+            # first batches are the largest, and the append would take cores from them.
+            last = last if last is not None else time.monotonic()
             deadline = last + self.commit_interval_s
             while not stopping and (time.monotonic() < deadline or not self._writes.empty()):
                 try:
