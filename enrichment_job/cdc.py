@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql import SparkSession
 
 from enrichment_job import change_events
@@ -128,41 +128,39 @@ class CdcReader:
         """The records of `ranges` (key, value, topic, partition, offset, timestamp)."""
         self.consumer.assign([TopicPartition(self.topic, p, first) for p, (first, _) in ranges.items()])
         ends = {p: end for p, (_, end) in ranges.items()}
-        cols: dict[str, list[object]] = {c: [] for c in ("key", "value", "partition", "offset", "timestamp")}
+        got: list[Message] = []
         deadline = time.monotonic() + self.timeout_s
         left = sum(end - first for first, end in ranges.values())
         while ends:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not read {self.topic} {ranges} within {self.timeout_s} s")
             # Asking for exactly what is left returns as soon as it has come.
-            for msg in self.consumer.consume(max(1, min(left, 100_000)), 0.1):
+            batch = self.consumer.consume(max(1, min(left, 100_000)), 0.1)
+            for msg in batch:
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
-                p, o = msg.partition(), msg.offset()
-                if p is not None and o is not None and p in ends and o < ends[p]:
-                    cols["key"].append(msg.key())
-                    cols["value"].append(msg.value())
-                    cols["partition"].append(p)
-                    cols["offset"].append(o)
-                    cols["timestamp"].append(msg.timestamp()[1])
-                    left -= 1
+            got += batch
+            left -= len(batch)
             # Done with a partition once its position passed the end (control records of
             # transactions take offsets but are never returned).
             for tp in self.consumer.position([TopicPartition(self.topic, p) for p in ends]):
                 if tp.offset >= ends[tp.partition]:
                     del ends[tp.partition]
         self.consumer.unassign()
-        rows = len(cols["offset"])
-        return pa.table(
+        # Column by column; records past a range's end (fetched with the last ones) are dropped.
+        records = pa.table(
             {
-                "key": pa.array(cols["key"], pa.binary()),
-                "value": pa.array(cols["value"], pa.binary()),
-                "topic": pa.array([self.topic] * rows, pa.string()),
-                "partition": pa.array(cols["partition"], pa.int32()),
-                "offset": pa.array(cols["offset"], pa.int64()),
-                "timestamp": pa.array(cols["timestamp"], pa.timestamp("ms", tz="UTC")),
+                "key": pa.array([m.key() for m in got], pa.binary()),
+                "value": pa.array([m.value() for m in got], pa.binary()),
+                "topic": pa.array([self.topic] * len(got), pa.string()),
+                "partition": pa.array([m.partition() for m in got], pa.int32()),
+                "offset": pa.array([m.offset() for m in got], pa.int64()),
+                "timestamp": pa.array([m.timestamp()[1] for m in got], pa.timestamp("ms", tz="UTC")),
             }
         )
+        end = pc.index_in(records.column("partition"), pa.array(list(ranges), pa.int32()))
+        limits = pa.array([stop for _, stop in ranges.values()], pa.int64())
+        return records.filter(pc.less(records.column("offset"), pc.take(limits, end)))
 
     def close(self) -> None:
         self.consumer.close()

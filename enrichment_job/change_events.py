@@ -11,6 +11,7 @@ JSON, a field of another type, an unknown op, no customer id) is parsed by Spark
 table, and the clock is computed from it the same way.
 """
 
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -113,7 +114,7 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
         pc.and_(pc.fill_null(pc.is_in(op, pa.array(OPS)), False), pc.is_valid(customer_id)),
         pc.is_valid(ts_ms),
     )
-    if not pc.all(readable).as_py() and len(given):
+    if not pc.all(readable).as_py():
         return None
     table = pc.struct_field(source, "table")
     try:
@@ -183,34 +184,29 @@ def read_spark(raw: DataFrame) -> pa.Table:
     return table.cast(EVENTS)
 
 
-_COLUMNS: list[Columns] = []
-
-
+@cache
 def _spark_columns() -> Columns:
-    if not _COLUMNS:
-        _COLUMNS.append(
-            Columns(
-                F.col("topic"),
-                F.col("partition"),
-                F.col("offset"),
-                F.col("key").cast("binary").alias("key"),
-                F.col("value").cast("binary").alias("value"),
-                F.col("is_tombstone"),
-                F.col("dlq_reason"),
-                F.col("op"),
-                F.col("source.table").alias("table"),
-                F.col("customer_id"),
-                F.col("after"),
-                F.unix_millis(F.to_timestamp(F.col("after.update_ts"))).alias("update_ms"),
-                F.col("reading_ms"),
-                F.col("source.ts_ms").alias("source_ts_ms"),
-                F.col("source.file").alias("source_file"),
-                F.col("source.pos").alias("source_pos"),
-                F.col("source.row").alias("source_row"),
-                F.regexp_extract(F.col("source.file"), r"(\d+)$", 1).cast("long").alias("binlog_file"),
-            )
-        )
-    return _COLUMNS[0]
+    digits = F.regexp_extract(F.col("source.file"), r"(\d+)$", 1)
+    return Columns(
+        F.col("topic"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("key").cast("binary").alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        F.col("is_tombstone"),
+        F.col("dlq_reason"),
+        F.col("op"),
+        F.col("source.table").alias("table"),
+        F.col("customer_id"),
+        F.col("after"),
+        F.unix_millis(F.try_to_timestamp(F.col("after.update_ts"))).alias("update_ms"),
+        F.col("reading_ms"),
+        F.col("source.ts_ms").alias("source_ts_ms"),
+        F.col("source.file").alias("source_file"),
+        F.col("source.pos").alias("source_pos"),
+        F.col("source.row").alias("source_row"),
+        F.when(digits != "", digits.cast("long")).alias("binlog_file"),
+    )
 
 
 Position = tuple[int, int, int]  # binlog file number, position, row

@@ -135,7 +135,7 @@ def _cdc_parse() -> tuple[Columns, Columns]:
     # whole seconds (the binlog's resolution). A snapshot read is no reading: it carries the
     # snapshot's time while rows of the snapshot are still to come, valid from their own older
     # update_ts; the clock starts with the first change streamed after the snapshot.
-    beat_ms = F.unix_millis(F.to_timestamp(F.get_json_object("_json", "$.after.ts")))
+    beat_ms = F.unix_millis(F.try_to_timestamp(F.get_json_object("_json", "$.after.ts")))
     fields = Columns(
         F.col("_e.*"),
         row_id.alias("customer_id"),

@@ -191,3 +191,15 @@ def test_json_objects_are_what_sparks_to_json_writes(spark: Any) -> None:
     assert ours == theirs
     assert ours[-2] == '{"id":5}'
     assert ours[-1] is None
+
+
+def test_a_heartbeat_time_or_binlog_file_that_does_not_read_is_no_dead_letter(spark: Any) -> None:
+    """Spark reads such a batch (Arrow's casts would fail): the heartbeat's reading is its
+    source time, and a binlog file name without a number has no place in the order."""
+    beat = json.loads(heartbeat("not a time", 10))
+    beat["source"].update(ts_ms=7_000, file="binlog-without-number")
+    values = [json.dumps(beat).encode(), change_event("u", 7, 8_000, 20)]
+    assert change_events.read_arrow(cdc_records(values)) is None
+    result = ingest_values(spark, values)
+    assert (result.state.clock_ms, result.changes, len(result.dead)) == (8_000, 1, 0)
+    assert result.versions.column("valid_from").to_pylist() == [8_000]
