@@ -66,8 +66,10 @@ def _service_user(settings: StackSettings) -> str | None:
 
 
 def _chown_tree(path: Path, user: str | None) -> None:
+    """The component's folder to the service user, and to it alone."""
     if user is not None:
         subprocess.run(["chown", "-R", f"{user}:", str(path)], check=True)
+        path.chmod(0o700)
 
 
 def _jvm(installed: Installed, heap: str, *props: str) -> list[str]:
@@ -164,7 +166,7 @@ def connect(settings: StackSettings, installed: Installed, secrets: dict[str, st
 
 
 def mariadb(settings: StackSettings) -> Component:
-    state = settings.state_dir / "mariadb"
+    state = settings.service_state_dir / "mariadb"
     data = state / "data"
     user = _service_user(settings)
     if not (data / "mysql").exists():
@@ -204,11 +206,11 @@ def mariadb(settings: StackSettings) -> Component:
 
 
 def mariadb_socket(settings: StackSettings) -> Path:
-    return settings.state_dir / "mariadb" / "mariadb.sock"
+    return settings.service_state_dir / "mariadb" / "mariadb.sock"
 
 
 def elasticsearch(settings: StackSettings, installed: Installed) -> Component:
-    state = settings.state_dir / "elasticsearch"
+    state = settings.service_state_dir / "elasticsearch"
     home = state / "home"
     if not (home / "bin" / "elasticsearch").exists():
         _unzip_single_root(installed.elasticsearch_zip, home)

@@ -3,6 +3,7 @@
 Every field can be set from the environment with the prefix STACK_ (STACK_KAFKA_PORT=19092 ...).
 """
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INFRA_DIR = REPO_ROOT / "infra"
+SERVICE_ROOT = Path("/var/lib/ratings-stack")  # run as root: the service user's component folders
 
 
 def _default_cache_dir() -> Path:
@@ -26,6 +28,11 @@ class StackSettings(BaseSettings):
     java_home: Path | None = Field(None, description="JDK for every JVM component; default: the java on PATH")
     service_user: str = Field(
         "ratings-stack", description="unprivileged user for Elasticsearch and MariaDB when run as root"
+    )
+    service_dir: Path | None = Field(
+        None,
+        description="run as root: where Elasticsearch and MariaDB keep their data (the service user "
+        f"cannot enter the state folder); default: {SERVICE_ROOT}/<a hash of the state folder>",
     )
 
     kafka_port: int = 9092
@@ -45,6 +52,18 @@ class StackSettings(BaseSettings):
     s3_region: str = "us-east-1"
     connector_name: str = "mariadb-customers"
     start_timeout_s: float = Field(240.0, description="how long `up` waits for one component")
+
+    @property
+    def service_state_dir(self) -> Path:
+        """The folder of the components the service user runs: the state folder itself when not
+        run as root, else one of their own, so the state folder stays the owner's alone (0700)
+        and no folder above it has to let other users through."""
+        if os.geteuid() != 0:
+            return self.state_dir
+        if self.service_dir is not None:
+            return self.service_dir
+        digest = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:16]
+        return SERVICE_ROOT / digest
 
     @property
     def logs_dir(self) -> Path:

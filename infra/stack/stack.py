@@ -4,7 +4,6 @@ import logging
 import os
 import shutil
 import socket
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ from infra.stack.components import component_ports, prepare_components
 from infra.stack.errors import ComponentFailed, PortInUse
 from infra.stack.health import CHECKS, http_json
 from infra.stack.secrets import ensure_secrets, read_env_file, write_env_file
-from infra.stack.settings import StackSettings
+from infra.stack.settings import SERVICE_ROOT, StackSettings
 from infra.stack.supervise import FAILED_STATES, Supervisor, render_config
 from infra.stack.versions import load_versions
 
@@ -60,13 +59,37 @@ def check_ports(settings: StackSettings, sup: Supervisor) -> None:
                 )
 
 
-def _ensure_traversable(path: Path) -> None:
-    """The unprivileged service user must reach the state folder: add o+x where it is missing."""
-    for parent in [path, *path.parents]:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            log.info("allowing other users to traverse %s (o+x) for the service user", parent)
-            parent.chmod(mode | stat.S_IXOTH)
+def _private_state(settings: StackSettings) -> None:
+    """Run as root: the state folder (secrets, Kafka's data, logs) is root's alone, and the
+    service user's components get a folder of their own that other users can pass through but
+    not list. A service folder left from an earlier state folder at the same path is wiped with
+    it, and one whose state folder is gone is removed."""
+    fresh = not settings.state_dir.exists()
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    settings.state_dir.chmod(0o700)
+    service = settings.service_state_dir
+    if service == settings.state_dir:
+        return
+    if service.parent == SERVICE_ROOT:
+        SERVICE_ROOT.mkdir(parents=True, exist_ok=True)
+        SERVICE_ROOT.chmod(0o711)
+        for other in SERVICE_ROOT.iterdir():
+            owner = other / "state-folder"
+            if other != service and owner.exists() and not Path(owner.read_text().strip()).exists():
+                log.info("removing %s: its state folder %s is gone", other, owner.read_text().strip())
+                shutil.rmtree(other, ignore_errors=True)
+    if fresh and service.exists():
+        log.info("removing %s: it belonged to an earlier state folder at %s", service, settings.state_dir)
+        shutil.rmtree(service)
+    service.mkdir(parents=True, exist_ok=True)
+    service.chmod(0o711)
+    (service / "state-folder").write_text(f"{settings.state_dir.resolve()}\n")
+    if not Supervisor(settings).running():  # data of a stack from before this layout moves over
+        for name in ("mariadb", "elasticsearch"):
+            old = settings.state_dir / name
+            if old.exists() and not (service / name).exists():
+                log.info("moving %s to %s", old, service / name)
+                shutil.move(old, service / name)
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -115,9 +138,9 @@ def up(settings: StackSettings) -> None:
     started = time.monotonic()
     versions = load_versions()
     installed = install(settings, versions)
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
-        _ensure_traversable(settings.state_dir)
+        _private_state(settings)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
     secrets = ensure_secrets(settings.state_dir)
     sup = Supervisor(settings)
     check_ports(settings, sup)
@@ -241,6 +264,10 @@ def down(settings: StackSettings) -> None:
 
 def clean(settings: StackSettings) -> None:
     down(settings)
+    service = settings.service_state_dir
+    if service != settings.state_dir and service.exists():
+        shutil.rmtree(service)
+        log.info("removed %s", service)
     if settings.state_dir.exists():
         shutil.rmtree(settings.state_dir)
         log.info("removed %s (downloads stay cached in %s)", settings.state_dir, settings.cache_dir)

@@ -10,7 +10,7 @@ import pytest
 from infra.stack.components import Component
 from infra.stack.errors import ComponentFailed, PortInUse
 from infra.stack.settings import StackSettings
-from infra.stack.stack import _wait, check_ports
+from infra.stack.stack import _private_state, _wait, check_ports
 from infra.stack.supervise import Supervisor, render_config
 
 
@@ -108,3 +108,54 @@ def test_a_stale_socket_left_by_a_machine_restart_does_not_stop_the_start(tmp_pa
     finally:
         sup.shutdown()
     assert not sup.running()
+
+
+@pytest.fixture
+def as_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The stack as `make up` runs it as root, its service folders under a temporary root."""
+    monkeypatch.setattr("infra.stack.settings.os.geteuid", lambda: 0)
+    root = tmp_path / "services"
+    monkeypatch.setattr("infra.stack.stack.SERVICE_ROOT", root)
+    return root
+
+
+def test_as_root_the_state_folder_is_private_and_the_service_user_has_its_own(
+    as_root: Path, tmp_path: Path
+) -> None:
+    checkout = tmp_path / "checkout"
+    checkout.mkdir(mode=0o700)
+    settings = StackSettings(state_dir=checkout / ".state", service_dir=as_root / "abc")
+    _private_state(settings)
+    assert settings.state_dir.stat().st_mode & 0o777 == 0o700
+    assert checkout.stat().st_mode & 0o777 == 0o700  # no folder above it is opened
+    assert settings.service_state_dir == as_root / "abc"
+    assert (as_root / "abc").stat().st_mode & 0o777 == 0o711
+    assert as_root.stat().st_mode & 0o777 == 0o711
+    assert (as_root / "abc" / "state-folder").read_text().strip() == str(settings.state_dir.resolve())
+
+
+def test_service_folders_of_gone_or_wiped_state_folders_are_removed(as_root: Path, tmp_path: Path) -> None:
+    kept, gone = tmp_path / "kept", tmp_path / "gone"
+    kept.mkdir()
+    for name, owner in (("kept", kept), ("gone", gone)):
+        (as_root / name / "mariadb").mkdir(parents=True)
+        (as_root / name / "state-folder").write_text(f"{owner}\n")
+    mine = as_root / "mine"
+    (mine / "mariadb").mkdir(parents=True)  # left by an earlier state folder at the same path
+    _private_state(StackSettings(state_dir=tmp_path / "fresh", service_dir=mine))
+    assert (as_root / "kept" / "mariadb").exists()
+    assert not (as_root / "gone").exists()
+    assert not (mine / "mariadb").exists()
+
+
+def test_the_data_of_a_stack_from_before_the_service_folder_moves_over(as_root: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "mariadb" / "data").mkdir(parents=True)
+    (state / "elasticsearch" / "data").mkdir(parents=True)
+    (state / "kafka").mkdir()
+    settings = StackSettings(state_dir=state, service_dir=as_root / "abc")
+    _private_state(settings)
+    assert (as_root / "abc" / "mariadb" / "data").is_dir()
+    assert (as_root / "abc" / "elasticsearch" / "data").is_dir()
+    assert not (state / "mariadb").exists()
+    assert (state / "kafka").is_dir()  # root's components stay
