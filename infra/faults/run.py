@@ -255,12 +255,18 @@ class FaultRun(Demo):
         injector.start()
         recovery: Recovery | None = None
         deadline = time.monotonic() + scn.load_s + self.args.drain_timeout
-        while injector.is_alive() or loadgen.alive() or (recovery and recovery.seconds is None):
+        while True:
             self._check_children()
-            if not injector.is_alive() and recovery is None:
-                recovery = self._recovery(faults.ended_at)
-            if recovery is not None and recovery.seconds is None:
-                recovery.poll()
+            if not injector.is_alive():
+                if recovery is None:
+                    recovery = self._recovery(faults.ended_at)
+                    # An injection that outlasted the load (restarts back off) still gets the
+                    # whole drain time after it.
+                    deadline = max(deadline, time.monotonic() + self.args.drain_timeout)
+                if recovery is not None and recovery.seconds is None:
+                    recovery.poll()
+                if not loadgen.alive() and (recovery is None or recovery.seconds is not None):
+                    break
             if time.monotonic() > deadline:
                 faults.note("did not recover within the load and the drain timeout")
                 break
