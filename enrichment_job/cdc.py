@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from pyspark.sql import SparkSession
 
 from enrichment_job import change_events
-from enrichment_job.batch_io import concat
+from enrichment_job.batch_io import concat, to_records
 from enrichment_job.kafka_out import Records
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
@@ -203,7 +203,7 @@ def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: 
         state=CdcState(clock.end_clock_ms, clock.position, cdc_to),
         versions=_versions(changes),
         customers=_customers(changes, customers_topic),
-        dead=_dead_letters(bad, dlq_topic),
+        dead=to_records(bad.select(["key", "value", "headers"]), dlq_topic),
         events=events.num_rows,
         duplicates=int(clock.duplicate.sum()),
         regressions=int(clock.regressed.sum()),
@@ -275,21 +275,6 @@ def json_objects(rows: pa.ChunkedArray | pa.StructArray) -> pa.Array:
     joined = pc.utf8_rtrim(pc.binary_join_element_wise(*members, ""), ",")  # the last member's comma
     objects = pc.binary_join_element_wise("{", joined, "}", "")
     return pc.if_else(pc.is_valid(rows), objects, None)
-
-
-def _dead_letters(bad: pa.Table, topic: str) -> Records:
-    """The unreadable events' original key and bytes, with the reason and origin as headers."""
-    headers: list[list[tuple[str, str | bytes | None]] | None] = [
-        [
-            ("dlq.reason", row["dlq_reason"].encode()),
-            ("dlq.stage", b"cdc"),
-            ("dlq.topic", row["topic"].encode()),
-            ("dlq.partition", str(row["partition"]).encode()),
-            ("dlq.offset", str(row["offset"]).encode()),
-        ]
-        for row in bad.select(["dlq_reason", "topic", "partition", "offset"]).to_pylist()
-    ]
-    return Records(topic, bad.column("key").to_pylist(), bad.column("value").to_pylist(), headers)
 
 
 def _arrow_schema() -> pa.Schema:

@@ -24,11 +24,12 @@ from pyspark.sql.pandas.types import to_arrow_type
 
 from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import CUSTOMER_FIELDS
-from enrichment_job.transforms import HEARTBEAT_TABLE, parse_cdc
+from enrichment_job.transforms import HEARTBEAT_TABLE, dead_letter_headers, parse_cdc
 
 RAW_SCHEMA = "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP"
 CUSTOMER = to_arrow_type(CUSTOMER_FIELDS)
 OPS = ("c", "r", "u", "d")
+DLQ_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 # One row per CDC record, in CDC order (partition, offset). `dlq_reason` is null for a readable
 # change event; a tombstone (`is_tombstone`) has nothing but its Kafka columns.
@@ -52,6 +53,7 @@ EVENTS = pa.schema(
         ("source_pos", pa.int64()),
         ("source_row", pa.int32()),
         ("binlog_file", pa.int64()),  # the number at the end of source_file
+        ("headers", DLQ_HEADERS),  # an unreadable event's dead-letter headers
     ]
 )
 
@@ -153,6 +155,7 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
         "value": values,
         "is_tombstone": pc.invert(present),
         "dlq_reason": pa.nulls(raw.num_rows, pa.string()),
+        "headers": pa.nulls(raw.num_rows, DLQ_HEADERS),
         **{name: pc.take(column, take) for name, column in parsed.items()},
     }
     return pa.table(columns, schema=EVENTS)
@@ -206,6 +209,7 @@ def _spark_columns() -> Columns:
         F.col("source.pos").alias("source_pos"),
         F.col("source.row").alias("source_row"),
         F.when(digits != "", digits.cast("long")).alias("binlog_file"),
+        F.when(F.col("dlq_reason").isNotNull(), dead_letter_headers("cdc")).alias("headers"),
     )
 
 
