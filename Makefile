@@ -92,7 +92,7 @@ bench-views: up ## the views beside the job at 5,000/s: job latency, views fresh
 faults: up ## the fault matrix under load: crashes, outages, hostile input; a table and bench-results/faults.json (ARGS="--quick")
 	$(BIN)/python -m infra.faults $(ARGS)
 
-bench-table: up ## per-batch cost of re-reading the customer table from Delta vs keeping it in memory, by size
+bench-table: up ## the in-memory customer table by size: start, memory per version, one batch's step
 	$(BIN)/python -m infra.bench.table $(ARGS)
 
 lake-query: up ## the data lake's ratings per day and club status (pyarrow over the S3 server)

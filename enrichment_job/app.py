@@ -7,18 +7,17 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.cdc import CdcReader, CdcResult, ingest
 from enrichment_job.enrich import Ratings
+from enrichment_job.kafka_in import KAFKA, TopicReader
 from enrichment_job.kafka_out import Fenced, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
 from enrichment_job.settings import JobSettings
@@ -219,23 +218,30 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
 
 
 def starting_offsets(
-    settings: JobSettings, marker: dict[str, Any] | None, partitions: Callable[[str], list[int]]
-) -> str:
+    settings: JobSettings,
+    marker: dict[str, Any] | None,
+    ratings: dict[int, tuple[int, int]],
+    cdc_partitions: list[int],
+) -> dict[str, dict[str, int]]:
     """Where the query starts when its checkpoint is new (Spark ignores it otherwise): the job's
     first run at ENRICH_STARTING_OFFSETS, a later one where the job's last commit left both
-    topics (partitions it never read from their start)."""
+    topics (partitions it never read from their start). `ratings`: partition -> its first and
+    next offset now. The ratings' offsets are numbers, never "earliest" or "latest": the job
+    reads each batch's ratings itself, from where the batch before ended, and the first batch
+    from here."""
+    earliest = settings.starting_offsets == "earliest"
     if marker is None:
-        return settings.starting_offsets
-    ends = {
-        settings.ratings_topic: marker.get("consumed_to", {}),
-        settings.cdc_topic: marker.get("cdc_to", {}),
+        ratings_from = {p: low if earliest else high for p, (low, high) in ratings.items()}
+        cdc_from = {p: -2 if earliest else -1 for p in cdc_partitions}
+    else:
+        consumed = {int(p): int(o) for p, o in marker.get("consumed_to", {}).items()}
+        cdc_to = {int(p): int(o) for p, o in marker.get("cdc_to", {}).items()}
+        ratings_from = {p: consumed.get(p, low) for p, (low, _) in ratings.items()}
+        cdc_from = {p: cdc_to.get(p, -2) for p in cdc_partitions}  # -2: Spark's "earliest"
+    return {
+        settings.ratings_topic: {str(p): o for p, o in sorted(ratings_from.items())},
+        settings.cdc_topic: {str(p): o for p, o in sorted(cdc_from.items())},
     }
-    return json.dumps(
-        {
-            topic: {str(p): int(offsets.get(str(p), offsets.get(p, -2))) for p in partitions(topic)}
-            for topic, offsets in ends.items()
-        }
-    )
 
 
 class Pipeline:
@@ -270,7 +276,8 @@ class Pipeline:
         self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
         self.fenced: Fenced | None = None  # another instance took over: stop, do not restart
         self.cdc = CdcReader(settings, group_id)
-        self._is_rating = F.col("topic") == settings.ratings_topic  # built once: see plans.py
+        self.ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
+        self.first_starts: dict[int, int] = {}  # where the query's first batch's ratings start
         self.offsets_dir = query_checkpoint(settings) / "offsets"
         marker = out.marker
         self.state = CdcState.from_json(marker) if marker else table.delta_state
@@ -281,7 +288,22 @@ class Pipeline:
         if marker is not None:
             own = marker.get("run") == out.run
             self._catch_up_table(int(marker["batch_id"]) if own else None)
-            self.ratings.recover(marker, self.table.versions())
+            self.ratings.recover(marker, self.table.versions(), self.ratings_in.read)
+
+    def query_start(self) -> str:
+        """The query's starting offsets (JSON), kept beside its checkpoint: a first batch run
+        again after a crash reads its ratings from where its first run did."""
+        path = self.settings.checkpoint_dir / "query-start.json"
+        if query_checkpoint(self.settings).exists() and path.exists():
+            starting = json.loads(path.read_text())
+        else:
+            starting = starting_offsets(
+                self.settings, self.out.marker, self.ratings_in.bounds(), sorted(self.cdc.bounds())
+            )
+            path.write_text(json.dumps(starting))
+        ratings = starting.get(self.settings.ratings_topic, {})
+        self.first_starts = {int(p): int(o) for p, o in ratings.items()}
+        return json.dumps(starting)
 
     def _catch_up_table(self, batch_id: int | None) -> None:
         """Appends to Delta what Kafka has committed but the table has not (see table.py).
@@ -365,43 +387,31 @@ class Pipeline:
                 f"java.lang.InterruptedException: batch {batch_id} cancelled by the stop"
             ) from None
 
-    def _ratings_input(
-        self, batch: DataFrame, batch_id: int, ends: dict[int, int]
-    ) -> tuple[DataFrame, dict[int, int]]:
-        """The ratings this batch takes in, and where they end per partition (`consumed_to`).
+    def _ratings_input(self, batch_id: int, ends: dict[int, int]) -> tuple[pa.Table, dict[int, int]]:
+        """The ratings this batch takes in (Kafka columns), and where they end per partition
+        (`consumed_to`). Read from Kafka on the driver, like the CDC events: the micro-batch's
+        rows only tell where the batch ends.
 
         Waiting ratings are held in memory. At ENRICH_MAX_WAITING_RATINGS (the CDC watermark
         stalled: Connect down, a failed Debezium task) the batch takes no new ones: they stay
         in Kafka, and `consumed_to` stays where it was. Once fewer wait, the batches read what
         was left, from `consumed_to` on, at most a batch's worth at a time, before the stream's
         own ratings. The same covers a restart with ratings left behind."""
-        no_ratings = batch.where(F.lit(False))
         if self.ratings.waiting_count >= self.settings.max_waiting_ratings:
-            return no_ratings, dict(self.consumed_to)
+            return KAFKA.empty_table(), dict(self.consumed_to)
         topic = self.settings.ratings_topic
-        starts = batch_ends(self.offsets_dir, batch_id - 1, topic) if batch_id > 0 else {}
-        left = {p: o for p, o in self.consumed_to.items() if o < starts.get(p, o)}
-        if not left:
-            # Read once, straight from Kafka: the batch is not cached, no job reads it twice.
-            return batch.where(self._is_rating), {**self.consumed_to, **ends}
-        share = max(1, self.settings.max_offsets_per_trigger // max(1, len(ends)))
-        froms = {p: self.consumed_to.get(p, starts.get(p, 0)) for p in ends}
-        upto = {p: min(end, froms[p] + share) for p, end in ends.items()}
-        log.info(
-            "batch %d: reading %d ratings left in Kafka earlier",
-            batch_id,
-            sum(upto[p] - froms[p] for p in upto),
-        )
-        raw = (
-            self.spark.read.format("kafka")
-            .options(**self.settings.kafka_options())
-            .option("assign", json.dumps({topic: sorted(upto)}))
-            .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in froms.items()}}))
-            .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in upto.items()}}))
-            .load()
-            .select(*batch.columns)
-        )
-        return raw, {**self.consumed_to, **upto}
+        starts = batch_ends(self.offsets_dir, batch_id - 1, topic) if batch_id > 0 else self.first_starts
+        new = [p for p in ends if p not in self.consumed_to and p not in starts]
+        lows = {p: low for p, (low, _) in self.ratings_in.bounds().items() if p in new} if new else {}
+        froms = {p: self.consumed_to.get(p, starts.get(p, lows.get(p, 0))) for p in ends}
+        upto = dict(ends)
+        left = sum(max(0, starts.get(p, o) - o) for p, o in froms.items())
+        if left:
+            share = max(1, self.settings.max_offsets_per_trigger // max(1, len(ends)))
+            upto = {p: min(end, froms[p] + share) for p, end in ends.items()}
+            log.info("batch %d: reading %d ratings left in Kafka earlier", batch_id, left)
+        ranges = {p: (froms[p], upto[p]) for p in ends if upto[p] > froms[p]}
+        return self.ratings_in.read(ranges), {**self.consumed_to, **upto}
 
     def _run(self, batch: DataFrame, batch_id: int) -> None:
         if self.out.committed(batch_id):
@@ -421,11 +431,13 @@ class Pipeline:
             )
             cdc = self._cdc_catch_up(batch_id, cdc)
         if cdc.changes:  # the join below needs them: the watermark counts them in
-            self.table.add(cdc.versions)
+            with steps("table"):
+                self.table.add(cdc.versions)
         watermark = cdc.state.clock_ms
         outputs = [cdc.customers, cdc.dead]
         result = None
-        ratings_raw, consumed_to = self._ratings_input(batch, batch_id, ends)
+        with steps("read"):
+            ratings_raw, consumed_to = self._ratings_input(batch_id, ends)
         # Waiting ratings are decided again when the CDC side moved (a heartbeat, a change):
         # without it, nothing about them can have changed.
         if consumed_to != self.consumed_to or (self.ratings.waiting_count and cdc.events):
@@ -509,6 +521,7 @@ class RunningJob:
         for view in self.views:
             view.stop()
         self.pipeline.cdc.close()
+        self.pipeline.ratings_in.close()
         self.table.close()
         self.spark.stop()
         if self.endpoint is not None:
@@ -529,12 +542,11 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         spark,
         str(settings.table_path),
         f"{run}-cdc",
-        partitions=settings.shuffle_partitions,
         maintain_every=settings.maintenance_every_commits,
         commit_interval_s=settings.table_commit_interval_s,
     )
     pipeline = Pipeline(spark, settings, table, out, metrics, group_id=f"{settings.job_name}-{run}-cdc")
-    starting = starting_offsets(settings, out.marker, out.partitions)
+    starting = pipeline.query_start()
     query = (
         _kafka_stream(spark, settings, starting)
         .writeStream.queryName("enrichment")

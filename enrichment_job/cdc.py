@@ -7,16 +7,16 @@ columns (`change_events`), and turned into versions and records without a Spark 
 """
 
 import logging
-import time
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql import SparkSession
 
 from enrichment_job import change_events
 from enrichment_job.batch_io import concat, to_records
+from enrichment_job.json_columns import json_objects
+from enrichment_job.kafka_in import TopicReader
 from enrichment_job.kafka_out import Records
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
@@ -63,107 +63,16 @@ def _concat(first: Records, second: Records) -> Records:
     return Records(first.topic, [*first.keys, *second.keys], [*first.values, *second.values], headers)
 
 
-class CdcReader:
+class CdcReader(TopicReader):
     """Reads the CDC topic from where the committed state left it to where it ends now: at most
-    `max_offsets_per_trigger` records, as an Arrow table with the Kafka source's columns.
+    `max_offsets_per_trigger` records a read.
 
     Not Spark's batch Kafka reader: that one sets up an admin client for every read, about
     0.25 s a batch on this machine, where a consumer kept open reads the few events of a batch
-    (heartbeats, changes) in milliseconds. Nothing per rating passes here."""
+    (heartbeats, changes) in milliseconds."""
 
     def __init__(self, settings: JobSettings, group_id: str, timeout_s: float = 60) -> None:
-        self.topic = settings.cdc_topic
-        self.limit = settings.max_offsets_per_trigger
-        self.timeout_s = timeout_s
-        self.short: dict[int, int] = {}  # after `ranges`: partition -> the end the limit cut short
-        self.consumer = Consumer(
-            {
-                **settings.producer_config(),
-                "group.id": group_id,  # assign only: the group has no members and commits nothing
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",  # like Spark's Kafka source
-                "enable.partition.eof": False,
-            }
-        )
-
-    def ranges(
-        self, cdc_to: dict[int, int], until: dict[int, int] | None = None
-    ) -> dict[int, tuple[int, int]]:
-        """partition -> [first, end) offsets to read, up to where the topic ends now (or to
-        `until`, partition -> offset); partitions with nothing new are left out. Where the
-        limit cut a range short, `short` then holds the partition and the end it fell short of."""
-        self.short = {}
-        topic = self.consumer.list_topics(self.topic, timeout=self.timeout_s).topics[self.topic]
-        if topic.error is not None:
-            if topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # Debezium has not written yet
-                return {}
-            raise KafkaException(topic.error)
-        ranges, budget = {}, self.limit
-        for p in sorted(topic.partitions):
-            if until is not None and p not in until:
-                continue
-            low, high = self.consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), timeout=self.timeout_s, cached=False
-            )
-            if until is not None:
-                high = min(high, until[p])
-            first = cdc_to.get(p, low)
-            if first < low:
-                raise KafkaException(
-                    KafkaError(
-                        KafkaError.OFFSET_OUT_OF_RANGE,
-                        f"{self.topic}[{p}]: offsets {first}..{low - 1} were deleted before the job "
-                        "read them (retention); the customer table would miss changes",
-                    )
-                )
-            end = min(high, first + budget)
-            if end > first:
-                ranges[p] = (first, end)
-                budget -= end - first
-            if end < high:
-                self.short[p] = high
-        return ranges
-
-    def read(self, ranges: dict[int, tuple[int, int]]) -> pa.Table:
-        """The records of `ranges` (key, value, topic, partition, offset, timestamp)."""
-        self.consumer.assign([TopicPartition(self.topic, p, first) for p, (first, _) in ranges.items()])
-        ends = {p: end for p, (_, end) in ranges.items()}
-        got: list[Message] = []
-        deadline = time.monotonic() + self.timeout_s
-        left = sum(end - first for first, end in ranges.values())
-        while ends:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read {self.topic} {ranges} within {self.timeout_s} s")
-            # Asking for exactly what is left returns as soon as it has come.
-            batch = self.consumer.consume(max(1, min(left, 100_000)), 0.1)
-            for msg in batch:
-                if msg.error() is not None:
-                    raise KafkaException(msg.error())
-            got += batch
-            left -= len(batch)
-            # Done with a partition once its position passed the end (control records of
-            # transactions take offsets but are never returned).
-            for tp in self.consumer.position([TopicPartition(self.topic, p) for p in ends]):
-                if tp.offset >= ends[tp.partition]:
-                    del ends[tp.partition]
-        self.consumer.unassign()
-        # Column by column; records past a range's end (fetched with the last ones) are dropped.
-        records = pa.table(
-            {
-                "key": pa.array([m.key() for m in got], pa.binary()),
-                "value": pa.array([m.value() for m in got], pa.binary()),
-                "topic": pa.array([self.topic] * len(got), pa.string()),
-                "partition": pa.array([m.partition() for m in got], pa.int32()),
-                "offset": pa.array([m.offset() for m in got], pa.int64()),
-                "timestamp": pa.array([m.timestamp()[1] for m in got], pa.timestamp("ms", tz="UTC")),
-            }
-        )
-        end = pc.index_in(records.column("partition"), pa.array(list(ranges), pa.int32()))
-        limits = pa.array([stop for _, stop in ranges.values()], pa.int64())
-        return records.filter(pc.less(records.column("offset"), pc.take(limits, end)))
-
-    def close(self) -> None:
-        self.consumer.close()
+        super().__init__(settings, settings.cdc_topic, group_id, timeout_s)
 
 
 def ingest(
@@ -250,31 +159,6 @@ def _customers(changes: pa.Table, topic: str) -> Records:
     keys = pc.cast(changes.column("customer_id"), pa.string()).cast(pa.binary())
     values = pc.if_else(pc.equal(changes.column("op"), "d"), None, json_objects(changes.column("after")))
     return Records(topic, keys.to_pylist(), values.cast(pa.binary()).to_pylist())
-
-
-# JSON's escapes for the characters a string cannot hold as they are (besides \ and ").
-_ESCAPES = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def json_objects(rows: pa.ChunkedArray | pa.StructArray) -> pa.Array:
-    """Each row of a struct of strings and numbers as a compact JSON object, null fields left
-    out (null where the row is null). Built column by column, not row by row."""
-    rows = rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows
-    members = []
-    for field in rows.type:
-        value = pc.struct_field(rows, field.name)
-        if pa.types.is_string(field.type):
-            text = pc.replace_substring(pc.replace_substring(value, "\\", "\\\\"), '"', '\\"')
-            if pc.any(pc.match_substring_regex(text, "[\\x00-\\x1f]")).as_py():
-                for char in map(chr, range(32)):
-                    text = pc.replace_substring(text, char, _ESCAPES.get(char, f"\\u{ord(char):04X}"))
-            value = pc.binary_join_element_wise('"', text, '"', "")
-        else:
-            value = pc.cast(value, pa.string())
-        members.append(pc.fill_null(pc.binary_join_element_wise(f'"{field.name}":', value, ",", ""), ""))
-    joined = pc.utf8_rtrim(pc.binary_join_element_wise(*members, ""), ",")  # the last member's comma
-    objects = pc.binary_join_element_wise("{", joined, "}", "")
-    return pc.if_else(pc.is_valid(rows), objects, None)
 
 
 def _arrow_schema() -> pa.Schema:

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
+from enrichment_job.json_columns import object_shaped
 from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import CUSTOMER_FIELDS
 from enrichment_job.transforms import HEARTBEAT_TABLE, dead_letter_headers, parse_cdc
@@ -92,6 +93,8 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
     given = values.filter(present)
     if len(given) == 0:
         envelopes = ENVELOPE.empty_table()
+    elif not pc.all(object_shaped(given)).as_py():
+        return None
     else:
         # Newline-delimited JSON: one record per line. A record that is not exactly one JSON
         # object on one line shows as a parse error or as another count of rows.

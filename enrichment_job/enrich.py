@@ -1,68 +1,47 @@
 """Ratings of a micro-batch (plus those still waiting) -> the as-of join -> enriched records,
-alerts and dead letters, built on the JVM and handed to the driver as Arrow columns.
+alerts and dead letters, computed on the driver over Arrow columns.
 
 A rating is released once its join can no longer change (the CDC watermark has passed its
 rating_time and a version valid then was found, or has passed rating_time + grace) and every
-earlier rating of its customer is released (order per customer); see `transforms.release`. The
-others wait, on the driver as an Arrow table, and join the next batch. Each batch's Kafka
-transaction carries a marker with the watermark it used and, per ratings partition, where the
-waiting ratings start and how far the batch read. The watermark only grows and the table only
-gains versions, so "waiting after batch N" is exactly "the ratings in those offset ranges not
+earlier rating of its customer is released (order per customer); see `released`. The others
+wait, on the driver as an Arrow table, and join the next batch. Each batch's Kafka transaction
+carries a marker with the watermark it used and, per ratings partition, where the waiting
+ratings start and how far the batch read. The watermark only grows and the table only gains
+versions, so "waiting after batch N" is exactly "the ratings in those offset ranges not
 releasable at N's watermark against N's table": a restart, whose table is N's (see
 `CustomerTable.catch_up`), rebuilds it from Kafka (`recover`), and a re-run of batch N decides
 as its first run did.
+
+Why on the driver: a batch's records reach the driver anyway (one transactional producer
+writes them), and the join of a batch is a few vectorized searches over the sorted versions
+(`versions.VersionStore`): milliseconds, where the same join as a Spark job cost 0.5 to 1 s a
+batch in planning, task scheduling and code generation, and most of the first minutes in JIT
+compilation.
 """
 
-import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql import SparkSession
 
-from enrichment_job.batch_io import to_records
+from enrichment_job import rating_values
+from enrichment_job.json_columns import json_objects
 from enrichment_job.kafka_out import Records
 from enrichment_job.metrics import Steps
-from enrichment_job.plans import Columns, select
-from enrichment_job.schemas import RATING_FIELDS
+from enrichment_job.rating_values import FIELDS, PARSED
+from enrichment_job.schemas import CUSTOMER_FIELDS
 from enrichment_job.settings import JobSettings
-from enrichment_job.transforms import (
-    alert_rule,
-    asof_join,
-    dead_letter_headers,
-    parse_ratings,
-    release,
-    with_batch_values,
-)
+from enrichment_job.versions import Picks, VersionStore
 
 log = logging.getLogger("enrichment_job")
-ORDER = [("partition", "ascending"), ("offset", "ascending")]
-# A waiting rating: its fields and where it came from (its value is not kept: it was parsed).
-WAITING = StructType(
-    [
-        *RATING_FIELDS.fields,
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-    ]
-)
+CUSTOMER_COLUMNS = [f.name for f in CUSTOMER_FIELDS.fields if f.name != "id"]
+STAGE = "enrichment"
 
 
 @dataclass(frozen=True)
@@ -70,9 +49,13 @@ class RatingsResult:
     enriched: Records
     alerts: Records
     dead: Records
-    waiting: pa.Table | None  # WAITING rows, in input order
+    waiting: pa.Table | None  # PARSED rows, in input order
     waiting_from: dict[int, int]  # partition -> first waiting offset
     new: int  # ratings of the batch (the rest had waited)
+
+
+# Reads the ratings topic: partition -> [first, end) offsets -> the records (Kafka columns).
+Reader = Callable[[dict[int, tuple[int, int]]], pa.Table]
 
 
 class Ratings:
@@ -81,177 +64,224 @@ class Ratings:
     def __init__(self, spark: SparkSession, settings: JobSettings) -> None:
         self.spark = spark
         self.settings = settings
-        self.rule = alert_rule(settings.alert_stars_below, settings.alert_club_status)
         self.waiting: pa.Table | None = None
-        self._rows: Columns | None = None  # the step's output columns, built once
 
-    def _parse(self, raw: DataFrame) -> DataFrame:
-        return parse_ratings(raw, self.settings.max_future_ms, self.settings.max_rating_bytes)
+    def _parse(self, raw: pa.Table) -> pa.Table:
+        settings = self.settings
+        return rating_values.parse(raw, self.spark, settings.max_future_ms, settings.max_rating_bytes)
 
     @property
     def waiting_count(self) -> int:
         return self.waiting.num_rows if self.waiting is not None else 0
 
-    def recover(self, marker: dict[str, Any], versions: tuple[DataFrame, DataFrame | None]) -> None:
+    def recover(self, marker: dict[str, Any], store: VersionStore, read: Reader) -> None:
         """The ratings waiting after the marker's batch, re-read from the ratings topic and
-        decided again against `versions`, the customer table as that batch had it."""
+        decided again against `store`, the customer table as that batch had it."""
         starts = {int(p): int(o) for p, o in marker.get("waiting_from", {}).items()}
         ends = {int(p): int(o) for p, o in marker.get("consumed_to", {}).items()}
         self.waiting = None
         if not starts:
             return
-        topic = self.settings.ratings_topic
-        raw = (
-            self.spark.read.format("kafka")
-            .options(**self.settings.kafka_options())
-            .option("assign", json.dumps({topic: sorted(starts)}))
-            .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in starts.items()}}))
-            .option("endingOffsets", json.dumps({topic: {str(p): ends[p] for p in starts}}))
-            .load()
-        )
-        parsed = select(self._parse(raw), _flow_columns())
-        readable = parsed.where("dlq_reason IS NULL")
-        rows = self._collect(readable, versions, marker["watermark_ms"])
-        self.waiting = _waiting(rows)
-        log.info(
-            "recovered %d waiting ratings after batch %s",
-            self.waiting.num_rows if self.waiting is not None else 0,
-            marker["batch_id"],
-        )
+        parsed = self._parse(read({p: (o, ends[p]) for p, o in starts.items()}))
+        readable = parsed.filter(pc.is_null(parsed.column("dlq_reason")))
+        self.waiting = _waiting(self._decide(readable, store, marker["watermark_ms"]))
+        log.info("recovered %d waiting ratings after batch %s", self.waiting_count, marker["batch_id"])
 
     def step(
-        self,
-        raw: DataFrame,
-        versions: tuple[DataFrame, DataFrame | None],
-        watermark_ms: int | None,
-        steps: Steps | None = None,
+        self, raw: pa.Table, store: VersionStore, watermark_ms: int | None, steps: Steps | None = None
     ) -> RatingsResult:
-        """`raw`: the batch's rows of the ratings topic; `versions`: the customer table (its
-        base and its recent versions, see `CustomerTable.versions`)."""
+        """`raw`: the batch's records of the ratings topic (Kafka columns); `store`: the
+        customer table."""
+        steps = steps or Steps()
         settings = self.settings
-        waited = self.waiting_count
-        parsed = select(self._parse(raw), _flow_columns())
+        with steps("parse"):
+            parsed = self._parse(raw)
         if self.waiting is not None:
-            parsed = parsed.unionByName(
-                self.spark.createDataFrame(self.waiting, schema=WAITING).withColumn(
-                    "dlq_reason", F.lit(None).cast("string")
-                )
+            parsed = pa.concat_tables([self.waiting, parsed]).combine_chunks()
+        with steps("join"):
+            rows = self._decide(parsed, store, watermark_ms)
+        with steps("records"):
+            kind = rows.column("kind")
+            enriched = rows.filter(pc.equal(kind, "enriched"))
+            bad = rows.filter(pc.equal(kind, "bad"))
+            waiting = rows.filter(pc.equal(kind, "waiting"))
+            values = _enriched_values(enriched)
+            keys = pc.cast(pc.cast(enriched.column("user_id"), pa.string()), pa.binary())
+            alert = _alerts(enriched, settings.alert_stars_below, settings.alert_club_status)
+            starts = waiting.group_by("partition").aggregate([("offset", "min")])
+            result = RatingsResult(
+                enriched=Records(settings.enriched_topic, keys.to_pylist(), values.to_pylist()),
+                alerts=Records(
+                    settings.alerts_topic, keys.filter(alert).to_pylist(), values.filter(alert).to_pylist()
+                ),
+                dead=_dead_letters(bad, settings.dlq_topic, settings.max_rating_bytes),
+                waiting=_waiting(rows),
+                waiting_from=dict(
+                    zip(
+                        (int(p) for p in starts.column("partition").to_pylist()),
+                        (int(o) for o in starts.column("offset_min").to_pylist()),
+                        strict=True,
+                    )
+                ),
+                new=parsed.num_rows - (self.waiting_count),
             )
-        with (steps or Steps())("join"):
-            rows = self._collect(parsed, versions, watermark_ms)
-        kind = rows.column("kind")
-        enriched = rows.filter(pc.equal(kind, "enriched"))
-        starts = rows.filter(pc.equal(kind, "waiting")).group_by("partition").aggregate([("offset", "min")])
-        return RatingsResult(
-            enriched=to_records(enriched.select(["key", "value"]), settings.enriched_topic),
-            alerts=to_records(
-                enriched.filter(pc.fill_null(enriched.column("is_alert"), False)).select(["key", "value"]),
-                settings.alerts_topic,
-            ),
-            dead=to_records(
-                rows.filter(pc.equal(kind, "bad")).select(["key", "value", "headers"]), settings.dlq_topic
-            ),
-            waiting=_waiting(rows),
-            waiting_from=dict(
-                zip(
-                    (int(p) for p in starts.column("partition").to_pylist()),
-                    (int(o) for o in starts.column("offset_min").to_pylist()),
-                    strict=True,
-                )
-            ),
-            new=rows.num_rows - waited,  # a row out for each rating in
-        )
+        return result
 
-    def _collect(
-        self, ratings: DataFrame, versions: tuple[DataFrame, DataFrame | None], watermark_ms: int | None
-    ) -> pa.Table:
-        """Enriched records, waiting ratings and dead letters in one Spark job (plus the
-        broadcast of the recent versions), as Arrow, sorted by input position.
-
-        Every row takes the same path, so no intermediate result is cached or read twice: the
-        join and the aggregation find nothing for a dead letter (its user_id is null) and are
-        not used for a waiting rating; the last projection says which of the three a row is."""
-        base, recent = versions
+    def _decide(self, parsed: pa.Table, store: VersionStore, watermark_ms: int | None) -> pa.Table:
+        """`parsed` (PARSED, in input order) joined, with `kind`: bad (a dead letter), enriched
+        (released) or waiting."""
         grace_ms = self.settings.grace_ms
-        # Partitioned like the customer table: the join, the aggregation per rating and the
-        # release window per customer all run in place.
-        flowing = ratings.repartition(self.settings.shuffle_partitions, "user_id")
-        joined = with_batch_values(
-            asof_join(flowing, base, grace_ms, recent, carry=CARRIED),
-            cdc_watermark_ms=watermark_ms,
-            enriched_ms=time.time_ns() // 1_000_000,
-        )
-        joined = release(joined, grace_ms)
-        if self._rows is None:  # the same every batch
-            in_value = tuple(c for c in joined.columns if c not in (*CARRIED, *DECIDED))
-            self._rows = _row_columns(in_value, self.rule, self.settings.max_rating_bytes)
-        return select(joined, self._rows).toArrow().sort_by(ORDER)
+        picks = store.pick(parsed.column("user_id"), parsed.column("rating_time"), grace_ms)
+        joined = _joined(parsed, picks, watermark_ms, time.time_ns() // 1_000_000)
+        bad = pc.is_valid(parsed.column("dlq_reason")).to_numpy(zero_copy_only=False)
+        go = released(parsed, picks.settled, watermark_ms, grace_ms)
+        kind = np.where(bad, "bad", np.where(go, "enriched", "waiting"))
+        return joined.append_column("kind", pa.array(kind, pa.string()))
 
 
-# What a rating carries through the join besides its fields: its origin, and for a dead letter
-# its original bytes and reason.
-CARRIED = ("key", "value", "topic", "dlq_reason")
-# How the step decided a rating's fate: not part of the enriched record.
-DECIDED = ("settled", "released")
+def released(parsed: pa.Table, settled: np.ndarray, watermark_ms: int | None, grace_ms: int) -> np.ndarray:
+    """Per rating (in input order): its join can no longer change, and every earlier rating of
+    the same customer is released too (order).
+
+    A join is final once the CDC table is complete past rating_time when a version valid at
+    rating_time was found (`settled`), else past rating_time + grace: only a customer row created
+    within the grace can still come. So the grace delays only ratings of unknown customers."""
+    n = parsed.num_rows
+    if watermark_ms is None or n == 0:
+        return np.zeros(n, bool)
+    times = parsed.column("rating_time")
+    known = pc.is_valid(times).to_numpy(zero_copy_only=False)
+    t = pc.fill_null(times, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    final = known & (t + grace_ms < watermark_ms)
+    if grace_ms:
+        final |= known & settled & (t < watermark_ms)
+    # Per customer, in input order: released while no earlier rating (or this one) is not final.
+    users = pc.fill_null(parsed.column("user_id"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    part = parsed.column("partition").to_numpy(zero_copy_only=False)
+    offset = parsed.column("offset").to_numpy(zero_copy_only=False)
+    order = np.lexsort((offset, part, users))
+    held = (~final[order]).astype(np.int64)
+    sorted_users = users[order]
+    starts = np.ones(n, bool)
+    starts[1:] = sorted_users[1:] != sorted_users[:-1]
+    running = np.cumsum(held)
+    group_base = np.maximum.accumulate(np.where(starts, running - held, 0))
+    out = np.empty(n, bool)
+    out[order] = (running - group_base) == 0
+    return out
 
 
-@cache
-def _flow_columns() -> Columns:
-    """A parsed rating as it enters the step: a dead letter keeps its original value and has no
-    user_id (it joins nothing and holds back no customer's ratings) and no rating_time (the
-    join's arithmetic never sees a value that made it a dead letter); a readable rating drops
-    its value (it was parsed)."""
-    bad = F.col("dlq_reason").isNotNull()
-    cleared = ("user_id", "rating_time")
-    return Columns(
-        *[F.when(~bad, F.col(n)).alias(n) if n in cleared else F.col(n) for n in RATING_FIELDS.names],
-        F.col("key"),
-        F.when(bad, F.col("value")).alias("value"),
-        F.col("topic"),
-        F.col("partition"),
-        F.col("offset"),
-        F.col("timestamp"),
-        F.col("dlq_reason"),
+def _joined(parsed: pa.Table, picks: Picks, watermark_ms: int | None, enriched_ms: int) -> pa.Table:
+    """The enriched record's columns for every rating (null customer columns where it matched
+    none), plus the Kafka columns and reason it carries. A deleted version matches no one."""
+    n = parsed.num_rows
+    versions = picks.table
+    index = picks.index
+    if versions.num_rows and pc.any(pc.is_valid(index)).as_py():
+        deleted = pc.fill_null(pc.take(versions.column("deleted"), index), True)
+        index = pc.if_else(deleted, pa.nulls(n, pa.int64()), index)
+    matched = pc.is_valid(index)
+    if versions.num_rows:
+        customer = {name: pc.take(versions.column(name), index) for name in CUSTOMER_COLUMNS}
+        position = [pc.take(versions.column(n_), index) for n_ in ("source_file", "source_pos", "source_row")]
+        valid_from = pc.take(versions.column("valid_from"), index)
+    else:
+        customer = {f.name: pa.nulls(n, pa.string()) for f in CUSTOMER_FIELDS.fields if f.name != "id"}
+        position = [pa.nulls(n, pa.string()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int32())]
+        valid_from = pa.nulls(n, pa.int64())
+    # As SQL's concat_ws: null names are left out. (Arrow's own null_handling="skip" drops the
+    # rows where both are null, in pyarrow 26.)
+    first, last = customer["first_name"], customer["last_name"]
+    full_name = pc.coalesce(pc.binary_join_element_wise(first, last, " "), first, last, "")
+    # As Java's format "%s:%d:%d" writes a null: the word null.
+    version = pc.binary_join_element_wise(
+        *[pc.fill_null(pc.cast(p, pa.string()), "null") for p in position], ":"
+    )
+    return pa.table(
+        {
+            **{f.name: parsed.column(f.name) for f in FIELDS},
+            **customer,
+            "full_name": pc.if_else(matched, full_name, pa.nulls(n, pa.string())),
+            "customer_matched": matched,
+            "customer_version": pc.if_else(matched, version, pa.nulls(n, pa.string())),
+            "customer_valid_from": valid_from,
+            "rating_kafka_ts": parsed.column("timestamp"),
+            "rating_partition": parsed.column("partition"),
+            "rating_offset": parsed.column("offset"),
+            "cdc_watermark_ms": pa.array([watermark_ms] * n, pa.int64()),
+            "enriched_ms": pa.array(np.full(n, enriched_ms, np.int64)),
+            # carried, not part of the enriched record
+            **{
+                name: parsed.column(name)
+                for name in ("key", "value", "topic", "partition", "offset", "timestamp", "dlq_reason")
+            },
+        }
     )
 
 
-def _row_columns(in_value: tuple[str, ...], rule: Column, max_bytes: int) -> Columns:
-    """The one result of a step, a row per rating: kind (enriched, waiting or bad), partition,
-    offset, key, value, headers, is_alert, rating (the WAITING fields of a waiting rating).
+# The enriched record's fields, in order (services/core/enriched.py reads them).
+ENRICHED = (
+    *FIELDS.names,
+    *CUSTOMER_COLUMNS,
+    "full_name",
+    "customer_matched",
+    "customer_version",
+    "customer_valid_from",
+    "rating_kafka_ts",
+    "rating_partition",
+    "rating_offset",
+    "cdc_watermark_ms",
+    "enriched_ms",
+)
 
-    A dead letter keeps the rating's bytes, unless they are over `max_bytes`: with its headers
-    it might not fit in a Kafka record, so it goes without, and its headers say where the
-    rating is (topic, partition, offset) and why it is there."""
-    bad = F.col("dlq_reason").isNotNull()
-    enriched = ~bad & F.col("released")
-    waiting = ~bad & ~F.col("released")
-    as_waiting = F.struct(
-        *RATING_FIELDS.names,
-        "key",
-        "value",
-        "topic",
-        F.col("rating_partition").alias("partition"),
-        F.col("rating_offset").alias("offset"),
-        F.col("rating_kafka_ts").alias("timestamp"),
-    ).cast(WAITING)  # nullable fields, for Arrow
-    value = F.to_json(F.struct(*[F.col(c) for c in in_value]), {"ignoreNullFields": "false"})
-    headers = dead_letter_headers("enrichment", "rating_partition", "rating_offset")
-    return Columns(
-        F.when(bad, "bad").when(enriched, "enriched").otherwise("waiting").alias("kind"),
-        F.col("rating_partition").alias("partition"),
-        F.col("rating_offset").alias("offset"),
-        F.when(bad, F.col("key")).when(enriched, F.col("user_id").cast("string").cast("binary")).alias("key"),
-        # Nulls stay in the record (an unmatched rating says club_status: null, not nothing).
-        F.when(bad & (F.length("value") <= max_bytes), F.col("value"))
-        .when(enriched, value.cast("binary"))
-        .alias("value"),
-        F.when(bad, headers).alias("headers"),
-        F.when(enriched, F.coalesce(rule, F.lit(False))).alias("is_alert"),
-        F.when(waiting, as_waiting).alias("rating"),
+
+def _enriched_values(enriched: pa.Table) -> pa.Array:
+    """The enriched records as JSON, nulls kept (an unmatched rating says club_status: null)."""
+    rows = pa.StructArray.from_arrays(
+        [enriched.column(name).combine_chunks() for name in ENRICHED], names=list(ENRICHED)
+    )
+    return json_objects(rows, nulls=True).cast(pa.binary())
+
+
+def _alerts(enriched: pa.Table, stars_below: int, club_status: str) -> pa.Array:
+    """True for enriched ratings that raise an alert: stars < stars_below and the club status."""
+    rule = pc.and_(
+        pc.less(enriched.column("stars"), stars_below), pc.equal(enriched.column("club_status"), club_status)
+    )
+    return pc.fill_null(rule, False)
+
+
+def _dead_letters(bad: pa.Table, topic: str, max_bytes: int) -> Records:
+    """The ratings' own key and bytes, with the reason and origin as headers (Kafka Connect
+    style). Bytes over `max_bytes` go without: with its headers the record might not fit in
+    Kafka, and the headers say where the rating is (topic, partition, offset) and why."""
+    values = bad.column("value")
+    small = pc.fill_null(pc.less_equal(pc.binary_length(values), max_bytes), False)
+    headers = [
+        [
+            ("dlq.reason", reason.encode()),
+            ("dlq.stage", STAGE.encode()),
+            ("dlq.topic", source.encode()),
+            ("dlq.partition", str(partition).encode()),
+            ("dlq.offset", str(offset).encode()),
+        ]
+        for reason, source, partition, offset in zip(
+            bad.column("dlq_reason").to_pylist(),
+            bad.column("topic").to_pylist(),
+            bad.column("partition").to_pylist(),
+            bad.column("offset").to_pylist(),
+            strict=True,
+        )
+    ]
+    return Records(
+        topic,
+        bad.column("key").to_pylist(),
+        pc.if_else(small, values, pa.nulls(len(values), pa.binary())).to_pylist(),
+        headers,
     )
 
 
 def _waiting(rows: pa.Table) -> pa.Table | None:
-    """The WAITING rows among a step's rows, in input order; None when there are none."""
+    """The waiting ratings among a step's rows (PARSED), in input order; None when none wait."""
     waiting = rows.filter(pc.equal(rows.column("kind"), "waiting"))
-    return pa.Table.from_struct_array(waiting.column("rating").combine_chunks()) if waiting.num_rows else None
+    return waiting.select(PARSED.names).cast(PARSED) if waiting.num_rows else None

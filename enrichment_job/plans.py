@@ -54,24 +54,3 @@ def drop(df: DataFrame, names: tuple[str, ...]) -> DataFrame:
     if seq is None:
         seq = _NAMES[names] = _to_seq(spark.sparkContext, names)
     return ClassicDataFrame(df._jdf.drop(seq), spark)
-
-
-def aggregate(df: DataFrame, group: Columns, aggregates: Columns) -> DataFrame:
-    """`df.groupBy(*group).agg(*aggregates)` (aggregates: Columns, not names)."""
-    spark = df.sparkSession
-    first = aggregates.items[0]
-    assert isinstance(first, Column)
-    grouped = df._jdf.groupBy(group.seq(spark))
-    return ClassicDataFrame(grouped.agg(first._jc, aggregates.tail().seq(spark)), spark)
-
-
-def values_row(spark: SparkSession, **values: int | None) -> DataFrame:
-    """One row, a bigint column per value: an inline table, so a local relation (data, not
-    constants in the generated code), built from one SQL text in one call."""
-    cells = [
-        f"CAST({int(v)} AS BIGINT)" if v is not None else "CAST(NULL AS BIGINT)" for v in values.values()
-    ]
-    names = [f"`{name}`" for name in values if name.isidentifier()]  # nothing to escape in them
-    assert len(names) == len(cells)
-    # Integers and identifiers only: nothing from outside the job reaches the text.
-    return spark.sql(f"SELECT * FROM VALUES ({', '.join(cells)}) AS batch_values({', '.join(names)})")  # noqa: S608

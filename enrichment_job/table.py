@@ -1,11 +1,10 @@
 """The versioned customer table: in memory for the join, in Delta Lake for people and restarts.
 
-The enrichment join reads the versions from memory: a materialized base plus the small pieces
-that micro-batches added since (append-only, so adding a version never rewrites another). A
-background thread folds the pieces into a new base from time to time, and another appends them
-to the Delta table, idempotently per batch (txnAppId/txnVersion), with the CDC position and
-clock in the commit's userMetadata. Neither sits in a micro-batch's path, and their Spark jobs
-run in the fair scheduler's background pool: a batch's tasks get each free task slot first.
+The enrichment join reads the versions from memory, on the driver (`versions.VersionStore`). A
+background thread appends the versions that batches added to the Delta table, idempotently per
+batch (txnAppId/txnVersion), with the CDC position and clock in the commit's userMetadata. It
+does not sit in a micro-batch's path, and its Spark jobs run in the fair scheduler's background
+pool. A restart reads the Delta table back into memory.
 
 After a crash the Delta table may be behind what the job had already committed to Kafka (its
 appends are asynchronous); `catch_up` re-reads that stretch of the CDC topic and appends it, so
@@ -18,24 +17,16 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import reduce
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from enrichment_job.batch_io import concat
 from enrichment_job.schemas import VERSION_FIELDS
+from enrichment_job.versions import VERSIONS, VersionStore
 
 log = logging.getLogger("enrichment_job")
-COMPACT_PIECES = 32  # materialized pieces the join reads before a background fold into the base
-# ... or rows: the recent versions are broadcast to every batch's join (a snapshot of 100k
-# versions arriving as pieces would otherwise be broadcast, 33 MB, by each batch for long).
-COMPACT_ROWS = 10_000
-LOCAL_PIECE_ROWS = 1_000  # a larger piece is materialized at once, not kept in the plan
-# The small pieces together: every batch's plan carries them and its join broadcasts them, so
-# past this many they are folded too (at 5 changes a second, every 400 s or so).
-LOCAL_ROWS = 2_000
 BACKGROUND_POOL = "background"  # the scheduler pool of the writer and folds (scheduler_pools.xml)
 
 
@@ -72,30 +63,19 @@ class CustomerTable:
         path: str,
         app_id: str,
         *,
-        partitions: int = 2,
         maintain_every: int = 200,
         commit_interval_s: float = 30,
     ) -> None:
         self.spark = spark
         self.path = path
         self.app_id = app_id
-        self.partitions = partitions
         self.maintain_every = maintain_every
         self.commit_interval_s = commit_interval_s
-        self._lock = threading.Lock()
-        self._pieces: list[tuple[DataFrame, int]] = []  # materialized, and their rows
-        # Small pieces stay Arrow tables on the driver, and the join reads them as one local
-        # relation: a union of one relation per batch with changes (a few versions each) was
-        # a broadcast job of up to 64 tasks in every batch, and a plan that grew with them.
-        self._small: list[pa.Table] = []
-        self._small_df: DataFrame | None = None
-        self._compacting = threading.Event()
-        self._folding = threading.Lock()  # one fold at a time: each swaps in a base built from the last
         self._writes: queue.Queue[tuple[int, pa.Table, CdcState] | None] = queue.Queue()
         self._failure: BaseException | None = None
         self._written = False  # a Delta table is at `path`
         self.delta_batch, self.delta_state = self._load()
-        self._base = self._read_all()
+        self.store = VersionStore(self._read_all())
         self._writer = threading.Thread(target=self._write_loop, name="delta-writer", daemon=True)
         self._writer.start()
 
@@ -119,81 +99,29 @@ class CustomerTable:
                 return meta.get("batch_id"), state
         return None, CdcState()
 
-    def _read_all(self) -> DataFrame:
+    def _read_all(self) -> pa.Table | None:
+        """Every version in the Delta table, onto the driver (None before the first commit)."""
         if not self._written:
-            return self._materialize(self.spark.createDataFrame([], VERSION_FIELDS))
-        return self._materialize(self.spark.read.format("delta").load(self.path))
+            return None
+        started = time.monotonic()
+        versions = self.spark.read.format("delta").load(self.path).select(*VERSIONS.names).toArrow()
+        log.info(
+            "customer table: %d versions read from Delta in %.1f s",
+            versions.num_rows,
+            time.monotonic() - started,
+        )
+        return versions.cast(VERSIONS)
 
-    def _materialize(self, versions: DataFrame) -> DataFrame:
-        """In memory, hash-partitioned and sorted by customer id like the ratings the join
-        reads (`partitions` ways): the join then moves and sorts no version."""
-        return versions.repartition(self.partitions, "id").sortWithinPartitions("id").localCheckpoint()
-
-    def versions(self) -> tuple[DataFrame, DataFrame | None]:
-        """Every version known to this process, for the join (no Spark job to get it): the
-        materialized base, and the versions added since (None when there are none)."""
-        with self._lock:
-            base, recent = self._base, self._recent()
-        return base, reduce(DataFrame.unionByName, recent) if recent else None
-
-    def _recent(self) -> list[DataFrame]:
-        return [p for p, _ in self._pieces] + ([self._small_df] if self._small_df is not None else [])
-
-    def _local(self, small: list[pa.Table]) -> DataFrame | None:
-        """The small pieces as one relation in the plan."""
-        return self.spark.createDataFrame(concat(small), schema=VERSION_FIELDS) if small else None
+    def versions(self) -> VersionStore:
+        """Every version known to this process, for the join."""
+        return self.store
 
     # ---- adding --------------------------------------------------------------------------
     def add(self, versions: pa.Table) -> None:
         """New versions, visible to the join at once. If the batch then fails, the job stops
         and its next run rebuilds the table from Delta and the CDC topic."""
         self._raise_failure()
-        if not versions.num_rows:
-            return
-        if versions.num_rows >= COMPACT_ROWS:
-            self._fold(self.spark.createDataFrame(versions, schema=VERSION_FIELDS))
-            return
-        large = versions.num_rows > LOCAL_PIECE_ROWS
-        if large:  # a plan would carry the rows: materialize once (a Spark job: not under the lock)
-            piece = self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
-            piece = piece.coalesce(self.partitions).localCheckpoint()
-        with self._lock:
-            if large:
-                self._pieces.append((piece, versions.num_rows))
-            else:
-                self._small.append(versions)
-                self._small_df = self._local(self._small)
-            local = sum(t.num_rows for t in self._small)
-            rows = sum(n for _, n in self._pieces) + local
-            crowded = len(self._pieces) >= COMPACT_PIECES or rows >= COMPACT_ROWS or local >= LOCAL_ROWS
-        if crowded and not self._compacting.is_set():
-            self._compacting.set()
-            threading.Thread(target=self._compact, name="table-compaction", daemon=True).start()
-
-    def _compact(self) -> None:
-        """Folds the pieces into a new materialized base; batches keep reading the old one
-        (plus its pieces) until the swap."""
-        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
-        try:
-            self._fold()
-        except Exception:  # the pieces stay; the next add tries again
-            log.exception("folding new customer versions into the table failed; retrying later")
-        finally:
-            self._compacting.clear()
-
-    def _fold(self, new: DataFrame | None = None) -> None:
-        """A new materialized base: the base, the pieces and `new`. As many versions as a fold
-        takes at once (a fresh start's snapshot, a long stop's changes) are folded in on the
-        spot: as a piece every batch's join would broadcast them until the next fold."""
-        with self._folding:
-            with self._lock:
-                base, pieces, small, recent = self._base, len(self._pieces), len(self._small), self._recent()
-            merged = self._materialize(
-                reduce(DataFrame.unionByName, [base, *recent, *([new] if new is not None else [])])
-            )
-            with self._lock:
-                self._base, self._pieces, self._small = merged, self._pieces[pieces:], self._small[small:]
-                self._small_df = self._local(self._small)
+        self.store.add(versions)
 
     # ---- Delta ---------------------------------------------------------------------------
     def commit(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:

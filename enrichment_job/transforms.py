@@ -1,20 +1,20 @@
 """Pure DataFrame transforms of the job: no I/O, no Python per record, all Spark SQL expressions.
 
-Raw Kafka rows (key, value, topic, partition, offset, timestamp) come in; readable records,
-dead letters with their reason, customer versions, and enriched records and alerts go out.
+Raw Kafka rows (key, value, topic, partition, offset, timestamp) come in; readable records
+and dead letters with their reason go out. The job parses on the driver with Arrow and leaves
+to these the records Arrow cannot read (`rating_values`, `change_events`), where Spark says
+what is wrong with each; the views job parses the enriched stream with them.
 
-Every micro-batch plans these transforms anew, and each PySpark column expression costs round
-trips to the JVM: the expressions are built once (`@cache`), their lists handed to the JVM
-once (`plans.Columns`), and a batch's values (watermark, carried clock) come as a one-row table.
+Each PySpark column expression costs round trips to the JVM: the expressions are built once
+(`@cache`), and their lists handed to the JVM once (`plans.Columns`).
 """
 
 from functools import cache
-from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from enrichment_job.plans import Columns, aggregate, drop, select, values_row
+from enrichment_job.plans import Columns, drop, select
 from enrichment_job.schemas import (
     CDC_ENVELOPE,
     CORRUPT,
@@ -151,119 +151,14 @@ def _cdc_parse() -> tuple[Columns, Columns]:
     return read, fields
 
 
-def with_batch_values(df: DataFrame, **values: int | None) -> DataFrame:
-    """`df` with one column per value, the same on every row: the values of this micro-batch
-    (a watermark, a clock). Spark writes a number literal into the Java code it generates, so
-    `F.lit` of a value that changes every batch costs compilations every batch (about 6 a batch,
-    0.1 to 0.2 s); a column of a one-row local table is data, and the code is compiled once."""
-    return df.crossJoin(F.broadcast(values_row(df.sparkSession, **values)))
-
-
 VERSION_ORDER = ("valid_from", "cdc_partition", "cdc_offset")
-POSITION_COLUMNS = ("source_file", "source_pos", "source_row")  # where in the binlog a version is
 
 
 def with_validity(versions: DataFrame) -> DataFrame:
     """The customer history as people read it: each version with `valid_to` (the next version's
-    valid_from, null for the current one). The job itself joins without it (`asof_join`)."""
+    valid_from, null for the current one). The job itself joins without it (`versions.py`)."""
     order = Window.partitionBy("id").orderBy(*VERSION_ORDER)
     return versions.withColumn("valid_to", F.lead("valid_from").over(order))
-
-
-def asof_join(
-    ratings: DataFrame,
-    base: DataFrame,
-    grace_ms: int,
-    recent: DataFrame | None = None,
-    carry: tuple[str, ...] = (),
-) -> DataFrame:
-    """Each rating with the customer version valid at its rating_time (unmatched ones kept).
-
-    The version valid at t is the customer's latest with valid_from <= t. With none, a rating
-    joins the customer's first version if it begins within `grace_ms` after t (the row was
-    created a moment after the rating). A deleted version matches no one. `settled` says a
-    version valid at t was found (see `release`).
-
-    The versions are append-only (no valid_to to maintain) and come in two parts: `base`, the
-    large one, which the caller keeps hash-partitioned and sorted by id like the ratings (so the
-    join moves no version), and `recent`, the few versions since, broadcast. Each rating then
-    picks its version with one aggregation, in place: its key includes the partitioning column."""
-    on_base, on_recent, group, picks, out = _asof_parts(grace_ms, recent is not None, carry)
-    joined = ratings.alias("r").join(base.alias("b"), on_base, "left")
-    if recent is not None:
-        joined = joined.join(F.broadcast(recent.alias("p")), on_recent, "left")
-    return select(aggregate(joined, group, picks), out)
-
-
-@cache
-def _asof_parts(
-    grace_ms: int, with_recent: bool, carry: tuple[str, ...]
-) -> tuple[Column, Column, Columns, Columns, Columns]:
-    """asof_join's expressions: the two join conditions, the grouping per rating, the version
-    each rating picks, and the output columns."""
-    deadline = F.col("r.rating_time") + F.lit(grace_ms)
-    on_base = (F.col("b.id") == F.col("r.user_id")) & (F.col("b.valid_from") <= deadline)
-    on_recent = (F.col("p.id") == F.col("r.user_id")) & (F.col("p.valid_from") <= deadline)
-    sides = ["b", "p"] if with_recent else ["b"]
-    # Ordered by VERSION_ORDER first: max/min of these structs pick the latest/earliest version.
-    used = [*VERSION_ORDER, "id", *CUSTOMER_COLUMNS, "deleted", "source_file", "source_pos", "source_row"]
-
-    def version(side: str) -> Column:  # null, not a struct of nulls, where the left join found none
-        fields = F.struct(*[F.col(f"{side}.{name}").alias(name) for name in used])
-        return F.when(F.col(f"{side}.id").isNotNull(), fields)
-
-    def valid_at_time(side: str) -> Column:
-        return F.max(F.when(F.col(f"{side}.valid_from") <= F.col("r.rating_time"), version(side)))
-
-    def first(side: str) -> Column:
-        return F.min(version(side))
-
-    def across(pick: Any, parts: list[Column]) -> Column:
-        return parts[0] if len(parts) == 1 else pick(*parts)
-
-    rating = F.struct(*[F.col(f"r.{name}") for name in (*RATING_FIELDS.names, "timestamp", *carry)])
-    group = Columns(F.col("r.user_id"), F.col("r.partition"), F.col("r.offset"))
-    picks = Columns(
-        F.any_value(rating).alias("rating"),
-        across(F.greatest, [valid_at_time(s) for s in sides]).alias("at"),
-        across(F.least, [first(s) for s in sides]).alias("first"),
-    )
-    picked = F.coalesce(F.col("at"), F.col("first"))
-    v = F.when(~picked["deleted"], picked)
-    matched = v.isNotNull()
-    out = Columns(
-        # user_id is the grouping column, not the rating's copy: the output then stays
-        # partitioned by it and `release` (a window per customer) needs no second shuffle.
-        *[
-            F.col("user_id") if f.name == "user_id" else F.col(f"rating.{f.name}").alias(f.name)
-            for f in RATING_FIELDS.fields
-        ],
-        *[v[name].alias(name) for name in CUSTOMER_COLUMNS],
-        F.when(matched, F.concat_ws(" ", v["first_name"], v["last_name"])).alias("full_name"),
-        matched.alias("customer_matched"),
-        F.when(matched, F.format_string("%s:%d:%d", *[v[n] for n in POSITION_COLUMNS])).alias(
-            "customer_version"
-        ),
-        v["valid_from"].alias("customer_valid_from"),
-        # A version valid at rating_time was found: once the watermark passes rating_time no
-        # version still to come can change the pick, whatever the grace.
-        F.col("at").isNotNull().alias("settled"),
-        F.col("rating.timestamp").alias("rating_kafka_ts"),
-        F.col("partition").alias("rating_partition"),
-        F.col("offset").alias("rating_offset"),
-        *[F.col(f"rating.{name}").alias(name) for name in carry],
-    )
-    return on_base, on_recent, group, picks, out
-
-
-def alert_rule(stars_below: int, club_status: str) -> Column:
-    """True for enriched ratings that raise an alert: stars < stars_below and the club status."""
-    return (F.col("stars") < stars_below) & (F.col("club_status") == club_status)
-
-
-def alerts(enriched: DataFrame, stars_below: int, club_status: str) -> DataFrame:
-    """Enriched ratings that match the alert rule."""
-    return enriched.where(alert_rule(stars_below, club_status))
 
 
 def dead_letters(bad: DataFrame, stage: str, keep: tuple[str, ...] = ()) -> DataFrame:
@@ -296,34 +191,4 @@ def dead_letter_headers(stage: str, partition: str = "partition", offset: str = 
         header("topic", F.col("topic")),
         header("partition", F.col(partition)),
         header("offset", F.col(offset)),
-    )
-
-
-def release(joined: DataFrame, grace_ms: int) -> DataFrame:
-    """Adds `released` to ratings as `asof_join` gives them, with the batch's `cdc_watermark_ms`
-    (`with_batch_values`; null before the first reading): their join can no longer change, and
-    every earlier rating of the same customer is released too (order).
-
-    A join is final once the CDC table is complete past rating_time when a version valid at
-    rating_time was found (`settled`), else past rating_time + grace: only a customer row created
-    within the grace can still come. So the grace delays only ratings of unknown customers."""
-    return joined.withColumn("released", _released(grace_ms))
-
-
-@cache
-def _released(grace_ms: int) -> Column:
-    watermark = F.col("cdc_watermark_ms")
-    final = F.col("rating_time") + F.lit(grace_ms) < watermark
-    if grace_ms:
-        final = final | (F.col("settled") & (F.col("rating_time") < watermark))
-    return F.min(F.coalesce(final, F.lit(False)).cast("int")).over(_earlier()) == 1
-
-
-@cache
-def _earlier() -> WindowSpec:
-    """A customer's ratings up to this one, in input order (as `asof_join` names it)."""
-    return (
-        Window.partitionBy("user_id")
-        .orderBy("rating_partition", "rating_offset")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )

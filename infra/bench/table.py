@@ -1,11 +1,13 @@
-"""make bench-table: up to which size re-reading the customer table per batch stays cheap.
+"""make bench-table: the in-memory customer table by size: its start, its memory, a batch's step.
 
-One ratings step (parse, release, as-of join, enriched records back to the driver as Arrow) of
---ratings ratings against a versioned customer table of each --sizes size, two ways:
-- re-read: the table read from Delta for the batch, as a naive foreachBatch would;
-- in memory: the table as the job keeps it (read once, hash-partitioned and sorted by id).
-No Kafka: the ratings are made in memory, so the figures are the step's own. Prints the median
-of --repeat steps per size and way (after one untimed step) and writes them as JSON (--out).
+For each --sizes size, a versioned customer table is written to Delta, then:
+- load_s: the job's start reads it back into memory (`CustomerTable`);
+- bytes_per_version: what the in-memory table takes per version (Arrow buffers), and the
+  largest table a 2g, 8g and 32g process could hold at half its memory;
+- step_s: one ratings step of --ratings ratings (parse, as-of join, release, enriched records
+  and alerts as JSON), the median of --repeat steps after one untimed step.
+No Kafka: the ratings are made in memory, so the figures are the table's and the step's own.
+Writes them as JSON (--out).
 """
 
 import argparse
@@ -21,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from enrichment_job.app import build_session
@@ -29,6 +30,7 @@ from enrichment_job.enrich import Ratings
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CustomerTable
+from enrichment_job.versions import VersionStore
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
@@ -66,8 +68,8 @@ def versions_table(customers: int, versions: int, now_ms: int) -> pa.Table:
     )
 
 
-def ratings_batch(spark: SparkSession, count: int, customers: int, first: int, now_ms: int) -> DataFrame:
-    """`count` rows as the Kafka source gives them, materialized so only the step is timed."""
+def ratings_batch(count: int, customers: int, first: int, now_ms: int) -> pa.Table:
+    """`count` records as the ratings topic gives them (Kafka columns)."""
     rnd = random.Random(first)
     users = [rnd.randrange(customers) for _ in range(count)]
     values = [
@@ -85,30 +87,27 @@ def ratings_batch(spark: SparkSession, count: int, customers: int, first: int, n
         for n, u in enumerate(users)
     ]
     stamp = dt.datetime.now(dt.UTC)
-    rows = pa.Table.from_pydict(
+    return pa.Table.from_pydict(
         {
             "key": [str(u).encode() for u in users],
             "value": values,
             "topic": ["ratings"] * count,
-            "partition": [n % 4 for n in range(count)],
+            "partition": pa.array([n % 4 for n in range(count)], pa.int32()),
             "offset": [first + n for n in range(count)],
-            "timestamp": [stamp] * count,
+            "timestamp": pa.array([stamp] * count, pa.timestamp("ms", tz="UTC")),
         }
     )
-    return spark.createDataFrame(rows).localCheckpoint()
 
 
-def timed_steps(
-    ratings: Ratings, batches: list[DataFrame], versions: Any, now_ms: int, expected: int
-) -> list[float]:
-    """Seconds per step; `versions` is called per step (a re-read builds a new plan each time)."""
+def timed_steps(ratings: Ratings, batches: list[pa.Table], store: VersionStore, now_ms: int) -> list[float]:
+    """Seconds per step."""
     took = []
     for raw in batches:
         started = time.monotonic()
-        result = ratings.step(raw, (versions(), None), now_ms)
+        result = ratings.step(raw, store, now_ms)
         took.append(time.monotonic() - started)
-        if len(result.enriched) != expected:  # every rating is released and comes out once
-            raise SystemExit(f"{len(result.enriched)} enriched records, expected {expected}")
+        if len(result.enriched) != raw.num_rows:  # every rating is released and comes out once
+            raise SystemExit(f"{len(result.enriched)} enriched records, expected {raw.num_rows}")
     return took
 
 
@@ -140,19 +139,27 @@ def main() -> int:
             customers = min(args.customers, size)
             path = str(work / f"versions-{size}")
             spark.createDataFrame(versions_table(customers, size, now_ms)).write.format("delta").save(path)
-            table = CustomerTable(spark, path, "bench", partitions=settings.shuffle_partitions)
+            started = time.monotonic()
+            table = CustomerTable(spark, path, "bench")
+            load_s = time.monotonic() - started
+            store = table.versions()
+            per_version = store.table().nbytes / len(store)
             batches = [
-                ratings_batch(spark, args.ratings, customers, n * args.ratings, now_ms)
+                ratings_batch(args.ratings, customers, n * args.ratings, now_ms)
                 for n in range(args.repeat + 1)
             ]
-            figures: dict[str, Any] = {"versions": size, "customers": customers, "ratings": args.ratings}
-            for way, versions in (
-                ("reread_s", lambda p=path: spark.read.format("delta").load(p)),
-                ("in_memory_s", lambda t=table: t.versions()[0]),
-            ):
-                ratings = Ratings(spark, settings)
-                took = timed_steps(ratings, batches, versions, now_ms, args.ratings)[1:]  # first: warm-up
-                figures[way] = round(statistics.median(took), 2)
+            took = timed_steps(Ratings(spark, settings), batches, store, now_ms)[1:]  # first: warm-up
+            figures: dict[str, Any] = {
+                "versions": size,
+                "customers": customers,
+                "ratings": args.ratings,
+                "load_s": round(load_s, 2),
+                "bytes_per_version": round(per_version),
+                # Half of the process's memory for the table: the other half for a fold's copy
+                # and the batches.
+                "max_versions": {f"{g}g": int(g * 2**30 / 2 / per_version) for g in (2, 8, 32)},
+                "step_s": round(statistics.median(took), 3),
+            }
             table.close()
             results.append(figures)
             print(json.dumps(figures), flush=True)

@@ -77,3 +77,16 @@ def ingest_values(
 def versions_frame(spark: Any, values: list[bytes | None]) -> Any:
     """The customer versions of the change events, as the job's customer table holds them."""
     return spark.createDataFrame(ingest_values(spark, values).versions)
+
+
+def sample_versions(spark: Any) -> pa.Table:
+    """Customer 7: created at 1 s, platinum at 2 s, deleted at 3 s, re-inserted at 4 s;
+    customer 8 (Late Comer, gold) created at 10 s."""
+    values = [
+        change_event("c", 7, 1_000, 10, last_name="Lovelace"),
+        change_event("u", 7, 2_000, 20, last_name="Lovelace", club_status="platinum"),
+        change_event("d", 7, 3_000, 30),
+        change_event("c", 7, 4_000, 40, last_name="Again", club_status="gold"),
+        change_event("c", 8, 10_000, 50, first_name="Late", last_name="Comer", club_status="gold"),
+    ]
+    return ingest_values(spark, values).versions

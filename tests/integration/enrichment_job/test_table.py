@@ -1,6 +1,5 @@
-"""CustomerTable's in-memory versions, on a Spark session with the staged Delta jars: new
-versions arriving a few at a time are one local relation in the join's plan, and they are
-folded into the base once there are enough of them."""
+"""CustomerTable on a Spark session with the staged Delta jars: versions join the in-memory
+store at once, reach Delta in the background, and a restart reads them back."""
 
 import os
 import time
@@ -12,11 +11,11 @@ import pyarrow as pa
 import pytest
 from support.kafka import StackEnv
 
-from enrichment_job import table as table_module
 from enrichment_job.app import build_session
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
-from enrichment_job.table import CustomerTable
+from enrichment_job.table import CdcState, CustomerTable
+from enrichment_job.versions import VersionStore
 
 # py4j leaves its gateway sockets to the garbage collector; that is py4j's, not a leak of ours.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -28,7 +27,6 @@ def spark(stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory) -> Iter
     settings = JobSettings(
         spark_jars=stack_env["SPARK_JARS"],
         master="local[1]",
-        shuffle_partitions=1,
         ui_enabled=False,
         state_dir=tmp_path_factory.mktemp("state"),
     )
@@ -42,63 +40,43 @@ def _versions(spark: Any, ids: list[int]) -> pa.Table:
     return spark.createDataFrame(rows, VERSION_FIELDS).toArrow()
 
 
-def _plan(df: Any) -> str:
-    return str(df._jdf.queryExecution().executedPlan().toString())
-
-
-def _ids(df: Any) -> list[int]:
-    return sorted(r["id"] for r in df.select("id").collect())
+def _ids(store: VersionStore) -> list[int]:
+    return sorted(store.table().column("id").to_pylist())
 
 
 @pytest.fixture
 def table(spark: Any, tmp_path: Path) -> Iterator[CustomerTable]:
-    customers = CustomerTable(spark, str(tmp_path / "customer_versions"), "test", partitions=1)
+    customers = CustomerTable(spark, str(tmp_path / "customer_versions"), "test", commit_interval_s=0)
     yield customers
     customers.close()
 
 
-def test_versions_added_a_few_at_a_time_are_one_local_relation(spark: Any, table: CustomerTable) -> None:
-    base, recent = table.versions()
-    assert recent is None, "a new table has no recent versions"
-    assert base.count() == 0
-    for ids in ([1], [], [2, 3], [4]):  # a batch may bring no versions
-        table.add(_versions(spark, ids))
-    base, recent = table.versions()
-    assert recent is not None
-    assert _ids(recent) == [1, 2, 3, 4]
-    plan = _plan(recent)
-    assert plan.count("LocalTableScan") == 1, plan
-    assert "Union" not in plan, "one relation, not one per batch with changes"
-
-
-def test_many_small_versions_are_folded_into_the_base(
-    spark: Any, table: CustomerTable, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(table_module, "LOCAL_ROWS", 4)
-    table.add(_versions(spark, [1, 2]))
-    assert table.versions()[1] is not None, "below the limit nothing is folded"
-    table.add(_versions(spark, [3, 4]))  # 4 small rows: folded in the background
+def _wait_for_batch(customers: CustomerTable, batch_id: int) -> None:
     deadline = time.monotonic() + 60
-    while table.versions()[1] is not None:
-        assert time.monotonic() < deadline, "the small versions were not folded within 60 s"
+    while customers.delta_batch != batch_id:
+        assert time.monotonic() < deadline, f"batch {batch_id} not appended to Delta within 60 s"
         time.sleep(0.2)
-    base, _ = table.versions()
-    assert _ids(base) == [1, 2, 3, 4]
 
 
-def test_a_large_piece_is_materialized_beside_the_small_ones(
-    spark: Any, table: CustomerTable, monkeypatch: pytest.MonkeyPatch
+def test_versions_added_are_joined_at_once_and_a_restart_reads_them_back_from_delta(
+    spark: Any, table: CustomerTable, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(table_module, "LOCAL_PIECE_ROWS", 2)
-    table.add(_versions(spark, [1]))
-    table.add(_versions(spark, [10, 11, 12]))  # more than LOCAL_PIECE_ROWS
-    table.add(_versions(spark, [2]))
-    _, recent = table.versions()
-    assert recent is not None
-    assert _ids(recent) == [1, 2, 10, 11, 12]
-    plan = _plan(recent)
-    assert plan.count("LocalTableScan") == 1, "the two small pieces: one relation"
-    assert plan.count("Scan ExistingRDD") == 1, "the large piece: materialized, read as an RDD"
+    assert len(table.versions()) == 0, "a new table is empty"
+    assert not (tmp_path / "customer_versions").exists(), "and not written until its first commit"
+    for batch_id, ids in enumerate(([1], [], [2, 3], [4]), start=1):  # a batch may bring none
+        versions = _versions(spark, ids)
+        table.add(versions)
+        table.commit(batch_id, versions, CdcState(1_000 + batch_id, None, {0: batch_id}))
+    assert _ids(table.versions()) == [1, 2, 3, 4]
+    _wait_for_batch(table, 4)
+    again = CustomerTable(spark, table.path, "test")
+    try:
+        assert _ids(again.versions()) == [1, 2, 3, 4]
+        assert again.delta_state == CdcState(1_004, None, {0: 4})
+        picks = again.versions().pick(pa.array([3], pa.int32()), pa.array([2_000], pa.int64()), 0)
+        assert picks.index.to_pylist() == [2]
+    finally:
+        again.close()
 
 
 def _stage_pools(spark: Any) -> dict[int, str]:
@@ -112,27 +90,18 @@ def _stage_pools(spark: Any) -> dict[int, str]:
     }
 
 
-def test_background_delta_appends_and_folds_yield_to_batches(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The Delta writer's and the folds' Spark jobs run in the fair scheduler's background pool,
-    so a micro-batch's tasks (default pool) get each free task slot first."""
-    monkeypatch.setattr(table_module, "LOCAL_ROWS", 2)
+def test_background_delta_appends_yield_to_batches(spark: Any, tmp_path: Path) -> None:
+    """The Delta writer's Spark jobs run in the fair scheduler's background pool, so the Spark
+    jobs of a micro-batch (default pool) get each free task slot first."""
     before = set(_stage_pools(spark))
-    customers = CustomerTable(
-        spark, str(tmp_path / "customer_versions"), "pools", partitions=1, commit_interval_s=0
-    )
+    customers = CustomerTable(spark, str(tmp_path / "customer_versions"), "pools", commit_interval_s=0)
     try:
         versions = _versions(spark, [1, 2])
-        customers.add(versions)  # two small rows: a fold starts
-        customers.commit(1, versions, table_module.CdcState(1_000, None, {0: 2}))
-        deadline = time.monotonic() + 60
-        while customers.delta_batch != 1 or customers.versions()[1] is not None:
-            assert time.monotonic() < deadline, "no Delta append and fold within 60 s"
-            time.sleep(0.2)
+        customers.add(versions)
+        customers.commit(1, versions, CdcState(1_000, None, {0: 2}))
+        _wait_for_batch(customers, 1)
     finally:
         customers.close()
-    assert _ids(customers.versions()[0]) == [1, 2]
     pools = {stage: pool for stage, pool in _stage_pools(spark).items() if stage not in before}
     assert "background" in pools.values(), pools
     spark.range(3).count()  # a job of the main thread, as a micro-batch's would be

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,8 +41,8 @@ def test_a_missing_or_unknown_file_stops_the_batch_naming_it(tmp_path: Path) -> 
         batch_ends(tmp_path, 4, "ratings")
 
 
-def _settings(tmp_path: Path) -> JobSettings:
-    return JobSettings(state_dir=tmp_path / "state", job_name="job-a")
+def _settings(tmp_path: Path, **more: Any) -> JobSettings:
+    return JobSettings(state_dir=tmp_path / "state", job_name="job-a", **more)
 
 
 def _marker(run: str, **fields: object) -> dict[str, object]:
@@ -85,13 +86,19 @@ def test_a_job_name_used_for_other_topics_is_refused_naming_the_setting(tmp_path
         claim_state(_settings(tmp_path), _marker("other", ratings_topic="other-ratings"))
 
 
+def test_a_first_run_starts_at_the_setting_with_the_ratings_offsets_as_numbers(tmp_path: Path) -> None:
+    ratings = {0: (5, 120), 1: (0, 7)}  # partition -> first and next offset now
+    earliest = starting_offsets(_settings(tmp_path), None, ratings, [0])
+    assert earliest == {"ratings": {"0": 5, "1": 0}, "asgard.demo.customers": {"0": -2}}
+    latest = starting_offsets(_settings(tmp_path, starting_offsets="latest"), None, ratings, [0])
+    assert latest == {"ratings": {"0": 120, "1": 7}, "asgard.demo.customers": {"0": -1}}
+
+
 def test_a_new_run_starts_where_the_last_commit_left_both_topics(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
-    assert starting_offsets(settings, None, lambda topic: [0]) == "earliest"
     marker = _marker("x", consumed_to={"0": 120, "1": 7}, cdc_to={"0": 9000})
-    parts = {"ratings": [0, 1, 2], "asgard.demo.customers": [0]}
-    assert json.loads(starting_offsets(settings, marker, parts.__getitem__)) == {
-        "ratings": {"0": 120, "1": 7, "2": -2},  # a partition it never read: from its start
+    ratings = {0: (0, 200), 1: (0, 9), 2: (3, 50)}
+    assert starting_offsets(_settings(tmp_path), marker, ratings, [0]) == {
+        "ratings": {"0": 120, "1": 7, "2": 3},  # a partition it never read: from its start
         "asgard.demo.customers": {"0": 9000},
     }
 

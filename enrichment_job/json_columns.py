@@ -1,0 +1,60 @@
+"""JSON text and Arrow columns.
+
+Written: column by column, byte for byte as Spark's `to_json` writes the same rows (UTC
+session): compact, fields in schema order, strings escaped as Jackson escapes them, timestamps
+as `yyyy-MM-dd'T'HH:mm:ss.SSSXXX`. Read: which values Arrow's JSON reader may be given."""
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_OPEN, _CLOSE = pa.scalar(b"{", pa.binary()), pa.scalar(b"}", pa.binary())
+
+
+def object_shaped(values: pa.Array) -> pa.Array:
+    """True for a value that starts with { and ends with }, false otherwise (null included).
+    Only such values go to Arrow's reader: it reads a lone `null` as an object of nulls, and
+    a batch of nothing else crashes the process (pyarrow 26)."""
+    first = pc.equal(pc.binary_slice(values, 0, 1), _OPEN)
+    last = pc.equal(pc.binary_slice(values, -1), _CLOSE)
+    return pc.fill_null(pc.and_(first, last), False)
+
+
+# JSON's escapes for the characters a string cannot hold as they are (besides \ and ").
+_ESCAPES = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def json_strings(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Each string as a JSON string literal (quotes included); null stays null."""
+    text = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+    if pc.any(pc.match_substring_regex(text, "[\\x00-\\x1f]")).as_py():
+        for char in map(chr, range(32)):
+            text = pc.replace_substring(text, char, _ESCAPES.get(char, f"\\u{ord(char):04X}"))
+    return pc.binary_join_element_wise('"', text, '"', "")
+
+
+def _literal(value: pa.Array, kind: pa.DataType) -> pa.Array:
+    """A column's values as JSON literals; null stays null."""
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return json_strings(value)
+    if pa.types.is_timestamp(kind):
+        millis = pc.cast(pc.cast(value, pa.timestamp("ms", tz="UTC")), pa.timestamp("ms"))
+        return json_strings(pc.binary_join_element_wise(pc.strftime(millis, "%Y-%m-%dT%H:%M:%S"), "Z", ""))
+    if pa.types.is_boolean(kind) or pa.types.is_integer(kind):
+        return pc.cast(value, pa.string())
+    raise TypeError(f"no JSON writer for {kind}")
+
+
+def json_objects(rows: pa.ChunkedArray | pa.StructArray, *, nulls: bool = False) -> pa.Array:
+    """Each row of a struct as a compact JSON object (null where the row is null). A null field
+    is left out, as `to_json` does by default, or written as null with `nulls`, as `to_json`
+    does with `ignoreNullFields` false."""
+    rows = rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows
+    members = []
+    for field in rows.type:
+        value = _literal(pc.struct_field(rows, field.name), field.type)
+        if nulls:
+            value = pc.fill_null(value, "null")
+        members.append(pc.fill_null(pc.binary_join_element_wise(f'"{field.name}":', value, ",", ""), ""))
+    joined = pc.utf8_rtrim(pc.binary_join_element_wise(*members, ""), ",")  # the last member's comma
+    objects = pc.binary_join_element_wise("{", joined, "}", "")
+    return pc.if_else(pc.is_valid(rows), objects, None)
