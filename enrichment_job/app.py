@@ -17,6 +17,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.cdc import CdcReader, CdcResult, ingest
 from enrichment_job.enrich import Ratings
+from enrichment_job.jvm import ClassArchive, class_archive
 from enrichment_job.kafka_in import KAFKA, TopicReader
 from enrichment_job.kafka_out import Fenced, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
@@ -56,7 +57,12 @@ class SparkSettings(Protocol):
     def spark_jars(self) -> str: ...
 
 
-def build_session(settings: SparkSettings, app_name: str = "ratings-enrichment") -> SparkSession:
+def build_session(
+    settings: SparkSettings, app_name: str = "ratings-enrichment", archive: ClassArchive | None = None
+) -> SparkSession:
+    java_options = _java_options(settings.driver_java_options)
+    if archive is not None:
+        java_options = f"{java_options} {archive.java_options}".strip()
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
@@ -86,7 +92,7 @@ def build_session(settings: SparkSettings, app_name: str = "ratings-enrichment")
         # In local mode the driver JVM runs the tasks too. G1's concurrent marking cost about
         # 10 % of a core at 5,000 ratings/s here; the parallel collector's young collections of
         # short-lived batch data cost a quarter of that, with pauses well under a batch.
-        .config("spark.driver.extraJavaOptions", _java_options(settings.driver_java_options))
+        .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.ui.enabled", str(settings.ui_enabled).lower())
         # The UI shows the job's settings and data; its kill links would stop a query by a click.
         .config("spark.ui.killEnabled", "false")
@@ -509,6 +515,7 @@ class RunningJob:
     pipeline: Pipeline
     views: tuple[StreamingQuery, ...] = ()
     endpoint: MetricsServer | None = None
+    archive: ClassArchive | None = None
 
     def stop(self) -> None:
         """Stops the query (a batch in flight is cancelled: nothing of it is committed, and the
@@ -524,6 +531,8 @@ class RunningJob:
         self.pipeline.ratings_in.close()
         self.table.close()
         self.spark.stop()
+        if self.archive is not None:
+            self.archive.finish()
         if self.endpoint is not None:
             self.endpoint.close()
 
@@ -536,7 +545,16 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     run = out.run = claim_state(settings, out.marker)
     metrics = Metrics(settings.metrics_file)
     endpoint = serve(JobCollector(metrics, settings.job_name), settings, "ENRICH_")
-    spark = build_session(settings)
+    archive = None
+    if settings.class_archive_dir:
+        directory = Path(settings.class_archive_dir).expanduser()
+        archive = class_archive(
+            directory, "ratings-enrichment", settings.spark_jars, settings.driver_java_options
+        )
+        log.info(
+            "driver class archive: %s", archive.path if archive.writing is None else "written at the stop"
+        )
+    spark = build_session(settings, archive=archive)
     spark.streams.addListener(ProgressListener(metrics))
     table = CustomerTable(
         spark,
@@ -565,4 +583,4 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         from enrichment_job.views.app import start_queries  # noqa: PLC0415 (the views import this module)
 
         views = start_queries(spark, views_settings)
-    return RunningJob(spark, query, table, pipeline, views, endpoint)
+    return RunningJob(spark, query, table, pipeline, views, endpoint, archive)
