@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from enrichment_job.cdc import CdcReader, CdcResult, ingest
+from enrichment_job.cdc import CdcReader, CdcResult, Prefetch, ingest
 from enrichment_job.enrich import Ratings
 from enrichment_job.jvm import ClassArchive, class_archive
 from enrichment_job.kafka_in import KAFKA, TopicReader
@@ -272,6 +272,7 @@ class Pipeline:
         metrics: Metrics,
         *,
         group_id: str,
+        prefetch: Prefetch | None = None,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -281,12 +282,13 @@ class Pipeline:
         self.ratings = Ratings(spark, settings)
         self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
         self.fenced: Fenced | None = None  # another instance took over: stop, do not restart
-        self.cdc = CdcReader(settings, group_id)
+        self.cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
         self.ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
         self.first_starts: dict[int, int] = {}  # where the query's first batch's ratings start
         self.offsets_dir = query_checkpoint(settings) / "offsets"
         marker = out.marker
         self.state = CdcState.from_json(marker) if marker else table.delta_state
+        self.prefetch = prefetch if prefetch is not None and prefetch.state == self.state else None
         self.consumed_to, self.waiting_from = (
             {int(p): int(o) for p, o in (marker or {}).get(name, {}).items()}
             for name in ("consumed_to", "waiting_from")
@@ -303,8 +305,9 @@ class Pipeline:
         if query_checkpoint(self.settings).exists() and path.exists():
             starting = json.loads(path.read_text())
         else:
+            cdc_partitions = self.ratings_in.partitions(self.settings.cdc_topic)  # the CDC reader may be busy
             starting = starting_offsets(
-                self.settings, self.out.marker, self.ratings_in.bounds(), sorted(self.cdc.bounds())
+                self.settings, self.out.marker, self.ratings_in.bounds(), cdc_partitions
             )
             path.write_text(json.dumps(starting))
         ratings = starting.get(self.settings.ratings_topic, {})
@@ -348,6 +351,18 @@ class Pipeline:
     def _cdc_events(self, state: CdcState, until: dict[int, int] | None = None) -> pa.Table:
         """The CDC topic from `state`'s offsets to its end now (or to `until`), as Kafka columns."""
         return self.cdc.read(self.cdc.ranges(state.cdc_to, until))
+
+    def _prefetched(self) -> CdcResult | None:
+        """The first batch's start of the CDC topic, when it was read ahead (`Prefetch`)."""
+        prefetch, self.prefetch = self.prefetch, None
+        taken = prefetch.take() if prefetch is not None else None
+        if taken is None:
+            return None
+        raw, events = taken
+        settings = self.settings
+        return ingest(
+            raw, self.state, settings.customers_topic, settings.dlq_topic, self.spark, events=events
+        )
 
     def _cdc_catch_up(self, batch_id: int, cdc: CdcResult) -> CdcResult:
         """When the limit per read left CDC records that were in the topic as the batch
@@ -428,13 +443,15 @@ class Pipeline:
         # Where this batch's ratings end, per partition: Spark wrote it before calling us.
         ends = batch_ends(self.offsets_dir, batch_id, settings.ratings_topic)
         with steps("cdc"):
-            cdc = ingest(
-                self._cdc_events(self.state),
-                self.state,
+            cdc = self._prefetched()
+            more = ingest(
+                self._cdc_events(cdc.state if cdc is not None else self.state),
+                cdc.state if cdc is not None else self.state,
                 settings.customers_topic,
                 settings.dlq_topic,
                 self.spark,
             )
+            cdc = cdc.then(more) if cdc is not None else more
             cdc = self._cdc_catch_up(batch_id, cdc)
         if cdc.changes:  # the join below needs them: the watermark counts them in
             with steps("table"):
@@ -537,6 +554,18 @@ class RunningJob:
             self.endpoint.close()
 
 
+def _prefetch(settings: JobSettings, marker: dict[str, Any] | None, group_id: str) -> Prefetch | None:
+    """The CDC topic read ahead from where the job left it, when that is known without Spark:
+    from the last commit, or from its start when there is no customer table either."""
+    if marker is not None:
+        state = CdcState.from_json(marker)
+    elif not settings.table_path.exists():
+        state = CdcState()
+    else:
+        return None
+    return Prefetch(CdcReader(settings, group_id), state)
+
+
 def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) -> RunningJob:
     """The job's query; with `views_settings`, the views' queries too, in the same application."""
     # First the job's identity in Kafka: it fences an earlier instance of the same name, and its
@@ -554,6 +583,7 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         log.info(
             "driver class archive: %s", archive.path if archive.writing is None else "written at the stop"
         )
+    prefetch = _prefetch(settings, out.marker, f"{settings.job_name}-{run}-cdc")
     spark = build_session(settings, archive=archive)
     spark.streams.addListener(ProgressListener(metrics))
     table = CustomerTable(
@@ -563,7 +593,9 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         maintain_every=settings.maintenance_every_commits,
         commit_interval_s=settings.table_commit_interval_s,
     )
-    pipeline = Pipeline(spark, settings, table, out, metrics, group_id=f"{settings.job_name}-{run}-cdc")
+    pipeline = Pipeline(
+        spark, settings, table, out, metrics, group_id=f"{settings.job_name}-{run}-cdc", prefetch=prefetch
+    )
     starting = pipeline.query_start()
     query = (
         _kafka_stream(spark, settings, starting)

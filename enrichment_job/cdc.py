@@ -7,6 +7,8 @@ columns (`change_events`), and turned into versions and records without a Spark 
 """
 
 import logging
+import threading
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -76,11 +78,19 @@ class CdcReader(TopicReader):
 
 
 def ingest(
-    raw: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str, spark: SparkSession
+    raw: pa.Table,
+    state: CdcState,
+    customers_topic: str,
+    dlq_topic: str,
+    spark: SparkSession,
+    *,
+    events: pa.Table | None = None,
 ) -> CdcResult:
-    """`raw`: records of the CDC topic (Kafka columns), read after `state`."""
-    raw = concat([raw]).sort_by([("partition", "ascending"), ("offset", "ascending")])
-    result = _result(change_events.read(raw, spark), state, customers_topic, dlq_topic)
+    """`raw`: records of the CDC topic (Kafka columns), read after `state`; `events`: them
+    parsed already (`Prefetch`)."""
+    if events is None:
+        events = change_events.read(in_order(raw), spark)
+    result = _result(events, state, customers_topic, dlq_topic)
     if result.regressions:
         log.error(
             "%d CDC events came from an earlier binlog file than the furthest position read, %s, and were "
@@ -91,6 +101,55 @@ def ingest(
             state.position,
         )
     return result
+
+
+def in_order(raw: pa.Table) -> pa.Table:
+    return concat([raw]).sort_by([("partition", "ascending"), ("offset", "ascending")])
+
+
+class Prefetch:
+    """The CDC topic from `state` to where it ends as this starts, read and parsed by Arrow in
+    a thread of its own: a fresh start or a restart after a long stop reads the topic while
+    the Spark session starts, instead of in its first batch."""
+
+    def __init__(self, reader: "CdcReader", state: CdcState) -> None:
+        self.state = state
+        self.reader = reader
+        self._result: tuple[pa.Table, pa.Table | None] | None = None
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="cdc-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            started, parts, cdc_to = time.monotonic(), [], dict(self.state.cdc_to)
+            target: dict[int, int] | None = None
+            while True:
+                ranges = self.reader.ranges(cdc_to, target)
+                if target is None:  # the end as it is now, not as it grows
+                    target = {p: end for p, (_, end) in ranges.items()} | dict(self.reader.short)
+                if not ranges:
+                    break
+                parts.append(self.reader.read(ranges))
+                cdc_to.update({p: end for p, (_, end) in ranges.items()})
+            raw = in_order(concat(parts)) if parts else None
+            events = change_events.read_arrow(raw) if raw is not None and raw.num_rows else None
+            if raw is not None:
+                log.info(
+                    "CDC topic read while Spark started: %d events in %.1f s",
+                    raw.num_rows,
+                    time.monotonic() - started,
+                )
+                self._result = (raw, events)
+        except Exception as err:  # noqa: BLE001 - whatever it was, the first batch reads the topic itself
+            self._failure = err
+
+    def take(self) -> tuple[pa.Table, pa.Table | None] | None:
+        """What was read (records, and their events when Arrow read them all), once it is."""
+        self._thread.join()
+        if self._failure is not None:
+            log.warning("reading the CDC topic ahead failed (%s); the first batch reads it", self._failure)
+        return self._result
 
 
 def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:

@@ -42,6 +42,15 @@ class TopicReader:
             }
         )
 
+    def partitions(self, topic: str) -> list[int]:
+        """`topic`'s partitions (any topic: the consumer's metadata); none before it exists."""
+        meta = self.consumer.list_topics(topic, timeout=self.timeout_s).topics[topic]
+        if meta.error is not None:
+            if meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return []
+            raise KafkaException(meta.error)
+        return sorted(meta.partitions)
+
     def bounds(self) -> dict[int, tuple[int, int]]:
         """partition -> the first and the next offset of each partition now; empty when the
         topic does not exist yet."""
