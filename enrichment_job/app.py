@@ -77,13 +77,12 @@ def build_session(
         # Every batch runs the same plans: their generated classes are kept, not compiled again
         # (a batch uses a few dozen; with the default 100 they evicted each other).
         .config("spark.sql.codegen.cache.maxEntries", "1000")
-        # Joins broadcast only what they ask to (the recent versions); the customer table is
-        # joined in place, partitioned like the ratings, whatever its size.
+        # No join broadcasts a side it did not ask to broadcast, whatever its size.
         .config("spark.sql.autoBroadcastJoinThreshold", "-1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-        # Background Spark jobs (Delta appends, table folds; see table.py) take a task slot only
+        # Background Spark jobs (Delta appends; see table.py) take a task slot only
         # when no micro-batch task waits for one. Under FIFO a Delta append's job, once
         # submitted, took every free slot before the next batch's tasks.
         .config("spark.scheduler.mode", "FAIR")

@@ -20,10 +20,9 @@ from enrichment_job.batch_io import concat, to_records
 from enrichment_job.json_columns import json_objects
 from enrichment_job.kafka_in import TopicReader
 from enrichment_job.kafka_out import Records
-from enrichment_job.schemas import VERSION_FIELDS
+from enrichment_job.schemas import CUSTOMER_COLUMNS, VERSION_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState
-from enrichment_job.transforms import CUSTOMER_COLUMNS
 
 log = logging.getLogger("enrichment_job")
 

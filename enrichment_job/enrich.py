@@ -35,12 +35,11 @@ from enrichment_job.json_columns import json_objects
 from enrichment_job.kafka_out import Records
 from enrichment_job.metrics import Steps
 from enrichment_job.rating_values import FIELDS, PARSED
-from enrichment_job.schemas import CUSTOMER_FIELDS
+from enrichment_job.schemas import CUSTOMER_COLUMNS
 from enrichment_job.settings import JobSettings
 from enrichment_job.versions import Picks, VersionStore
 
 log = logging.getLogger("enrichment_job")
-CUSTOMER_COLUMNS = [f.name for f in CUSTOMER_FIELDS.fields if f.name != "id"]
 STAGE = "enrichment"
 
 
@@ -96,8 +95,8 @@ class Ratings:
         settings = self.settings
         with steps("parse"):
             parsed = self._parse(raw)
-        if self.waiting is not None:
-            parsed = pa.concat_tables([self.waiting, parsed]).combine_chunks()
+        if self.waiting is not None:  # in input order with the new ones
+            parsed = pa.concat_tables([self.waiting, parsed]).combine_chunks().sort_by(rating_values.ORDER)
         with steps("join"):
             rows = self._decide(parsed, store, watermark_ms)
         with steps("records"):
@@ -186,7 +185,7 @@ def _joined(parsed: pa.Table, picks: Picks, watermark_ms: int | None, enriched_m
         position = [pc.take(versions.column(n_), index) for n_ in ("source_file", "source_pos", "source_row")]
         valid_from = pc.take(versions.column("valid_from"), index)
     else:
-        customer = {f.name: pa.nulls(n, pa.string()) for f in CUSTOMER_FIELDS.fields if f.name != "id"}
+        customer = {name: pa.nulls(n, pa.string()) for name in CUSTOMER_COLUMNS}
         position = [pa.nulls(n, pa.string()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int32())]
         valid_from = pa.nulls(n, pa.int64())
     # As SQL's concat_ws: null names are left out. (Arrow's own null_handling="skip" drops the

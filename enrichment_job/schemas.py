@@ -46,6 +46,10 @@ CUSTOMER_FIELDS = StructType(
     ]
 )
 
+CUSTOMER_COLUMNS = tuple(
+    f.name for f in CUSTOMER_FIELDS.fields if f.name != "id"
+)  # a customer's, its id aside
+
 # Debezium's envelope (JSON converter, schemas disabled), for the MariaDB connector.
 CDC_SOURCE = StructType(
     [

@@ -18,7 +18,6 @@ from enrichment_job.plans import Columns, drop, select
 from enrichment_job.schemas import (
     CDC_ENVELOPE,
     CORRUPT,
-    CUSTOMER_FIELDS,
     RATING_FIELDS,
     RATING_PARSE_SCHEMA,
     RATING_TEXT_SCHEMA,
@@ -27,7 +26,6 @@ from enrichment_job.schemas import (
 
 KAFKA_META = ("key", "value", "topic", "partition", "offset", "timestamp")
 PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-CUSTOMER_COLUMNS = [f.name for f in CUSTOMER_FIELDS.fields if f.name != "id"]
 HEARTBEAT_TABLE = "debezium_heartbeat"
 
 

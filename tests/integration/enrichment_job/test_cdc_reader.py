@@ -3,10 +3,12 @@
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+from support.change_events import change_event
 from support.kafka import StackEnv, make_topics, produce
 
-from enrichment_job.cdc import CdcReader
+from enrichment_job.cdc import CdcReader, Prefetch
 from enrichment_job.settings import JobSettings
+from enrichment_job.table import CdcState
 
 
 def _reader(stack_env: StackEnv, topic: str, limit: int = 200_000) -> CdcReader:
@@ -99,5 +101,47 @@ def test_changes_deleted_before_they_were_read_stop_the_job_with_a_clear_error(
         with pytest.raises(KafkaException, match=r"offsets 1\.\.2 were deleted"):
             reader.ranges({0: 1})
         assert reader.ranges({}) == {0: (3, 5)}, "without state the read starts at what is left"
+    finally:
+        reader.close()
+
+
+def test_the_topic_read_ahead_ends_where_it_ended_as_the_read_began(stack_env: StackEnv, unique: str) -> None:
+    topic = f"cdc-{unique}"
+    make_topics(stack_env, [topic], partitions=2)
+    events = [change_event("c", n, 1_000 + n, 10 + n) for n in range(9)]
+    produce(stack_env, topic, [(str(n).encode(), e) for n, e in enumerate(events)])
+    reader = _reader(stack_env, topic, limit=4)  # several reads
+    prefetch = Prefetch(reader, CdcState(None, None, {}))
+    try:
+        taken = prefetch.take()
+        assert taken is not None
+        raw, parsed = taken
+        assert raw.num_rows == 9
+        assert parsed is not None, "Arrow read every event"
+        assert (
+            parsed.column("customer_id").to_pylist()
+            == raw.column("key").cast("string").cast("int32").to_pylist()
+        )
+        assert [
+            (p, o)
+            for p, o in zip(
+                raw.column("partition").to_pylist(), raw.column("offset").to_pylist(), strict=True
+            )
+        ] == sorted(
+            zip(raw.column("partition").to_pylist(), raw.column("offset").to_pylist(), strict=True)
+        ), "in CDC order"
+    finally:
+        reader.close()
+
+
+def test_a_failed_read_ahead_leaves_the_topic_to_the_first_batch(stack_env: StackEnv, unique: str) -> None:
+    topic = f"cdc-{unique}"
+    make_topics(stack_env, [topic], partitions=1)
+    produce(stack_env, topic, [(b"k", b"v")])
+    reader = _reader(stack_env, topic)
+    try:
+        # Offsets before the topic's start: what the first batch would refuse too, with its reason.
+        prefetch = Prefetch(reader, CdcState(None, None, {0: -5}))
+        assert prefetch.take() is None
     finally:
         reader.close()

@@ -1,0 +1,46 @@
+"""The driver JVM's class data sharing archive: written once, mapped after, one per JVM and jars."""
+
+from pathlib import Path
+
+import pytest
+
+from enrichment_job.jvm import ClassArchive, archive_path, class_archive
+
+
+def test_without_an_archive_the_jvm_writes_one_under_a_name_of_its_own(tmp_path: Path) -> None:
+    archive = class_archive(tmp_path / "jvm", "job", "", "-XX:+UseParallelGC")
+    assert archive.writing is not None
+    assert archive.writing.parent == archive.path.parent == tmp_path / "jvm"
+    assert archive.writing != archive.path
+    assert archive.java_options == f"-XX:ArchiveClassesAtExit={archive.writing}"
+
+
+def test_an_archive_that_is_there_is_mapped(tmp_path: Path) -> None:
+    path = archive_path(tmp_path, "job", "", "")
+    path.write_bytes(b"archive")
+    archive = class_archive(tmp_path, "job", "", "")
+    assert archive == ClassArchive(path)
+    assert archive.java_options == f"-XX:SharedArchiveFile={path}"
+
+
+def test_other_jars_jvm_options_or_java_make_another_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"x")
+    first = archive_path(tmp_path, "job", str(jar), "")
+    assert archive_path(tmp_path, "job", str(jar), "") == first
+    assert archive_path(tmp_path, "job", "", "") != first
+    assert archive_path(tmp_path, "job", str(jar), "-Xmx1g") != first
+    jar.write_bytes(b"xy")  # the same jar, changed
+    assert archive_path(tmp_path, "job", str(jar), "") != first
+    before = archive_path(tmp_path, "job", "", "")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "another-jdk"))
+    assert archive_path(tmp_path, "job", "", "") != before
+
+
+def test_no_jvm_to_wait_for_leaves_no_archive(tmp_path: Path) -> None:
+    writing = tmp_path / "a.jsa.1.tmp"
+    archive = ClassArchive(tmp_path / "a.jsa", writing)
+    archive.finish()  # no Spark session in this process
+    assert not archive.path.exists()
