@@ -546,9 +546,10 @@ class RunningJob:
         self.pipeline.cdc.close()
         self.pipeline.ratings_in.close()
         self.table.close()
+        gateway = self.spark.sparkContext._gateway
         self.spark.stop()
         if self.archive is not None:
-            self.archive.finish()
+            self.archive.finish(gateway)
         if self.endpoint is not None:
             self.endpoint.close()
 
@@ -574,7 +575,8 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     metrics = Metrics(settings.metrics_file)
     endpoint = serve(JobCollector(metrics, settings.job_name), settings, "ENRICH_")
     archive = None
-    if settings.class_archive_dir:
+    # Only a JVM the job starts itself takes the options (not one spark-submit started).
+    if settings.class_archive_dir and "PYSPARK_GATEWAY_PORT" not in os.environ:
         directory = Path(settings.class_archive_dir).expanduser()
         archive = class_archive(
             directory, "ratings-enrichment", settings.spark_jars, settings.driver_java_options

@@ -61,17 +61,15 @@ class ClassArchive:
             return f"-XX:ArchiveClassesAtExit={self.writing}"
         return f"-XX:SharedArchiveFile={self.path}"
 
-    def finish(self, timeout_s: float = 120) -> None:
-        """After `spark.stop()`: when this JVM writes the archive, lets it exit and keeps what
-        it wrote. Only a JVM that exited cleanly has written a whole archive: one cut short
-        would crash the JVM that maps it, so it is never renamed into place."""
-        from pyspark import SparkContext  # noqa: PLC0415
-
-        gateway = SparkContext._gateway
-        if self.writing is None or gateway is None:
+    def finish(self, gateway: Any, timeout_s: float = 120) -> None:
+        """After `spark.stop()`, with the session's py4j gateway: when this JVM writes the
+        archive, lets it exit and keeps what it wrote. Only a JVM that exited cleanly has
+        written a whole archive: one cut short would crash the JVM that maps it, so it is never
+        renamed into place."""
+        proc: Any = getattr(gateway, "proc", None)  # the JVM, when this process started it
+        if self.writing is None or proc is None:
             return
         log.info("writing the driver's class archive %s as its JVM exits", self.path)
-        proc: Any = gateway.proc
         gateway.shutdown()
         proc.stdin.close()  # the JVM exits when its parent's pipe closes
         try:

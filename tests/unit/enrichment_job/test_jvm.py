@@ -42,5 +42,5 @@ def test_other_jars_jvm_options_or_java_make_another_archive(
 def test_no_jvm_to_wait_for_leaves_no_archive(tmp_path: Path) -> None:
     writing = tmp_path / "a.jsa.1.tmp"
     archive = ClassArchive(tmp_path / "a.jsa", writing)
-    archive.finish()  # no Spark session in this process
+    archive.finish(None)  # no JVM that this process started
     assert not archive.path.exists()
