@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
-from enrichment_job.json_columns import object_shaped
+from enrichment_job.json_columns import object_shaped, read_objects
 from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import CUSTOMER_FIELDS
 from enrichment_job.transforms import HEARTBEAT_TABLE, dead_letter_headers, parse_cdc
@@ -91,23 +91,11 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
     values = raw.column("value").combine_chunks()
     present = pc.is_valid(values)
     given = values.filter(present)
-    if len(given) == 0:
-        envelopes = ENVELOPE.empty_table()
-    elif not pc.all(object_shaped(given)).as_py():
+    envelopes = ENVELOPE.empty_table() if len(given) == 0 else None
+    if envelopes is None and pc.all(object_shaped(given)).as_py():
+        envelopes = read_objects(given, _PARSE)
+    if envelopes is None:
         return None
-    else:
-        # Newline-delimited JSON: one record per line. A record that is not exactly one JSON
-        # object on one line shows as a parse error or as another count of rows.
-        lines = pa.LargeListArray.from_arrays(
-            pa.array([0, len(given)], pa.int64()), given.cast(pa.large_binary())
-        )
-        text = pc.binary_join(lines, pa.scalar(b"\n", pa.large_binary()))[0].as_buffer()
-        try:
-            envelopes = pj.read_json(pa.BufferReader(text), parse_options=_PARSE)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return None
-        if envelopes.num_rows != len(given):
-            return None
     op = envelopes.column("op")
     source = envelopes.column("source").combine_chunks()
     before = envelopes.column("before").combine_chunks()

@@ -6,6 +6,7 @@ as `yyyy-MM-dd'T'HH:mm:ss.SSSXXX`. Read: which values Arrow's JSON reader may be
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
 _OPEN, _CLOSE = pa.scalar(b"{", pa.binary()), pa.scalar(b"}", pa.binary())
 
@@ -17,6 +18,21 @@ def object_shaped(values: pa.Array) -> pa.Array:
     first = pc.equal(pc.binary_slice(values, 0, 1), _OPEN)
     last = pc.equal(pc.binary_slice(values, -1), _CLOSE)
     return pc.fill_null(pc.and_(first, last), False)
+
+
+def read_objects(values: pa.Array, options: pj.ParseOptions) -> pa.Table | None:
+    """Each value (one JSON object, see `object_shaped`) as a row, read by Arrow in one call;
+    None when Arrow cannot read one of them. They go as newline-delimited JSON, one per line:
+    a value that is not exactly one object shows as a parse error or as another count of rows."""
+    lines = pa.LargeListArray.from_arrays(
+        pa.array([0, len(values)], pa.int64()), values.cast(pa.large_binary())
+    )
+    text = pc.binary_join(lines, pa.scalar(b"\n", pa.large_binary()))[0].as_buffer()
+    try:
+        table = pj.read_json(pa.BufferReader(text), parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return table if table.num_rows == len(values) else None
 
 
 # JSON's escapes for the characters a string cannot hold as they are (besides \ and ").

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from enrichment_job.json_columns import object_shaped
+from enrichment_job.json_columns import object_shaped, read_objects
 from enrichment_job.kafka_in import KAFKA
 from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import RATING_FIELDS, REQUIRED_RATING_FIELDS
@@ -81,15 +81,8 @@ def _runs(rows: np.ndarray, size: int = 50_000) -> list[np.ndarray]:
 
 def _read(values: pa.Array) -> pa.Table | None:
     """The values' fields, or None when Arrow cannot read one of them."""
-    lines = pa.LargeListArray.from_arrays(
-        pa.array([0, len(values)], pa.int64()), values.cast(pa.large_binary())
-    )
-    text = pc.binary_join(lines, pa.scalar(b"\n", pa.large_binary()))[0].as_buffer()
-    try:
-        table = pj.read_json(pa.BufferReader(text), parse_options=_PARSE)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    return table.cast(FIELDS) if table.num_rows == len(values) else None
+    table = read_objects(values, _PARSE)
+    return table.cast(FIELDS) if table is not None else None
 
 
 def _bisect(values: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,7 +1,6 @@
 """Ratings parsed on the driver: Arrow where it can, Spark for the rest, the same either way."""
 
 import datetime as dt
-import json
 from typing import Any
 
 import pyarrow as pa
@@ -10,26 +9,13 @@ import pytest
 from enrichment_job import rating_values
 from enrichment_job.kafka_in import KAFKA
 from enrichment_job.rating_values import PARSED, parse, parse_spark
+from tests.support.ratings import rating_value as rating
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 MAX_FUTURE_MS = 300_000
 MAX_BYTES = 1_000
 SENT = dt.datetime(2026, 11, 24, 12, tzinfo=dt.UTC)
 SENT_MS = int(SENT.timestamp() * 1000)
-
-
-def rating(**overrides: Any) -> bytes:
-    fields = {
-        "rating_id": 1,
-        "user_id": 7,
-        "stars": 4,
-        "route_id": 3,
-        "rating_time": 1_000,
-        "channel": "web",
-        "message": "ok",
-    }
-    fields.update(overrides)
-    return json.dumps({k: v for k, v in fields.items() if v is not ...}).encode()
 
 
 def raw(values: list[bytes | None]) -> pa.Table:

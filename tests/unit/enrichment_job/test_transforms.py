@@ -9,6 +9,7 @@ import pytest
 
 from enrichment_job import transforms as T
 from tests.support.change_events import change_event as _event
+from tests.support.ratings import rating_value as _rating
 
 # py4j leaves its gateway sockets to the garbage collector; that is py4j's, not a leak of ours.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -19,20 +20,6 @@ RAW = "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, times
 def _raw(spark: Any, values: list[bytes | None], topic: str = "ratings") -> Any:
     rows = [(b"k", v, topic, 0, i, None) for i, v in enumerate(values)]
     return spark.createDataFrame(rows, RAW)
-
-
-def _rating(**overrides: Any) -> bytes:
-    rating = {
-        "rating_id": 1,
-        "user_id": 7,
-        "stars": 4,
-        "route_id": 3,
-        "rating_time": 1_000,
-        "channel": "web",
-        "message": "ok",
-    }
-    rating.update(overrides)
-    return json.dumps({k: v for k, v in rating.items() if v is not ...}).encode()
 
 
 RATING_CASES: list[tuple[bytes | None, str | None]] = [
