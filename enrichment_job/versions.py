@@ -3,8 +3,9 @@ customer id and version order, and the as-of lookup over them.
 
 Versions are only ever added (a change, a delete, a snapshot read each open a version), so the
 store is a large sorted `base` and a small sorted `recent` part that each batch's new versions
-join. Once `recent` holds `FOLD_ROWS` versions, or a tenth of the base, it is merged into the
-base: a merge re-sorts the whole table, so it is rare, and a lookup searches both parts.
+join. Once `recent` holds `FOLD_ROWS` versions or a tenth of the base, whichever is more, it
+is merged into the base: a merge re-sorts the whole table, so it is rare, and a lookup
+searches both parts.
 """
 
 from dataclasses import dataclass
