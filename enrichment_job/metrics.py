@@ -204,6 +204,17 @@ class JobCollector(Collector):
             for query, progress in queries:
                 gauge.add_metric([self.job, query], progress.get(key, 0) * scale)
             yield gauge
+        stateful = [(query, progress) for query, progress in queries if "state_update_ms" in progress]
+        if stateful:
+            state = GaugeMetricFamily(
+                "ratings_query_state_seconds",
+                "Spark: the last batch's time in its state store, by step (update, removal, commit)",
+                labels=["job", "query", "step"],
+            )
+            for query, progress in stateful:
+                for step in ("update", "removal", "commit"):
+                    state.add_metric([self.job, query, step], progress[f"state_{step}_ms"] / 1000)
+            yield state
 
 
 class ProgressListener(StreamingQueryListener):
@@ -234,6 +245,11 @@ class ProgressListener(StreamingQueryListener):
             "processed_rows_per_s": round(p.processedRowsPerSecond or 0.0, 1),
             "batch_duration_ms": p.batchDuration,
         }
+        if p.stateOperators:  # where a stateful batch's time went
+            values["state_update_ms"] = sum(s.allUpdatesTimeMs for s in p.stateOperators)
+            values["state_removal_ms"] = sum(s.allRemovalsTimeMs for s in p.stateOperators)
+            values["state_commit_ms"] = sum(s.commitTimeMs for s in p.stateOperators)
+            values["state_rows_updated"] = sum(s.numRowsUpdated for s in p.stateOperators)
         self.metrics.progress(p.name, values)
         if p.numInputRows:
             log.info("query %s progress: %s", p.name, values)

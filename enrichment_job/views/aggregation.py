@@ -1,12 +1,13 @@
-"""All declared views as one streaming aggregation, and its changed rows as changelog records.
+"""Views as one streaming aggregation, and its changed rows as changelog records.
 
 Spark runs one streaming aggregation per query, and a query per view would read and parse
 every enriched rating once per view and pay the fixed cost of a stateful micro-batch (planning,
 state commits, checkpoint files) once per view. Instead each rating becomes one row per view
 that counts it, tagged with the view's number; the rows are grouped by that number and every
 view's group columns (a row carries the other views' as nulls), and each measure aggregates
-only its own view's rows. So one query keeps every view, and a batch costs about the same
-whatever the number of views.
+only its own view's rows. So one query keeps many views, and a batch costs about the same
+whatever their number. A view with an event time is the exception: a watermark makes Spark scan
+the whole state of its query in every batch, so it is kept alone (`app.queries_of`).
 """
 
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ def aggregate_views(ratings: DataFrame, views: Sequence[View]) -> DataFrame:
     """Parsed ratings -> one row per (view, group): the view's number, every view's group
     columns (null but the row's own view's) and every view's measures (likewise)."""
     if len([v for v in views if v.event_time]) > 1:
-        raise ValueError("at most one view may declare an event_time (Spark keeps one watermark)")
+        raise ValueError("one aggregation keeps at most one view with an event_time (one watermark)")
     groups = _group_columns(ratings, views)
     owner = {column(v, name): (v, expr) for v in views for name, expr in v.group_by.items()}
 

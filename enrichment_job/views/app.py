@@ -1,7 +1,12 @@
-"""Wiring of the views job: one Spark session, one stateful streaming query that keeps every
-view (`aggregation.aggregate_views`), and one stateless query for the records a view cannot count.
+"""Wiring of the views job: one Spark session, the stateful streaming queries that keep the
+views (`aggregation.aggregate_views`), and one stateless query for the records a view cannot count.
 
-The views' query reads the enriched topic (committed records only), keeps the aggregations in
+Which query keeps which view (`queries_of`): every view without an event time in one query
+("views"), and each view with one in a query of its own ("view-<name>"). Spark scans the whole
+state of a query with a watermark in every batch, for the rows the watermark has passed: beside
+the hourly windows, the per-customer rows made each batch read every customer's state.
+
+A views' query reads the enriched topic (committed records only), keeps the aggregations in
 Spark's RocksDB state store (changelog checkpointing: a batch writes only the rows it changed)
 and, per micro-batch, writes every changed row to its view's compacted changelog topic, plus the
 markers, in one Kafka transaction (`kafka_out.TransactionalOutput`). When Spark re-runs a batch
@@ -36,7 +41,7 @@ from services.core.prometheus import MetricsServer, serve
 log = logging.getLogger("enrichment_job.views")
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-VIEWS_QUERY = "views"
+KEYED_QUERY = "views"  # the views without an event time
 DLQ_QUERY = "dead-letters"
 VIEWS_POOL = "views"  # scheduler_pools.xml
 _TYPES: dict[type[DataType], str] = {
@@ -105,8 +110,8 @@ class ViewsSink(_Sink):
     columns as JSON, value = the whole row as JSON), with one marker per view (its key, column
     types, enriched offsets and newest rating time) beside the batch's own."""
 
-    def __init__(self, settings: ViewsSettings, views: tuple[View, ...], run: str) -> None:
-        super().__init__(settings, VIEWS_QUERY, run)
+    def __init__(self, settings: ViewsSettings, query: str, views: tuple[View, ...], run: str) -> None:
+        super().__init__(settings, query, run)
         self.views = views
         previous = self.out.marker if self.out.committed(0) else None
         newest = previous.get("max_rating_time", {}) if previous else {}
@@ -205,8 +210,17 @@ def use_rocksdb_state(spark: SparkSession) -> None:
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", "false")
 
 
+def queries_of(views: tuple[View, ...]) -> dict[str, tuple[View, ...]]:
+    """The stateful queries by name, with the views each keeps: the views without an event time
+    together, each view with one alone (its watermark would make every batch scan the others'
+    state)."""
+    keyed = tuple(v for v in views if v.event_time is None)
+    windowed = {f"view-{v.name}": (v,) for v in views if v.event_time is not None}
+    return ({KEYED_QUERY: keyed} if keyed else {}) | windowed
+
+
 def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[StreamingQuery, ...]:
-    """The views' query and the dead-letter query, in `spark` (its own application, or the
+    """The views' queries and the dead-letter query, in `spark` (its own application, or the
     enrichment job's when ENRICH_VIEWS_IN_JOB is on)."""
     use_rocksdb_state(spark)
     run = run_id(settings.checkpoint_dir)
@@ -214,20 +228,23 @@ def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[Streami
     # A query's thread takes the pool of the thread that starts it: inside the enrichment job's
     # application the views' tasks take a slot only when no enrichment task waits for one.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", VIEWS_POOL)
-    counted = enriched_stream(spark, settings).where(F.col("dlq_reason").isNull())
-    aggregates = (
-        aggregate_views(counted, views)
-        .writeStream.queryName(VIEWS_QUERY)
-        .outputMode("update")
-        .foreachBatch(ViewsSink(settings, views, run))
-        .option("checkpointLocation", str(settings.checkpoint_dir / VIEWS_QUERY))
-        .trigger(processingTime=settings.trigger_interval)
-        .start()
-    )
-    dead_letters = _dead_letter_query(spark, settings, views, run)
+    started = []
+    for query, kept in queries_of(views).items():
+        counted = enriched_stream(spark, settings).where(F.col("dlq_reason").isNull())
+        trigger = settings.trigger_interval if query == KEYED_QUERY else settings.windowed_trigger_interval
+        started.append(
+            aggregate_views(counted, kept)
+            .writeStream.queryName(query)
+            .outputMode("update")
+            .foreachBatch(ViewsSink(settings, query, kept, run))
+            .option("checkpointLocation", str(settings.checkpoint_dir / query))
+            .trigger(processingTime=trigger)
+            .start()
+        )
+    started.append(_dead_letter_query(spark, settings, views, run))
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
     log.info("views running (run %s): %s", run, ", ".join(settings.topic(v.name) for v in views))
-    return aggregates, dead_letters
+    return tuple(started)
 
 
 def _dead_letter_query(

@@ -3,8 +3,9 @@ aggregate function and its input, over parsed enriched ratings: see `transforms.
 and its row (the output columns, from the group columns and the measures). Adding a view is one
 more `View` in `declared`.
 
-All views are kept by one stateful query (`aggregation.aggregate_views`): each rating is read
-and parsed once, whatever the number of views, and one micro-batch updates them all.
+The views without an event time are kept by one stateful query (`aggregation.aggregate_views`):
+each rating is read and parsed once for all of them, and one micro-batch updates them all. A
+view with an event time (a window) has a query of its own (`app.queries_of`).
 """
 
 from collections.abc import Callable, Mapping
@@ -34,7 +35,7 @@ class View:
     # dead-letter topic; the other views count them.
     refuses: Column | None = None
     # A timestamp group column whose old values Spark's watermark drops from the state, and how
-    # far behind the newest value seen it trails. At most one view has one.
+    # far behind the newest value seen it trails. Such a view is kept by a query of its own.
     event_time: str | None = None
     watermark_delay_s: int = 0
 

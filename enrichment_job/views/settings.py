@@ -55,7 +55,12 @@ class ViewsSettings(BaseSettings):
 
     # Spark
     master: str = "local[2]"
-    trigger_interval: str = Field("500 milliseconds", description="trigger of the views' query")
+    trigger_interval: str = Field(
+        "500 milliseconds", description="trigger of the query of the views without an event time"
+    )
+    windowed_trigger_interval: str = Field(
+        "1 second", description="trigger of each view with an event time (segment_hourly), a query of its own"
+    )
     dlq_trigger_interval: str = Field("5 seconds", description="the dead-letter query's trigger")
     spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
     shuffle_partitions: int = Field(

@@ -5,8 +5,9 @@ import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
+from pyspark.sql.streaming.listener import QueryProgressEvent
 
-from enrichment_job.metrics import JobCollector, Metrics, Steps
+from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
 
 COUNTS = {
     "changes": 4,
@@ -56,3 +57,49 @@ def test_the_views_job_has_its_queries_only(tmp_path: Path) -> None:
     assert 'ratings_query_batch_duration_seconds{job="views",query="views"} 0.9' in text
     assert "ratings_job_enriched_total" not in text
     assert "ratings_job_watermark_lag_seconds" not in text
+
+
+def _state_operator(updated: int, update_ms: int, removal_ms: int, commit_ms: int) -> dict[str, object]:
+    return {
+        "operatorName": "stateStoreSave",
+        "numRowsTotal": 0,
+        "numRowsUpdated": updated,
+        "numRowsRemoved": 0,
+        "allUpdatesTimeMs": update_ms,
+        "allRemovalsTimeMs": removal_ms,
+        "commitTimeMs": commit_ms,
+        "memoryUsedBytes": 0,
+        "numRowsDroppedByWatermark": 0,
+        "numShufflePartitions": 2,
+        "numStateStoreInstances": 2,
+    }
+
+
+def test_a_stateful_query_s_progress_says_where_its_state_store_time_went(tmp_path: Path) -> None:
+    metrics = Metrics(tmp_path / "metrics.json")
+    progress = {
+        "id": "7d1a9bd4-4b43-4c5e-9d0e-6c1a8f1e2a01",
+        "runId": "0c6e3e6c-7c1e-4b5e-8f6a-2b9e4b7d9a02",
+        "name": "views",
+        "timestamp": "2026-11-25T20:00:00.000Z",
+        "batchId": 41,
+        "batchDuration": 310,
+        "numInputRows": 2500,
+        "inputRowsPerSecond": 5000.0,
+        "processedRowsPerSecond": 8064.5,
+        "stateOperators": [_state_operator(2400, 120, 15, 30), _state_operator(5, 3, 1, 2)],
+        "sources": [],
+        "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
+    }
+    ProgressListener(metrics).onQueryProgress(QueryProgressEvent.fromJson({"progress": progress}))
+    recorded = metrics.snapshot()["query:views"]
+    assert recorded["batch_id"] == 41 and recorded["batch_duration_ms"] == 310
+    assert (recorded["state_update_ms"], recorded["state_removal_ms"], recorded["state_commit_ms"]) == (
+        123,
+        16,
+        32,
+    )
+    assert recorded["state_rows_updated"] == 2405
+    text = _scrape(metrics, "views")
+    assert 'ratings_query_state_seconds{job="views",query="views",step="removal"} 0.016' in text
+    assert 'ratings_query_state_seconds{job="views",query="views",step="commit"} 0.032' in text

@@ -1,8 +1,16 @@
-"""The views' state store in the jobs' Spark session: RocksDB snapshots reach the checkpoint."""
+"""The views' queries: which query keeps which view, and their state store in the jobs' Spark
+session (RocksDB snapshots reach the checkpoint)."""
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from enrichment_job.views.app import queries_of
+from enrichment_job.views.declarations import customer_ratings, segment_hourly
+from enrichment_job.views.settings import ViewsSettings
 
 # A stateful count over Spark's rate source, in a session built like the jobs' and with the
 # views' state store; snapshots are asked for after every batch and maintained every second.
@@ -56,3 +64,19 @@ def test_the_rocksdb_state_store_uploads_its_snapshots_and_the_driver_writes_no_
     # files (written by tasks) keep theirs
     assert (checkpoint / "offsets" / "0").is_file()
     assert not list((checkpoint / "offsets").glob(".*.crc"))
+
+
+def test_views_without_event_time_share_a_query_and_each_windowed_view_has_its_own(
+    spark: SparkSession,  # the views' columns need a session
+) -> None:
+    settings = ViewsSettings()
+    by_customer, by_hour = customer_ratings(settings), segment_hourly(settings)
+    by_customer_too = replace(by_customer, name="customer_ratings_too")
+    by_hour_too = replace(by_hour, name="segment_hourly_too")
+    queries = queries_of((by_customer, by_hour, by_customer_too, by_hour_too))
+    assert queries == {
+        "views": (by_customer, by_customer_too),
+        "view-segment_hourly": (by_hour,),
+        "view-segment_hourly_too": (by_hour_too,),
+    }
+    assert queries_of((by_hour,)) == {"view-segment_hourly": (by_hour,)}
