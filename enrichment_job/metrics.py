@@ -245,6 +245,9 @@ class ProgressListener(StreamingQueryListener):
             "processed_rows_per_s": round(p.processedRowsPerSecond or 0.0, 1),
             "batch_duration_ms": p.batchDuration,
         }
+        for step in ("queryPlanning", "addBatch", "walCommit", "commitOffsets"):
+            if step in p.durationMs:
+                values[f"{step}_ms"] = p.durationMs[step]
         if p.stateOperators:  # where a stateful batch's time went
             values["state_update_ms"] = sum(s.allUpdatesTimeMs for s in p.stateOperators)
             values["state_removal_ms"] = sum(s.allRemovalsTimeMs for s in p.stateOperators)

@@ -24,7 +24,8 @@ class ViewsSettings(BaseSettings):
     name: str = Field(
         "views",
         pattern=r"^[A-Za-z0-9._-]+$",
-        description="the job's name: its transactional ids are <name>-views and <name>-dead-letters",
+        description="the job's name: its transactional ids are <name>-<query> (views,"
+        " view-segment_hourly, dead-letters)",
     )
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int = Field(200_000, gt=0, description="enriched records per micro-batch")
@@ -56,12 +57,13 @@ class ViewsSettings(BaseSettings):
     # Spark
     master: str = "local[2]"
     trigger_interval: str = Field(
-        "500 milliseconds", description="trigger of the query of the views without an event time"
+        "1 second", description="trigger of the query of the views without an event time (customer_ratings)"
     )
     windowed_trigger_interval: str = Field(
-        "1 second", description="trigger of each view with an event time (segment_hourly), a query of its own"
+        "5 seconds",
+        description="trigger of each view with an event time (segment_hourly), a query of its own",
     )
-    dlq_trigger_interval: str = Field("5 seconds", description="the dead-letter query's trigger")
+    dlq_trigger_interval: str = Field("30 seconds", description="the dead-letter query's trigger")
     spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
     shuffle_partitions: int = Field(
         2, gt=0, description="state partitions of the views' query (fixed at first start)"

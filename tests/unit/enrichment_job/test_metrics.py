@@ -84,6 +84,7 @@ def test_a_stateful_query_s_progress_says_where_its_state_store_time_went(tmp_pa
         "timestamp": "2026-11-25T20:00:00.000Z",
         "batchId": 41,
         "batchDuration": 310,
+        "durationMs": {"queryPlanning": 12, "addBatch": 270, "walCommit": 9, "triggerExecution": 310},
         "numInputRows": 2500,
         "inputRowsPerSecond": 5000.0,
         "processedRowsPerSecond": 8064.5,
@@ -100,6 +101,7 @@ def test_a_stateful_query_s_progress_says_where_its_state_store_time_went(tmp_pa
         32,
     )
     assert recorded["state_rows_updated"] == 2405
+    assert (recorded["queryPlanning_ms"], recorded["addBatch_ms"], recorded["walCommit_ms"]) == (12, 270, 9)
     text = _scrape(metrics, "views")
     assert 'ratings_query_state_seconds{job="views",query="views",step="removal"} 0.016' in text
     assert 'ratings_query_state_seconds{job="views",query="views",step="commit"} 0.032' in text
