@@ -75,10 +75,14 @@ def trickle_updates(env: dict[str, str], ids: list[int], per_s: float, stop: thr
             )
 
 
+# An enriched record's rating_time, found without decoding the record: the reader shares the
+# cores it measures (a JSON decode of each record cost it a tenth of a core at 5,000/s).
+RATING_TIME = re.compile(rb'"rating_time":\s*(\d+)')
+
+
 class Latencies(threading.Thread):
     """Reads the enriched topic (read_committed) and records, per record, when it became
-    readable and now - rating_time. With `timing` off (the saturation phase) it only counts:
-    decoding every record's JSON would take CPU from the job on a small machine."""
+    readable and now - rating_time. With `timing` off (the saturation phase) it only counts."""
 
     def __init__(self, servers: str, topic: str) -> None:
         super().__init__(daemon=True)
@@ -108,7 +112,8 @@ class Latencies(threading.Thread):
             for msg in messages:
                 value = msg.value()
                 if msg.error() is None and value is not None:
-                    latency = int(now * 1000) - json.loads(value)["rating_time"] if self.timing else None
+                    found = RATING_TIME.search(value) if self.timing else None
+                    latency = int(now * 1000) - int(found.group(1)) if found is not None else None
                     self.samples.append((now, latency))
         self.consumer.close()
 

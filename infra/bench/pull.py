@@ -71,6 +71,7 @@ async def run(port: int, ids: list[int], rate: float, duration_s: float, connect
         "p50_ms": ms(0.5),
         "p99_ms": ms(0.99),
         "max_ms": round(ordered[-1] * 1000, 2),
+        "cpu_s": round(time.process_time(), 2),  # this client's own CPU: it shares the cores it measures
     }
 
 
