@@ -36,6 +36,7 @@ class CdcResult:
     events: int  # CDC records read (heartbeats and tombstones included)
     duplicates: int  # changes Debezium sent again, skipped
     regressions: int = 0  # of the duplicates, those in an earlier binlog file than one read
+    rewinds: int = 0  # snapshot reads that took the binlog position back: a history started over
 
     @property
     def changes(self) -> int:
@@ -51,6 +52,7 @@ class CdcResult:
             events=self.events + later.events,
             duplicates=self.duplicates + later.duplicates,
             regressions=self.regressions + later.regressions,
+            rewinds=self.rewinds + later.rewinds,
         )
 
 
@@ -90,12 +92,21 @@ def ingest(
     if events is None:
         events = change_events.read(in_order(raw), spark)
     result = _result(events, state, customers_topic, dlq_topic)
+    if result.rewinds:
+        log.warning(
+            "a snapshot in the CDC topic starts below the furthest binlog position read, %s: the "
+            "database's binlog started over (RESET MASTER, a restore, a failover) and a connector "
+            "snapshotted it again; following the new history from %s",
+            state.position,
+            result.state.position,
+        )
     if result.regressions:
         log.error(
             "%d CDC events came from an earlier binlog file than the furthest position read, %s, and were "
             "skipped as re-sends. If the database's binlog started over (RESET MASTER, a restore, a "
             "failover), the customer table is frozen while heartbeats still move the watermark: "
-            "re-snapshot into a new CDC topic and start the job under a new ENRICH_JOB_NAME",
+            "snapshot the database again with a new connector (or new connector offsets) into the "
+            "same CDC topic, and the job follows the new history from its snapshot",
             result.regressions,
             state.position,
         )
@@ -174,6 +185,7 @@ def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: 
         events=events.num_rows,
         duplicates=int(clock.duplicate.sum()),
         regressions=int(clock.regressed.sum()),
+        rewinds=int(clock.rewound.sum()),
     )
 
 

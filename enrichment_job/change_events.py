@@ -54,6 +54,7 @@ EVENTS = pa.schema(
         ("source_pos", pa.int64()),
         ("source_row", pa.int32()),
         ("binlog_file", pa.int64()),  # the number at the end of source_file
+        ("source_snapshot", pa.string()),  # Debezium's source.snapshot ("true", "last", "incremental", ...)
         ("headers", DLQ_HEADERS),  # an unreadable event's dead-letter headers
     ]
 )
@@ -70,6 +71,7 @@ def _envelope() -> pa.Schema:
             ("file", pa.string()),
             ("pos", pa.int64()),
             ("row", pa.int32()),
+            ("snapshot", pa.string()),
         ]
     )
     return pa.schema([("before", row), ("after", row), ("op", pa.string()), ("source", source)])
@@ -134,6 +136,7 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
         "source_pos": pc.struct_field(source, "pos"),
         "source_row": pc.struct_field(source, "row"),
         "binlog_file": _file_number(file),
+        "source_snapshot": pc.struct_field(source, "snapshot"),
     }
     # Spread back over all records: a tombstone's fields are null.
     spots = pc.subtract(pc.cumulative_sum(present.cast(pa.int32())), 1)
@@ -200,6 +203,7 @@ def _spark_columns() -> Columns:
         F.col("source.pos").alias("source_pos"),
         F.col("source.row").alias("source_row"),
         F.when(digits != "", digits.cast("long")).alias("binlog_file"),
+        F.col("source.snapshot").alias("source_snapshot"),
         F.when(F.col("dlq_reason").isNotNull(), dead_letter_headers("cdc")).alias("headers"),
     )
 
@@ -215,10 +219,19 @@ class Clock:
     change times in whole seconds). The CDC topic is in binlog order, which is commit order, so
     every later change was committed at or after it: it is a lower bound of each change's commit
     time, and the completeness watermark: no change still to come can be valid before it.
+
     `duplicate`: a change at or before the furthest binlog position (file, position, row)
-    already seen is Debezium sending it again after a restart (at-least-once); `regressed` marks
-    one in an earlier binlog file than one already seen. Snapshot reads share the snapshot's
-    position, so they are never duplicates. Null parts of a position order first."""
+    already seen is Debezium sending it again after a restart (at-least-once). Null parts of a
+    position order first.
+
+    A snapshot (reads, op "r", other than an incremental snapshot's) starts the binlog history
+    over from its own position, where the connector then streams from: its rows are the table
+    as of that position. So after RESET MASTER, a restore or a failover, a new connector's
+    snapshot lets the changes after it through, even though their positions are below the old
+    history's furthest. `rewound` marks such snapshot reads (the position went back).
+    `regressed` marks a change in an earlier binlog file than the furthest position with no
+    snapshot between: skipped as a re-send, and reported, since it may be a history that
+    started over without a new snapshot."""
 
     def __init__(self, events: pa.Table, clock_ms: int | None, position: Position | None) -> None:
         floor = np.iinfo(np.int64).min
@@ -230,7 +243,13 @@ class Clock:
         ends = [int(running[-1])] if len(running) and running[-1] != floor else []
         self.end_clock_ms = ends[0] if ends else clock_ms
 
-        snapshot = pc.fill_null(pc.equal(events.column("op"), "r"), False).to_numpy(zero_copy_only=False)
+        def flag(column: str, value: str) -> np.ndarray:
+            equal = pc.fill_null(pc.equal(events.column(column), value), False)
+            return np.asarray(equal.to_numpy(zero_copy_only=False), bool)
+
+        snapshot = flag("op", "r")
+        restart = snapshot & ~flag("source_snapshot", "incremental")
+        placed = ~snapshot | restart  # events whose position counts
         parts = [
             pc.fill_null(events.column(name).cast(pa.int64()), -1).to_numpy()
             for name in ("binlog_file", "source_pos", "source_row")
@@ -238,7 +257,7 @@ class Clock:
         # Positions ranked in binlog order, the carried one last: a running maximum of ranks
         # is then the furthest position so far.
         carried = np.array([position] if position is not None else [], np.int64).reshape(-1, 3)
-        keys = np.concatenate([np.stack([part[~snapshot] for part in parts], axis=1), carried])
+        keys = np.concatenate([np.stack([part[placed] for part in parts], axis=1), carried])
         order = np.lexsort(keys.T[::-1])
         step = np.ones(len(order), np.int64)
         step[1:] = np.any(keys[order][1:] != keys[order][:-1], axis=1)
@@ -247,12 +266,18 @@ class Clock:
         by_rank = np.empty((len(order), 3), np.int64)
         by_rank[ranks] = keys
         own = np.full(len(snapshot), -1, np.int64)
-        own[~snapshot] = ranks[: len(keys) - len(carried)]
+        own[placed] = ranks[: len(keys) - len(carried)]
         carried_rank = int(ranks[-1]) if len(carried) else -1
-        upto = np.maximum(np.maximum.accumulate(own), carried_rank) if len(own) else own
+        # The running maximum starts over at each snapshot read: each one opens a segment whose
+        # ranks are lifted above every earlier segment's, so one accumulate serves them all.
+        segment = np.cumsum(restart)
+        lift = segment * (len(order) + 2)
+        upto = np.maximum.accumulate(np.maximum(own + lift, np.where(segment == 0, carried_rank, -1)))
+        upto = upto - lift if len(own) else own
         before = np.concatenate([[carried_rank], upto[:-1]]) if len(own) else own
         seen = before >= 0
         self.duplicate = ~snapshot & seen & (own <= before)
+        self.rewound = restart & seen & (own < before)
         furthest_file = by_rank[np.maximum(before, 0), 0] if len(by_rank) else before
         self.regressed = ~snapshot & seen & (parts[0] < furthest_file)
         last = int(upto[-1]) if len(upto) else carried_rank

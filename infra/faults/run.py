@@ -28,9 +28,8 @@ from infra.demo.pipeline import MODULES, DemoPaths, without_endpoint
 from infra.demo.reconcile import Reconciliation, TopicCounter, es_count, lake_ids
 from infra.faults.scenarios import Scenario, poison_records
 from infra.slack.fake import CHANNEL, TOKEN, FakeSlack
-from infra.stack.bootstrap import os_user
+from infra.stack.bootstrap import admin_sql, start_binlog_over
 from infra.stack.clients import app_db
-from infra.stack.components import mariadb_socket
 from infra.stack.settings import StackSettings
 from infra.stack.supervise import Supervisor
 
@@ -128,12 +127,10 @@ class Faults:
     def admin_sql(self, sql: str) -> None:
         """As the database's local admin, over its socket (DDL: the app's user may not)."""
         log.info("admin SQL: %s", sql)
-        subprocess.run(
-            ["mariadb", f"--socket={mariadb_socket(StackSettings())}", "-u", os_user(), "-e", sql],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
+        admin_sql(StackSettings(), sql)
+
+    def start_binlog_over(self) -> None:
+        start_binlog_over(StackSettings())
 
     def produce_poison(self) -> None:
         kinds = poison_records(int(time.time() * 1000), 1)

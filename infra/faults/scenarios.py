@@ -114,6 +114,14 @@ def _schema_change(f: "Faults") -> None:
     f.admin_sql("ALTER TABLE demo.customers DROP COLUMN points, MODIFY comments VARCHAR(1000)")
 
 
+def _binlog_reset(f: "Faults") -> None:
+    f.sleep(10)
+    f.start_binlog_over()
+    for _ in range(5):  # changes in the new history
+        f.sleep(3)
+        f.change_customer()
+
+
 def poison_records(now_ms: int, first_id: int) -> list[tuple[str, bytes | None, bytes]]:
     """(what, key, value) of every kind of hostile rating: each must end in the job's DLQ (or be
     recorded by reference when even its dead letter cannot be written), none may stop a stage."""
@@ -185,6 +193,14 @@ SCENARIOS = [
         "connect-restart", "Kafka Connect stopped for 20 s, then started", _down("connect", 20), load_s=60
     ),
     Scenario("mariadb-restart", "MariaDB stopped for 20 s, then started", _down("mariadb", 20), load_s=60),
+    Scenario(
+        "binlog-reset",
+        "the binlog started over: the connector stopped, RESET MASTER, its offsets deleted, then "
+        "resumed (a new snapshot into the same CDC topic, positions below the old ones)",
+        _binlog_reset,
+        load_s=90,
+        expected=ONCE + "; the job follows the new history",
+    ),
     Scenario(
         "poison-ratings",
         "14 hostile ratings (times at the ends of the long range, a year ahead, wrong types, "

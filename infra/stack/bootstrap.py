@@ -7,8 +7,10 @@ import os
 import pwd
 import string
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -101,6 +103,47 @@ def register_connector(settings: StackSettings) -> None:
         connector_config(settings.connector_name),
         timeout=30,
     )
+
+
+def admin_sql(settings: StackSettings, sql: str) -> None:
+    """As the database's local admin, over its socket (DDL and server statements)."""
+    subprocess.run(
+        ["mariadb", f"--socket={mariadb_socket(settings)}", "-u", os_user(), "-e", sql],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+
+
+def _connector(settings: StackSettings, method: str, action: str = "") -> Any:
+    url = f"{settings.connect_url}/connectors/{settings.connector_name}{action}"
+    return http_json(method, url, timeout=30)
+
+
+def wait_connector(settings: StackSettings, state: str, timeout_s: float = 120) -> None:
+    """Until the connector and all its tasks are in `state` (a running one has at least one)."""
+    deadline, seen = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        status = _connector(settings, "GET", "/status")
+        seen = status["connector"]["state"], [t["state"] for t in status.get("tasks", [])]
+        if seen[0] == state and all(t == state for t in seen[1]) and (state == "STOPPED" or seen[1]):
+            return
+        time.sleep(0.5)
+    raise ComponentFailed(f"connector {settings.connector_name} not {state} within {timeout_s} s: {seen}")
+
+
+def start_binlog_over(settings: StackSettings) -> None:
+    """The database's binlog starts over and the connector snapshots the table again into the
+    same CDC topic: the connector stopped, RESET MASTER, its offsets deleted, the connector
+    resumed (with no offsets, snapshot.mode=initial snapshots first). What a restore or a
+    failover to a server with other binlog positions looks like downstream."""
+    log.info("the binlog starts over: RESET MASTER and a new snapshot by %s", settings.connector_name)
+    _connector(settings, "PUT", "/stop")
+    wait_connector(settings, "STOPPED")
+    admin_sql(settings, "RESET MASTER")
+    _connector(settings, "DELETE", "/offsets")
+    _connector(settings, "PUT", "/resume")
+    wait_connector(settings, "RUNNING")
 
 
 def ensure_bucket(settings: StackSettings, secrets: dict[str, str]) -> None:

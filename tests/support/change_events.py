@@ -12,8 +12,11 @@ from enrichment_job.table import CdcState
 CDC_TOPIC = "asgard.demo.customers"
 
 
-def change_event(op: str, cid: int, ts: int, pos: int, binlog_file: int = 1, **after: Any) -> bytes:
-    """A change of customer `cid` at source.ts_ms `ts`, binlog position `pos`."""
+def change_event(
+    op: str, cid: int, ts: int, pos: int, binlog_file: int = 1, *, snapshot: str | None = None, **after: Any
+) -> bytes:
+    """A change of customer `cid` at source.ts_ms `ts`, binlog position `pos` (`snapshot`:
+    Debezium's source.snapshot, left out when None)."""
     row = {"id": cid, "first_name": "Ada", "last_name": "L", "club_status": "silver", **after}
     envelope = {
         "before": row if op in ("u", "d") else None,
@@ -26,6 +29,7 @@ def change_event(op: str, cid: int, ts: int, pos: int, binlog_file: int = 1, **a
             "pos": pos,
             "row": 0,
             "table": "customers",
+            **({"snapshot": snapshot} if snapshot is not None else {}),
         },
     }
     return json.dumps(envelope).encode()

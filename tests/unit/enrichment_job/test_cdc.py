@@ -56,6 +56,48 @@ def test_changes_from_an_earlier_binlog_file_are_reported_loudly(
     assert "RESET MASTER" in caplog.text
 
 
+def test_a_new_snapshot_below_the_furthest_position_starts_the_history_over(
+    spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # RESET MASTER, then a new connector: its snapshot reads at (1, 4), then its changes.
+    with caplog.at_level(logging.WARNING, logger="enrichment_job"):
+        result = _ingest(
+            spark,
+            [
+                change_event("r", 7, 60_000, 4, binlog_file=1, snapshot="first", club_status="gold"),
+                change_event("r", 8, 60_000, 4, binlog_file=1, snapshot="last"),
+                change_event("u", 7, 61_000, 10, binlog_file=1, club_status="platinum"),
+                change_event("u", 8, 62_000, 20, binlog_file=1, club_status="bronze"),
+            ],
+        )
+    assert (result.duplicates, result.regressions, result.rewinds, result.changes) == (0, 0, 1, 4)
+    assert [v["club_status"] for v in result.versions.to_pylist()] == ["gold", "silver", "platinum", "bronze"]
+    assert result.state.position == (1, 20, 0)
+    assert (
+        "a snapshot in the CDC topic starts below the furthest binlog position read, (5, 1000, 0)"
+        in caplog.text
+    )
+    assert "earlier binlog file" not in caplog.text
+
+
+def test_after_a_new_snapshot_re_sends_are_still_skipped_and_incremental_reads_start_nothing() -> None:
+    values = [
+        change_event("u", 7, 1_000, 500, binlog_file=3),
+        change_event("r", 7, 2_000, 100, binlog_file=3, snapshot="true"),  # a snapshot at (3, 100)
+        change_event("u", 7, 3_000, 200, binlog_file=3),
+        change_event("u", 7, 4_000, 300, binlog_file=3),
+        change_event("u", 7, 3_000, 200, binlog_file=3),  # Debezium restarted: a re-send
+        change_event("r", 7, 5_000, 50, binlog_file=3, snapshot="incremental"),  # no new history
+        change_event("u", 7, 3_000, 250, binlog_file=3),  # below (3, 300): a re-send still
+    ]
+    clock = _clock(values)
+    assert clock.duplicate.tolist() == [False, False, False, False, True, False, True]
+    assert clock.rewound.tolist() == [False, True, False, False, False, False, False]
+    assert clock.position == (3, 300, 0)
+    # A snapshot carried over from the batch before: the carried position is its own.
+    assert _clock(values[2:3], 5_000, (3, 100, 0)).duplicate.tolist() == [False]
+
+
 def test_change_events_become_versions_and_the_compacted_topics_records(spark: Any) -> None:
     values = [
         change_event("c", 7, 1_000, 10),
