@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from enrichment_job import change_events
 from enrichment_job.batch_io import concat, to_records
+from enrichment_job.change_events import Position
 from enrichment_job.json_columns import json_objects
 from enrichment_job.kafka_in import TopicReader
 from enrichment_job.kafka_out import Records
@@ -36,7 +37,8 @@ class CdcResult:
     events: int  # CDC records read (heartbeats and tombstones included)
     duplicates: int  # changes Debezium sent again, skipped
     regressions: int = 0  # of the duplicates, those in an earlier binlog file than one read
-    rewinds: int = 0  # snapshot reads that took the binlog position back: a history started over
+    # Snapshots that took the binlog position back (a history started over): (from, to).
+    rewinds: tuple[tuple[Position, Position], ...] = ()
 
     @property
     def changes(self) -> int:
@@ -92,13 +94,13 @@ def ingest(
     if events is None:
         events = change_events.read(in_order(raw), spark)
     result = _result(events, state, customers_topic, dlq_topic)
-    if result.rewinds:
+    for furthest, snapshot in result.rewinds:
         log.warning(
-            "a snapshot in the CDC topic starts below the furthest binlog position read, %s: the "
-            "database's binlog started over (RESET MASTER, a restore, a failover) and a connector "
-            "snapshotted it again; following the new history from %s",
-            state.position,
-            result.state.position,
+            "a snapshot in the CDC topic at binlog position %s starts below the furthest position "
+            "read before it, %s: the database's binlog started over (RESET MASTER, a restore, a "
+            "failover) and a connector snapshotted it again; following the new history",
+            snapshot,
+            furthest,
         )
     if result.regressions:
         log.error(
@@ -185,7 +187,7 @@ def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: 
         events=events.num_rows,
         duplicates=int(clock.duplicate.sum()),
         regressions=int(clock.regressed.sum()),
-        rewinds=int(clock.rewound.sum()),
+        rewinds=tuple(clock.rewinds),
     )
 
 

@@ -278,9 +278,15 @@ class Clock:
         seen = before >= 0
         self.duplicate = ~snapshot & seen & (own <= before)
         self.rewound = restart & seen & (own < before)
+        # Each rewind: the furthest position before it, and the snapshot's.
+        self.rewinds: list[tuple[Position, Position]] = [
+            (_position(by_rank[before[i]]), _position(by_rank[own[i]])) for i in np.flatnonzero(self.rewound)
+        ]
         furthest_file = by_rank[np.maximum(before, 0), 0] if len(by_rank) else before
         self.regressed = ~snapshot & seen & (parts[0] < furthest_file)
         last = int(upto[-1]) if len(upto) else carried_rank
-        self.position: Position | None = (
-            (int(by_rank[last, 0]), int(by_rank[last, 1]), int(by_rank[last, 2])) if last >= 0 else None
-        )
+        self.position: Position | None = _position(by_rank[last]) if last >= 0 else None
+
+
+def _position(ranked: np.ndarray) -> Position:
+    return int(ranked[0]), int(ranked[1]), int(ranked[2])

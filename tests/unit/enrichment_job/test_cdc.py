@@ -70,13 +70,15 @@ def test_a_new_snapshot_below_the_furthest_position_starts_the_history_over(
                 change_event("u", 8, 62_000, 20, binlog_file=1, club_status="bronze"),
             ],
         )
-    assert (result.duplicates, result.regressions, result.rewinds, result.changes) == (0, 0, 1, 4)
+    assert (result.duplicates, result.regressions, result.changes) == (0, 0, 4)
+    assert result.rewinds == (((5, 1_000, 0), (1, 4, 0)),)
     assert [v["club_status"] for v in result.versions.to_pylist()] == ["gold", "silver", "platinum", "bronze"]
     assert result.state.position == (1, 20, 0)
-    assert (
-        "a snapshot in the CDC topic starts below the furthest binlog position read, (5, 1000, 0)"
-        in caplog.text
+    expected = (
+        "a snapshot in the CDC topic at binlog position (1, 4, 0) starts below the furthest "
+        "position read before it, (5, 1000, 0)"
     )
+    assert expected in caplog.text
     assert "earlier binlog file" not in caplog.text
 
 
@@ -93,6 +95,7 @@ def test_after_a_new_snapshot_re_sends_are_still_skipped_and_incremental_reads_s
     clock = _clock(values)
     assert clock.duplicate.tolist() == [False, False, False, False, True, False, True]
     assert clock.rewound.tolist() == [False, True, False, False, False, False, False]
+    assert clock.rewinds == [((3, 500, 0), (3, 100, 0))]
     assert clock.position == (3, 300, 0)
     # A snapshot carried over from the batch before: the carried position is its own.
     assert _clock(values[2:3], 5_000, (3, 100, 0)).duplicate.tolist() == [False]
