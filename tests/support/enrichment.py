@@ -132,6 +132,25 @@ def db_now_ms(db: Any) -> int:
         return int(cur.fetchone()[0])
 
 
+def next_second(db: Any) -> int:
+    """Waits into the next database second (Debezium's change times have whole seconds)."""
+    start = db_now_ms(db) // 1000
+    while db_now_ms(db) // 1000 == start:
+        time.sleep(0.05)
+    return db_now_ms(db)
+
+
+def insert_customer(db: Any, club_status: str, customer_id: int | None = None) -> int:
+    """A new customer ("Test <random>"), with the id given or the next one; its id."""
+    with db.cursor() as cur:
+        cur.execute(
+            "INSERT INTO customers (id, first_name, last_name, email, gender, club_status, region, comments)"
+            " VALUES (%s, 'Test', %s, %s, 'Female', %s, 'EMEA', 'integration test')",
+            (customer_id, uuid.uuid4().hex[:8], f"{uuid.uuid4().hex[:8]}@example.com", club_status),
+        )
+        return int(customer_id or cur.lastrowid)
+
+
 def rating(
     rating_id: int, user_id: int, stars: int, rating_time: int, message: str = "ok"
 ) -> tuple[bytes, bytes]:

@@ -4,26 +4,15 @@ into the same CDC topic. The job follows the new history: a customer changed aft
 joined as changed, though every position of the new history is below the old one's furthest."""
 
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from support.enrichment import Job, Topics, db_now_ms, produce, rating, read_topic, values
+from support.enrichment import Job, Topics, insert_customer, next_second, produce, rating, read_topic, values
 
 from infra.stack.bootstrap import start_binlog_over
 from infra.stack.settings import StackSettings
 
 StackEnv = dict[str, str]
-
-
-def _insert(db: Any, club_status: str) -> int:
-    with db.cursor() as cur:
-        cur.execute(
-            "INSERT INTO customers (first_name, last_name, email, gender, club_status, region, comments)"
-            " VALUES ('Reset', %s, %s, 'Female', %s, 'EMEA', 'binlog reset test')",
-            (uuid.uuid4().hex[:8], f"{uuid.uuid4().hex[:8]}@example.com", club_status),
-        )
-        return int(cur.lastrowid)
 
 
 def _enriched(stack_env: StackEnv, topics: Topics, rating_id: int, timeout_s: float = 180) -> dict[str, Any]:
@@ -35,21 +24,14 @@ def _enriched(stack_env: StackEnv, topics: Topics, rating_id: int, timeout_s: fl
     raise AssertionError(f"rating {rating_id} not enriched within {timeout_s} s")
 
 
-def _later_second(db: Any) -> int:
-    start = db_now_ms(db) // 1000
-    while db_now_ms(db) // 1000 == start:
-        time.sleep(0.05)
-    return db_now_ms(db)
-
-
 def test_after_reset_master_and_a_new_snapshot_changes_reach_the_join(
     stack_env: StackEnv, topics: Topics, db: Any, tmp_path: Path
 ) -> None:
     job = Job(stack_env, topics, tmp_path / "job", grace_ms=0).start()
     try:
-        customer = _insert(db, "silver")
+        customer = insert_customer(db, "silver")
         first = time.time_ns() // 1000
-        produce(stack_env, topics.name("ratings"), [rating(first, customer, 4, _later_second(db))])
+        produce(stack_env, topics.name("ratings"), [rating(first, customer, 4, next_second(db))])
         assert _enriched(stack_env, topics, first)["club_status"] == "silver"
 
         # The binlog starts over, and the connector snapshots the table again from its start.
@@ -58,7 +40,7 @@ def test_after_reset_master_and_a_new_snapshot_changes_reach_the_join(
         with db.cursor() as cur:
             cur.execute("UPDATE customers SET club_status = 'platinum' WHERE id = %s", (customer,))
         second = first + 1
-        produce(stack_env, topics.name("ratings"), [rating(second, customer, 1, _later_second(db))])
+        produce(stack_env, topics.name("ratings"), [rating(second, customer, 1, next_second(db))])
         out = _enriched(stack_env, topics, second)
         assert out["club_status"] == "platinum", f"the change after the reset was not followed:\n{job.tail()}"
         log = job.log.read_text(errors="replace")

@@ -20,6 +20,8 @@ from support.enrichment import (
     create_topics,
     db_now_ms,
     delete_topics,
+    insert_customer,
+    next_second,
     produce,
     rating,
     read_topic,
@@ -43,27 +45,9 @@ def job(stack_env: StackEnv, topics: Topics, tmp_path_factory: pytest.TempPathFa
     job.stop()
 
 
-def _insert(db: Any, club_status: str, customer_id: int | None = None) -> int:
-    with db.cursor() as cur:
-        cur.execute(
-            "INSERT INTO customers (id, first_name, last_name, email, gender, club_status, region, comments)"
-            " VALUES (%s, 'Test', %s, %s, 'Female', %s, 'EMEA', 'integration test')",
-            (customer_id, uuid.uuid4().hex[:8], f"{uuid.uuid4().hex[:8]}@example.com", club_status),
-        )
-        return int(customer_id or cur.lastrowid)
-
-
 def _execute(db: Any, sql: str, *args: Any) -> None:
     with db.cursor() as cur:
         cur.execute(sql, args)
-
-
-def _next_second(db: Any) -> int:
-    """Waits into the next database second (Debezium's change times have whole seconds)."""
-    start = db_now_ms(db) // 1000
-    while db_now_ms(db) // 1000 == start:
-        time.sleep(0.05)
-    return db_now_ms(db)
 
 
 def _by_rating(
@@ -90,10 +74,10 @@ IDS = _ids()
 def test_a_rating_joins_the_row_valid_at_its_time_and_updates_apply_later(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:
-    customer = _insert(db, "silver")
-    t_silver = _next_second(db)
+    customer = insert_customer(db, "silver")
+    t_silver = next_second(db)
     _execute(db, "UPDATE customers SET club_status = 'platinum' WHERE id = %s", customer)
-    t_platinum = _next_second(db)
+    t_platinum = next_second(db)
     before, after = next(IDS), next(IDS)
     produce(
         stack_env,
@@ -120,8 +104,8 @@ def test_prometheus_scrapes_the_job_s_counts_batches_and_watermark_lag(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:
     before = _scrape(job)
-    customer = _insert(db, "platinum")
-    t0 = _next_second(db)
+    customer = insert_customer(db, "platinum")
+    t0 = next_second(db)
     first = next(IDS)
     produce(stack_env, topics.name("ratings"), [rating(first, customer, 1, t0)])
     assert _by_rating(stack_env, topics.name("enriched"), {first})[first]["customer_matched"]
@@ -141,12 +125,12 @@ def test_prometheus_scrapes_the_job_s_counts_batches_and_watermark_lag(
 def test_b_after_a_delete_ratings_are_unmatched_and_a_reinsert_matches_again(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:
-    customer = _insert(db, "gold")
-    _next_second(db)
+    customer = insert_customer(db, "gold")
+    next_second(db)
     _execute(db, "DELETE FROM customers WHERE id = %s", customer)
-    t_deleted = _next_second(db)
-    _insert(db, "bronze", customer_id=customer)
-    t_back = _next_second(db)
+    t_deleted = next_second(db)
+    insert_customer(db, "bronze", customer_id=customer)
+    t_back = next_second(db)
     gone, back = next(IDS), next(IDS)
     produce(
         stack_env,
@@ -163,7 +147,7 @@ def test_d_grace_joins_a_row_created_shortly_after_the_rating_and_not_later(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:
     now = db_now_ms(db)
-    customer = _insert(db, "platinum")  # created about now
+    customer = insert_customer(db, "platinum")  # created about now
     within, beyond = next(IDS), next(IDS)
     produce(
         stack_env,
@@ -178,8 +162,8 @@ def test_d_grace_joins_a_row_created_shortly_after_the_rating_and_not_later(
 def test_e_records_of_one_customer_come_out_in_input_order(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:
-    customer = _insert(db, "platinum")
-    t0 = _next_second(db)
+    customer = insert_customer(db, "platinum")
+    t0 = next_second(db)
     # Rating times out of order on purpose: order follows the input offsets, not the times.
     ids = [next(IDS) for _ in range(30)]
     produce(
@@ -205,8 +189,8 @@ def test_e_records_of_one_customer_come_out_in_input_order(
 def test_g_bad_records_go_to_the_dlq_with_reasons_and_good_ones_around_them_are_enriched(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:
-    customer = _insert(db, "silver")
-    t0 = _next_second(db)
+    customer = insert_customer(db, "silver")
+    t0 = next_second(db)
     first, last = next(IDS), next(IDS)
     marker = uuid.uuid4().hex
     bad = {
@@ -254,8 +238,8 @@ def test_g_bad_records_go_to_the_dlq_with_reasons_and_good_ones_around_them_are_
 def test_a_rating_of_an_aborted_producer_transaction_is_never_enriched_alerted_or_dead_lettered(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:
-    customer = _insert(db, "platinum")
-    t0 = _next_second(db)
+    customer = insert_customer(db, "platinum")
+    t0 = next_second(db)
     aborted, committed = next(IDS), next(IDS)
     servers = stack_env["KAFKA_BOOTSTRAP_SERVERS"]
     producer = Producer({"bootstrap.servers": servers, "transactional.id": f"test-{uuid.uuid4()}"})
@@ -298,8 +282,8 @@ def _fresh_job_on_waiting_ratings(
     """New customers, then a rating of each waiting in a topic of its own, then a job on a
     fresh checkpoint (`env` added to its environment): the enriched records, and the job."""
     own = Topics()
-    customer_ids = [_insert(db, club_status) for _ in range(customers)]
-    t0 = _next_second(db)
+    customer_ids = [insert_customer(db, club_status) for _ in range(customers)]
+    t0 = next_second(db)
     ids = [next(IDS) for _ in customer_ids]
     names = create_topics(stack_env, own)
     waiting = [rating(rid, c, stars, t0) for rid, c in zip(ids, customer_ids, strict=True)]

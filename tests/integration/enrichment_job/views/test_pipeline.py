@@ -15,8 +15,9 @@ from support.enrichment import (
     Job,
     Topics,
     create_topics,
-    db_now_ms,
     delete_topics,
+    insert_customer,
+    next_second,
     produce,
     rating,
     read_topic,
@@ -42,16 +43,6 @@ def jobs(
     view_topics.drop(stack_env)
 
 
-def _insert(db: Any, club_status: str) -> int:
-    with db.cursor() as cur:
-        cur.execute(
-            "INSERT INTO customers (first_name, last_name, email, gender, club_status, region, comments)"
-            " VALUES ('View', %s, %s, 'Male', %s, 'APAC', 'views test')",
-            (uuid.uuid4().hex[:8], f"{uuid.uuid4().hex[:8]}@example.com", club_status),
-        )
-        return int(cur.lastrowid)
-
-
 def _row(stack_env: StackEnv, views: ViewsJob, topic: str, user: int, ratings: int) -> dict[str, Any]:
     """The customer's row once it counts `ratings` ratings."""
     key = f'{{"user_id":{user}}}'
@@ -65,26 +56,19 @@ def _row(stack_env: StackEnv, views: ViewsJob, topic: str, user: int, ratings: i
     pytest.fail(f"no row of {ratings} ratings for customer {user}:\n{views.tail()}")
 
 
-def _next_second(db: Any) -> int:
-    start = db_now_ms(db) // 1000
-    while db_now_ms(db) // 1000 == start:
-        time.sleep(0.05)
-    return db_now_ms(db)
-
-
 def test_an_upgrade_in_mariadb_shows_in_customer_ratings_from_the_next_rating_on(
     stack_env: StackEnv, topics: Topics, jobs: tuple[Job, ViewsJob, ViewTopics], db: Any
 ) -> None:
     _, views, view_topics = jobs
-    customer = _insert(db, "gold")
+    customer = insert_customer(db, "gold")
     first = time.time_ns() // 1000
-    produce(stack_env, topics.name("ratings"), [rating(first, customer, 4, _next_second(db))])
+    produce(stack_env, topics.name("ratings"), [rating(first, customer, 4, next_second(db))])
     row = _row(stack_env, views, view_topics.customer_ratings, customer, 1)
     assert (row["club_status"], row["ratings"], row["unhappy_ratings"]) == ("gold", 1, 0)
 
     with db.cursor() as cur:
         cur.execute("UPDATE customers SET club_status = 'platinum' WHERE id = %s", (customer,))
-    produce(stack_env, topics.name("ratings"), [rating(first + 1, customer, 1, _next_second(db))])
+    produce(stack_env, topics.name("ratings"), [rating(first + 1, customer, 1, next_second(db))])
     row = _row(stack_env, views, view_topics.customer_ratings, customer, 2)
     assert row["club_status"] == "platinum"
     assert (row["ratings"], row["unhappy_ratings"], row["stars_sum"], row["last_stars"]) == (2, 1, 5, 1)
@@ -95,9 +79,9 @@ def test_counts_are_exact_after_a_burst_through_the_whole_pipeline(
     stack_env: StackEnv, topics: Topics, jobs: tuple[Job, ViewsJob, ViewTopics], db: Any
 ) -> None:
     _, views, view_topics = jobs
-    customers = [_insert(db, status) for status in ("bronze", "silver", "gold", "platinum") * 5]
+    customers = [insert_customer(db, status) for status in ("bronze", "silver", "gold", "platinum") * 5]
     unknown = [2_000_000_000 + i for i in range(5)]  # no customer has these ids
-    now, base = _next_second(db), time.time_ns() // 1000
+    now, base = next_second(db), time.time_ns() // 1000
     burst = [
         rating(base + i, (customers + unknown)[i % 25], 1 + i % 5, now + i, message=f"burst {i}")
         for i in range(1_000)
@@ -139,9 +123,9 @@ def test_the_views_can_run_inside_the_enrichment_jobs_application(
     }
     job = Job(stack_env, topics, tmp_path / "enrichment", grace_ms=0, extra=extra).start()
     try:
-        customer = _insert(db, "silver")
+        customer = insert_customer(db, "silver")
         base = time.time_ns() // 1000
-        now = _next_second(db)
+        now = next_second(db)
         produce(
             stack_env, topics.name("ratings"), [rating(base + i, customer, 2 + i, now + i) for i in range(3)]
         )
