@@ -254,6 +254,12 @@ class Clock:
             pc.fill_null(events.column(name).cast(pa.int64()), -1).to_numpy()
             for name in ("binlog_file", "source_pos", "source_row")
         ]
+        # A snapshot's position is where the binlog ended as it read, and the first transaction
+        # streamed after it may report that very position, row 0 (MariaDB here reports one a
+        # GTID event further). So a snapshot read ranks just below it (row -2; a null row is -1):
+        # such a transaction is no re-send.
+        reported = (parts[0].copy(), parts[1].copy(), parts[2].copy())
+        parts[2] = np.where(restart, -2, parts[2])
         # Positions ranked in binlog order, the carried one last: a running maximum of ranks
         # is then the furthest position so far.
         carried = np.array([position] if position is not None else [], np.int64).reshape(-1, 3)
@@ -278,9 +284,10 @@ class Clock:
         seen = before >= 0
         self.duplicate = ~snapshot & seen & (own <= before)
         self.rewound = restart & seen & (own < before)
-        # Each rewind: the furthest position before it, and the snapshot's.
+        # Each rewind: the furthest position before it, and the snapshot's (as Debezium gave it).
         self.rewinds: list[tuple[Position, Position]] = [
-            (_position(by_rank[before[i]]), _position(by_rank[own[i]])) for i in np.flatnonzero(self.rewound)
+            (_position(by_rank[before[i]]), _position(np.array([part[i] for part in reported])))
+            for i in np.flatnonzero(self.rewound)
         ]
         furthest_file = by_rank[np.maximum(before, 0), 0] if len(by_rank) else before
         self.regressed = ~snapshot & seen & (parts[0] < furthest_file)

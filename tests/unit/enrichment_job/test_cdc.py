@@ -86,6 +86,7 @@ def test_after_a_new_snapshot_re_sends_are_still_skipped_and_incremental_reads_s
     values = [
         change_event("u", 7, 1_000, 500, binlog_file=3),
         change_event("r", 7, 2_000, 100, binlog_file=3, snapshot="true"),  # a snapshot at (3, 100)
+        change_event("u", 7, 2_500, 100, binlog_file=3),  # the first transaction after it: no re-send
         change_event("u", 7, 3_000, 200, binlog_file=3),
         change_event("u", 7, 4_000, 300, binlog_file=3),
         change_event("u", 7, 3_000, 200, binlog_file=3),  # Debezium restarted: a re-send
@@ -93,12 +94,13 @@ def test_after_a_new_snapshot_re_sends_are_still_skipped_and_incremental_reads_s
         change_event("u", 7, 3_000, 250, binlog_file=3),  # below (3, 300): a re-send still
     ]
     clock = _clock(values)
-    assert clock.duplicate.tolist() == [False, False, False, False, True, False, True]
-    assert clock.rewound.tolist() == [False, True, False, False, False, False, False]
+    assert clock.duplicate.tolist() == [False, False, False, False, False, True, False, True]
+    assert clock.rewound.tolist() == [False, True, False, False, False, False, False, False]
     assert clock.rewinds == [((3, 500, 0), (3, 100, 0))]
     assert clock.position == (3, 300, 0)
-    # A snapshot carried over from the batch before: the carried position is its own.
-    assert _clock(values[2:3], 5_000, (3, 100, 0)).duplicate.tolist() == [False]
+    # A batch that ends on the snapshot carries its position, just below the next transaction.
+    assert _clock(values[:2]).position == (3, 100, -2)
+    assert _clock(values[2:4], 5_000, (3, 100, -2)).duplicate.tolist() == [False, False]
 
 
 def test_change_events_become_versions_and_the_compacted_topics_records(spark: Any) -> None:
