@@ -132,6 +132,20 @@ def db_now_ms(db: Any) -> int:
         return int(cur.fetchone()[0])
 
 
+def by_rating(
+    stack_env: StackEnv, topic: str, rating_ids: set[int], timeout_s: float = 120
+) -> dict[int, Any]:
+    """The records of `topic` (read_committed) with these rating ids, once every one is there."""
+    found: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not rating_ids <= set(found):
+        for value in values(read_topic(stack_env, topic, timeout_s=10)):
+            if value["rating_id"] in rating_ids:
+                found[value["rating_id"]] = value
+    assert set(found) == rating_ids, f"missing {rating_ids - set(found)}"
+    return found
+
+
 def next_second(db: Any) -> int:
     """Waits into the next database second (Debezium's change times have whole seconds)."""
     start = db_now_ms(db) // 1000

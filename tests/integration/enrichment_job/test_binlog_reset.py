@@ -7,21 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from support.enrichment import Job, Topics, insert_customer, next_second, produce, rating, read_topic, values
+from support.enrichment import Job, Topics, by_rating, insert_customer, next_second, produce, rating
 
 from infra.stack.bootstrap import start_binlog_over
 from infra.stack.settings import StackSettings
 
 StackEnv = dict[str, str]
-
-
-def _enriched(stack_env: StackEnv, topics: Topics, rating_id: int, timeout_s: float = 180) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for value in values(read_topic(stack_env, topics.name("enriched"), timeout_s=10)):
-            if value["rating_id"] == rating_id:
-                return dict(value)
-    raise AssertionError(f"rating {rating_id} not enriched within {timeout_s} s")
 
 
 def test_after_reset_master_and_a_new_snapshot_changes_reach_the_join(
@@ -32,7 +23,7 @@ def test_after_reset_master_and_a_new_snapshot_changes_reach_the_join(
         customer = insert_customer(db, "silver")
         first = time.time_ns() // 1000
         produce(stack_env, topics.name("ratings"), [rating(first, customer, 4, next_second(db))])
-        assert _enriched(stack_env, topics, first)["club_status"] == "silver"
+        assert by_rating(stack_env, topics.name("enriched"), {first}, 180)[first]["club_status"] == "silver"
 
         # The binlog starts over, and the connector snapshots the table again from its start.
         start_binlog_over(StackSettings())
@@ -41,7 +32,7 @@ def test_after_reset_master_and_a_new_snapshot_changes_reach_the_join(
             cur.execute("UPDATE customers SET club_status = 'platinum' WHERE id = %s", (customer,))
         second = first + 1
         produce(stack_env, topics.name("ratings"), [rating(second, customer, 1, next_second(db))])
-        out = _enriched(stack_env, topics, second)
+        out = by_rating(stack_env, topics.name("enriched"), {second}, 180)[second]
         assert out["club_status"] == "platinum", f"the change after the reset was not followed:\n{job.tail()}"
         log = job.log.read_text(errors="replace")
         assert "starts below the furthest position read before it" in log, job.tail()

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from support.enrichment import (
     Job,
     Topics,
+    by_rating,
     create_topics,
     db_now_ms,
     delete_topics,
@@ -50,19 +51,6 @@ def _execute(db: Any, sql: str, *args: Any) -> None:
         cur.execute(sql, args)
 
 
-def _by_rating(
-    stack_env: StackEnv, topic: str, rating_ids: set[int], timeout_s: float = 120
-) -> dict[int, Any]:
-    found: dict[int, Any] = {}
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not rating_ids <= set(found):
-        for value in values(read_topic(stack_env, topic, timeout_s=10)):
-            if value["rating_id"] in rating_ids:
-                found[value["rating_id"]] = value
-    assert set(found) == rating_ids, f"missing {rating_ids - set(found)}"
-    return found
-
-
 def _ids() -> Iterator[int]:
     base = time.time_ns() // 1000
     return iter(range(base, base + 1_000_000))
@@ -84,13 +72,13 @@ def test_a_rating_joins_the_row_valid_at_its_time_and_updates_apply_later(
         topics.name("ratings"),
         [rating(before, customer, 1, t_silver - 500), rating(after, customer, 1, t_platinum)],
     )
-    out = _by_rating(stack_env, topics.name("enriched"), {before, after})
+    out = by_rating(stack_env, topics.name("enriched"), {before, after})
     assert out[before]["club_status"] == "silver"
     assert out[after]["club_status"] == "platinum"
     assert out[after]["customer_matched"] is True
     assert out[after]["full_name"].startswith("Test ")
     assert out[before]["customer_version"] != out[after]["customer_version"]
-    alerts = _by_rating(stack_env, topics.name("alerts"), {after})
+    alerts = by_rating(stack_env, topics.name("alerts"), {after})
     assert alerts[after]["club_status"] == "platinum" and alerts[after]["stars"] == 1
 
 
@@ -108,7 +96,7 @@ def test_prometheus_scrapes_the_job_s_counts_batches_and_watermark_lag(
     t0 = next_second(db)
     first = next(IDS)
     produce(stack_env, topics.name("ratings"), [rating(first, customer, 1, t0)])
-    assert _by_rating(stack_env, topics.name("enriched"), {first})[first]["customer_matched"]
+    assert by_rating(stack_env, topics.name("enriched"), {first})[first]["customer_matched"]
     enriched = before.get("ratings_job_enriched_total", 0)
     deadline = time.monotonic() + 30
     while (after := _scrape(job)).get("ratings_job_enriched_total", 0) == enriched:
@@ -138,7 +126,7 @@ def test_b_after_a_delete_ratings_are_unmatched_and_a_reinsert_matches_again(
         # The last millisecond of the delete's second, before the re-insert's second began.
         [rating(gone, customer, 4, t_deleted // 1000 * 1000 - 1), rating(back, customer, 4, t_back)],
     )
-    out = _by_rating(stack_env, topics.name("enriched"), {gone, back})
+    out = by_rating(stack_env, topics.name("enriched"), {gone, back})
     assert out[gone]["customer_matched"] is False and out[gone]["club_status"] is None
     assert out[back]["customer_matched"] is True and out[back]["club_status"] == "bronze"
 
@@ -154,7 +142,7 @@ def test_d_grace_joins_a_row_created_shortly_after_the_rating_and_not_later(
         topics.name("ratings"),
         [rating(within, customer, 5, now - 1000), rating(beyond, customer, 5, now - GRACE_MS - 2000)],
     )
-    out = _by_rating(stack_env, topics.name("enriched"), {within, beyond})
+    out = by_rating(stack_env, topics.name("enriched"), {within, beyond})
     assert out[within]["customer_matched"] is True and out[within]["club_status"] == "platinum"
     assert out[beyond]["customer_matched"] is False
 
@@ -171,7 +159,7 @@ def test_e_records_of_one_customer_come_out_in_input_order(
         topics.name("ratings"),
         [rating(rid, customer, 1 + i % 2, t0 + (i * 7919) % 900) for i, rid in enumerate(ids)],
     )
-    _by_rating(stack_env, topics.name("enriched"), set(ids))
+    by_rating(stack_env, topics.name("enriched"), set(ids))
     enriched = [
         v["rating_id"]
         for v in values(read_topic(stack_env, topics.name("enriched"), timeout_s=10))
@@ -220,7 +208,7 @@ def test_g_bad_records_go_to_the_dlq_with_reasons_and_good_ones_around_them_are_
         topics.name("ratings"),
         [rating(first, customer, 3, t0), *((b"bad", v.encode()) for v in bad), rating(last, customer, 3, t0)],
     )
-    out = _by_rating(stack_env, topics.name("enriched"), {first, last})
+    out = by_rating(stack_env, topics.name("enriched"), {first, last})
     assert all(v["customer_matched"] for v in out.values())
     dead = [
         r
@@ -251,7 +239,7 @@ def test_a_rating_of_an_aborted_producer_transaction_is_never_enriched_alerted_o
         producer.produce(topics.name("ratings"), value, key)
         producer.flush(30)
         finish(30)
-    _by_rating(stack_env, topics.name("alerts"), {committed})
+    by_rating(stack_env, topics.name("alerts"), {committed})
     enriched = {v["rating_id"] for v in values(read_topic(stack_env, topics.name("enriched"), timeout_s=10))}
     assert committed in enriched and aborted not in enriched
     alerts = {v["rating_id"] for v in values(read_topic(stack_env, topics.name("alerts"), timeout_s=10))}
@@ -292,7 +280,7 @@ def _fresh_job_on_waiting_ratings(
     job.env.update(env or {})
     job.start()
     try:
-        return _by_rating(stack_env, own.name("enriched"), set(ids)), job
+        return by_rating(stack_env, own.name("enriched"), set(ids)), job
     finally:
         job.stop()
         delete_topics(stack_env, names)
