@@ -234,6 +234,24 @@ def thread_cpu_s(pid: int) -> dict[str, tuple[str, float]]:
     return threads
 
 
+def runqueue_wait_s(pid: int) -> dict[str, float]:
+    """Seconds each live thread of `pid` has spent runnable but not running so far (the
+    scheduler's run queue, /proc/.../schedstat), by thread id: how long the cores were taken by
+    others when the thread had work."""
+    waits: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            waits[task.name] = int((task / "schedstat").read_text().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            continue
+    return waits
+
+
+def waited_per_s(before: dict[str, float], after: dict[str, float], seconds: float) -> float:
+    """Run-queue seconds per second between two `runqueue_wait_s` readings (threads summed)."""
+    return round(sum(w - before.get(tid, 0.0) for tid, w in after.items()) / seconds, 3)
+
+
 def cores_used(
     before: dict[str, tuple[str, float]], after: dict[str, tuple[str, float]], seconds: float
 ) -> dict[str, float]:

@@ -72,6 +72,8 @@ async def run(port: int, ids: list[int], rate: float, duration_s: float, connect
         "p99_ms": ms(0.99),
         "max_ms": round(ordered[-1] * 1000, 2),
         "cpu_s": round(time.process_time(), 2),  # this client's own CPU: it shares the cores it measures
+        # and the time it was ready to run but waited for a core, which its latencies include
+        "runqueue_wait_s": round(float(Path("/proc/self/schedstat").read_text().split()[1]) / 1e9, 2),
     }
 
 

@@ -41,11 +41,13 @@ from infra.bench.job import (
     fixed_rate,
     job_jvm,
     percentile,
+    runqueue_wait_s,
     seed_customers,
     start_job,
     thread_cpu_s,
     trickle_updates,
     wait_caught_up,
+    waited_per_s,
 )
 from infra.demo.views import behind
 from infra.stack.secrets import read_env_file
@@ -308,12 +310,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark
                     stdout=subprocess.PIPE,
                 )
             freshness.samples, freshness.timing = [], measured
-            jvms = {
+            jvms: dict[str, int] = {
                 name: pid for name in ("job", "views") if name in procs and (pid := job_jvm(procs[name].pid))
             }
             cpu_before = {name: thread_cpu_s(pid) for name, pid in jvms.items()}
             pythons = {f"{name}_python": proc.pid for name, proc in procs.items()}
             python_before = {name: thread_cpu_s(pid) for name, pid in pythons.items()}
+            watched: dict[str, int] = {**jvms, **pythons, "bench_python": os.getpid()}
+            waits_before = {name: runqueue_wait_s(pid) for name, pid in watched.items()}
             machine_before, bench_before = _machine_busy_s(), time.process_time()
             t0 = time.monotonic()
             figures = fixed_rate(
@@ -354,10 +358,26 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark
             # This benchmark's own clients run on the same cores: its producer, the latency
             # consumer and the change follower in this process, the pull client in its own.
             processes["bench_python"] = round((time.process_time() - bench_before) / elapsed, 2)
+            # Seconds per second each process's threads were ready to run but waited for a core;
+            # the query service's event loop (its main thread) alone, since it answers the pulls.
+            waits_after = {name: runqueue_wait_s(pid) for name, pid in watched.items()}
+            figures["runqueue_wait_per_s"] = {
+                name: waited_per_s(was, waits_after[name], elapsed) for name, was in waits_before.items()
+            }
+            if "api_python" in watched:
+                loop = str(watched["api_python"])
+                figures["runqueue_wait_per_s"]["api_event_loop"] = waited_per_s(
+                    {loop: waits_before["api_python"].get(loop, 0.0)},
+                    {loop: waits_after["api_python"].get(loop, 0.0)},
+                    elapsed,
+                )
             if pull is not None:
                 out, _ = pull.communicate(timeout=seconds + 300)
                 figures["pull"] = json.loads(out.decode().strip().splitlines()[-1])
                 processes["pull_client"] = round(figures["pull"]["cpu_s"] / elapsed, 2)
+                figures["runqueue_wait_per_s"]["pull_client"] = round(
+                    figures["pull"]["runqueue_wait_s"] / elapsed, 3
+                )
             figures["cores"] = {**processes, "machine": round(machine, 2)}
             results[phase] = figures
             print(json.dumps(figures), flush=True)
