@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STACK := $(BIN)/python -m infra.stack
 
-.PHONY: help install up down status clean demo loadgen test test-unit test-integration lint format typecheck env bench bench-job bench-table bench-views faults lake-query views-job views-api view
+.PHONY: help install up down status clean demo loadgen test test-secured test-unit test-integration lint format typecheck env bench bench-job bench-table bench-views faults lake-query views-job views-api view
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -60,8 +60,16 @@ KEY ?=
 view: $(STAMP) ## print a view from the query service (NAME=, KEY= one row, FOLLOW=1 its changes)
 	$(BIN)/python -m services.views.cli $(if $(FOLLOW),follow $(NAME) $(if $(KEY),--key $(KEY)),show $(NAME) $(KEY))
 
-test: up ## the whole test suite against the real stack (what CI runs)
+test: up ## the whole test suite against the real stack, then the secured stack's (what CI runs)
 	$(BIN)/pytest
+	$(MAKE) test-secured
+
+# The secured mode (SASL/SCRAM and ACLs) keeps its own state folder: a state folder keeps its mode.
+SECURED := STACK_STATE_DIR=$(CURDIR)/.state-secured STACK_KAFKA_SECURITY=scram
+test-secured: $(STAMP) ## stops the stack, starts the secured one (SASL/SCRAM, ACLs), tests through it, stops it
+	$(STACK) down
+	@set -e; trap '$(SECURED) $(STACK) down' EXIT; $(SECURED) $(STACK) up; \
+	  $(SECURED) $(BIN)/pytest tests/integration/secured
 
 test-unit: $(STAMP) ## tests that need no running service
 	$(BIN)/pytest tests/unit

@@ -14,9 +14,11 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from infra.stack import kafka_security
 from infra.stack.components import mariadb_socket
 from infra.stack.errors import ComponentFailed
 from infra.stack.health import http_json, s3_client
+from infra.stack.kafka_security import admin_config
 from infra.stack.settings import INFRA_DIR, REPO_ROOT, StackSettings
 
 log = logging.getLogger("stack")
@@ -46,8 +48,8 @@ def read_topics(path: Path = TOPICS_FILE) -> list[TopicSpec]:
     return specs
 
 
-def create_topics(settings: StackSettings) -> None:
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+def create_topics(settings: StackSettings, secrets: dict[str, str]) -> None:
+    admin = AdminClient(admin_config(settings, secrets))
     existing = set(admin.list_topics(timeout=10).topics)
     wanted = [t for t in read_topics() if t.name not in existing]
     if not wanted:
@@ -91,8 +93,26 @@ def check_mariadb_socket(settings: StackSettings) -> None:
         raise RuntimeError(proc.stderr.strip() or "mariadb client failed")
 
 
-def connector_config(name: str) -> dict[str, str]:
-    return dict(json.loads((REPO_ROOT / "connect" / f"{name}.json").read_text()))
+def ensure_principals(settings: StackSettings, secrets: dict[str, str]) -> None:
+    """The secured mode's per-program credentials and ACLs (nothing in plaintext mode)."""
+    if settings.kafka_security == "scram":
+        kafka_security.ensure_principals(AdminClient(admin_config(settings, secrets)), secrets)
+        log.info("Kafka principals and ACLs: %s", ", ".join(kafka_security.PRINCIPALS))
+
+
+def connector_config(name: str, settings: StackSettings | None = None) -> dict[str, str]:
+    """connect/<name>.json; in the secured mode with the schema history's clients signed in too
+    (Debezium gives them no worker settings), their JAAS line from the worker's environment."""
+    config = dict(json.loads((REPO_ROOT / "connect" / f"{name}.json").read_text()))
+    if settings is not None and settings.kafka_security == "scram":
+        for client in ("producer", "consumer"):
+            prefix = f"schema.history.internal.{client}."
+            config |= {
+                prefix + "security.protocol": "SASL_PLAINTEXT",
+                prefix + "sasl.mechanism": kafka_security.MECHANISM,
+                prefix + "sasl.jaas.config": "${env:KAFKA_SASL_JAAS_CONFIG}",
+            }
+    return config
 
 
 def register_connector(settings: StackSettings) -> None:
@@ -100,7 +120,7 @@ def register_connector(settings: StackSettings) -> None:
     http_json(
         "PUT",
         f"{settings.connect_url}/connectors/{settings.connector_name}/config",
-        connector_config(settings.connector_name),
+        connector_config(settings.connector_name, settings),
         timeout=30,
     )
 

@@ -14,6 +14,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.stack import kafka_security
 from infra.stack.artifacts import Installed
 from infra.stack.errors import ComponentFailed
 from infra.stack.settings import INFRA_DIR, StackSettings
@@ -86,7 +87,23 @@ def kafka_cluster_id() -> str:
             return cluster_id
 
 
-def kafka(settings: StackSettings, installed: Installed) -> Component:
+def _kafka_mode(settings: StackSettings, state: Path) -> None:
+    """A state folder keeps the security mode its Kafka was formatted with: the secured mode's
+    admin credential is written at format time, and a plaintext node has none."""
+    marker = state / "security"
+    if (state / "data" / "meta.properties").exists():
+        made = marker.read_text().strip() if marker.exists() else "plaintext"
+        if made != settings.kafka_security:
+            raise ComponentFailed(
+                f"Kafka's data in {state} was made with STACK_KAFKA_SECURITY={made}, "
+                f"not {settings.kafka_security}",
+                hint="use another STACK_STATE_DIR for the other mode, or `make clean` to start over",
+            )
+    else:
+        _write_private(marker, settings.kafka_security + "\n")
+
+
+def kafka(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> Component:
     state = settings.state_dir / "kafka"
     config = state / "server.properties"
     overrides = {
@@ -96,6 +113,11 @@ def kafka(settings: StackSettings, installed: Installed) -> Component:
         "controller.quorum.voters": f"1@127.0.0.1:{settings.kafka_controller_port}",
         "log.dirs": str(state / "data"),
     }
+    secured = settings.kafka_security == "scram"
+    if secured:
+        ports = (settings.kafka_port, settings.kafka_controller_port)
+        overrides |= kafka_security.broker_properties(*ports, secrets)
+    _kafka_mode(settings, state)
     _write_private(config, render_properties(INFRA_DIR / "kafka" / "server.properties", overrides))
     classpath = f"{installed.kafka_lib}/*"
     log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
@@ -113,6 +135,7 @@ def kafka(settings: StackSettings, installed: Installed) -> Component:
                 cluster_id,
                 "-c",
                 str(config),
+                *(kafka_security.format_arguments(secrets) if secured else []),
             ],
             capture_output=True,
             text=True,
@@ -129,8 +152,20 @@ def kafka(settings: StackSettings, installed: Installed) -> Component:
     )
 
 
+ALLOWLIST = "config.providers.env.param.allowlist.pattern"
+
+
+def _allowlist(properties: Path) -> str:
+    """The environment variables Connect's env provider may resolve, as the shared file names them."""
+    for line in properties.read_text().splitlines():
+        if line.startswith(ALLOWLIST + "="):
+            return line.split("=", 1)[1]
+    raise ComponentFailed(f"{properties} has no {ALLOWLIST}")
+
+
 def connect(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> Component:
     state = settings.state_dir / "connect"
+    shared = INFRA_DIR / "connect" / "connect-distributed.properties"
     config = state / "worker.properties"
     overrides = {
         "bootstrap.servers": settings.bootstrap_servers,
@@ -139,9 +174,22 @@ def connect(settings: StackSettings, installed: Installed, secrets: dict[str, st
         "rest.advertised.port": str(settings.connect_port),
         "plugin.path": str(installed.connect_plugins),
     }
-    _write_private(
-        config, render_properties(INFRA_DIR / "connect" / "connect-distributed.properties", overrides)
-    )
+    environment = {
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "MARIADB_HOST": "127.0.0.1",
+        "MARIADB_PORT": str(settings.mariadb_port),
+        "DEBEZIUM_DB_PASSWORD": secrets["DEBEZIUM_DB_PASSWORD"],
+    }
+    if settings.kafka_security == "scram":
+        # The worker, and the producers, consumers and admin clients it makes for connectors,
+        # sign in as `connect`; Debezium's schema history reads the same line from the environment.
+        password = secrets[kafka_security.password_name("connect")]
+        signed_in = kafka_security.java_client_config("connect", password)
+        for prefix in ("", "producer.", "consumer.", "admin."):
+            overrides |= {prefix + key: value for key, value in signed_in.items()}
+        environment["KAFKA_SASL_JAAS_CONFIG"] = signed_in["sasl.jaas.config"]
+        overrides[ALLOWLIST] = _allowlist(shared).replace(")$", "|KAFKA_SASL_JAAS_CONFIG)$")
+    _write_private(config, render_properties(shared, overrides))
     log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
     return Component(
         name="connect",
@@ -154,13 +202,7 @@ def connect(settings: StackSettings, installed: Installed, secrets: dict[str, st
             str(config),
         ],
         directory=state,
-        # Resolved by the worker's EnvVarConfigProvider in connect/*.json.
-        environment={
-            "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "MARIADB_HOST": "127.0.0.1",
-            "MARIADB_PORT": str(settings.mariadb_port),
-            "DEBEZIUM_DB_PASSWORD": secrets["DEBEZIUM_DB_PASSWORD"],
-        },
+        environment=environment,  # resolved by the worker's EnvVarConfigProvider in connect/*.json
         stop_wait_s=60,
     )
 
@@ -298,7 +340,7 @@ def prepare_components(
     """Render configs and initialise data folders (first run only); the components in start order."""
     return [
         mariadb(settings),
-        kafka(settings, installed),
+        kafka(settings, installed, secrets),
         s3(settings, installed, secrets),
         elasticsearch(settings, installed),
         connect(settings, installed, secrets),

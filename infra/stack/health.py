@@ -13,6 +13,7 @@ import pymysql
 from botocore.config import Config
 from confluent_kafka.admin import AdminClient
 
+from infra.stack.kafka_security import admin_config
 from infra.stack.settings import StackSettings
 
 
@@ -38,7 +39,7 @@ def s3_client(settings: StackSettings, secrets: dict[str, str]) -> Any:
 
 def check_kafka(settings: StackSettings, secrets: dict[str, str]) -> str:
     # log_level 2: a broker that is still starting is this check's answer, not an error to print.
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 2})
+    admin = AdminClient({**admin_config(settings, secrets), "log_level": 2})
     meta = admin.list_topics(timeout=5)
     if not meta.brokers:
         raise RuntimeError("no broker in metadata")

@@ -29,11 +29,12 @@ def write_env_file(path: Path, values: dict[str, str], header: str) -> None:
     tmp.replace(path)
 
 
-def ensure_secrets(state_dir: Path) -> dict[str, str]:
-    """Load the stack's secrets, creating the missing ones (URL-safe, so no quoting is needed)."""
+def ensure_secrets(state_dir: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Load the stack's secrets, creating the missing ones (URL-safe, so no quoting is needed);
+    `extra` names those of an optional mode (the secured Kafka's passwords)."""
     path = state_dir / "secrets.env"
     values = read_env_file(path) if path.exists() else {}
-    missing = [name for name in SECRET_NAMES if not values.get(name)]
+    missing = [name for name in (*SECRET_NAMES, *extra) if not values.get(name)]
     if missing:
         for name in missing:
             values[name] = secrets.token_urlsafe(24)

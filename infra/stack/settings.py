@@ -6,6 +6,7 @@ Every field can be set from the environment with the prefix STACK_ (STACK_KAFKA_
 import hashlib
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -42,6 +43,12 @@ class StackSettings(BaseSettings):
     elasticsearch_port: int = 9200
     elasticsearch_transport_port: int = 9300
     s3_port: int = 9000
+
+    kafka_security: Literal["plaintext", "scram"] = Field(
+        "plaintext",
+        description="scram: SASL/SCRAM-SHA-512 and ACLs, one principal per program (passwords in "
+        "secrets.env); a state folder keeps the mode it was made with",
+    )
 
     kafka_heap: str = "768m"
     connect_heap: str = "768m"

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from infra.stack import bootstrap
+from infra.stack import bootstrap, kafka_security
 from infra.stack.artifacts import Installed, install
 from infra.stack.components import component_ports, prepare_components
 from infra.stack.errors import ComponentFailed, PortInUse
@@ -141,7 +141,8 @@ def up(settings: StackSettings) -> None:
     if os.geteuid() == 0:
         _private_state(settings)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    secrets = ensure_secrets(settings.state_dir)
+    secured = settings.kafka_security == "scram"
+    secrets = ensure_secrets(settings.state_dir, kafka_security.SECRET_NAMES if secured else ())
     sup = Supervisor(settings)
     check_ports(settings, sup)
     components = prepare_components(settings, installed, secrets)
@@ -157,7 +158,8 @@ def up(settings: StackSettings) -> None:
     _wait(settings, sup, "mariadb", lambda: bootstrap.check_mariadb_socket(settings))
     bootstrap.bootstrap_mariadb(settings, secrets)
     _wait(settings, sup, "kafka", check("kafka"))
-    bootstrap.create_topics(settings)
+    bootstrap.create_topics(settings, secrets)
+    bootstrap.ensure_principals(settings, secrets)
     # 3. Connect, then the connector, until it and its task are RUNNING.
     sup.start("connect")
     rest = f"{settings.connect_url}/connector-plugins"
@@ -189,7 +191,10 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
         "S3_SECRET_KEY": secrets["S3_SECRET_KEY"],
         "SPARK_JARS": ",".join(str(p) for p in installed.spark_jars()),
         "JAVA_HOME": str(installed.java_home),
+        "KAFKA_SECURITY": settings.kafka_security,
     }
+    if settings.kafka_security == "scram":  # each program's principal: kafka_security.PRINCIPALS
+        values |= {name: secrets[name] for name in kafka_security.client_secret_names()}
     write_env_file(
         stack_env_path(settings), values, "Written by `make up`: how clients reach the local stack."
     )

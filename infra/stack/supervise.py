@@ -70,13 +70,22 @@ def render_config(settings: StackSettings, components: list[Component]) -> str:
             "stdout_logfile_backups": "3",
         }
         if comp.environment:
-            section["environment"] = ",".join(f'{k}="{v}"' for k, v in comp.environment.items())
+            section["environment"] = ",".join(f"{k}={_env_quote(v)}" for k, v in comp.environment.items())
         if comp.user:
             section["user"] = comp.user
         conf[f"program:{comp.name}"] = section
     out = io.StringIO()
     conf.write(out)
     return out.getvalue()
+
+
+def _env_quote(value: str) -> str:
+    """A value of supervisord's `environment`: its parser (shlex, not POSIX mode) has no escapes,
+    so a value with double quotes in it (a JAAS line) goes in single quotes."""
+    for mark in ('"', "'"):
+        if mark not in value:
+            return f"{mark}{value}{mark}"
+    raise ValueError(f"an environment value with both kinds of quotes cannot be passed: {value[:20]}...")
 
 
 def _quote(arg: str) -> str:

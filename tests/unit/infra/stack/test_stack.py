@@ -1,11 +1,13 @@
 """Failure is explained: a taken port names port and component; a dying process fails `up`
 with the tail of its log. These run a real supervisord with tiny programs, no stack needed."""
 
+import configparser
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from supervisor.datatypes import dict_of_key_value_pairs
 
 from infra.stack.components import Component
 from infra.stack.errors import ComponentFailed, PortInUse
@@ -159,3 +161,15 @@ def test_the_data_of_a_stack_from_before_the_service_folder_moves_over(as_root: 
     assert (as_root / "abc" / "elasticsearch" / "data").is_dir()
     assert not (state / "mariadb").exists()
     assert (state / "kafka").is_dir()  # root's components stay
+
+
+def test_environment_values_with_quotes_and_commas_reach_supervisord_intact(tmp_path: Path) -> None:
+    jaas = (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="connect" password="p-1";'
+    )
+    program = Component(
+        name="env", ports={}, command=["/bin/true"], directory=tmp_path, environment={"J": jaas, "L": "a,b"}
+    )
+    section = configparser.ConfigParser(interpolation=None)
+    section.read_string(render_config(StackSettings(state_dir=tmp_path), [program]))
+    assert dict_of_key_value_pairs(section["program:env"]["environment"]) == {"J": jaas, "L": "a,b"}
