@@ -83,14 +83,7 @@ def bootstrap_mariadb(settings: StackSettings, secrets: dict[str, str]) -> None:
 
 def check_mariadb_socket(settings: StackSettings) -> None:
     """Raises until the local admin can run a query over the server's socket."""
-    proc = subprocess.run(
-        ["mariadb", f"--socket={mariadb_socket(settings)}", "-u", os_user(), "-e", "SELECT 1"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip() or "mariadb client failed")
+    admin_sql(settings, "SELECT 1")
 
 
 def ensure_principals(settings: StackSettings, secrets: dict[str, str]) -> None:
@@ -126,13 +119,16 @@ def register_connector(settings: StackSettings) -> None:
 
 
 def admin_sql(settings: StackSettings, sql: str) -> None:
-    """As the database's local admin, over its socket (DDL and server statements)."""
-    subprocess.run(
+    """As the database's local admin, over its socket (DDL and server statements); raises with
+    the client's message when it fails."""
+    proc = subprocess.run(
         ["mariadb", f"--socket={mariadb_socket(settings)}", "-u", os_user(), "-e", sql],
-        check=True,
         capture_output=True,
         text=True,
+        check=False,
     )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip() or "mariadb client failed")
 
 
 def _connector(settings: StackSettings, method: str, action: str = "") -> Any:
