@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from elasticsearch import Elasticsearch
 from support.enrichment import Job, Topics, db_now_ms, insert_customer, rating
 from support.lake import Lake
@@ -25,6 +26,7 @@ from support.services import ServiceProcess
 from support.views_api import free_port
 
 from infra.slack.fake import CHANNEL, TOKEN, fake_slack
+from infra.stack import kafka_security
 
 StackEnv = dict[str, str]
 
@@ -57,6 +59,12 @@ def test_a_client_without_a_valid_password_is_refused(stack_env: StackEnv) -> No
     # The right password gets through.
     producer = Producer(client(stack_env, "loadgen"))
     assert producer.list_topics(timeout=10).brokers
+
+
+def test_the_cluster_holds_exactly_the_acls_of_the_principals_table(stack_env: StackEnv) -> None:
+    admin = AdminClient(client(stack_env, "admin"))
+    for user, grants in kafka_security.PRINCIPALS.items():
+        assert set(kafka_security.granted(admin, user)) == set(kafka_security.bindings(user, grants)), user
 
 
 def _delivery(config: dict[str, Any], topic: str) -> KafkaError | None:
