@@ -6,11 +6,14 @@ A Spark driver loads some 15,000 classes before its first query. With an archive
 sooner too. The first run of a job on a host writes the archive as its JVM exits after a clean stop
 (-XX:ArchiveClassesAtExit, about 12 s at the exit here); the runs after map it
 (-XX:SharedArchiveFile). An archive belongs to
-one JVM build and one class path, so its file name carries a hash of both: a new JDK, Spark or
-jar list makes a new one. A JVM that cannot use an archive says so and starts without it.
+one JVM build and one class path, so its file name carries a hash of both: a new JDK, Spark,
+Spark install folder (each checkout's virtualenv has its own) or jar list makes a new one. A JVM
+that cannot use an archive says so and starts without it. The newest few archives are kept; a
+new one replaces the oldest.
 """
 
 import hashlib
+import importlib.util
 import logging
 import os
 import subprocess
@@ -42,9 +45,21 @@ def _jar_stamps(jars: str) -> str:
     return ",".join(stamps)
 
 
+KEEP = 4  # archives per application name in a folder (about 200 MB each)
+
+
+def _spark_home() -> str:
+    """Where the Spark the JVM loads its classes from is installed: the archive records every
+    class path entry by its absolute path, so another install of the same version cannot map it."""
+    if home := os.environ.get("SPARK_HOME"):
+        return home
+    spec = importlib.util.find_spec("pyspark")
+    return str(Path(spec.origin).parent) if spec is not None and spec.origin else ""
+
+
 def archive_path(directory: Path, app_name: str, jars: str, java_options: str) -> Path:
-    """The archive for this JVM build, Spark, jar list and JVM options, under `directory`."""
-    key = "\n".join([_java_build(), version("pyspark"), _jar_stamps(jars), java_options])
+    """The archive for this JVM build, Spark install, jar list and JVM options, under `directory`."""
+    key = "\n".join([_java_build(), version("pyspark"), _spark_home(), _jar_stamps(jars), java_options])
     return directory / f"{app_name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
@@ -79,8 +94,19 @@ class ClassArchive:
             return
         if code == 0 and self.writing.exists():
             self.writing.replace(self.path)
+            prune(self.path)
         else:
             self.writing.unlink(missing_ok=True)
+
+
+def prune(kept: Path, keep: int = KEEP) -> None:
+    """Removes the oldest archives of `kept`'s application beyond the newest `keep`."""
+    app = kept.name.rsplit("-", 1)[0]
+    archives = sorted(kept.parent.glob(f"{app}-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[keep:]:
+        if old != kept:
+            old.unlink(missing_ok=True)
+            log.info("removed the old class archive %s", old)
 
 
 def class_archive(directory: Path, app_name: str, jars: str, java_options: str) -> ClassArchive:

@@ -1,10 +1,11 @@
 """The driver JVM's class data sharing archive: written once, mapped after, one per JVM and jars."""
 
+import os
 from pathlib import Path
 
 import pytest
 
-from enrichment_job.jvm import ClassArchive, archive_path, class_archive
+from enrichment_job.jvm import ClassArchive, archive_path, class_archive, prune
 
 
 def test_without_an_archive_the_jvm_writes_one_under_a_name_of_its_own(tmp_path: Path) -> None:
@@ -37,6 +38,28 @@ def test_other_jars_jvm_options_or_java_make_another_archive(
     before = archive_path(tmp_path, "job", "", "")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "another-jdk"))
     assert archive_path(tmp_path, "job", "", "") != before
+
+
+def test_another_spark_install_of_the_same_version_makes_another_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An archive names every class path entry by its absolute path: one written by another
+    # checkout's virtualenv cannot be mapped here ("the top archive failed to load").
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    here = archive_path(tmp_path, "job", "", "")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "another-checkout" / "pyspark"))
+    assert archive_path(tmp_path, "job", "", "") != here
+
+
+def test_only_the_newest_archives_are_kept(tmp_path: Path) -> None:
+    names = [tmp_path / f"job-{i:016x}.jsa" for i in range(6)]
+    for age, path in enumerate(reversed(names)):
+        path.write_bytes(b"a")
+        os.utime(path, (1_000 + age, 1_000 + age))  # names[-1] oldest ... names[0] newest
+    other = tmp_path / "views-0000000000000000.jsa"
+    other.write_bytes(b"b")
+    prune(names[0], keep=4)
+    assert sorted(tmp_path.iterdir()) == sorted([*names[:4], other])
 
 
 def test_no_jvm_to_wait_for_leaves_no_archive(tmp_path: Path) -> None:
