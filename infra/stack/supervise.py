@@ -85,7 +85,7 @@ def _env_quote(value: str) -> str:
     for mark in ('"', "'"):
         if mark not in value:
             return f"{mark}{value}{mark}"
-    raise ValueError(f"an environment value with both kinds of quotes cannot be passed: {value[:20]}...")
+    raise ValueError("an environment value with both kinds of quotes cannot be passed to supervisord")
 
 
 def _quote(arg: str) -> str:
