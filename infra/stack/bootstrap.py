@@ -98,13 +98,7 @@ def connector_config(name: str, settings: StackSettings | None = None) -> dict[s
     (Debezium gives them no worker settings), their JAAS line from the worker's environment."""
     config = dict(json.loads((REPO_ROOT / "connect" / f"{name}.json").read_text()))
     if settings is not None and settings.kafka_security == "scram":
-        for client in ("producer", "consumer"):
-            prefix = f"schema.history.internal.{client}."
-            config |= {
-                prefix + "security.protocol": "SASL_PLAINTEXT",
-                prefix + "sasl.mechanism": kafka_security.MECHANISM,
-                prefix + "sasl.jaas.config": "${env:KAFKA_SASL_JAAS_CONFIG}",
-            }
+        config |= kafka_security.schema_history_config()
     return config
 
 

@@ -187,8 +187,9 @@ def connect(settings: StackSettings, installed: Installed, secrets: dict[str, st
         signed_in = kafka_security.java_client_config("connect", password)
         for prefix in ("", "producer.", "consumer.", "admin."):
             overrides |= {prefix + key: value for key, value in signed_in.items()}
-        environment["KAFKA_SASL_JAAS_CONFIG"] = signed_in["sasl.jaas.config"]
-        overrides[ALLOWLIST] = _allowlist(shared).replace(")$", "|KAFKA_SASL_JAAS_CONFIG)$")
+        variable = kafka_security.CONNECT_JAAS_VARIABLE
+        environment[variable] = signed_in["sasl.jaas.config"]
+        overrides[ALLOWLIST] = _allowlist(shared).replace(")$", f"|{variable})$")
     _write_private(config, render_properties(shared, overrides))
     log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
     return Component(

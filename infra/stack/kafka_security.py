@@ -30,6 +30,10 @@ ADMIN = "admin"
 CONTROLLER = "controller"
 LISTENER = "SASL"  # the client listener's name (its protocol: SASL_PLAINTEXT)
 SCRAM_ITERATIONS = 8192
+# How every client signs in (librdkafka and the Java client name these two the same).
+SIGNED_IN = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM}
+# The variable of Connect's environment that holds its JAAS line, for what takes no worker settings.
+CONNECT_JAAS_VARIABLE = "KAFKA_SASL_JAAS_CONFIG"
 
 R, W, D = AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE
 TOPIC, GROUP, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
@@ -129,12 +133,7 @@ def client_secret_names() -> tuple[str, ...]:
 
 def client_config(user: str, password: str) -> dict[str, str]:
     """librdkafka settings of a principal (confluent-kafka; the services' *_KAFKA_EXTRA)."""
-    return {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": MECHANISM,
-        "sasl.username": user,
-        "sasl.password": password,
-    }
+    return {**SIGNED_IN, "sasl.username": user, "sasl.password": password}
 
 
 def admin_config(settings: StackSettings, secrets: dict[str, str]) -> dict[str, str | int | float | bool]:
@@ -152,10 +151,17 @@ def jaas(user: str, password: str) -> str:
 
 def java_client_config(user: str, password: str) -> dict[str, str]:
     """The Java client's settings of a principal (Spark's Kafka source, Connect)."""
+    return {**SIGNED_IN, "sasl.jaas.config": jaas(user, password)}
+
+
+def schema_history_config() -> dict[str, str]:
+    """The connector settings that sign Debezium's schema-history clients in (they take no
+    worker settings): the JAAS line by reference to Connect's environment, never the password."""
+    signed_in = {**SIGNED_IN, "sasl.jaas.config": f"${{env:{CONNECT_JAAS_VARIABLE}}}"}
     return {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": MECHANISM,
-        "sasl.jaas.config": jaas(user, password),
+        f"schema.history.internal.{client}.{key}": value
+        for client in ("producer", "consumer")
+        for key, value in signed_in.items()
     }
 
 
