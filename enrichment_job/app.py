@@ -55,6 +55,19 @@ class SparkSettings(Protocol):
     def master(self) -> str: ...
     @property
     def spark_jars(self) -> str: ...
+    @property
+    def class_archive_dir(self) -> str: ...
+
+
+def driver_archive(settings: SparkSettings, app_name: str) -> ClassArchive | None:
+    """The class archive the driver JVM maps, or writes at a clean stop; None when off."""
+    # Only a JVM the job starts itself takes the options (not one spark-submit started).
+    if not settings.class_archive_dir or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    directory = Path(settings.class_archive_dir).expanduser()
+    archive = class_archive(directory, app_name, settings.spark_jars, settings.driver_java_options)
+    log.info("driver class archive: %s", archive.path if archive.writing is None else "written at the stop")
+    return archive
 
 
 def build_session(
@@ -574,16 +587,7 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     run = out.run = claim_state(settings, out.marker)
     metrics = Metrics(settings.metrics_file)
     endpoint = serve(JobCollector(metrics, settings.job_name), settings, "ENRICH_")
-    archive = None
-    # Only a JVM the job starts itself takes the options (not one spark-submit started).
-    if settings.class_archive_dir and "PYSPARK_GATEWAY_PORT" not in os.environ:
-        directory = Path(settings.class_archive_dir).expanduser()
-        archive = class_archive(
-            directory, "ratings-enrichment", settings.spark_jars, settings.driver_java_options
-        )
-        log.info(
-            "driver class archive: %s", archive.path if archive.writing is None else "written at the stop"
-        )
+    archive = driver_archive(settings, "ratings-enrichment")
     prefetch = _prefetch(settings, out.marker, f"{settings.job_name}-{run}-cdc")
     spark = build_session(settings, archive=archive)
     spark.streams.addListener(ProgressListener(metrics))

@@ -5,7 +5,10 @@ A Spark driver loads some 15,000 classes before its first query. With an archive
 (HotSpot's AppCDS) a session starts in about half the time here, and its first queries run
 sooner too. The first run of a job on a host writes the archive as its JVM exits after a clean stop
 (-XX:ArchiveClassesAtExit, about 12 s at the exit here); the runs after map it
-(-XX:SharedArchiveFile). An archive belongs to
+(-XX:SharedArchiveFile). On Java 25 and later the archive is an AOT cache instead
+(-XX:AOTCacheOutput, then -XX:AOTCache): the classes loaded and linked, and the method profiles
+of the run that wrote it, so the JIT compiles the hot code from the start rather than after
+minutes of profiling. An archive belongs to
 one JVM build and one class path, so its file name carries a hash of both: a new JDK, Spark,
 Spark install folder (each checkout's virtualenv has its own) or jar list makes a new one. A JVM
 that cannot use an archive says so and starts without it. The newest few archives are kept; a
@@ -16,6 +19,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -32,6 +36,16 @@ def _java_build() -> str:
         return home + (Path(home) / "release").read_text()
     except OSError:
         return home
+
+
+def java_feature_version() -> int:
+    """The feature (major) version of the JVM that will run, from its home's `release` file (0:
+    unknown)."""
+    match = re.search(r'^JAVA_VERSION="(\d+)', _java_build(), re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+AOT_CACHE_SINCE = 25  # JEP 514 (one-step training) and JEP 515 (method profiles in the cache)
 
 
 def _jar_stamps(jars: str) -> str:
@@ -60,7 +74,8 @@ def _spark_home() -> str:
 def archive_path(directory: Path, app_name: str, jars: str, java_options: str) -> Path:
     """The archive for this JVM build, Spark install, jar list and JVM options, under `directory`."""
     key = "\n".join([_java_build(), version("pyspark"), _spark_home(), _jar_stamps(jars), java_options])
-    return directory / f"{app_name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+    suffix = ".aot" if java_feature_version() >= AOT_CACHE_SINCE else ".jsa"
+    return directory / f"{app_name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,12 @@ class ClassArchive:
 
     @property
     def java_options(self) -> str:
+        if self.path.suffix == ".aot":
+            if self.writing is not None:
+                # Without -Xlog, the exit lists every class it leaves out (Spark's generated
+                # code, for one): some 500 warnings.
+                return f"-XX:AOTCacheOutput={self.writing} -Xlog:aot=error"
+            return f"-XX:AOTCache={self.path}"
         if self.writing is not None:
             return f"-XX:ArchiveClassesAtExit={self.writing}"
         return f"-XX:SharedArchiveFile={self.path}"
@@ -102,7 +123,9 @@ class ClassArchive:
 def prune(kept: Path, keep: int = KEEP) -> None:
     """Removes the oldest archives of `kept`'s application beyond the newest `keep`."""
     app = kept.name.rsplit("-", 1)[0]
-    archives = sorted(kept.parent.glob(f"{app}-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    archives = sorted(
+        kept.parent.glob(f"{app}-*{kept.suffix}"), key=lambda p: p.stat().st_mtime, reverse=True
+    )
     for old in archives[keep:]:
         if old != kept:
             old.unlink(missing_ok=True)

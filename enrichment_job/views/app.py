@@ -27,8 +27,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType
 
-from enrichment_job.app import batch_ends, build_session, run_id
+from enrichment_job.app import batch_ends, build_session, driver_archive, run_id
 from enrichment_job.batch_io import collect, kafka_records, to_records
+from enrichment_job.jvm import ClassArchive
 from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener
 from enrichment_job.transforms import dead_letters
@@ -185,12 +186,16 @@ class RunningViews:
     spark: SparkSession
     queries: tuple[StreamingQuery, ...]
     endpoint: MetricsServer | None = None
+    archive: ClassArchive | None = None
 
     def stop(self) -> None:
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         for query in self.queries:
             query.stop()
+        gateway = self.spark.sparkContext._gateway
         self.spark.stop()
+        if self.archive is not None:
+            self.archive.finish(gateway)
         if self.endpoint is not None:
             self.endpoint.close()
 
@@ -199,9 +204,10 @@ def start(settings: ViewsSettings) -> RunningViews:
     """The views job as its own Spark application."""
     metrics = Metrics(settings.metrics_file)
     endpoint = serve(JobCollector(metrics, "views"), settings, "VIEWS_JOB_")
-    spark = build_session(settings, "ratings-views")
+    archive = driver_archive(settings, "ratings-views")
+    spark = build_session(settings, "ratings-views", archive)
     spark.streams.addListener(ProgressListener(metrics))
-    return RunningViews(spark, start_queries(spark, settings), endpoint)
+    return RunningViews(spark, start_queries(spark, settings), endpoint, archive)
 
 
 def use_rocksdb_state(spark: SparkSession) -> None:

@@ -70,6 +70,11 @@ class ViewsSettings(BaseSettings):
     )
     driver_memory: str = "1g"
     driver_java_options: str = "-XX:+UseParallelGC"
+    class_archive_dir: str = Field(
+        "~/.cache/ratings-enrichment",
+        description="keep the driver JVM's class archive here: the first clean stop writes it, later"
+        " starts map it and start faster (empty: off)",
+    )
     ui_enabled: bool = False
     metrics_port: int = Field(
         0, ge=0, le=65535, description="serve Prometheus metrics at http://<host>:<port>/metrics (0: off)"

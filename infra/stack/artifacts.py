@@ -36,6 +36,12 @@ class Installed:
     spark_jars_dir: Path
     connect_plugins: Path
     elasticsearch_zip: Path
+    spark_java_home: Path | None = None  # None: java_home
+
+    @property
+    def spark_java(self) -> Path:
+        """The JDK home the Spark jobs run on."""
+        return self.spark_java_home or self.java_home
 
     @property
     def java(self) -> Path:
@@ -77,6 +83,42 @@ def find_java(settings: StackSettings, minimum: int) -> Path:
             hint="set STACK_JAVA_HOME to a JDK 17 or newer",
         )
     return java.parent.parent
+
+
+JVM_DIR = Path("/usr/lib/jvm")  # where Debian's and Adoptium's JDK packages install
+
+
+def java_release(home: Path) -> tuple[int, ...] | None:
+    """A JDK home's version from its `release` file (JAVA_VERSION="25.0.3"), if it has one."""
+    try:
+        match = re.search(r'^JAVA_VERSION="([\d.]+)"', (home / "release").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def find_spark_java(settings: StackSettings, wanted: str, jvm_dir: Path = JVM_DIR) -> Path | None:
+    """The JDK home for the Spark jobs: STACK_SPARK_JAVA_HOME, else the newest JDK of `wanted`'s
+    feature version in `jvm_dir` at `wanted` or later; None: the components' JDK."""
+    if settings.spark_java_home is not None:
+        home = settings.spark_java_home
+        if java_release(home) is None or not (home / "bin" / "java").exists():
+            raise PrerequisiteMissing(
+                f"STACK_SPARK_JAVA_HOME={home} is not a JDK (no bin/java or release file)",
+                hint="point it at a JDK 17, 21 or 25 home, or unset it",
+            )
+        return home
+    least = _version(wanted)
+    found = []
+    for home in jvm_dir.iterdir() if jvm_dir.is_dir() else []:
+        release = java_release(home)
+        if release and release[0] == least[0] and release >= least and (home / "bin" / "java").exists():
+            found.append((release, str(home)))
+    return Path(max(found)[1]) if found else None
 
 
 def _mvn(args: list[str], what: str) -> None:
@@ -254,8 +296,11 @@ def install(settings: StackSettings, versions: Versions) -> Installed:
     java_home = find_java(settings, versions.java_minimum)
     cache = settings.cache_dir
     cache.mkdir(parents=True, exist_ok=True)
+    spark_java_home = find_spark_java(settings, versions.spark_java)
+    log.info("the Spark jobs run on %s", spark_java_home or java_home)
     installed = Installed(
         java_home=java_home,
+        spark_java_home=spark_java_home,
         kafka_lib=_stage_lib(cache, f"kafka-{versions.kafka}", "kafka.xml", versions),
         s3proxy_lib=_stage_lib(cache, f"s3proxy-{versions.s3proxy}", "s3proxy.xml", versions),
         spark_jars_dir=_stage_spark_jars(cache, versions),

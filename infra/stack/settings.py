@@ -27,6 +27,11 @@ class StackSettings(BaseSettings):
     state_dir: Path = Field(REPO_ROOT / ".state", description="data, logs and rendered configs")
     cache_dir: Path = Field(default_factory=_default_cache_dir, description="staged jars, reused by clones")
     java_home: Path | None = Field(None, description="JDK for every JVM component; default: the java on PATH")
+    spark_java_home: Path | None = Field(
+        None,
+        description="JDK for the Spark jobs (stack.env's JAVA_HOME); default: the newest JDK 25 in "
+        "/usr/lib/jvm at the version infra/versions.toml names or later, else the components' JDK",
+    )
     service_user: str = Field(
         "ratings-stack", description="unprivileged user for Elasticsearch and MariaDB when run as root"
     )

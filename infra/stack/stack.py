@@ -190,7 +190,7 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
         "S3_ACCESS_KEY": secrets["S3_ACCESS_KEY"],
         "S3_SECRET_KEY": secrets["S3_SECRET_KEY"],
         "SPARK_JARS": ",".join(str(p) for p in installed.spark_jars()),
-        "JAVA_HOME": str(installed.java_home),
+        "JAVA_HOME": str(installed.spark_java),  # who reads it starts a Spark job
         "KAFKA_SECURITY": settings.kafka_security,
     }
     if settings.kafka_security == "scram":  # each program's principal: kafka_security.PRINCIPALS

@@ -20,6 +20,7 @@ class Versions:
     delta: str
     mariadb_line: str
     java_minimum: int
+    spark_java: str  # the JDK the Spark jobs prefer, at least this version
     python: dict[str, str]
 
     def maven_properties(self) -> dict[str, str]:
@@ -49,5 +50,6 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         delta=maven["delta"],
         mariadb_line=data["debian"]["mariadb-server"].split(":", 1)[-1],
         java_minimum=int(data["java"]["minimum"]),
+        spark_java=str(data["java"]["spark"]),
         python=dict(data["python"]),
     )

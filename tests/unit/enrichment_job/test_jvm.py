@@ -67,3 +67,38 @@ def test_no_jvm_to_wait_for_leaves_no_archive(tmp_path: Path) -> None:
     archive = ClassArchive(tmp_path / "a.jsa", writing)
     archive.finish(None)  # no JVM that this process started
     assert not archive.path.exists()
+
+
+def _jdk(home: Path, version: str) -> Path:
+    home.mkdir(parents=True)
+    (home / "release").write_text(f'IMPLEMENTOR="Eclipse Adoptium"\nJAVA_VERSION="{version}"\n')
+    return home
+
+
+def test_on_java_25_the_archive_is_an_aot_cache_with_the_run_s_profiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(_jdk(tmp_path / "jdk-25", "25.0.3")))
+    writing = class_archive(tmp_path / "jvm", "job", "", "")
+    assert writing.path.suffix == ".aot"
+    assert writing.writing is not None
+    assert writing.java_options.startswith(f"-XX:AOTCacheOutput={writing.writing} ")
+    writing.path.write_bytes(b"cache")
+    assert class_archive(tmp_path / "jvm", "job", "", "").java_options == f"-XX:AOTCache={writing.path}"
+
+
+def test_before_java_25_the_archive_is_appcds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(_jdk(tmp_path / "jdk-17", "17.0.15")))
+    archive = class_archive(tmp_path / "jvm", "job", "", "")
+    assert archive.path.suffix == ".jsa"
+    assert archive.java_options == f"-XX:ArchiveClassesAtExit={archive.writing}"
+
+
+def test_pruning_keeps_each_kind_apart(tmp_path: Path) -> None:
+    caches = [tmp_path / f"job-{i:016x}.aot" for i in range(3)]
+    archives = [tmp_path / f"job-{i:016x}.jsa" for i in range(3)]
+    for age, path in enumerate([*caches, *archives]):
+        path.write_bytes(b"a")
+        os.utime(path, (2_000 - age, 2_000 - age))  # caches[0] newest
+    prune(caches[0], keep=1)
+    assert sorted(tmp_path.iterdir()) == sorted([caches[0], *archives])
