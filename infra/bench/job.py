@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from enrichment_job.metrics import caught_up
+from infra.bench.results import exit_on_sigterm
 from infra.stack.clients import app_db
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
@@ -321,6 +322,7 @@ def wait_caught_up(state: Path, proc: subprocess.Popen[bytes], timeout_s: float)
 
 
 def main() -> int:  # noqa: PLR0915 - one benchmark, its phases in order
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(
         prog="make bench-job", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

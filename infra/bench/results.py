@@ -1,8 +1,23 @@
-"""What the services' benchmarks share: printing their figures and keeping them as JSON."""
+"""What the benchmarks share: printing their figures, keeping them as JSON, and cleaning up when
+stopped."""
 
 import json
+import signal
+import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (`kill`, a CI timeout) ends the benchmark through its `finally` blocks, which stop
+    the jobs and services it started and delete its topics; by default it would die at once and
+    leave them running."""
+
+    def leave(signum: int, _frame: FrameType | None) -> None:
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
 
 
 def write_result(result: dict[str, Any], out: Path) -> None:

@@ -49,6 +49,7 @@ from infra.bench.job import (
     wait_caught_up,
     waited_per_s,
 )
+from infra.bench.results import exit_on_sigterm
 from infra.demo.views import behind
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
@@ -271,6 +272,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark, its phases in order
+    exit_on_sigterm()
     args = parse(argv)
     if http_get(PORT, "/health", 1)[0] != 0:
         raise SystemExit(f"port {PORT} answers already (a query service left running?): stop it first")
