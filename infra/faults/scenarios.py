@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from infra.slack.fake import CHANNEL
+
 if TYPE_CHECKING:
     from infra.faults.run import Faults
 
@@ -26,6 +28,7 @@ class Scenario:
     quick: bool = False  # also in the quick matrix that CI runs
     expected: str = ONCE
     rate: float | None = None  # ratings/s; None: the run's --rate
+    slack_duplicates_allowed: int = 0  # webhook mode: one per crash after a post
 
 
 def _kill_job(kills: int, gap_s: tuple[float, float]) -> "Callable[[Faults], None]":
@@ -71,6 +74,16 @@ def _two_sinks(f: "Faults") -> None:
         f.stop_extra(name)
 
 
+def _rewind_sinks(f: "Faults") -> None:
+    """The ES and S3 sinks stopped, their groups moved back to the row's first records, started:
+    every record of the row so far is read and written again."""
+    f.sleep(25)
+    for name, group in (("es_sink", "es-sink"), ("s3_sink", "s3-sink")):
+        f.pause(name)
+        f.rewind_group(name, group, "enriched")
+        f.resume(name)
+
+
 def _second_job(same_state: bool) -> "Callable[[Faults], None]":
     def inject(f: "Faults") -> None:
         f.sleep(10)
@@ -98,6 +111,35 @@ def _slack_kill_after_post(f: "Faults") -> None:
         return
     f.kill("slack_notifier")
     f.slack.release()
+
+
+def _slack_timeouts(f: "Faults") -> None:
+    """Slack stores three posts but answers none of them before the notifier's timeout (5 s)."""
+    f.sleep(5)
+    f.slack.hold(3)
+    f.sleep(30)
+    f.slack.release()
+
+
+def _slack_webhook_kill_after_post(f: "Faults") -> None:
+    """The notifier switched to an incoming webhook, then killed after Slack stored a post and
+    before it heard back; bot mode again at the end. A webhook cannot look in the channel, so
+    the restarted notifier posts that alert again: one duplicate for the crash."""
+    f.reconfigure(
+        "slack_notifier",
+        {"SLACK_WEBHOOK_URL": f.slack.webhook_url},
+        unset=("SLACK_BOT_TOKEN", "SLACK_CHANNEL"),
+    )
+    try:
+        _slack_kill_after_post(f)
+        f.wait_alive("slack_notifier")
+        f.sleep(20)  # the restarted notifier posts what it could not know about
+    finally:
+        f.reconfigure(
+            "slack_notifier",
+            {"SLACK_BOT_TOKEN": f.slack.token, "SLACK_CHANNEL": CHANNEL},
+            unset=("SLACK_WEBHOOK_URL",),
+        )
 
 
 def _schema_change(f: "Faults") -> None:
@@ -183,10 +225,10 @@ SCENARIOS = [
     Scenario("broker-3min", "Kafka stopped for 3 min, then started", _down("kafka", 180), load_s=240),
     Scenario(
         "connect-10min",
-        "Kafka Connect (Debezium) stopped for 10 min at 300 ratings/s, then started",
+        "Kafka Connect (Debezium) stopped for 10 min at 2,000 ratings/s, then started",
         _down("connect", 600),
         load_s=630,
-        rate=300,
+        rate=2000,
         expected=ONCE + "; at the job's cap of waiting ratings, the rest left in Kafka",
     ),
     Scenario(
@@ -239,6 +281,13 @@ SCENARIOS = [
         load_s=80,
     ),
     Scenario(
+        "sinks-offset-reset",
+        "the ES and S3 sinks stopped, their groups reset to the row's first records, started again",
+        _rewind_sinks,
+        load_s=60,
+        expected=ONCE + " (the replayed records overwrite, they do not add)",
+    ),
+    Scenario(
         "elasticsearch-2min", "Elasticsearch stopped for 2 min", _down("elasticsearch", 120), load_s=180
     ),
     Scenario("s3-2min", "the S3 server stopped for 2 min", _down("s3", 120), load_s=180),
@@ -254,6 +303,21 @@ SCENARIOS = [
         _slack_kill_after_post,
         load_s=60,
         quick=True,
+    ),
+    Scenario(
+        "slack-timeouts",
+        "Slack stores three posts and answers each only after 30 s (the notifier waits 5 s)",
+        _slack_timeouts,
+        load_s=60,
+    ),
+    Scenario(
+        "slack-webhook-kill-after-post",
+        "the notifier on an incoming webhook, SIGKILL after Slack stored a post, before it heard back",
+        _slack_webhook_kill_after_post,
+        load_s=90,
+        expected="each rating enriched, indexed and in the lake once; each alert posted, at most one "
+        "duplicate per crash (a webhook cannot look in the channel)",
+        slack_duplicates_allowed=1,
     ),
     Scenario(
         "schema-change",
