@@ -8,6 +8,19 @@ import pytest
 from enrichment_job.jvm import ClassArchive, archive_path, class_archive, prune
 
 
+def _jdk(home: Path, version: str) -> Path:
+    home.mkdir(parents=True)
+    (home / "release").write_text(f'IMPLEMENTOR="Eclipse Adoptium"\nJAVA_VERSION="{version}"\n')
+    return home
+
+
+@pytest.fixture
+def java_17(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests below are about AppCDS: a JDK before 25, whatever JAVA_HOME the run has."""
+    monkeypatch.setenv("JAVA_HOME", str(_jdk(tmp_path / "jdk-17", "17.0.15")))
+
+
+@pytest.mark.usefixtures("java_17")
 def test_without_an_archive_the_jvm_writes_one_under_a_name_of_its_own(tmp_path: Path) -> None:
     archive = class_archive(tmp_path / "jvm", "job", "", "-XX:+UseParallelGC")
     assert archive.writing is not None
@@ -16,6 +29,7 @@ def test_without_an_archive_the_jvm_writes_one_under_a_name_of_its_own(tmp_path:
     assert archive.java_options == f"-XX:ArchiveClassesAtExit={archive.writing}"
 
 
+@pytest.mark.usefixtures("java_17")
 def test_an_archive_that_is_there_is_mapped(tmp_path: Path) -> None:
     path = archive_path(tmp_path, "job", "", "")
     path.write_bytes(b"archive")
@@ -67,12 +81,6 @@ def test_no_jvm_to_wait_for_leaves_no_archive(tmp_path: Path) -> None:
     archive = ClassArchive(tmp_path / "a.jsa", writing)
     archive.finish(None)  # no JVM that this process started
     assert not archive.path.exists()
-
-
-def _jdk(home: Path, version: str) -> Path:
-    home.mkdir(parents=True)
-    (home / "release").write_text(f'IMPLEMENTOR="Eclipse Adoptium"\nJAVA_VERSION="{version}"\n')
-    return home
 
 
 def test_on_java_25_the_archive_is_an_aot_cache_with_the_run_s_profiles(
