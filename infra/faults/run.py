@@ -187,6 +187,10 @@ class Faults:
         env.update(set_env)
         self.resume(name)
 
+    def slack_posts_after(self, count: int, timeout_s: float) -> bool:
+        """Until Slack holds more than `count` messages (False: not within the time)."""
+        return len(self.slack.wait_for_posts(count + 1, timeout_s)) > count
+
     def rewind_group(self, name: str, group: str, role: str) -> None:
         """Moves a paused service's consumer group back to where this row's records of `role`'s
         topic begin: an operator's offset reset, so the service reads them all again."""
@@ -264,6 +268,7 @@ class FaultRun(Demo):
         self.start_offsets = {role: self.observer.ends(role) for role in TOPICS}
         self.paths.metrics("loadgen").unlink(missing_ok=True)
         self.slack.messages.clear()
+        self.slack.held_messages.clear()
         self.injected_bad = 0
         restarts_before = {n: c.restarts for n, c in self.pipeline.children.items()}
         rate = scn.rate or self.args.rate
@@ -367,8 +372,6 @@ class FaultRun(Demo):
             row.dlq = f"{dlq.got}/{dlq.want}"
         views = checks.get("customer_ratings rows of the run's customers")
         row.views_ok = None if views is None else views.ok
-        row.notes = [*faults.notes, *[f"{n} ended for good" for n in self.final]]
-        self.final.clear()
         lost_or_doubled = [
             row.lost,
             row.duplicated,
@@ -379,10 +382,19 @@ class FaultRun(Demo):
             row.lake_duplicated,
             row.slack_lost,
         ]
+        slack_ok = row.slack_duplicated == 0
+        if scn.slack_reposts_held and row.slack_duplicated:
+            doubled = {i for i, n in posted.items() if n > 1}
+            slack_ok = doubled <= self.slack.held_ids() and all(posted[i] == 2 for i in doubled)
+            faults.note(
+                f"{len(doubled)} alert(s) posted twice"
+                + (", all of the message held at the crash" if slack_ok else ", not only the held message's")
+            )
+        row.notes = [*faults.notes, *[f"{n} ended for good" for n in self.final]]
+        self.final.clear()
         row.ok = (
             all(v == 0 for v in lost_or_doubled)
-            and row.slack_duplicated is not None
-            and 0 <= row.slack_duplicated <= scn.slack_duplicates_allowed
+            and slack_ok
             and (dlq is None or dlq.ok)
             and row.views_ok is not False
             and row.recovered_s is not None

@@ -35,6 +35,7 @@ class FakeSlack:
         self._refusal: str | None = None
         self._holds = 0
         self.held = threading.Event()
+        self.held_messages: list[dict[str, Any]] = []  # stored, their answers held
         self._release = threading.Event()
         self._last_ts = 0.0
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -87,9 +88,13 @@ class FakeSlack:
         """How often each rating id appears in the metadata of the accepted messages."""
         seen: Counter[int] = Counter()
         for m in self.posts():
-            payload = (m.get("metadata") or {}).get("event_payload", {})
-            seen.update(int(i) for i in payload.get("rating_ids", []))
+            seen.update(rating_ids(m))
         return seen
+
+    def held_ids(self) -> set[int]:
+        """The rating ids of the messages whose answers were held."""
+        with self.lock:
+            return {i for m in self.held_messages for i in rating_ids(m)}
 
     def close(self) -> None:
         self._release.set()
@@ -129,6 +134,8 @@ class FakeSlack:
             self.messages.append(message)
             hold = self._holds > 0
             self._holds -= 1 if hold else 0
+            if hold:
+                self.held_messages.append(message)
             self.lock.notify_all()
         if hold:
             self.held.set()
@@ -171,6 +178,12 @@ class FakeSlack:
             return self.history(params)
         message = self.store(str(params["channel"]), params, "api")
         return {"ok": True, "channel": message["channel"], "ts": message["ts"], "message": {}}
+
+
+def rating_ids(message: dict[str, Any]) -> list[int]:
+    """The rating ids a stored message names in its metadata."""
+    payload = (message.get("metadata") or {}).get("event_payload", {})
+    return [int(i) for i in payload.get("rating_ids", [])]
 
 
 def _error(code: str) -> dict[str, Any]:
