@@ -94,7 +94,7 @@ def java_release(home: Path) -> tuple[int, ...] | None:
         match = re.search(r'^JAVA_VERSION="([\d.]+)"', (home / "release").read_text(), re.MULTILINE)
     except OSError:
         return None
-    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+    return _version(match.group(1)) if match else None
 
 
 def _version(text: str) -> tuple[int, ...]:
