@@ -96,9 +96,10 @@ def ingest(
     result = _result(events, state, customers_topic, dlq_topic)
     for furthest, snapshot in result.rewinds:
         log.warning(
-            "a snapshot in the CDC topic at binlog position %s starts below the furthest position "
-            "read before it, %s: the database's binlog started over (RESET MASTER, a restore, a "
-            "failover) and a connector snapshotted it again; following the new history",
+            "a snapshot in the CDC topic at position %s (GTID sequence number, binlog file, "
+            "position, row) starts below the furthest position read before it, %s: the database's "
+            "binlog started over (RESET MASTER, a restore, a failover) and a connector snapshotted "
+            "it again; following the new history",
             snapshot,
             furthest,
         )
@@ -106,7 +107,8 @@ def ingest(
         log.error(
             "%d CDC events came from an earlier binlog file than the furthest position read, %s, and were "
             "skipped as re-sends. If the database's binlog started over (RESET MASTER, a restore, a "
-            "failover), the customer table is frozen while heartbeats still move the watermark: "
+            "failover to a server without the same GTIDs), the customer table is frozen while "
+            "heartbeats still move the watermark: "
             "snapshot the database again with a new connector (or new connector offsets) into the "
             "same CDC topic, and the job follows the new history from its snapshot",
             result.regressions,

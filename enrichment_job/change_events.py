@@ -54,6 +54,7 @@ EVENTS = pa.schema(
         ("source_pos", pa.int64()),
         ("source_row", pa.int32()),
         ("binlog_file", pa.int64()),  # the number at the end of source_file
+        ("gtid_seq", pa.int64()),  # the sequence number of source.gtid (domain-server-seq); null without
         ("source_snapshot", pa.string()),  # Debezium's source.snapshot ("true", "last", "incremental", ...)
         ("headers", DLQ_HEADERS),  # an unreadable event's dead-letter headers
     ]
@@ -72,6 +73,7 @@ def _envelope() -> pa.Schema:
             ("pos", pa.int64()),
             ("row", pa.int32()),
             ("snapshot", pa.string()),
+            ("gtid", pa.string()),
         ]
     )
     return pa.schema([("before", row), ("after", row), ("op", pa.string()), ("source", source)])
@@ -136,6 +138,7 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
         "source_pos": pc.struct_field(source, "pos"),
         "source_row": pc.struct_field(source, "row"),
         "binlog_file": _file_number(file),
+        "gtid_seq": _gtid_seq(pc.struct_field(source, "gtid")),
         "source_snapshot": pc.struct_field(source, "snapshot"),
     }
     # Spread back over all records: a tombstone's fields are null.
@@ -166,6 +169,13 @@ def _file_number(file: pa.Array) -> pa.Array:
     return pc.cast(pc.if_else(pc.equal(number, ""), None, number), pa.int64())
 
 
+def _gtid_seq(gtid: pa.Array) -> pa.Array:
+    """A MariaDB GTID's sequence number: the digits after its last dash (domain-server-seq)."""
+    digits = pc.extract_regex(gtid, r"-(?P<n>\d+)$")
+    number = pc.struct_field(digits, "n")
+    return pc.cast(pc.if_else(pc.equal(number, ""), None, number), pa.int64())
+
+
 def _customer(row: pa.StructArray) -> pa.StructArray:
     """The customer columns of a parsed row (without the heartbeat's `ts`)."""
     fields = list(CUSTOMER)
@@ -184,6 +194,7 @@ def read_spark(raw: DataFrame) -> pa.Table:
 @cache
 def _spark_columns() -> Columns:
     digits = F.regexp_extract(F.col("source.file"), r"(\d+)$", 1)
+    seq = F.regexp_extract(F.col("source.gtid"), r"-(\d+)$", 1)
     return Columns(
         F.col("topic"),
         F.col("partition"),
@@ -203,12 +214,13 @@ def _spark_columns() -> Columns:
         F.col("source.pos").alias("source_pos"),
         F.col("source.row").alias("source_row"),
         F.when(digits != "", digits.cast("long")).alias("binlog_file"),
+        F.when(seq != "", seq.cast("long")).alias("gtid_seq"),
         F.col("source.snapshot").alias("source_snapshot"),
         F.when(F.col("dlq_reason").isNotNull(), dead_letter_headers("cdc")).alias("headers"),
     )
 
 
-Position = tuple[int, int, int]  # binlog file number, position, row
+Position = tuple[int, int, int, int]  # GTID sequence number, binlog file number, position, row
 
 
 class Clock:
@@ -220,16 +232,21 @@ class Clock:
     every later change was committed at or after it: it is a lower bound of each change's commit
     time, and the completeness watermark: no change still to come can be valid before it.
 
-    `duplicate`: a change at or before the furthest binlog position (file, position, row)
-    already seen is Debezium sending it again after a restart (at-least-once). Null parts of a
-    position order first.
+    `duplicate`: a change at or before the furthest position (GTID sequence number, binlog
+    file, position, row) already seen is Debezium sending it again after a restart
+    (at-least-once). Null parts of a position order first. The GTID's sequence number comes
+    first: a replica promoted after a failover writes the same GTIDs at binlog files and
+    positions of its own, so a connector that follows it (GTID mode) sends changes whose file
+    and position may be below the old server's, and they are still later changes. Without GTIDs
+    (null everywhere) the binlog position alone decides. One GTID domain is assumed: sequence
+    numbers of different domains do not order each other.
 
     A snapshot (reads, op "r", other than an incremental snapshot's) starts the binlog history
     over from its own position, where the connector then streams from: its rows are the table
     as of that position. So after RESET MASTER, a restore or a failover, a new connector's
     snapshot lets the changes after it through, even though their positions are below the old
     history's furthest. `rewound` marks such snapshot reads (the position went back).
-    `regressed` marks a change in an earlier binlog file than the furthest position with no
+    `regressed` marks a duplicate in an earlier binlog file than the furthest position with no
     snapshot between: skipped as a re-send, and reported, since it may be a history that
     started over without a new snapshot."""
 
@@ -252,24 +269,25 @@ class Clock:
         placed = ~snapshot | restart  # events whose position counts
         parts = [
             pc.fill_null(events.column(name).cast(pa.int64()), -1).to_numpy()
-            for name in ("binlog_file", "source_pos", "source_row")
+            for name in ("gtid_seq", "binlog_file", "source_pos", "source_row")
         ]
         # A snapshot's position is where the binlog ended as it read, and the first transaction
         # streamed after it may report that very position, row 0 (MariaDB here reports one a
-        # GTID event further). So a snapshot read ranks just below it (row -2; a null row is -1):
-        # such a transaction is no re-send.
-        reported = (parts[0].copy(), parts[1].copy(), parts[2].copy())
-        parts[2] = np.where(restart, -2, parts[2])
+        # GTID event further). So a snapshot read ranks just below it (no GTID of its own, row
+        # -2; a null row is -1): such a transaction is no re-send.
+        reported = tuple(part.copy() for part in parts)
+        parts[0] = np.where(snapshot, -1, parts[0])
+        parts[3] = np.where(restart, -2, parts[3])
         # Positions ranked in binlog order, the carried one last: a running maximum of ranks
         # is then the furthest position so far.
-        carried = np.array([position] if position is not None else [], np.int64).reshape(-1, 3)
+        carried = np.array([position] if position is not None else [], np.int64).reshape(-1, 4)
         keys = np.concatenate([np.stack([part[placed] for part in parts], axis=1), carried])
         order = np.lexsort(keys.T[::-1])
         step = np.ones(len(order), np.int64)
         step[1:] = np.any(keys[order][1:] != keys[order][:-1], axis=1)
         ranks = np.empty(len(order), np.int64)
         ranks[order] = np.cumsum(step) - 1
-        by_rank = np.empty((len(order), 3), np.int64)
+        by_rank = np.empty((len(order), 4), np.int64)
         by_rank[ranks] = keys
         own = np.full(len(snapshot), -1, np.int64)
         own[placed] = ranks[: len(keys) - len(carried)]
@@ -283,17 +301,22 @@ class Clock:
         before = np.concatenate([[carried_rank], upto[:-1]]) if len(own) else own
         seen = before >= 0
         self.duplicate = ~snapshot & seen & (own <= before)
-        self.rewound = restart & seen & (own < before)
+        # A snapshot read has no GTID: whether it took the history back is a matter of binlog
+        # position alone.
+        self.rewound = np.zeros(len(snapshot), bool)
+        for i in np.flatnonzero(restart & seen):
+            here = tuple(int(part[i]) for part in parts[1:])
+            self.rewound[i] = here < tuple(int(x) for x in by_rank[before[i], 1:])
         # Each rewind: the furthest position before it, and the snapshot's (as Debezium gave it).
         self.rewinds: list[tuple[Position, Position]] = [
             (_position(by_rank[before[i]]), _position(np.array([part[i] for part in reported])))
             for i in np.flatnonzero(self.rewound)
         ]
-        furthest_file = by_rank[np.maximum(before, 0), 0] if len(by_rank) else before
-        self.regressed = ~snapshot & seen & (parts[0] < furthest_file)
+        furthest_file = by_rank[np.maximum(before, 0), 1] if len(by_rank) else before
+        self.regressed = self.duplicate & (parts[1] < furthest_file)
         last = int(upto[-1]) if len(upto) else carried_rank
         self.position: Position | None = _position(by_rank[last]) if last >= 0 else None
 
 
 def _position(ranked: np.ndarray) -> Position:
-    return int(ranked[0]), int(ranked[1]), int(ranked[2])
+    return int(ranked[0]), int(ranked[1]), int(ranked[2]), int(ranked[3])

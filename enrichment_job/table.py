@@ -33,10 +33,11 @@ BACKGROUND_POOL = "background"  # the scheduler pool of the writer and folds (sc
 @dataclass(frozen=True)
 class CdcState:
     """Where CDC ingestion stands: the database clock (the completeness watermark), the furthest
-    binlog position seen, and the next CDC offset to read per partition."""
+    position seen (GTID sequence number, binlog file number, position, row), and the next CDC
+    offset to read per partition."""
 
     clock_ms: int | None = None
-    position: tuple[int, int, int] | None = None
+    position: tuple[int, int, int, int] | None = None
     cdc_to: dict[int, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -48,10 +49,12 @@ class CdcState:
 
     @staticmethod
     def from_json(meta: dict[str, Any]) -> "CdcState":
-        position = meta.get("position")
+        position = [int(part) for part in meta.get("position") or []]
+        if len(position) == 3:  # written before positions carried the GTID: none known
+            position = [-1, *position]
         return CdcState(
             meta.get("watermark_ms"),
-            (int(position[0]), int(position[1]), int(position[2])) if position else None,
+            (position[0], position[1], position[2], position[3]) if position else None,
             {int(p): int(o) for p, o in (meta.get("cdc_to") or {}).items()},
         )
 

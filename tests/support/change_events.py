@@ -13,10 +13,19 @@ CDC_TOPIC = "asgard.demo.customers"
 
 
 def change_event(
-    op: str, cid: int, ts: int, pos: int, binlog_file: int = 1, *, snapshot: str | None = None, **after: Any
+    op: str,
+    cid: int,
+    ts: int,
+    pos: int,
+    binlog_file: int = 1,
+    *,
+    snapshot: str | None = None,
+    gtid: int | None = None,
+    **after: Any,
 ) -> bytes:
     """A change of customer `cid` at source.ts_ms `ts`, binlog position `pos` (`snapshot`:
-    Debezium's source.snapshot, left out when None)."""
+    Debezium's source.snapshot; `gtid`: the sequence number of source.gtid "0-1-<gtid>"; each
+    left out when None)."""
     row = {"id": cid, "first_name": "Ada", "last_name": "L", "club_status": "silver", **after}
     envelope = {
         "before": row if op in ("u", "d") else None,
@@ -30,6 +39,7 @@ def change_event(
             "row": 0,
             "table": "customers",
             **({"snapshot": snapshot} if snapshot is not None else {}),
+            **({"gtid": f"0-1-{gtid}"} if gtid is not None else {}),
         },
     }
     return json.dumps(envelope).encode()
@@ -72,7 +82,7 @@ def ingest_values(
     spark: Any,
     values: list[bytes | None],
     clock_ms: int | None = None,
-    position: tuple[int, int, int] | None = None,
+    position: tuple[int, int, int, int] | None = None,
 ) -> CdcResult:
     """`ingest` of the values as one batch, after the given clock and position."""
     return ingest(cdc_records(values), CdcState(clock_ms, position, {}), "customers", "dlq", spark)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 
 def _ingest(spark: Any, events: list[bytes]) -> Any:
     raw = cdc_records(events, first_offset=100)
-    state = CdcState(clock_ms=50_000, position=(5, 1_000, 0), cdc_to={0: 100})
+    state = CdcState(clock_ms=50_000, position=(-1, 5, 1_000, 0), cdc_to={0: 100})
     return ingest(raw, state, "customers", "dlq", spark)
 
 
@@ -35,7 +35,7 @@ def test_a_resend_of_recent_positions_is_skipped_quietly(
         ],
     )
     assert (result.duplicates, result.regressions, result.changes) == (2, 0, 1)
-    assert result.state == CdcState(51_000, (5, 1_100, 0), {0: 103})
+    assert result.state == CdcState(51_000, (-1, 5, 1_100, 0), {0: 103})
     assert "earlier binlog file" not in caplog.text
 
 
@@ -51,7 +51,9 @@ def test_changes_from_an_earlier_binlog_file_are_reported_loudly(
             ],
         )
     assert (result.duplicates, result.regressions, result.changes) == (2, 2, 0)
-    expected = "2 CDC events came from an earlier binlog file than the furthest position read, (5, 1000, 0)"
+    expected = (
+        "2 CDC events came from an earlier binlog file than the furthest position read, (-1, 5, 1000, 0)"
+    )
     assert expected in caplog.text
     assert "RESET MASTER" in caplog.text
 
@@ -71,12 +73,12 @@ def test_a_new_snapshot_below_the_furthest_position_starts_the_history_over(
             ],
         )
     assert (result.duplicates, result.regressions, result.changes) == (0, 0, 4)
-    assert result.rewinds == (((5, 1_000, 0), (1, 4, 0)),)
+    assert result.rewinds == (((-1, 5, 1_000, 0), (-1, 1, 4, 0)),)
     assert [v["club_status"] for v in result.versions.to_pylist()] == ["gold", "silver", "platinum", "bronze"]
-    assert result.state.position == (1, 20, 0)
+    assert result.state.position == (-1, 1, 20, 0)
     expected = (
-        "a snapshot in the CDC topic at binlog position (1, 4, 0) starts below the furthest "
-        "position read before it, (5, 1000, 0)"
+        "a snapshot in the CDC topic at position (-1, 1, 4, 0) (GTID sequence number, binlog file, "
+        "position, row) starts below the furthest position read before it, (-1, 5, 1000, 0)"
     )
     assert expected in caplog.text
     assert "earlier binlog file" not in caplog.text
@@ -96,11 +98,11 @@ def test_after_a_new_snapshot_re_sends_are_still_skipped_and_incremental_reads_s
     clock = _clock(values)
     assert clock.duplicate.tolist() == [False, False, False, False, False, True, False, True]
     assert clock.rewound.tolist() == [False, True, False, False, False, False, False, False]
-    assert clock.rewinds == [((3, 500, 0), (3, 100, 0))]
-    assert clock.position == (3, 300, 0)
+    assert clock.rewinds == [((-1, 3, 500, 0), (-1, 3, 100, 0))]
+    assert clock.position == (-1, 3, 300, 0)
     # A batch that ends on the snapshot carries its position, just below the next transaction.
-    assert _clock(values[:2]).position == (3, 100, -2)
-    assert _clock(values[2:4], 5_000, (3, 100, -2)).duplicate.tolist() == [False, False]
+    assert _clock(values[:2]).position == (-1, 3, 100, -2)
+    assert _clock(values[2:4], 5_000, (-1, 3, 100, -2)).duplicate.tolist() == [False, False]
 
 
 def test_change_events_become_versions_and_the_compacted_topics_records(spark: Any) -> None:
@@ -124,7 +126,7 @@ def test_change_events_become_versions_and_the_compacted_topics_records(spark: A
     assert json.loads(first) == {"id": 7, "first_name": "Ada", "last_name": "L", "club_status": "silver"}
     assert json.loads(second)["comments"] == 'say "hi"\n'
     assert deleted is None
-    assert result.state == CdcState(3_000, (1, 30, 0), {0: 4})
+    assert result.state == CdcState(3_000, (-1, 1, 30, 0), {0: 4})
 
 
 def test_unreadable_events_are_dead_letters_with_their_bytes_and_the_rest_goes_on(spark: Any) -> None:
@@ -164,7 +166,7 @@ def test_arrow_and_spark_read_a_batch_the_same(spark: Any) -> None:
         change_event("u", 9, 52_000, 7, email="ada@example.com", region="EU"),
         change_event("d", 9, 53_000, 8),
         None,
-        change_event("c", 10, 54_000, 9, binlog_file=12, gender="f"),
+        change_event("c", 10, 54_000, 9, binlog_file=12, gtid=77, gender="f"),
     ]
     raw = cdc_records(values, first_offset=40)
     by_arrow = change_events.read_arrow(raw)
@@ -172,6 +174,7 @@ def test_arrow_and_spark_read_a_batch_the_same(spark: Any) -> None:
     by_spark = change_events.read_spark(spark.createDataFrame(raw, change_events.RAW_SCHEMA))
     assert by_arrow.to_pylist() == by_spark.to_pylist()
     assert by_arrow.column("binlog_file").to_pylist() == [1, 1, 1, 1, None, 12]
+    assert by_arrow.column("gtid_seq").to_pylist() == [None, None, None, None, None, 77]
     assert by_arrow.column("reading_ms").to_pylist() == [None, 51_100, 52_000, 53_000, None, 54_000]
 
 
@@ -191,10 +194,10 @@ def test_a_change_resent_after_a_restart_is_a_duplicate_even_in_a_later_batch() 
     # Debezium re-sends from an older binlog position: A(10), B(20), then A(10) and B(20) again.
     values = [change_event("u", 7, 1_000, 10), change_event("u", 7, 2_000, 20, club_status="gold")] * 2
     assert _clock(values).duplicate.tolist() == [False, False, True, True]
-    assert _clock(values).position == (1, 20, 0)
+    assert _clock(values).position == (-1, 1, 20, 0)
     # The same, with the position carried from an earlier batch.
-    assert _clock(values[:1], 5_000, (1, 20, 0)).duplicate.tolist() == [True]
-    assert _clock(values[:1], 5_000, (1, 5, 0)).duplicate.tolist() == [False]
+    assert _clock(values[:1], 5_000, (-1, 1, 20, 0)).duplicate.tolist() == [True]
+    assert _clock(values[:1], 5_000, (-1, 1, 5, 0)).duplicate.tolist() == [False]
 
 
 def test_heartbeats_move_the_clock_in_milliseconds_and_changes_take_it(spark: Any) -> None:
@@ -243,3 +246,47 @@ def test_a_heartbeat_time_or_binlog_file_that_does_not_read_is_no_dead_letter(sp
     result = ingest_values(spark, values)
     assert (result.state.clock_ms, result.changes, len(result.dead)) == (8_000, 1, 0)
     assert result.versions.column("valid_from").to_pylist() == [8_000]
+
+
+def test_after_a_failover_the_gtid_orders_changes_whose_binlog_position_is_lower() -> None:
+    # The old primary wrote GTIDs 100 and 101 at file 7; the promoted replica writes 102 on at
+    # its own file 2, positions far below. A connector following it (GTID mode) may re-send 101.
+    values = [
+        change_event("u", 7, 1_000, 9_000, binlog_file=7, gtid=100),
+        change_event("u", 7, 2_000, 9_500, binlog_file=7, gtid=101, club_status="gold"),
+        change_event("u", 7, 2_000, 300, binlog_file=2, gtid=101, club_status="gold"),  # re-sent
+        change_event("u", 7, 3_000, 400, binlog_file=2, gtid=102, club_status="platinum"),
+        change_event("u", 8, 3_000, 500, binlog_file=2, gtid=103),
+    ]
+    clock = _clock(values)
+    assert clock.duplicate.tolist() == [False, False, True, False, False]
+    assert clock.regressed.tolist() == [False, False, True, False, False]
+    assert clock.position == (103, 2, 500, 0)
+    # Across batches: the carried position holds the GTID too.
+    later = _clock(values[3:], 5_000, (101, 7, 9_500, 0))
+    assert later.duplicate.tolist() == [False, False]
+    assert _clock(values[:2], 5_000, (103, 2, 500, 0)).duplicate.tolist() == [True, True]
+
+
+def test_without_gtids_a_lower_binlog_file_is_still_a_re_send(spark: Any) -> None:
+    result = _ingest(spark, [change_event("u", 7, 60_000, 4, binlog_file=4)])
+    assert (result.duplicates, result.regressions, result.changes) == (1, 1, 0)
+
+
+def test_a_position_written_before_gtids_were_carried_reads_as_one_without(spark: Any) -> None:
+    state = CdcState.from_json({"watermark_ms": 5, "position": [5, 1_000, 0], "cdc_to": {"0": 3}})
+    assert state == CdcState(5, (-1, 5, 1_000, 0), {0: 3})
+    assert CdcState.from_json(state.as_json()) == state
+
+
+def test_with_gtids_a_new_snapshot_is_a_rewind_only_when_its_binlog_position_is_lower() -> None:
+    streamed = change_event("u", 7, 1_000, 500, binlog_file=3, gtid=40)
+    later = change_event("r", 7, 2_000, 900, binlog_file=3, snapshot="last")  # no GTID, as Debezium
+    earlier = change_event("r", 7, 2_000, 100, binlog_file=1, snapshot="last")
+    after = change_event("u", 7, 3_000, 200, binlog_file=1, gtid=2)  # RESET MASTER: GTIDs start over
+    assert _clock([streamed, later]).rewound.tolist() == [False, False]
+    clock = _clock([streamed, earlier, after])
+    assert clock.rewound.tolist() == [False, True, False]
+    assert clock.duplicate.tolist() == [False, False, False]
+    assert clock.rewinds == [((40, 3, 500, 0), (-1, 1, 100, 0))]
+    assert clock.position == (2, 1, 200, 0)
