@@ -128,6 +128,22 @@ def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> 
     raise SystemExit(f"the query service was not healthy within {timeout_s} s")
 
 
+def changelog_process(api_pid: int) -> int | None:
+    """The query service's changelog process (its child started by multiprocessing's spawn,
+    not the resource tracker)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == api_pid and b"spawn_main" in command and b"resource_tracker" not in command:
+            return int(entry.name)
+    return None
+
+
 def session_nice(pid: int, nice: int | None) -> None:
     """Sets the CPU weight of `pid`'s session (its autogroup), when given."""
     if nice is None:
@@ -343,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark
             }
             cpu_before = {name: thread_cpu_s(pid) for name, pid in jvms.items()}
             pythons = {f"{name}_python": proc.pid for name, proc in procs.items()}
+            if "api" in procs and (changelog := changelog_process(procs["api"].pid)):
+                pythons["api_changelog"] = changelog
             python_before = {name: thread_cpu_s(pid) for name, pid in pythons.items()}
             watched: dict[str, int] = {**jvms, **pythons, "bench_python": os.getpid()}
             waits_before = {name: runqueue_wait_s(pid) for name, pid in watched.items()}

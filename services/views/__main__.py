@@ -7,9 +7,11 @@ Settings come from VIEWS_* environment variables or the file named by VIEWS_ENV_
 0 stopped on request, 1 Kafka or the store failed, 2 a bad setting.
 """
 
+import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -20,7 +22,7 @@ from services.core.help import settings_help
 from services.core.logs import configure_or_exit
 from services.core.settings import load_settings
 from services.views.api import Api
-from services.views.changelog import Changelog
+from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
 from services.views.store import Store
@@ -28,7 +30,16 @@ from services.views.store import Store
 
 class _Server(uvicorn.Server):
     """uvicorn's server, stopped by us: its own signal handling raises the signal again once it
-    has shut down, which ends the process by that signal instead of with exit code 0."""
+    has shut down, which ends the process by that signal instead of with exit code 0. Its event
+    loop takes the changelog process's messages."""
+
+    def __init__(self, config: uvicorn.Config, changelog: ChangelogProcess) -> None:
+        super().__init__(config)
+        self.changelog = changelog
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.changelog.attach(asyncio.get_running_loop())
+        await super().serve(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -51,7 +62,7 @@ def main(argv: list[str]) -> int:
     logging.getLogger().setLevel(settings.log_level.upper())
     log = logging.getLogger("views")
     store, hub = Store(settings.state_dir / "store.sqlite3"), Hub()
-    changelog = Changelog(settings, store, hub)
+    changelog = ChangelogProcess(settings, store, hub)
     server = _Server(
         uvicorn.Config(
             Api(settings, store, hub, changelog).app(),
@@ -61,7 +72,8 @@ def main(argv: list[str]) -> int:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=1,
-        )
+        ),
+        changelog,
     )
     changelog.on_failure = server.stop
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -74,8 +86,7 @@ def main(argv: list[str]) -> int:
         ", ".join(settings.changelog_topics),
     )
     server.run()  # until SIGINT or SIGTERM
-    changelog.stopping.set()
-    changelog.join(10)
+    changelog.stop()
     if changelog.failed is not None:
         log.error("stopped: reading the changelog topics failed: %s", changelog.failed)
         return 1

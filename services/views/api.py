@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.views.changelog import Changelog
+from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub, Subscriber, change_data, sse
 from services.views.metrics import ViewsCollector
@@ -50,7 +50,9 @@ def parse_value(text: str, kind: str, what: str) -> Any:
 
 
 class Api:
-    def __init__(self, settings: ViewsApiSettings, store: Store, hub: Hub, changelog: Changelog) -> None:
+    def __init__(
+        self, settings: ViewsApiSettings, store: Store, hub: Hub, changelog: ChangelogProcess
+    ) -> None:
         self.settings, self.store, self.hub, self.changelog = settings, store, hub, changelog
         self.names = [settings.view_name(t) for t in settings.changelog_topics]
         self.topics = dict(zip(self.names, settings.changelog_topics, strict=True))
@@ -198,10 +200,13 @@ class Api:
         info = self._view(name)
         key_text = request.query_params.get("key")
         key = None if key_text is None else self._key(info, key_text.split("/"), name)
-        sub = Subscriber(asyncio.get_running_loop(), name, key, asyncio.Queue(self.settings.subscriber_queue))
-        with self.hub.lock:
-            self.hub.add(sub)
-            snapshot = self.store.snapshot(name, key)
+        sub = Subscriber(name, key, asyncio.Queue(self.settings.subscriber_queue))
+        self.hub.add(sub)  # first: the changelog process sends changes from now on
+        try:
+            sub.after, snapshot = self.store.snapshot(name, key)
+        except Exception:
+            self.hub.remove(sub)
+            raise
         return StreamingResponse(
             self._stream(sub, snapshot, tuple(info["key"])),
             media_type="text/event-stream",
@@ -218,7 +223,7 @@ class Api:
             seq = 0
             while not sub.overflowed:
                 try:
-                    change = await asyncio.wait_for(sub.queue.get(), self.settings.heartbeat_s)
+                    data = await asyncio.wait_for(sub.queue.get(), self.settings.heartbeat_s)
                 except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
@@ -226,10 +231,10 @@ class Api:
                 events = []
                 while True:
                     seq += 1
-                    events.append(sse("change", change_data(change), seq))
+                    events.append(sse("change", data, seq))
                     if len(events) == _EVENTS_PER_WRITE or sub.queue.empty():
                         break
-                    change = sub.queue.get_nowait()
+                    data = sub.queue.get_nowait()
                 yield "".join(events)
             yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))
         finally:

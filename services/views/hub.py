@@ -1,70 +1,78 @@
 """Subscribers of the views' changes (SSE streams): each change goes to every subscriber of its
-view (and key), in order, without the changelog thread ever waiting for a slow one.
+view (and key), in order, without the changelog process ever waiting for a slow one.
 
-The changelog thread applies a batch to the store and publishes it while holding `lock`; a new
-subscriber registers and reads its snapshot while holding it too. So every change is either in
-the snapshot or delivered after it, never both and never neither.
+Everything here runs on the HTTP server's event loop. The changelog process numbers each batch
+it applies to the store (`seq`, committed with the rows) and sends the batch's changes here; a
+new subscriber reads its snapshot with the number of the last batch in it and gets only the
+batches after that. So every change is either in the snapshot or delivered after it, never
+both and never neither.
+
+The changelog process sends changes only while someone subscribes (`active`, shared with it):
+a subscriber sets it before it reads its snapshot, and the process reads it after it commits a
+batch, so a batch the snapshot missed always comes with its changes.
 """
 
 import asyncio
 import json
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.views.store import Change
 
+# A change as it reaches subscribers: view, key (the key's values as a JSON array), and the
+# SSE event's data (`change_data`), made in the changelog process.
+Event = tuple[str, str, str]
+
 
 @dataclass(eq=False)
 class Subscriber:
-    loop: asyncio.AbstractEventLoop
     view: str
     key: str | None
-    queue: "asyncio.Queue[Change]"
+    queue: "asyncio.Queue[str]"  # SSE data of the changes, in order
+    after: int = 0  # the last batch in the subscriber's snapshot
     overflowed: bool = False
 
-    def push(self, changes: list[Change]) -> None:
-        """From any thread: hands the changes to the subscriber's event loop, in one wake-up
-        (one per change cost the changelog thread a write to the loop's pipe each)."""
-        self.loop.call_soon_threadsafe(self._put, changes)
-
-    def _put(self, changes: list[Change]) -> None:
-        for change in changes:
+    def put(self, events: list[Event]) -> None:
+        for _, _, data in events:
             if self.overflowed:
                 return
             try:
-                self.queue.put_nowait(change)
+                self.queue.put_nowait(data)
             except asyncio.QueueFull:
                 self.overflowed = True
 
 
 @dataclass
 class Hub:
-    lock: threading.Lock = field(default_factory=threading.Lock)
     subscribers: dict[str, list[Subscriber]] = field(default_factory=dict)
+    on_count: Callable[[int], None] = lambda _: None  # told how many subscribe, on each change
 
     def add(self, subscriber: Subscriber) -> None:
-        """Call with `lock` held, together with reading the snapshot."""
+        """Before the subscriber reads its snapshot."""
         self.subscribers.setdefault(subscriber.view, []).append(subscriber)
+        self.on_count(self.count())
 
     def remove(self, subscriber: Subscriber) -> None:
-        with self.lock:
-            self.subscribers.get(subscriber.view, []).remove(subscriber)
+        self.subscribers.get(subscriber.view, []).remove(subscriber)
+        self.on_count(self.count())
 
-    def publish(self, changes: list[Change]) -> None:
-        """Call with `lock` held, right after the store applied the changes."""
-        if not changes or not self.subscribers:
+    def publish(self, seq: int, events: list[Event]) -> None:
+        """Batch `seq`'s changes, to the subscribers whose snapshot does not hold it."""
+        if not events or not self.subscribers:
             return
-        by_view: dict[str, list[Change]] = {}
-        for change in changes:
-            by_view.setdefault(change.view, []).append(change)
+        by_view: dict[str, list[Event]] = {}
+        for event in events:
+            by_view.setdefault(event[0], []).append(event)
         for view, subs in self.subscribers.items():
             of_view = by_view.get(view)
             if not of_view:
                 continue
             for sub in subs:
-                picked = of_view if sub.key is None else [c for c in of_view if c.key == sub.key]
+                if seq <= sub.after:
+                    continue
+                picked = of_view if sub.key is None else [e for e in of_view if e[1] == sub.key]
                 if picked:
-                    sub.push(picked)
+                    sub.put(picked)
 
     def count(self) -> int:
         return sum(len(subs) for subs in self.subscribers.values())
@@ -80,3 +88,7 @@ def change_data(change: Change) -> str:
     key = json.loads(change.key)
     named = dict(zip(change.key_columns, key, strict=False))
     return f'{{"key":{json.dumps(named, separators=(",", ":"))},"row":{change.value or "null"}}}'
+
+
+def events_of(changes: list[Change]) -> list[Event]:
+    return [(c.view, c.key, change_data(c)) for c in changes]

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from services.views.changelog import Changelog
+from services.views.changelog import ChangelogProcess
 from services.views.hub import Hub
 from services.views.store import Store
 
 
 class ViewsCollector(Collector):
-    def __init__(self, names: list[str], store: Store, hub: Hub, changelog: Changelog) -> None:
+    def __init__(self, names: list[str], store: Store, hub: Hub, changelog: ChangelogProcess) -> None:
         self.names, self.store, self.hub, self.changelog = names, store, hub, changelog
 
     def collect(self) -> Iterator[Metric]:

@@ -5,8 +5,10 @@ view and the key's values as a JSON array. The offsets consumed per topic-partit
 in the same transaction as the rows, so after a restart the store and its offsets agree and
 only the topics' tail is read.
 
-One writer (the changelog thread) and any number of readers, each thread with its own
-connection (WAL: readers see the last committed transaction and never wait for the writer).
+One writer (the changelog process) and any number of readers (the HTTP server's), each thread
+with its own connection (WAL: readers see the last committed transaction and never wait for the
+writer). Each batch applied gets the next number (`seq`), committed with it: a reader's
+snapshot says which batch it holds.
 """
 
 import json
@@ -26,6 +28,7 @@ CREATE TABLE IF NOT EXISTS offsets (topic TEXT, part INTEGER, next INTEGER NOT N
   PRIMARY KEY (topic, part)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS views (view TEXT PRIMARY KEY, key_columns TEXT, columns TEXT, marker TEXT,
   applied_at_ms INTEGER);
+CREATE TABLE IF NOT EXISTS batches (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL);
 """
 
 
@@ -65,6 +68,8 @@ class Store:
         self._writer = self._connect()
         self._writer.executescript(SCHEMA)
         self._info = self._load_info()
+        row = self._writer.execute("SELECT seq FROM batches").fetchone()
+        self.seq: int = int(row[0]) if row else 0  # the last batch applied
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -84,7 +89,7 @@ class Store:
             conn = self._local.conn = self._connect()
         return conn
 
-    # the writer's side (the changelog thread)
+    # the writer's side (the changelog process)
     def offsets(self) -> dict[tuple[str, int], int]:
         rows = self._writer.execute("SELECT topic, part, next FROM offsets").fetchall()
         return {(topic, part): nxt for topic, part, nxt in rows}
@@ -156,6 +161,12 @@ class Store:
                 " ON CONFLICT (topic, part) DO UPDATE SET next = excluded.next",
                 [(topic, part, nxt) for (topic, part), nxt in offsets.items()],
             )
+            w.execute(
+                "INSERT INTO batches (one, seq) VALUES (1, ?)"
+                " ON CONFLICT (one) DO UPDATE SET seq = excluded.seq",
+                (self.seq + 1,),
+            )
+        self.seq += 1
         if learned or markers:
             self._info = info  # readers see the views' new description once it is committed
         return applied
@@ -200,20 +211,38 @@ class Store:
         sql = f"SELECT value FROM rows WHERE view = ?{where} ORDER BY key LIMIT ?"  # noqa: S608 (names checked)
         return [r[0] for r in self._reader.execute(sql, (view, *[v for _, v in filters], limit))]
 
-    def snapshot(self, view: str, key: str | None) -> list[tuple[str, str]]:
-        if key is not None:
-            value = self.get(view, key)
-            return [] if value is None else [(key, value)]
-        rows = self._reader.execute("SELECT key, value FROM rows WHERE view = ? ORDER BY key", (view,))
-        return [(k, v) for k, v in rows]
+    def snapshot(self, view: str, key: str | None) -> tuple[int, list[tuple[str, str]]]:
+        """The view's rows (or the key's) and the number of the last batch they hold, read in
+        one transaction."""
+        conn = self._reader
+        conn.execute("BEGIN")
+        try:
+            row = conn.execute("SELECT seq FROM batches").fetchone()
+            if key is not None:
+                found = conn.execute("SELECT key, value FROM rows WHERE view = ? AND key = ?", (view, key))
+            else:
+                found = conn.execute("SELECT key, value FROM rows WHERE view = ? ORDER BY key", (view,))
+            rows = [(k, v) for k, v in found]
+        finally:
+            conn.execute("COMMIT")
+        return (int(row[0]) if row else 0), rows
 
     def count(self, view: str) -> int:
         return int(self._reader.execute("SELECT COUNT(*) FROM rows WHERE view = ?", (view,)).fetchone()[0])
 
     def view_info(self, view: str) -> dict[str, Any] | None:
         """The view's key columns, columns, latest marker and when it was applied, if known.
-        Kept in memory (a pull query asks for it on every request); the writer replaces it."""
+        Kept in memory (a pull query asks for it on every request); the writer replaces it, and
+        hands it to the readers' process (`infos`, `learn_infos`)."""
         return self._info.get(view)
+
+    def infos(self) -> dict[str, dict[str, Any]]:
+        """Every view's description; a new dict whenever one changed."""
+        return self._info
+
+    def learn_infos(self, infos: dict[str, dict[str, Any]]) -> None:
+        """The descriptions the writer's process sent."""
+        self._info = infos
 
     def _load_info(self) -> dict[str, dict[str, Any]]:
         rows = self._writer.execute("SELECT view, key_columns, columns, marker, applied_at_ms FROM views")

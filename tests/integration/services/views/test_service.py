@@ -2,6 +2,8 @@
 the views job writes them, read back over HTTP and Server-Sent Events."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -202,3 +204,64 @@ def test_health_is_503_until_the_topics_are_read_to_their_end(
     assert seen[0] == 503 and seen[-1] == 200
     assert service.get("/views")[1]["views"][0]["rows"] == 60_000
     assert service.stop() == 0
+
+
+def test_a_failed_changelog_process_stops_the_service_with_exit_code_1(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    service = Service(stack_env, views, tmp_path)
+    service.env["VIEWS_CHANGELOG_TOPICS"] = json.dumps([views.customers, f"{views.customers}-missing"])
+    service.start()
+    assert service.wait_exit(60) == 1
+    log = service.tail(80)
+    assert "the changelog process failed" in log and "-missing" in log
+    assert "stopped: reading the changelog topics failed" in log
+
+
+def test_the_changelog_process_ends_with_the_server_either_way(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    views.write([customer(1, 1)])
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    assert service.proc is not None
+    changelog = _changelog_process(service.proc.pid)
+    os.kill(changelog, signal.SIGKILL)  # the changelog process dies: the server stops, and says why
+    assert service.wait_exit(30) == 1
+    assert "the changelog process ended (exit code -9)" in service.tail()
+
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    assert service.proc is not None
+    changelog = _changelog_process(service.proc.pid)
+    os.kill(service.proc.pid, signal.SIGKILL)  # the server dies alone: no changelog process left over
+    service.proc.wait(30)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{changelog}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(changelog), "the changelog process outlived the server"
+
+
+def _changelog_process(server: int) -> int:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                command = (entry / "cmdline").read_bytes()
+            except (OSError, IndexError, ValueError):
+                continue
+            if parent == server and b"spawn_main" in command and b"resource_tracker" not in command:
+                return int(entry.name)
+        time.sleep(0.1)
+    pytest.fail(f"no changelog process under the service's {server}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

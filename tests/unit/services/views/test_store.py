@@ -3,12 +3,11 @@
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from services.views.api import BadRequest, parse_value
-from services.views.hub import Hub, Subscriber
+from services.views.hub import Hub, Subscriber, events_of
 from services.views.store import Change, Store, infer_columns, key_of
 
 
@@ -102,49 +101,51 @@ def test_the_views_description_is_kept_across_a_reopen(tmp_path: Path) -> None:
     assert info is not None and info["marker"] == marker and info["key"] == ["user_id"]
 
 
-def test_a_batch_reaches_each_subscriber_in_one_hand_over_with_only_its_view_and_key() -> None:
-    loop = asyncio.new_event_loop()
-    handed: list[int] = []
-    hand_over = loop.call_soon_threadsafe
-
-    def counted(callback: Any, changes: list[Change]) -> Any:
-        handed.append(len(changes))
-        return hand_over(callback, changes)
-
-    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
-    hub = Hub()
-    whole = Subscriber(loop, "customer_ratings", None, asyncio.Queue())
-    one = Subscriber(loop, "customer_ratings", "[2]", asyncio.Queue())
-    other = Subscriber(loop, "segment_hourly", None, asyncio.Queue())
-    for sub in (whole, one, other):
+def test_a_batch_reaches_each_subscriber_of_its_view_and_key_unless_its_snapshot_holds_it() -> None:
+    counts: list[int] = []
+    hub = Hub(on_count=counts.append)
+    whole = Subscriber("customer_ratings", None, asyncio.Queue())
+    one = Subscriber("customer_ratings", "[2]", asyncio.Queue())
+    other = Subscriber("segment_hourly", None, asyncio.Queue())
+    late = Subscriber("customer_ratings", None, asyncio.Queue(), after=7)  # its snapshot holds batch 7
+    for sub in (whole, one, other, late):
         hub.add(sub)
-    hub.publish([_change(1, 1), _change(2, 1), _change(1, 2)])
-    assert sorted(handed) == [1, 3]  # one hand-over per subscriber with changes
-    loop.call_soon(loop.stop)
-    loop.run_forever()
-    assert [(c.key, json.loads(c.value or "{}")["ratings"]) for c in _drain(whole.queue)] == [
-        ("[1]", 1),
-        ("[2]", 1),
-        ("[1]", 2),
-    ]
-    assert [c.key for c in _drain(one.queue)] == ["[2]"]
+    assert counts == [1, 2, 3, 4]  # the changelog process is told before any snapshot is read
+    hub.publish(7, events_of([_change(1, 1), _change(2, 1), _change(1, 2)]))
+    hub.publish(8, events_of([_change(3, 1)]))
+    got = [json.loads(d) for d in _drain(whole.queue)]
+    assert [(d["key"]["user_id"], d["row"]["ratings"]) for d in got] == [(1, 1), (2, 1), (1, 2), (3, 1)]
+    assert [json.loads(d)["key"] for d in _drain(one.queue)] == [{"user_id": 2}]
     assert other.queue.empty()
-    loop.close()
+    assert [json.loads(d)["key"] for d in _drain(late.queue)] == [{"user_id": 3}]
+    hub.remove(late)
+    assert counts[-1] == 3
 
 
 def test_a_subscriber_whose_queue_fills_is_marked_overflowed_and_gets_no_more() -> None:
-    loop = asyncio.new_event_loop()
     hub = Hub()
-    sub = Subscriber(loop, "customer_ratings", None, asyncio.Queue(2))
+    sub = Subscriber("customer_ratings", None, asyncio.Queue(2))
     hub.add(sub)
-    hub.publish([_change(i, 1) for i in range(5)])
-    loop.call_soon(loop.stop)
-    loop.run_forever()
-    assert sub.overflowed and [c.key for c in _drain(sub.queue)] == ["[0]", "[1]"]
-    loop.close()
+    hub.publish(1, events_of([_change(i, 1) for i in range(5)]))
+    assert sub.overflowed
+    assert [json.loads(d)["key"] for d in _drain(sub.queue)] == [{"user_id": 0}, {"user_id": 1}]
 
 
-def _drain(queue: "asyncio.Queue[Change]") -> list[Change]:
+def test_a_snapshot_names_the_last_batch_it_holds_and_the_number_survives_a_reopen(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    assert store.snapshot("customer_ratings", None) == (0, [])
+    store.apply([_change(1, 1)], {}, {("t", 0): 1})
+    store.apply([_change(2, 1), _change(1, 2)], {}, {("t", 0): 3})
+    seq, rows = store.snapshot("customer_ratings", None)
+    assert seq == store.seq == 2 and [k for k, _ in rows] == ["[1]", "[2]"]
+    assert store.snapshot("customer_ratings", "[2]") == (2, [("[2]", rows[1][1])])
+    reopened = Store(tmp_path / "s.sqlite3")
+    assert reopened.seq == 2
+    reopened.apply([_change(3, 1)], {}, {})
+    assert Store(tmp_path / "s.sqlite3").snapshot("customer_ratings", "[3]")[0] == 3
+
+
+def _drain(queue: "asyncio.Queue[str]") -> list[str]:
     out = []
     while not queue.empty():
         out.append(queue.get_nowait())
