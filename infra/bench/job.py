@@ -206,13 +206,19 @@ def _stat(entry: Path) -> tuple[str, list[str]] | None:
     return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
 
 
-def job_jvm(job_pid: int) -> int | None:
-    """The Spark JVM that the job's Python process started (its child named java)."""
+def children(parent: int) -> dict[int, str]:
+    """The processes `parent` started, by pid: their names."""
+    found = {}
     for entry in Path("/proc").iterdir():
         stat = _stat(entry) if entry.name.isdigit() else None
-        if stat is not None and stat[0] == "java" and int(stat[1][1]) == job_pid:
-            return int(entry.name)
-    return None
+        if stat is not None and int(stat[1][1]) == parent:
+            found[int(entry.name)] = stat[0]
+    return found
+
+
+def job_jvm(job_pid: int) -> int | None:
+    """The Spark JVM that the job's Python process started (its child named java)."""
+    return next((pid for pid, name in children(job_pid).items() if name == "java"), None)
 
 
 def thread_cpu_s(pid: int) -> dict[str, tuple[str, float]]:

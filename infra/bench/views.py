@@ -37,6 +37,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra.bench.job import (
     Latencies,
+    children,
     cores_used,
     fixed_rate,
     job_jvm,
@@ -131,16 +132,13 @@ def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> 
 def changelog_process(api_pid: int) -> int | None:
     """The query service's changelog process (its child started by multiprocessing's spawn,
     not the resource tracker)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in children(api_pid):
         try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-        except (OSError, IndexError, ValueError):
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
             continue
-        if parent == api_pid and b"spawn_main" in command and b"resource_tracker" not in command:
-            return int(entry.name)
+        if b"spawn_main" in command and b"resource_tracker" not in command:
+            return pid
     return None
 
 

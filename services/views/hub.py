@@ -7,9 +7,10 @@ new subscriber reads its snapshot with the number of the last batch in it and ge
 batches after that. So every change is either in the snapshot or delivered after it, never
 both and never neither.
 
-The changelog process sends changes only while someone subscribes (`active`, shared with it):
-a subscriber sets it before it reads its snapshot, and the process reads it after it commits a
-batch, so a batch the snapshot missed always comes with its changes.
+The changelog process sends changes only while someone subscribes (the count `on_count`
+shares with it): a subscriber is counted before it reads its snapshot, and the process reads
+the count after it commits a batch, so a batch the snapshot missed always comes with its
+changes.
 """
 
 import asyncio

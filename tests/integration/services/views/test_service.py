@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from support.views_api import SEGMENT_COLUMNS, Service, Views, customer
 
+from infra.bench.views import changelog_process
+
 StackEnv = dict[str, str]
 
 
@@ -245,16 +247,8 @@ def test_the_changelog_process_ends_with_the_server_either_way(
 def _changelog_process(server: int) -> int:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                command = (entry / "cmdline").read_bytes()
-            except (OSError, IndexError, ValueError):
-                continue
-            if parent == server and b"spawn_main" in command and b"resource_tracker" not in command:
-                return int(entry.name)
+        if (pid := changelog_process(server)) is not None:
+            return pid
         time.sleep(0.1)
     pytest.fail(f"no changelog process under the service's {server}")
 
