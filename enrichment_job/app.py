@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from enrichment_job.cdc import CdcReader, CdcResult, Prefetch, ingest
+from enrichment_job.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable, ingest
 from enrichment_job.enrich import Ratings
 from enrichment_job.jvm import ClassArchive, class_archive
 from enrichment_job.kafka_in import KAFKA, TopicReader
@@ -353,6 +353,7 @@ class Pipeline:
             log.warning(
                 "re-read CDC ends at clock %s, the marker says %s", result.state.clock_ms, until.clock_ms
             )
+        result = fill_unavailable(result, self.table.versions())
         self.table.catch_up(batch_id, result.versions, until)
         log.info(
             "customer table caught up with batch %s: %d versions re-read from the CDC topic",
@@ -464,7 +465,7 @@ class Pipeline:
                 self.spark,
             )
             cdc = cdc.then(more) if cdc is not None else more
-            cdc = self._cdc_catch_up(batch_id, cdc)
+            cdc = fill_unavailable(self._cdc_catch_up(batch_id, cdc), self.table.versions())
         if cdc.changes:  # the join below needs them: the watermark counts them in
             with steps("table"):
                 self.table.add(cdc.versions)

@@ -9,8 +9,9 @@ columns (`change_events`), and turned into versions and records without a Spark 
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
@@ -24,8 +25,12 @@ from enrichment_job.kafka_out import Records
 from enrichment_job.schemas import CUSTOMER_COLUMNS, VERSION_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState
+from enrichment_job.versions import VersionStore
 
 log = logging.getLogger("enrichment_job")
+# What Debezium writes for a column it could not read (PostgreSQL: a TOASTed value an update left
+# unchanged, on a table whose REPLICA IDENTITY is not FULL): toasted.value.placeholder's default.
+UNAVAILABLE = "__debezium_unavailable_value"
 
 
 @dataclass(frozen=True)
@@ -96,10 +101,10 @@ def ingest(
     result = _result(events, state, customers_topic, dlq_topic)
     for furthest, snapshot in result.rewinds:
         log.warning(
-            "a snapshot in the CDC topic at position %s (GTID sequence number, binlog file, "
-            "position, row) starts below the furthest position read before it, %s: the database's "
-            "binlog started over (RESET MASTER, a restore, a failover) and a connector snapshotted "
-            "it again; following the new history",
+            "a snapshot in the CDC topic at position %s (GTID sequence number or last commit LSN, "
+            "binlog file, position or LSN, row) starts below the furthest position read before it, "
+            "%s: the database's log started over (RESET MASTER, a restore, a failover) and a "
+            "connector snapshotted it again; following the new history",
             snapshot,
             furthest,
         )
@@ -242,3 +247,69 @@ def _arrow_schema() -> pa.Schema:
 
 
 VERSION_SCHEMA = _arrow_schema()
+
+
+def fill_unavailable(result: CdcResult, known: VersionStore) -> CdcResult:
+    """`result` with every column Debezium marked unavailable (`UNAVAILABLE`) set to the
+    customer's value before the change: from the latest earlier change of the batch, else from
+    the table's latest version (null when the job knows none). The placeholder never becomes a
+    customer's value in the table, the join or the customers topic."""
+    versions = result.versions
+    marked = {
+        name: np.asarray(pc.fill_null(pc.equal(versions.column(name), UNAVAILABLE), False).to_numpy(), bool)
+        for name in CUSTOMER_COLUMNS
+        if pa.types.is_string(versions.schema.field(name).type)
+    }
+    rows = np.flatnonzero(np.logical_or.reduce(list(marked.values()))) if marked else np.array([], int)
+    if not len(rows):
+        return result
+    columns = {name: versions.column(name).to_pylist() for name in marked}
+    ids = versions.column("id").to_pylist()
+    last_row: dict[int, int] = {}  # the batch's latest change per customer, before the row at hand
+    unknown = 0
+    order = iter(rows)
+    pending = next(order, None)
+    for i, customer in enumerate(ids):
+        if i == pending:
+            earlier = last_row.get(customer)
+            before = None if earlier is not None else _latest(known, customer)
+            for name, flags in marked.items():
+                if flags[i]:
+                    if earlier is not None:
+                        columns[name][i] = columns[name][earlier]
+                    elif before is not None:
+                        columns[name][i] = before[name]
+                    else:
+                        columns[name][i] = None
+                        unknown += 1
+            pending = next(order, None)
+        last_row[customer] = i
+    log.warning(
+        "%d customer changes had columns Debezium could not read (%s; a TOASTed value on a table "
+        "whose REPLICA IDENTITY is not FULL): given the customer's value before the change%s",
+        len(rows),
+        UNAVAILABLE,
+        f"; {unknown} values unknown to the job left null" if unknown else "",
+    )
+    for name, values in columns.items():
+        versions = versions.set_column(
+            versions.schema.get_field_index(name), name, pa.array(values, versions.schema.field(name).type)
+        )
+    rows_now = pc.take(versions.select(["id", *CUSTOMER_COLUMNS]), pa.array(rows)).to_struct_array()
+    objects = json_objects(rows_now).cast(pa.binary()).to_pylist()
+    customers = result.customers
+    values_now = list(customers.values)
+    for row, value in zip(rows.tolist(), objects, strict=True):
+        if values_now[row] is not None:  # a delete stays a tombstone
+            values_now[row] = value
+    customers = Records(customers.topic, customers.keys, values_now, customers.headers)
+    return replace(result, versions=versions, customers=customers)
+
+
+def _latest(known: VersionStore, customer: int) -> dict[str, str | None] | None:
+    """The customer's latest version in the table, or None."""
+    picks = known.pick(pa.array([customer], pa.int32()), pa.array([np.iinfo(np.int64).max], pa.int64()), 0)
+    index = picks.index[0].as_py()
+    if index is None:
+        return None
+    return {name: picks.table.column(name)[index].as_py() for name in CUSTOMER_COLUMNS}

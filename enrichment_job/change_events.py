@@ -51,10 +51,12 @@ EVENTS = pa.schema(
         ("reading_ms", pa.int64()),  # the database time the event tells; null for a snapshot read
         ("source_ts_ms", pa.int64()),
         ("source_file", pa.string()),
-        ("source_pos", pa.int64()),
+        ("source_pos", pa.int64()),  # MariaDB: the binlog position; PostgreSQL: the event's LSN
         ("source_row", pa.int32()),
         ("binlog_file", pa.int64()),  # the number at the end of source_file
-        ("gtid_seq", pa.int64()),  # the sequence number of source.gtid (domain-server-seq); null without
+        # What orders transactions: MariaDB, the sequence number of source.gtid (domain-server-seq),
+        # null without; PostgreSQL, the last commit's LSN of source.sequence (else the event's LSN).
+        ("gtid_seq", pa.int64()),
         ("source_snapshot", pa.string()),  # Debezium's source.snapshot ("true", "last", "incremental", ...)
         ("headers", DLQ_HEADERS),  # an unreadable event's dead-letter headers
     ]
@@ -74,6 +76,8 @@ def _envelope() -> pa.Schema:
             ("row", pa.int32()),
             ("snapshot", pa.string()),
             ("gtid", pa.string()),
+            ("lsn", pa.int64()),
+            ("sequence", pa.string()),
         ]
     )
     return pa.schema([("before", row), ("after", row), ("op", pa.string()), ("source", source)])
@@ -126,6 +130,10 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
         pc.if_else(heartbeat, pc.coalesce(beat_ms, ts_ms), ts_ms),
     )
     file = pc.struct_field(source, "file")
+    lsn = pc.struct_field(source, "lsn")
+    commit = pc.coalesce(
+        _gtid_seq(pc.struct_field(source, "gtid")), _last_commit(pc.struct_field(source, "sequence")), lsn
+    )
     parsed = {
         "op": op,
         "table": table,
@@ -135,10 +143,10 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
         "reading_ms": reading,
         "source_ts_ms": ts_ms,
         "source_file": file,
-        "source_pos": pc.struct_field(source, "pos"),
+        "source_pos": pc.coalesce(pc.struct_field(source, "pos"), lsn),
         "source_row": pc.struct_field(source, "row"),
         "binlog_file": _file_number(file),
-        "gtid_seq": _gtid_seq(pc.struct_field(source, "gtid")),
+        "gtid_seq": commit,
         "source_snapshot": pc.struct_field(source, "snapshot"),
     }
     # Spread back over all records: a tombstone's fields are null.
@@ -159,7 +167,9 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
 
 
 def _millis(text: pa.Array) -> pa.Array:
-    return pc.cast(pc.cast(text, pa.timestamp("ms", tz="UTC")), pa.int64())
+    """ISO-8601 times (MariaDB's in whole seconds or ms, PostgreSQL's in microseconds) as epoch ms."""
+    micros = pc.cast(pc.cast(text, pa.timestamp("us", tz="UTC")), pa.int64())
+    return pc.floor(pc.divide(micros.cast(pa.float64()), 1000.0)).cast(pa.int64())
 
 
 def _file_number(file: pa.Array) -> pa.Array:
@@ -172,6 +182,16 @@ def _file_number(file: pa.Array) -> pa.Array:
 def _gtid_seq(gtid: pa.Array) -> pa.Array:
     """A MariaDB GTID's sequence number: the digits after its last dash (domain-server-seq)."""
     digits = pc.extract_regex(gtid, r"-(?P<n>\d+)$")
+    number = pc.struct_field(digits, "n")
+    return pc.cast(pc.if_else(pc.equal(number, ""), None, number), pa.int64())
+
+
+def _last_commit(sequence: pa.Array) -> pa.Array:
+    """PostgreSQL: the first LSN of Debezium's source.sequence (["last commit LSN", "LSN"]): with
+    the event's own LSN it orders the events as the connector streams them, in commit order
+    (a transaction's changes can have LSNs below those of one committed before it). Null before
+    the connector has seen a commit (a snapshot, its first transaction): the event's LSN then."""
+    digits = pc.extract_regex(sequence, r'^\["?(?P<n>\d+)')
     number = pc.struct_field(digits, "n")
     return pc.cast(pc.if_else(pc.equal(number, ""), None, number), pa.int64())
 
@@ -195,6 +215,7 @@ def read_spark(raw: DataFrame) -> pa.Table:
 def _spark_columns() -> Columns:
     digits = F.regexp_extract(F.col("source.file"), r"(\d+)$", 1)
     seq = F.regexp_extract(F.col("source.gtid"), r"-(\d+)$", 1)
+    commit = F.regexp_extract(F.col("source.sequence"), r'^\["?(\d+)', 1)
     return Columns(
         F.col("topic"),
         F.col("partition"),
@@ -211,16 +232,22 @@ def _spark_columns() -> Columns:
         F.col("reading_ms"),
         F.col("source.ts_ms").alias("source_ts_ms"),
         F.col("source.file").alias("source_file"),
-        F.col("source.pos").alias("source_pos"),
+        F.coalesce(F.col("source.pos"), F.col("source.lsn")).alias("source_pos"),
         F.col("source.row").alias("source_row"),
         F.when(digits != "", digits.cast("long")).alias("binlog_file"),
-        F.when(seq != "", seq.cast("long")).alias("gtid_seq"),
+        F.coalesce(
+            F.when(seq != "", seq.cast("long")),
+            F.when(commit != "", commit.cast("long")),
+            F.col("source.lsn"),
+        ).alias("gtid_seq"),
         F.col("source.snapshot").alias("source_snapshot"),
         F.when(F.col("dlq_reason").isNotNull(), dead_letter_headers("cdc")).alias("headers"),
     )
 
 
-Position = tuple[int, int, int, int]  # GTID sequence number, binlog file number, position, row
+# MariaDB: GTID sequence number, binlog file number, position, row; PostgreSQL: the last commit's
+# LSN, -1, the event's LSN, -1.
+Position = tuple[int, int, int, int]
 
 
 class Clock:
@@ -240,6 +267,11 @@ class Clock:
     and position may be below the old server's, and they are still later changes. Without GTIDs
     (null everywhere) the binlog position alone decides. One GTID domain is assumed: sequence
     numbers of different domains do not order each other.
+
+    PostgreSQL's events fill the same position with (the last commit's LSN, -1, the event's own
+    LSN, -1), from Debezium's source.sequence and source.lsn: the connector streams
+    transactions in commit order, and a transaction's changes may have LSNs below those of one
+    committed before it, so the last commit's LSN comes first, as the GTID does.
 
     A snapshot (reads, op "r", other than an incremental snapshot's) starts the binlog history
     over from its own position, where the connector then streams from: its rows are the table

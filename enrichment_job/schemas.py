@@ -50,7 +50,8 @@ CUSTOMER_COLUMNS = tuple(
     f.name for f in CUSTOMER_FIELDS.fields if f.name != "id"
 )  # a customer's, its id aside
 
-# Debezium's envelope (JSON converter, schemas disabled), for the MariaDB connector.
+# Debezium's envelope (JSON converter, schemas disabled): the source block of the MariaDB
+# connector (binlog file, pos, row, GTID) and of the PostgreSQL one (lsn, sequence).
 CDC_SOURCE = StructType(
     [
         StructField("ts_ms", LongType()),
@@ -60,6 +61,8 @@ CDC_SOURCE = StructType(
         StructField("pos", LongType()),
         StructField("row", IntegerType()),
         StructField("gtid", StringType()),
+        StructField("lsn", LongType()),
+        StructField("sequence", StringType()),
         StructField("snapshot", StringType()),
     ]
 )

@@ -33,7 +33,8 @@ BACKGROUND_POOL = "background"  # the scheduler pool of the writer and folds (sc
 @dataclass(frozen=True)
 class CdcState:
     """Where CDC ingestion stands: the database clock (the completeness watermark), the furthest
-    position seen (GTID sequence number, binlog file number, position, row), and the next CDC
+    position seen (`change_events.Position`: MariaDB's GTID sequence number, binlog file number,
+    position and row, or PostgreSQL's LSNs), and the next CDC
     offset to read per partition."""
 
     clock_ms: int | None = None

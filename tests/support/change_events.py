@@ -1,5 +1,5 @@
-"""Debezium change events as the MariaDB connector writes them (JSON, schemas off), and CDC
-records as the job's reader hands them over (Arrow, Kafka columns)."""
+"""Debezium change events as the MariaDB and PostgreSQL connectors write them (JSON, schemas
+off), and CDC records as the job's reader hands them over (Arrow, Kafka columns)."""
 
 import json
 from typing import Any
@@ -58,6 +58,41 @@ def heartbeat(ts: str, pos: int) -> bytes:
             "pos": pos,
             "row": 0,
             "table": "debezium_heartbeat",
+        },
+    }
+    return json.dumps(envelope).encode()
+
+
+def pg_change_event(
+    op: str,
+    cid: int,
+    commit_ms: int,
+    lsn: int,
+    last_commit: int | None,
+    *,
+    table: str = "customers",
+    snapshot: str = "false",
+    **after: Any,
+) -> bytes:
+    """A change committed at `commit_ms` as the PostgreSQL connector writes it: source.lsn, and
+    source.sequence ["<last commit LSN>", "<lsn>"] (null before the connector has seen a commit)."""
+    row = {"id": cid, "first_name": "Ada", "last_name": "L", "club_status": "silver", **after}
+    sequence = json.dumps([str(last_commit) if last_commit is not None else None, str(lsn)])
+    envelope = {
+        "before": {"id": cid} if op == "d" else None,
+        "after": None if op == "d" else row,
+        "op": op,
+        "ts_ms": commit_ms + 5,
+        "source": {
+            "connector": "postgresql",
+            "ts_ms": commit_ms,
+            "snapshot": snapshot,
+            "db": "demo",
+            "sequence": sequence,
+            "schema": "public",
+            "table": table,
+            "txId": 700 + lsn % 100,
+            "lsn": lsn,
         },
     }
     return json.dumps(envelope).encode()

@@ -9,10 +9,18 @@ from typing import Any
 import pytest
 
 from enrichment_job import change_events
-from enrichment_job.cdc import ingest
+from enrichment_job.cdc import UNAVAILABLE, fill_unavailable, ingest
 from enrichment_job.table import CdcState
 from enrichment_job.transforms import with_validity
-from tests.support.change_events import cdc_records, change_event, heartbeat, ingest_values, versions_frame
+from enrichment_job.versions import VersionStore
+from tests.support.change_events import (
+    cdc_records,
+    change_event,
+    heartbeat,
+    ingest_values,
+    pg_change_event,
+    versions_frame,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -77,8 +85,9 @@ def test_a_new_snapshot_below_the_furthest_position_starts_the_history_over(
     assert [v["club_status"] for v in result.versions.to_pylist()] == ["gold", "silver", "platinum", "bronze"]
     assert result.state.position == (-1, 1, 20, 0)
     expected = (
-        "a snapshot in the CDC topic at position (-1, 1, 4, 0) (GTID sequence number, binlog file, "
-        "position, row) starts below the furthest position read before it, (-1, 5, 1000, 0)"
+        "a snapshot in the CDC topic at position (-1, 1, 4, 0) (GTID sequence number or last commit "
+        "LSN, binlog file, position or LSN, row) starts below the furthest position read before it, "
+        "(-1, 5, 1000, 0)"
     )
     assert expected in caplog.text
     assert "earlier binlog file" not in caplog.text
@@ -290,3 +299,56 @@ def test_with_gtids_a_new_snapshot_is_a_rewind_only_when_its_binlog_position_is_
     assert clock.duplicate.tolist() == [False, False, False]
     assert clock.rewinds == [((40, 3, 500, 0), (-1, 1, 100, 0))]
     assert clock.position == (2, 1, 200, 0)
+
+
+def test_postgres_events_order_by_the_last_commit_then_their_own_lsn(spark: Any) -> None:
+    # T1 writes customer 7 at LSN 100 but commits after T2 (customer 8 at LSN 110, committed at
+    # 120): the connector streams T2 first. T1's change has the lower LSN and is no re-send.
+    values = [
+        pg_change_event("r", 9, 40_000, 90, None, snapshot="last"),
+        pg_change_event("u", 8, 50_000, 110, 95),
+        pg_change_event("u", 7, 51_000, 100, 120, club_status="gold"),
+        pg_change_event(
+            "u", 1, 51_500, 130, 125, table="debezium_heartbeat", ts="1970-01-01T00:00:51.600123Z"
+        ),
+    ]
+    raw = cdc_records(values)
+    events = change_events.read_arrow(raw)
+    assert events is not None
+    assert events.column("gtid_seq").to_pylist() == [90, 95, 120, 125]
+    assert events.column("source_pos").to_pylist() == [90, 110, 100, 130]
+    assert events.column("reading_ms").to_pylist() == [None, 50_000, 51_000, 51_600]
+    by_spark = change_events.read_spark(spark.createDataFrame(raw, change_events.RAW_SCHEMA))
+    assert by_spark.to_pylist() == events.to_pylist()
+    result = ingest_values(spark, values)
+    assert (result.changes, result.duplicates) == (3, 0)
+    # The connector re-sends T1 after a restart: a duplicate.
+    again = ingest_values(spark, values[2:3], 52_000, result.state.position)
+    assert (again.changes, again.duplicates) == (0, 1)
+
+
+def test_a_column_debezium_could_not_read_keeps_the_customers_value_before_the_change(
+    spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    long_text = "x" * 5000
+    first = ingest_values(spark, [pg_change_event("c", 7, 1_000, 10, 5, comments=long_text, region="EU")])
+    table = VersionStore(first.versions)
+    values = [
+        pg_change_event("u", 7, 2_000, 20, 15, comments=UNAVAILABLE, club_status="gold"),  # from the table
+        pg_change_event("c", 8, 2_100, 30, 25, comments="short"),
+        pg_change_event("u", 8, 2_200, 40, 35, comments=UNAVAILABLE),  # from the batch's own change
+        pg_change_event("u", 9, 2_300, 50, 45, comments=UNAVAILABLE),  # unknown to the job: null
+    ]
+    with caplog.at_level(logging.WARNING):
+        result = fill_unavailable(ingest_values(spark, values, 1_500, first.state.position), table)
+    rows = result.versions.to_pylist()
+    assert [r["comments"] for r in rows] == [long_text, "short", "short", None]
+    assert [r["club_status"] for r in rows] == ["gold", "silver", "silver", "silver"]
+    published = [json.loads(v) for v in result.customers.values if v is not None]
+    assert [p.get("comments") for p in published] == [long_text, "short", "short", None]
+    assert all(UNAVAILABLE not in json.dumps(p) for p in published)
+    assert "3 customer changes had columns Debezium could not read" in caplog.text
+    assert "1 values unknown to the job left null" in caplog.text
+    # A batch without the placeholder is returned as it is.
+    plain = ingest_values(spark, values[1:2])
+    assert fill_unavailable(plain, table) is plain
