@@ -6,8 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STACK := $(BIN)/python -m infra.stack
+# The stack's state folder, as infra.stack chooses it: STACK_STATE_DIR, else one per database.
+STATE := $(or $(STACK_STATE_DIR),$(if $(filter postgres,$(STACK_SOURCE)),.state-postgres,.state))
 
-.PHONY: help install up down status clean demo loadgen test test-secured test-unit test-integration lint format typecheck env bench bench-job bench-table bench-views faults lake-query views-job views-api view
+.PHONY: help install up down status clean demo loadgen test test-secured test-postgres test-unit test-integration lint format typecheck env bench bench-job bench-table bench-views faults lake-query views-job views-api view
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -44,15 +46,16 @@ demo: up ## the pipeline end to end with load and a live view (DURATION=120 runs
 	$(BIN)/python -m infra.demo --duration $(DURATION) --rate $(RATE) --customers $(CUSTOMERS)
 
 loadgen: up ## only the load generator, until Ctrl-C (RATE, CUSTOMERS)
-	@set -a && . .state/stack.env && set +a && LOADGEN_DB_PASSWORD="$$APP_DB_PASSWORD" \
+	@set -a && . $(STATE)/stack.env && set +a && LOADGEN_DB_PASSWORD="$$APP_DB_PASSWORD" \
+	  LOADGEN_DB_KIND="$$CUSTOMER_DB" LOADGEN_DB_PORT="$$CUSTOMER_DB_PORT" \
 	  LOADGEN_BOOTSTRAP_SERVERS="$$KAFKA_BOOTSTRAP_SERVERS" $(BIN)/python -m services.loadgen --rate $(RATE) --customers $(CUSTOMERS)
 
 views-job: up ## the materialized views job (Spark, RocksDB state, changelog topics), until Ctrl-C
-	@set -a && . .state/stack.env && set +a && VIEWS_JOB_SPARK_JARS="$$SPARK_JARS" \
+	@set -a && . $(STATE)/stack.env && set +a && VIEWS_JOB_SPARK_JARS="$$SPARK_JARS" \
 	  VIEWS_JOB_BOOTSTRAP_SERVERS="$$KAFKA_BOOTSTRAP_SERVERS" $(BIN)/python -m enrichment_job.views
 
 views-api: up ## the views query service on 127.0.0.1:8087 (pull by key, SSE changes), until Ctrl-C
-	@set -a && . .state/stack.env && set +a && VIEWS_BOOTSTRAP_SERVERS="$$KAFKA_BOOTSTRAP_SERVERS" \
+	@set -a && . $(STATE)/stack.env && set +a && VIEWS_BOOTSTRAP_SERVERS="$$KAFKA_BOOTSTRAP_SERVERS" \
 	  $(BIN)/python -m services.views
 
 NAME ?= customer_ratings
@@ -60,9 +63,10 @@ KEY ?=
 view: $(STAMP) ## print a view from the query service (NAME=, KEY= one row, FOLLOW=1 its changes)
 	$(BIN)/python -m services.views.cli $(if $(FOLLOW),follow $(NAME) $(if $(KEY),--key $(KEY)),show $(NAME) $(KEY))
 
-test: up ## the whole test suite against the real stack, then the secured stack's (what CI runs)
+test: up ## the whole test suite against the real stack, then the secured stack's and PostgreSQL's (what CI runs)
 	$(BIN)/pytest
 	$(MAKE) test-secured
+	$(MAKE) test-postgres
 
 # The secured mode (SASL/SCRAM and ACLs) keeps its own state folder: a state folder keeps its mode.
 SECURED := STACK_STATE_DIR=$(CURDIR)/.state-secured STACK_KAFKA_SECURITY=scram
@@ -70,6 +74,20 @@ test-secured: $(STAMP) ## stops the stack, starts the secured one (SASL/SCRAM, A
 	$(STACK) down
 	@set -e; trap '$(SECURED) $(STACK) down' EXIT; $(SECURED) $(STACK) up; \
 	  $(SECURED) $(BIN)/pytest tests/integration/secured
+
+# PostgreSQL as the customer database: its stack has a state folder of its own (.state-postgres).
+POSTGRES := STACK_SOURCE=postgres STACK_STATE_DIR=$(CURDIR)/.state-postgres
+POSTGRES_TESTS := tests/integration/postgres tests/integration/enrichment_job/test_exactly_once.py \
+  $(addprefix tests/integration/enrichment_job/test_semantics.py::,\
+    test_a_rating_joins_the_row_valid_at_its_time_and_updates_apply_later \
+    test_b_after_a_delete_ratings_are_unmatched_and_a_reinsert_matches_again \
+    test_d_grace_joins_a_row_created_shortly_after_the_rating_and_not_later \
+    test_e_records_of_one_customer_come_out_in_input_order \
+    test_c_a_fresh_job_waits_for_the_table_so_no_rating_is_unmatched_for_being_early)
+test-postgres: $(STAMP) ## stops the stack, starts one on PostgreSQL, runs the join's tests through it, stops it
+	$(STACK) down
+	@set -e; trap '$(POSTGRES) $(STACK) down' EXIT; $(POSTGRES) $(STACK) up; \
+	  $(POSTGRES) $(BIN)/pytest $(POSTGRES_TESTS)
 
 test-unit: $(STAMP) ## tests that need no running service
 	$(BIN)/pytest tests/unit
@@ -104,6 +122,6 @@ bench-table: up ## the in-memory customer table by size: start, memory per versi
 	$(BIN)/python -m infra.bench.table $(ARGS)
 
 lake-query: up ## the data lake's ratings per day and club status (pyarrow over the S3 server)
-	@set -a && . .state/stack.env && set +a && S3_SINK_ENDPOINT_URL="$$S3_ENDPOINT_URL" S3_SINK_BUCKET="$$S3_BUCKET" \
+	@set -a && . $(STATE)/stack.env && set +a && S3_SINK_ENDPOINT_URL="$$S3_ENDPOINT_URL" S3_SINK_BUCKET="$$S3_BUCKET" \
 	  S3_SINK_REGION="$$S3_REGION" S3_SINK_ACCESS_KEY="$$S3_ACCESS_KEY" S3_SINK_SECRET_KEY="$$S3_SECRET_KEY" \
 	  $(BIN)/python -m services.s3_sink.lake_query

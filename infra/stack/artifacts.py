@@ -24,6 +24,7 @@ from infra.stack.versions import Versions
 log = logging.getLogger("stack")
 MAVEN_DIR = INFRA_DIR / "maven"
 COMPLETE = ".complete"
+POSTGRES_BIN = Path("/usr/lib/postgresql")  # Debian's layout: <major>/bin
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Installed:
     connect_plugins: Path
     elasticsearch_zip: Path
     spark_java_home: Path | None = None  # None: java_home
+    postgres_bin: Path = POSTGRES_BIN / "15" / "bin"  # the pinned major version's server programs
 
     @property
     def spark_java(self) -> Path:
@@ -198,13 +200,17 @@ def _stage_spark_jars(cache: Path, versions: Versions) -> Path:
     return target
 
 
-def _stage_debezium(cache: Path, versions: Versions) -> Path:
-    target = cache / f"debezium-{versions.debezium}" / "plugins"
+def _stage_debezium(cache: Path, versions: Versions, database: str = "mariadb") -> Path:
+    """Debezium's connector plugin for `database` (mariadb, postgres), unpacked into a folder of
+    its own: Connect's plugin.path lists one folder per captured database."""
+    suffix = "" if database == "mariadb" else f"-{database}"
+    target = cache / f"debezium-{versions.debezium}" / f"plugins{suffix}"
     if _staged(target):
         return target
-    with _step(f"resolving the Debezium {versions.debezium} MariaDB connector plugin"):
+    connector = {"mariadb": "mariadb", "postgres": "postgres"}[database]
+    with _step(f"resolving the Debezium {versions.debezium} {database} connector plugin"):
         tmp = Path(tempfile.mkdtemp(prefix="debezium-", dir=cache))
-        artifact = f"io.debezium:debezium-connector-mariadb:{versions.debezium}:tar.gz:plugin"
+        artifact = f"io.debezium:debezium-connector-{connector}:{versions.debezium}:tar.gz:plugin"
         _mvn(["dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={tmp}"], what=artifact)
         archive = next(tmp.glob("*.tar.gz"))
         with tarfile.open(archive) as tar:
@@ -252,10 +258,28 @@ def ensure_mariadb(versions: Versions) -> None:
         )
 
 
+def postgres_bin(versions: Versions) -> Path:
+    """The folder of the pinned PostgreSQL major version's server programs (Debian's layout)."""
+    return POSTGRES_BIN / versions.postgres_major / "bin"
+
+
+def ensure_postgres(versions: Versions) -> None:
+    """PostgreSQL server and client from Debian's packages; the system cluster is never started."""
+    package = f"postgresql-{versions.postgres_major}"
+    if not (postgres_bin(versions) / "postgres").exists() or not shutil.which("psql"):
+        if os.geteuid() != 0 or not shutil.which("apt-get"):
+            raise PrerequisiteMissing(
+                f"PostgreSQL {versions.postgres_major} is not installed",
+                hint=f"install it: sudo apt-get install {package} postgresql-client",
+            )
+        with _step(f"installing PostgreSQL {versions.postgres_major} from Debian's packages"):
+            _apt_install([package, "postgresql-client"])
+
+
 def _apt_install(packages: list[str]) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     _run_as_root(["apt-get", "update", "-q"], "apt-get update", env)
-    # policy-rc.d = 101 keeps the package from starting a system MariaDB on port 3306.
+    # policy-rc.d = 101 keeps the package from starting a system MariaDB (3306) or PostgreSQL (5432).
     policy = Path("/usr/sbin/policy-rc.d")
     created = not policy.exists()
     if created:
@@ -273,7 +297,7 @@ def _apt_install(packages: list[str]) -> None:
 
 
 def ensure_service_user(name: str) -> None:
-    """Elasticsearch refuses to run as root; it and MariaDB run as this system user."""
+    """Elasticsearch and PostgreSQL refuse to run as root; they and MariaDB run as this system user."""
     if subprocess.run(["id", "-u", name], capture_output=True, check=False).returncode == 0:
         return
     _run_as_root(
@@ -304,10 +328,14 @@ def install(settings: StackSettings, versions: Versions) -> Installed:
         kafka_lib=_stage_lib(cache, f"kafka-{versions.kafka}", "kafka.xml", versions),
         s3proxy_lib=_stage_lib(cache, f"s3proxy-{versions.s3proxy}", "s3proxy.xml", versions),
         spark_jars_dir=_stage_spark_jars(cache, versions),
-        connect_plugins=_stage_debezium(cache, versions),
+        connect_plugins=_stage_debezium(cache, versions, settings.source),
         elasticsearch_zip=_stage_elasticsearch(cache, versions),
+        postgres_bin=postgres_bin(versions),
     )
-    ensure_mariadb(versions)
+    if settings.source == "postgres":
+        ensure_postgres(versions)
+    else:
+        ensure_mariadb(versions)
     if os.geteuid() == 0:
         ensure_service_user(settings.service_user)
     return installed

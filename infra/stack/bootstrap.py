@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import pwd
+import re
 import string
 import subprocess
 import time
@@ -15,7 +16,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra.stack import kafka_security
-from infra.stack.components import mariadb_socket
+from infra.stack.components import POSTGRES_ADMIN, mariadb_socket, postgres_socket_dir
 from infra.stack.errors import ComponentFailed
 from infra.stack.health import http_json, s3_client
 from infra.stack.kafka_security import admin_config
@@ -79,6 +80,67 @@ def bootstrap_mariadb(settings: StackSettings, secrets: dict[str, str]) -> None:
     )
     if proc.returncode != 0:
         raise ComponentFailed(f"applying the MariaDB schema and users failed: {proc.stderr.strip()}")
+
+
+def postgres_sql(settings: StackSettings, sql: str, database: str = "demo") -> str:
+    """As PostgreSQL's administrator over its socket (peer authentication); the output, tuples
+    only. Raises with the client's message when it fails."""
+    proc = subprocess.run(
+        [
+            "psql",
+            "-h",
+            str(postgres_socket_dir(settings)),
+            "-p",
+            str(settings.postgres_port),
+            "-U",
+            POSTGRES_ADMIN,
+            "-d",
+            database,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-X",
+            "-q",
+            "-t",
+            "-A",
+        ],
+        input=sql,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip() or "psql failed")
+    return proc.stdout
+
+
+def bootstrap_postgres(settings: StackSettings, secrets: dict[str, str]) -> None:
+    """The database, schema, publication and least-privilege users, as the administrator."""
+    try:
+        if not postgres_sql(settings, "SELECT 1 FROM pg_database WHERE datname = 'demo'", "postgres").strip():
+            postgres_sql(settings, "CREATE DATABASE demo", "postgres")
+        init = INFRA_DIR / "postgres" / "init"
+        # ${NAME} placeholders only: the SQL's own dollar quotes stay as they are.
+        users = re.sub(
+            r"\$\{([A-Z_]+)\}", lambda m: secrets[m.group(1)], (init / "02-users.sql.tmpl").read_text()
+        )
+        postgres_sql(settings, (init / "01-schema.sql").read_text() + "\n" + users)
+    except RuntimeError as err:
+        raise ComponentFailed(f"applying the PostgreSQL schema and users failed: {err}") from err
+
+
+def bootstrap_database(settings: StackSettings, secrets: dict[str, str]) -> None:
+    if settings.source == "postgres":
+        bootstrap_postgres(settings, secrets)
+    else:
+        bootstrap_mariadb(settings, secrets)
+
+
+def check_database_socket(settings: StackSettings) -> None:
+    """Raises until the local admin can run a query over the customer database's socket."""
+    if settings.source == "postgres":
+        postgres_sql(settings, "SELECT 1", "postgres")
+    else:
+        check_mariadb_socket(settings)
 
 
 def check_mariadb_socket(settings: StackSettings) -> None:

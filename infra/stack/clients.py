@@ -2,16 +2,20 @@
 
 from typing import Any
 
-import pymysql
+from services.core import customer_db
 
 
 def app_db(env: dict[str, str]) -> Any:
-    """MariaDB as the application's least-privilege user (reads and writes demo.customers), autocommit."""
-    return pymysql.connect(
-        host=env["MARIADB_HOST"],
-        port=int(env["MARIADB_PORT"]),
-        user=env["APP_DB_USER"],
-        password=env["APP_DB_PASSWORD"],
-        database=env["MARIADB_DATABASE"],
-        autocommit=True,
+    """The customer database (MariaDB or PostgreSQL, as the stack was made) as the application's
+    least-privilege user (reads and writes the customers table), autocommit."""
+    kind = env.get("CUSTOMER_DB", "mariadb")
+    if kind not in customer_db.KINDS:
+        raise ValueError(f"CUSTOMER_DB={kind!r} in stack.env: expected one of {customer_db.KINDS}")
+    return customer_db.connect(
+        kind,
+        env.get("CUSTOMER_DB_HOST", env.get("MARIADB_HOST", "127.0.0.1")),
+        int(env.get("CUSTOMER_DB_PORT", env.get("MARIADB_PORT", "3306"))),
+        env["APP_DB_USER"],
+        env["APP_DB_PASSWORD"],
+        env.get("CUSTOMER_DB_NAME", "demo"),
     )

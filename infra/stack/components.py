@@ -31,15 +31,18 @@ class Component:
     environment: dict[str, str] = field(default_factory=dict)
     user: str | None = None
     stop_wait_s: int = 30
+    stop_signal: str = "TERM"
 
     def log_file(self, settings: StackSettings) -> Path:
         return settings.logs_dir / f"{self.name}.log"
 
 
 def component_ports(settings: StackSettings) -> dict[str, dict[str, int]]:
-    """Every component's ports by purpose, in start order: Connect needs Kafka and MariaDB."""
+    """Every component's ports by purpose, in start order: Connect needs Kafka and the customer
+    database (MariaDB, or PostgreSQL with STACK_SOURCE=postgres)."""
+    database = {"postgres": {"sql": settings.postgres_port}} if settings.source == "postgres" else {}
     return {
-        "mariadb": {"sql": settings.mariadb_port},
+        **(database or {"mariadb": {"sql": settings.mariadb_port}}),
         "kafka": {"broker": settings.kafka_port, "controller": settings.kafka_controller_port},
         "s3": {"s3": settings.s3_port},
         "elasticsearch": {
@@ -178,6 +181,8 @@ def connect(settings: StackSettings, installed: Installed, secrets: dict[str, st
         "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "MARIADB_HOST": "127.0.0.1",
         "MARIADB_PORT": str(settings.mariadb_port),
+        "POSTGRES_HOST": "127.0.0.1",
+        "POSTGRES_PORT": str(settings.postgres_port),
         "DEBEZIUM_DB_PASSWORD": secrets["DEBEZIUM_DB_PASSWORD"],
     }
     if settings.kafka_security == "scram":
@@ -250,6 +255,84 @@ def mariadb(settings: StackSettings) -> Component:
 
 def mariadb_socket(settings: StackSettings) -> Path:
     return settings.service_state_dir / "mariadb" / "mariadb.sock"
+
+
+POSTGRES_ADMIN = "postgres"  # the cluster's superuser, reached over the socket by peer authentication
+
+
+def postgres_socket_dir(settings: StackSettings) -> Path:
+    return settings.service_state_dir / "postgres"
+
+
+def postgres(settings: StackSettings, installed: Installed) -> Component:
+    """PostgreSQL with logical decoding, run as the service user (it refuses root). Its
+    administrator is reached over the socket only, by the OS users `make up` runs as and the
+    service user (peer authentication, pg_ident.conf); the application and Debezium sign in over
+    loopback TCP with passwords (pg_hba.conf)."""
+    state = postgres_socket_dir(settings)
+    data = state / "data"
+    user = _service_user(settings)
+    bin_dir = installed.postgres_bin
+    if not (data / "PG_VERSION").exists():
+        shutil.rmtree(data, ignore_errors=True)
+        state.mkdir(parents=True, exist_ok=True)
+        _chown_tree(state, user)
+        cmd = [
+            str(bin_dir / "initdb"),
+            f"--pgdata={data}",
+            f"--username={POSTGRES_ADMIN}",
+            "--auth-local=peer",
+            "--auth-host=scram-sha-256",
+            "--encoding=UTF8",
+            "--locale=C",
+        ]
+        proc = subprocess.run(
+            ["runuser", "-u", user, "--", *cmd] if user else cmd, capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            raise ComponentFailed(
+                f"initialising PostgreSQL's data folder failed:\n{proc.stdout}{proc.stderr}"
+            )
+    shutil.copy(INFRA_DIR / "postgres" / "postgresql.conf", state / "postgresql.conf")
+    shutil.copy(INFRA_DIR / "postgres" / "pg_hba.conf", state / "pg_hba.conf")
+    admins = sorted({os_user_name(), *([user] if user else [])})
+    (state / "pg_ident.conf").write_text(
+        "# admin map: these OS users may sign in over the socket as the cluster's superuser\n"
+        + "".join(f"admin  {name}  {POSTGRES_ADMIN}\n" for name in admins)
+    )
+    _chown_tree(state, user)
+    data.chmod(0o700)
+    return Component(
+        name="postgres",
+        ports=component_ports(settings)["postgres"],
+        command=[
+            str(bin_dir / "postgres"),
+            "-D",
+            str(data),
+            "-c",
+            f"config_file={state / 'postgresql.conf'}",
+            "-c",
+            f"hba_file={state / 'pg_hba.conf'}",
+            "-c",
+            f"ident_file={state / 'pg_ident.conf'}",
+            "-c",
+            f"port={settings.postgres_port}",
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={state}",
+        ],
+        directory=state,
+        user=user,
+        stop_wait_s=60,
+        stop_signal="INT",  # fast shutdown: TERM would wait for Debezium's connections to end
+    )
+
+
+def os_user_name() -> str:
+    import pwd  # noqa: PLC0415
+
+    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 def elasticsearch(settings: StackSettings, installed: Installed) -> Component:
@@ -339,8 +422,9 @@ def prepare_components(
     settings: StackSettings, installed: Installed, secrets: dict[str, str]
 ) -> list[Component]:
     """Render configs and initialise data folders (first run only); the components in start order."""
+    database = postgres(settings, installed) if settings.source == "postgres" else mariadb(settings)
     return [
-        mariadb(settings),
+        database,
         kafka(settings, installed, secrets),
         s3(settings, installed, secrets),
         elasticsearch(settings, installed),

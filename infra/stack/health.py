@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from infra.stack.kafka_security import admin_config
 from infra.stack.settings import StackSettings
+from services.core import customer_db
 
 
 def http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
@@ -61,6 +62,16 @@ def check_mariadb(settings: StackSettings, secrets: dict[str, str]) -> str:
     return f"demo.customers has {count} rows"
 
 
+def check_postgres(settings: StackSettings, secrets: dict[str, str]) -> str:
+    conn = customer_db.connect(
+        "postgres", "127.0.0.1", settings.postgres_port, "ratings_app", secrets["APP_DB_PASSWORD"], "demo", 3
+    )
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM customers")
+        (count,) = cur.fetchone() or (0,)
+    return f"demo customers has {count} rows"
+
+
 def check_connect(settings: StackSettings, secrets: dict[str, str]) -> str:
     status = http_json("GET", f"{settings.connect_url}/connectors/{settings.connector_name}/status")
     states = [status["connector"]["state"], *(t["state"] for t in status["tasks"])]
@@ -86,6 +97,7 @@ def check_s3(settings: StackSettings, secrets: dict[str, str]) -> str:
 
 CHECKS: dict[str, Callable[[StackSettings, dict[str, str]], str]] = {
     "mariadb": check_mariadb,
+    "postgres": check_postgres,
     "kafka": check_kafka,
     "s3": check_s3,
     "elasticsearch": check_elasticsearch,

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,11 @@ def _default_cache_dir() -> Path:
 class StackSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STACK_", frozen=True, extra="forbid")
 
-    state_dir: Path = Field(REPO_ROOT / ".state", description="data, logs and rendered configs")
+    state_dir: Path = Field(
+        Path(),
+        description="data, logs and rendered configs; default: .state in the checkout (.state-postgres"
+        " with STACK_SOURCE=postgres, so that both databases' stacks stay on disk)",
+    )
     cache_dir: Path = Field(default_factory=_default_cache_dir, description="staged jars, reused by clones")
     java_home: Path | None = Field(None, description="JDK for every JVM component; default: the java on PATH")
     spark_java_home: Path | None = Field(
@@ -41,10 +45,17 @@ class StackSettings(BaseSettings):
         f"cannot enter the state folder); default: {SERVICE_ROOT}/<a hash of the state folder>",
     )
 
+    source: Literal["mariadb", "postgres"] = Field(
+        "mariadb",
+        description="the customer database Debezium captures: MariaDB (binlog) or PostgreSQL (logical"
+        " decoding); a state folder keeps the one it was made with",
+    )
+
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
     connect_port: int = 8083
     mariadb_port: int = 3306
+    postgres_port: int = 5432
     elasticsearch_port: int = 9200
     elasticsearch_transport_port: int = 9300
     s3_port: int = 9000
@@ -62,8 +73,24 @@ class StackSettings(BaseSettings):
 
     s3_bucket: str = "ratings-lake"
     s3_region: str = "us-east-1"
-    connector_name: str = "mariadb-customers"
+    connector_name: str = Field(
+        "", description="the Debezium connector (connect/<name>.json); default: <source>-customers"
+    )
     start_timeout_s: float = Field(240.0, description="how long `up` waits for one component")
+
+    @model_validator(mode="after")
+    def _connector_of_source(self) -> "StackSettings":
+        if not self.connector_name:
+            object.__setattr__(self, "connector_name", f"{self.source}-customers")
+        if self.state_dir == Path():
+            folder = ".state-postgres" if self.source == "postgres" else ".state"
+            object.__setattr__(self, "state_dir", REPO_ROOT / folder)
+        return self
+
+    @property
+    def database_port(self) -> int:
+        """The customer database's SQL port."""
+        return self.postgres_port if self.source == "postgres" else self.mariadb_port
 
     @property
     def service_state_dir(self) -> Path:

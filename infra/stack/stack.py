@@ -20,7 +20,7 @@ from infra.stack.versions import load_versions
 
 log = logging.getLogger("stack")
 PORT_SETTING = {
-    "sql": "STACK_MARIADB_PORT",
+    "sql": "STACK_MARIADB_PORT or STACK_POSTGRES_PORT",
     "broker": "STACK_KAFKA_PORT",
     "controller": "STACK_KAFKA_CONTROLLER_PORT",
     "s3": "STACK_S3_PORT",
@@ -134,6 +134,24 @@ def _wait(
         time.sleep(1)
 
 
+def _source_mode(settings: StackSettings) -> None:
+    """A state folder keeps the customer database it was made with: its CDC topic, connector
+    offsets and the jobs' state follow that database's history."""
+    marker = settings.state_dir / "source"
+    if marker.exists():
+        made = marker.read_text().strip()
+        if made != settings.source:
+            raise ComponentFailed(
+                f"the stack in {settings.state_dir} was made with STACK_SOURCE={made}, not {settings.source}",
+                hint="use another STACK_STATE_DIR for the other database, or `make clean` to start over",
+            )
+    elif (settings.state_dir / "kafka" / "data" / "meta.properties").exists():
+        marker.write_text("mariadb\n")  # made before the source was a setting
+        _source_mode(settings)
+    else:
+        marker.write_text(settings.source + "\n")
+
+
 def up(settings: StackSettings) -> None:
     started = time.monotonic()
     versions = load_versions()
@@ -143,6 +161,7 @@ def up(settings: StackSettings) -> None:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     secured = settings.kafka_security == "scram"
     secrets = ensure_secrets(settings.state_dir, kafka_security.SECRET_NAMES if secured else ())
+    _source_mode(settings)
     sup = Supervisor(settings)
     check_ports(settings, sup)
     components = prepare_components(settings, installed, secrets)
@@ -152,11 +171,12 @@ def up(settings: StackSettings) -> None:
         return lambda: CHECKS[name](settings, secrets)
 
     # 1. Independent components start together.
-    for name in ("mariadb", "kafka", "s3", "elasticsearch"):
+    database = settings.source
+    for name in (database, "kafka", "s3", "elasticsearch"):
         sup.start(name)
-    # 2. MariaDB: schema and users; Kafka: topics. Connect needs both.
-    _wait(settings, sup, "mariadb", lambda: bootstrap.check_mariadb_socket(settings))
-    bootstrap.bootstrap_mariadb(settings, secrets)
+    # 2. The database: schema and users; Kafka: topics. Connect needs both.
+    _wait(settings, sup, database, lambda: bootstrap.check_database_socket(settings))
+    bootstrap.bootstrap_database(settings, secrets)
     _wait(settings, sup, "kafka", check("kafka"))
     bootstrap.create_topics(settings, secrets)
     bootstrap.ensure_principals(settings, secrets)
@@ -178,6 +198,10 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
     values = {
         "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "CONNECT_URL": settings.connect_url,
+        "CUSTOMER_DB": settings.source,
+        "CUSTOMER_DB_HOST": "127.0.0.1",
+        "CUSTOMER_DB_PORT": str(settings.database_port),
+        "CUSTOMER_DB_NAME": "demo",
         "MARIADB_HOST": "127.0.0.1",
         "MARIADB_PORT": str(settings.mariadb_port),
         "MARIADB_DATABASE": "demo",

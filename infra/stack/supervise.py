@@ -60,7 +60,7 @@ def render_config(settings: StackSettings, components: list[Component]) -> str:
             "autorestart": "false",
             "startsecs": "3",
             "startretries": "0",
-            "stopsignal": "TERM",
+            "stopsignal": comp.stop_signal,
             "stopwaitsecs": str(comp.stop_wait_s),
             "stopasgroup": "true",
             "killasgroup": "true",

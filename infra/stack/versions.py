@@ -19,6 +19,7 @@ class Versions:
     spark: str
     delta: str
     mariadb_line: str
+    postgres_major: str
     java_minimum: int
     spark_java: str  # the JDK the Spark jobs prefer, at least this version
     python: dict[str, str]
@@ -49,6 +50,7 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         spark=maven["spark"],
         delta=maven["delta"],
         mariadb_line=data["debian"]["mariadb-server"].split(":", 1)[-1],
+        postgres_major=str(data["debian"]["postgresql"]),
         java_minimum=int(data["java"]["minimum"]),
         spark_java=str(data["java"]["spark"]),
         python=dict(data["python"]),

@@ -5,17 +5,14 @@ import logging
 import random
 from typing import Any
 
-import pymysql
-
+from services.core import customer_db
 from services.core.errors import ServiceError
 from services.loadgen.config import LoadgenSettings
 from services.loadgen.customers import Change, fake_customer, step_status
 
 log = logging.getLogger(__name__)
-INSERT = (
-    "INSERT INTO customers (first_name, last_name, email, gender, club_status, region, comments)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
-)
+COLUMNS = ("first_name", "last_name", "email", "gender", "club_status", "region", "comments")
+INSERT = f"INSERT INTO customers ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"  # noqa: S608
 
 
 class DatabaseUnavailable(ServiceError):
@@ -29,14 +26,8 @@ class CustomerDb:
 
     def _connect(self) -> Any:
         s = self.settings
-        return pymysql.connect(
-            host=s.db_host,
-            port=s.db_port,
-            user=s.db_user,
-            password=s.db_password.get_secret_value(),
-            database=s.db_name,
-            autocommit=True,
-            connect_timeout=5,
+        return customer_db.connect(
+            s.db_kind, s.db_host, s.database_port, s.db_user, s.db_password.get_secret_value(), s.db_name
         )
 
     def ids(self) -> list[int]:
@@ -64,21 +55,22 @@ class CustomerDb:
             if self.conn is None:
                 self.conn = self._connect()
             return self._apply(change)
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as err:
+        except customer_db.CONNECTION_ERRORS as err:
             if self.conn is not None:
                 try:
                     self.conn.close()
-                except pymysql.err.Error:
+                except customer_db.CLIENT_ERRORS:
                     pass  # already gone
             self.conn = None
-            where = f"{self.settings.db_host}:{self.settings.db_port}"
-            raise DatabaseUnavailable(f"customer database at {where}: {err}") from err
+            where = f"{self.settings.db_kind} at {self.settings.db_host}:{self.settings.database_port}"
+            raise DatabaseUnavailable(f"customer database ({where}): {err}") from err
 
     def _apply(self, change: Change) -> int | None:
         with self.conn.cursor() as cur:
             if change.kind == "insert" and change.new_customer is not None:
-                cur.execute(INSERT, change.new_customer.row())
-                return int(cur.lastrowid)
+                return customer_db.insert(
+                    cur, "customers", dict(zip(COLUMNS, change.new_customer.row(), strict=True))
+                )
             if change.kind == "delete":
                 cur.execute("DELETE FROM customers WHERE id = %s", (change.customer_id,))
             elif change.kind == "email":

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from enrichment_job.metrics import caught_up
+from services.core import customer_db
 from support.kafka import drop_topics, make_topics, produce, read_topic, values
 
 __all__ = ["Job", "Topics", "create_topics", "delete_topics", "produce", "rating", "read_topic", "values"]
@@ -127,9 +128,7 @@ class Job:
 
 
 def db_now_ms(db: Any) -> int:
-    with db.cursor() as cur:
-        cur.execute("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
-        return int(cur.fetchone()[0])
+    return customer_db.now_ms(db)
 
 
 def by_rating(
@@ -156,13 +155,18 @@ def next_second(db: Any) -> int:
 
 def insert_customer(db: Any, club_status: str, customer_id: int | None = None) -> int:
     """A new customer ("Test <random>"), with the id given or the next one; its id."""
+    row = {
+        "id": customer_id,
+        "first_name": "Test",
+        "last_name": uuid.uuid4().hex[:8],
+        "email": f"{uuid.uuid4().hex[:8]}@example.com",
+        "gender": "Female",
+        "club_status": club_status,
+        "region": "EMEA",
+        "comments": "integration test",
+    }
     with db.cursor() as cur:
-        cur.execute(
-            "INSERT INTO customers (id, first_name, last_name, email, gender, club_status, region, comments)"
-            " VALUES (%s, 'Test', %s, %s, 'Female', %s, 'EMEA', 'integration test')",
-            (customer_id, uuid.uuid4().hex[:8], f"{uuid.uuid4().hex[:8]}@example.com", club_status),
-        )
-        return int(customer_id or cur.lastrowid)
+        return customer_db.insert(cur, "customers", row)
 
 
 def rating(

@@ -23,7 +23,7 @@ from infra.stack.versions import load_versions
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 CREATE_TOPICS = REPO_ROOT / "infra" / "kafka" / "create-topics.sh"
 CONNECT_WORKER = REPO_ROOT / "infra" / "connect" / "connect-distributed.properties"
-CONNECTOR = REPO_ROOT / "connect" / "mariadb-customers.json"
+CONNECTORS = [REPO_ROOT / "connect" / f"{name}-customers.json" for name in ("mariadb", "postgres")]
 
 Service = dict[str, Any]
 
@@ -39,12 +39,17 @@ SHARED_FILES = {
     ),
     "infra/s3proxy/s3proxy.properties": ("s3", "/etc/s3proxy/s3proxy.properties"),
     "connect/mariadb-customers.json": ("connect-init", "/opt/ratings/mariadb-customers.json"),
+    "infra/postgres/postgresql.conf": ("postgres", "/etc/postgresql/ratings.conf"),
+    "infra/postgres/init": ("postgres", "/docker-entrypoint-initdb.d"),
+    "connect/postgres-customers.json": ("connect-init-postgres", "/opt/ratings/postgres-customers.json"),
 }
 # Files not read by the image itself but by the service's own command.
 READ_BY_COMMAND = {
     "infra/kafka/server.properties",
     "infra/s3proxy/s3proxy.properties",
     "connect/mariadb-customers.json",
+    "infra/postgres/postgresql.conf",
+    "connect/postgres-customers.json",
 }
 
 # Ports the local stack has but nothing outside the container needs.
@@ -143,6 +148,7 @@ def test_image_versions_mirror_versions_toml(services: dict[str, Service]) -> No
         "kafka-init": f"apache/kafka:{v.kafka}",
         "connect": f"quay.io/debezium/connect:{v.debezium}",
         "mariadb": f"mariadb:{v.mariadb_line}",
+        "postgres": f"postgres:{v.postgres_major}",
         "elasticsearch": f"docker.elastic.co/elasticsearch/elasticsearch:{v.elasticsearch}",
         "kibana": f"docker.elastic.co/kibana/kibana:{v.elasticsearch}",
         "kibana-setup": f"docker.elastic.co/kibana/kibana:{v.elasticsearch}",
@@ -232,9 +238,10 @@ def test_published_ports_equal_the_local_stack_ports(
 ) -> None:
     for key in [key for key in os.environ if key.upper().startswith("STACK_")]:
         monkeypatch.delenv(key)
-    for component, ports in component_ports(StackSettings()).items():
-        expected = {port for purpose, port in ports.items() if (component, purpose) not in UNPUBLISHED}
-        assert published_ports(services[component]) == expected, component
+    for source in ("mariadb", "postgres"):
+        for component, ports in component_ports(StackSettings(source=source)).items():
+            expected = {port for purpose, port in ports.items() if (component, purpose) not in UNPUBLISHED}
+            assert published_ports(services[component]) == expected, component
 
 
 def test_ports_are_published_on_loopback_only(services: dict[str, Service]) -> None:
@@ -279,10 +286,11 @@ def test_connect_environment_carries_every_worker_setting(services: dict[str, Se
 
 
 def test_connect_environment_has_every_variable_the_connector_resolves(services: dict[str, Service]) -> None:
-    names = set(re.findall(r"\$\{env:([A-Za-z0-9_]+)\}", CONNECTOR.read_text()))
-    assert names
-    assert names <= environment(services["connect"]).keys()
-    json.loads(CONNECTOR.read_text())
+    for connector in CONNECTORS:
+        names = set(re.findall(r"\$\{env:([A-Za-z0-9_]+)\}", connector.read_text()))
+        assert names
+        assert names <= environment(services["connect"]).keys()
+        json.loads(connector.read_text())
 
 
 def test_secrets_come_only_from_required_variables(services: dict[str, Service]) -> None:
@@ -293,7 +301,7 @@ def test_secrets_come_only_from_required_variables(services: dict[str, Service])
                 match = REQUIRED_REFERENCE.fullmatch(value)
                 assert match, f"{name}: {key} must be ${{VAR:?message}}, is {value!r}"
                 referenced.add(match["name"])
-    assert {*SECRET_NAMES, "MARIADB_ROOT_PASSWORD"} <= referenced
+    assert {*SECRET_NAMES, "MARIADB_ROOT_PASSWORD", "POSTGRES_PASSWORD"} <= referenced
 
 
 def test_services_wait_for_what_they_need(services: dict[str, Service]) -> None:
@@ -308,3 +316,6 @@ def test_services_wait_for_what_they_need(services: dict[str, Service]) -> None:
     assert services["connect"]["depends_on"]["kafka-init"]["condition"] == "service_completed_successfully"
     assert services["connect"]["depends_on"]["mariadb"]["condition"] == "service_healthy"
     assert services["connect-init"]["depends_on"]["connect"]["condition"] == "service_healthy"
+    pg_init = services["connect-init-postgres"]
+    assert pg_init["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert {pg_init["profiles"][0], services["postgres"]["profiles"][0]} == {"postgres"}

@@ -17,6 +17,7 @@ from support.delta import live_rows, user_metadata
 from support.enrichment import Job, Topics, create_topics, delete_topics, produce, rating, read_topic, values
 
 from infra.stack.clients import app_db
+from services.core import customer_db
 
 StackEnv = dict[str, str]
 GRACE_MS = 1000
@@ -51,13 +52,13 @@ def _customers(stack_env: StackEnv) -> tuple[list[int], set[int]]:
     with conn, conn.cursor() as cur:
         for i in range(6):
             status = "platinum" if i % 2 else "silver"
-            cur.execute(
-                "INSERT INTO customers (first_name, last_name, email, club_status) VALUES ('Eo', %s, %s, %s)",
-                (str(i), f"{uuid.uuid4().hex[:8]}@example.com", status),
+            row = {"first_name": "Eo", "last_name": str(i), "club_status": status}
+            customer = customer_db.insert(
+                cur, "customers", row | {"email": f"{uuid.uuid4().hex[:8]}@example.com"}
             )
-            ids.append(cur.lastrowid)
+            ids.append(customer)
             if status == "platinum":
-                platinum.add(cur.lastrowid)
+                platinum.add(customer)
     return ids, platinum
 
 

@@ -16,7 +16,7 @@ def _pyproject_pins() -> dict[str, str]:
     ]
     pins: dict[str, str] = {}
     for spec in specs:
-        match = re.fullmatch(r"([A-Za-z0-9_.-]+)==([^\s;]+)", spec)
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[a-z,]+\])?==([^\s;]+)", spec)
         assert match, f"not an exact pin: {spec}"
         # one version per package, whichever extras name it
         assert pins.setdefault(match.group(1).lower(), match.group(2)) == match.group(2), spec
