@@ -78,6 +78,7 @@ test-secured: $(STAMP) ## stops the stack, starts the secured one (SASL/SCRAM, A
 # PostgreSQL as the customer database: its stack has a state folder of its own (.state-postgres).
 POSTGRES := STACK_SOURCE=postgres STACK_STATE_DIR=$(CURDIR)/.state-postgres
 POSTGRES_TESTS := tests/integration/postgres tests/integration/enrichment_job/test_exactly_once.py \
+  tests/integration/services/loadgen/test_database.py \
   $(addprefix tests/integration/enrichment_job/test_semantics.py::,\
     test_a_rating_joins_the_row_valid_at_its_time_and_updates_apply_later \
     test_b_after_a_delete_ratings_are_unmatched_and_a_reinsert_matches_again \

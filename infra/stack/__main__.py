@@ -10,12 +10,20 @@ from infra.stack.errors import StackError
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import StackSettings
 from infra.stack.versions import load_versions
+from services.core.errors import ConfigError
+from services.core.help import settings_list
+from services.core.settings import load_settings
 
 SECRET_MARKERS = ("PASSWORD", "SECRET", "ACCESS_KEY")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.stack", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.stack",
+        description=__doc__,
+        epilog=settings_list(StackSettings),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "command",
         choices=["install", "up", "down", "status", "clean", "env"],
@@ -24,7 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s stack: %(message)s", datefmt="%H:%M:%S")
     try:
-        settings = StackSettings()
+        settings = load_settings(StackSettings)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
         if args.command == "install":
             install(settings, load_versions())
         elif args.command == "up":

@@ -6,8 +6,13 @@ from services.core.logs import HELP as LOG_FORMAT_HELP
 
 
 def settings_help(cls: type[BaseSettings], prog: str, doc: str) -> str:
+    return "\n".join([f"usage: {prog} [--help]", "", doc.strip(), "", settings_list(cls)])
+
+
+def settings_list(cls: type[BaseSettings]) -> str:
+    """Every variable of `cls`, its default and its meaning, one a line."""
     prefix = str(cls.model_config.get("env_prefix", ""))
-    lines = [f"usage: {prog} [--help]", "", doc.strip(), "", "settings (environment variables):"]
+    lines = ["settings (environment variables):"]
     for name, field in cls.model_fields.items():
         default = field.get_default(call_default_factory=True)
         meaning = f"  {field.description}" if field.description else ""

@@ -10,7 +10,7 @@ import sys
 from confluent_kafka import Producer
 
 from services.core.errors import ConfigError
-from services.core.logs import HELP as LOG_FORMAT_HELP
+from services.core.help import settings_list
 from services.core.logs import configure_or_exit
 from services.core.settings import load_settings
 from services.loadgen.config import LoadgenSettings
@@ -20,7 +20,10 @@ from services.loadgen.generator import LoadGenerator
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m services.loadgen", description=__doc__, epilog=LOG_FORMAT_HELP
+        prog="python -m services.loadgen",
+        description=__doc__,
+        epilog=settings_list(LoadgenSettings),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--rate", type=float, help="ratings per second (LOADGEN_RATE)")
     parser.add_argument("--customers", type=int, help="customers before ratings start (LOADGEN_CUSTOMERS)")

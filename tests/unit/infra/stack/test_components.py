@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from infra.stack import components
+from infra.stack.artifacts import Installed
 from infra.stack.components import component_ports, kafka_cluster_id, render_properties
 from infra.stack.settings import StackSettings
 
@@ -48,3 +49,37 @@ def test_connect_resolves_only_the_environment_variables_the_connector_configs_n
     assert {n for n in named if re.fullmatch(pattern, n)} == named
     for other in ("HOME", "PATH", "S3_SECRET_KEY", "APP_DB_PASSWORD", "MARIADB_HOST_X"):
         assert not re.fullmatch(pattern, other), other
+
+
+def test_postgres_takes_mariadb_s_place_and_each_database_has_its_connector_and_state_folder() -> None:
+    maria, pg = StackSettings(), StackSettings(source="postgres")
+    assert list(component_ports(pg)) == ["postgres", "kafka", "s3", "elasticsearch", "connect"]
+    assert component_ports(pg)["postgres"] == {"sql": 5432}
+    assert (maria.connector_name, pg.connector_name) == ("mariadb-customers", "postgres-customers")
+    assert (maria.state_dir.name, pg.state_dir.name) == (".state", ".state-postgres")
+    assert StackSettings(source="postgres", connector_name="mine").connector_name == "mine"
+    assert pg.database_port == 5432 and maria.database_port == 3306
+
+
+def test_postgres_runs_with_logical_decoding_on_loopback_and_its_admin_only_over_the_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = StackSettings(source="postgres", state_dir=tmp_path / "state", service_dir=tmp_path / "svc")
+    data = components.postgres_socket_dir(settings) / "data"
+    data.mkdir(parents=True)
+    (data / "PG_VERSION").write_text("15\n")  # initialised already: no initdb
+    monkeypatch.setattr(components, "_chown_tree", lambda path, user: None)
+    installed = Installed(Path("/jdk"), Path("k"), Path("s"), Path("j"), Path("p"), Path("e.zip"))
+    component = components.postgres(settings, installed)
+    command = " ".join(component.command)
+    assert component.command[0] == str(installed.postgres_bin / "postgres")
+    assert "listen_addresses=127.0.0.1" in command and "port=5432" in command
+    assert component.stop_signal == "INT"
+    folder = components.postgres_socket_dir(settings)
+    conf = (folder / "postgresql.conf").read_text()
+    assert re.search(r"^wal_level = logical$", conf, re.M)
+    hba = [line.split() for line in (folder / "pg_hba.conf").read_text().splitlines() if line[:1] not in "#"]
+    assert ["local", "all", "all", "peer", "map=admin"] in hba
+    assert all(row[0] == "local" or (row[3] == "127.0.0.1/32" and row[4] == "scram-sha-256") for row in hba)
+    ident = (folder / "pg_ident.conf").read_text()
+    assert re.search(rf"^admin\s+{components.os_user_name()}\s+postgres$", ident, re.M)

@@ -12,7 +12,7 @@ from supervisor.datatypes import dict_of_key_value_pairs
 from infra.stack.components import Component
 from infra.stack.errors import ComponentFailed, PortInUse
 from infra.stack.settings import StackSettings
-from infra.stack.stack import _private_state, _wait, check_ports
+from infra.stack.stack import _private_state, _source_mode, _wait, check_ports
 from infra.stack.supervise import Supervisor, render_config
 
 
@@ -173,3 +173,19 @@ def test_environment_values_with_quotes_and_commas_reach_supervisord_intact(tmp_
     section = configparser.ConfigParser(interpolation=None)
     section.read_string(render_config(StackSettings(state_dir=tmp_path), [program]))
     assert dict_of_key_value_pairs(section["program:env"]["environment"]) == {"J": jaas, "L": "a,b"}
+
+
+def test_a_state_folder_keeps_the_database_it_was_made_with(tmp_path: Path) -> None:
+    _source_mode(StackSettings(state_dir=tmp_path, source="postgres"))
+    assert (tmp_path / "source").read_text() == "postgres\n"
+    _source_mode(StackSettings(state_dir=tmp_path, source="postgres"))  # the same again: fine
+    with pytest.raises(ComponentFailed, match="made with STACK_SOURCE=postgres, not mariadb") as err:
+        _source_mode(StackSettings(state_dir=tmp_path, source="mariadb"))
+    assert "STACK_STATE_DIR" in (err.value.hint or "")
+
+
+def test_a_stack_made_before_the_source_was_a_setting_is_mariadb_s(tmp_path: Path) -> None:
+    (tmp_path / "kafka" / "data").mkdir(parents=True)
+    (tmp_path / "kafka" / "data" / "meta.properties").write_text("cluster.id=x\n")
+    with pytest.raises(ComponentFailed, match="made with STACK_SOURCE=mariadb, not postgres"):
+        _source_mode(StackSettings(state_dir=tmp_path, source="postgres"))
