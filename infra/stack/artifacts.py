@@ -207,10 +207,9 @@ def _stage_debezium(cache: Path, versions: Versions, database: str = "mariadb") 
     target = cache / f"debezium-{versions.debezium}" / f"plugins{suffix}"
     if _staged(target):
         return target
-    connector = {"mariadb": "mariadb", "postgres": "postgres"}[database]
     with _step(f"resolving the Debezium {versions.debezium} {database} connector plugin"):
         tmp = Path(tempfile.mkdtemp(prefix="debezium-", dir=cache))
-        artifact = f"io.debezium:debezium-connector-{connector}:{versions.debezium}:tar.gz:plugin"
+        artifact = f"io.debezium:debezium-connector-{database}:{versions.debezium}:tar.gz:plugin"
         _mvn(["dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={tmp}"], what=artifact)
         archive = next(tmp.glob("*.tar.gz"))
         with tarfile.open(archive) as tar:

@@ -3,8 +3,6 @@ connector, the bucket. Every step is idempotent, so `up` runs them every time.""
 
 import json
 import logging
-import os
-import pwd
 import re
 import string
 import subprocess
@@ -16,7 +14,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra.stack import kafka_security
-from infra.stack.components import POSTGRES_ADMIN, mariadb_socket, postgres_socket_dir
+from infra.stack.components import POSTGRES_ADMIN, mariadb_socket, os_user, postgres_socket_dir
 from infra.stack.errors import ComponentFailed
 from infra.stack.health import http_json, s3_client
 from infra.stack.kafka_security import admin_config
@@ -61,10 +59,6 @@ def create_topics(settings: StackSettings, secrets: dict[str, str]) -> None:
     for name, future in futures.items():
         future.result(timeout=30)
         log.info("created topic %s", name)
-
-
-def os_user() -> str:
-    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 def bootstrap_mariadb(settings: StackSettings, secrets: dict[str, str]) -> None:

@@ -7,6 +7,7 @@ here when the file is rendered into <state>/<component>/.
 
 import base64
 import os
+import pwd
 import shutil
 import subprocess
 import uuid
@@ -63,6 +64,11 @@ def _write_private(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(mode=0o600)
     path.write_text(text)
+
+
+def os_user() -> str:
+    """The OS user running the stack tool: the databases' local administrator."""
+    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 def _service_user(settings: StackSettings) -> str | None:
@@ -295,7 +301,7 @@ def postgres(settings: StackSettings, installed: Installed) -> Component:
             )
     shutil.copy(INFRA_DIR / "postgres" / "postgresql.conf", state / "postgresql.conf")
     shutil.copy(INFRA_DIR / "postgres" / "pg_hba.conf", state / "pg_hba.conf")
-    admins = sorted({os_user_name(), *([user] if user else [])})
+    admins = sorted({os_user(), *([user] if user else [])})
     (state / "pg_ident.conf").write_text(
         "# admin map: these OS users may sign in over the socket as the cluster's superuser\n"
         + "".join(f"admin  {name}  {POSTGRES_ADMIN}\n" for name in admins)
@@ -327,12 +333,6 @@ def postgres(settings: StackSettings, installed: Installed) -> Component:
         stop_wait_s=60,
         stop_signal="INT",  # fast shutdown: TERM would wait for Debezium's connections to end
     )
-
-
-def os_user_name() -> str:
-    import pwd  # noqa: PLC0415
-
-    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 def elasticsearch(settings: StackSettings, installed: Installed) -> Component:

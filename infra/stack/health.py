@@ -69,7 +69,7 @@ def check_postgres(settings: StackSettings, secrets: dict[str, str]) -> str:
     with conn, conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM customers")
         (count,) = cur.fetchone() or (0,)
-    return f"demo customers has {count} rows"
+    return f"customers has {count} rows"
 
 
 def check_connect(settings: StackSettings, secrets: dict[str, str]) -> str:

@@ -79,7 +79,7 @@ class StackSettings(BaseSettings):
     start_timeout_s: float = Field(240.0, description="how long `up` waits for one component")
 
     @model_validator(mode="after")
-    def _connector_of_source(self) -> "StackSettings":
+    def _defaults_of_source(self) -> "StackSettings":
         if not self.connector_name:
             object.__setattr__(self, "connector_name", f"{self.source}-customers")
         if self.state_dir == Path():

@@ -82,4 +82,4 @@ def test_postgres_runs_with_logical_decoding_on_loopback_and_its_admin_only_over
     assert ["local", "all", "all", "peer", "map=admin"] in hba
     assert all(row[0] == "local" or (row[3] == "127.0.0.1/32" and row[4] == "scram-sha-256") for row in hba)
     ident = (folder / "pg_ident.conf").read_text()
-    assert re.search(rf"^admin\s+{components.os_user_name()}\s+postgres$", ident, re.M)
+    assert re.search(rf"^admin\s+{components.os_user()}\s+postgres$", ident, re.M)
