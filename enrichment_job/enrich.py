@@ -192,9 +192,12 @@ def _joined(parsed: pa.Table, picks: Picks, watermark_ms: int | None, enriched_m
     # rows where both are null, in pyarrow 26.)
     first, last = customer["first_name"], customer["last_name"]
     full_name = pc.coalesce(pc.binary_join_element_wise(first, last, " "), first, last, "")
-    # As Java's format "%s:%d:%d" writes a null: the word null.
-    version = pc.binary_join_element_wise(
-        *[pc.fill_null(pc.cast(p, pa.string()), "null") for p in position], ":"
+    # MariaDB's binlog position "file:pos:row" (as Java's format "%s:%d:%d" writes a null: the
+    # word null); a position without a file is PostgreSQL's: "lsn:<LSN>".
+    version = pc.if_else(
+        pc.is_valid(position[0]),
+        pc.binary_join_element_wise(*[pc.fill_null(pc.cast(p, pa.string()), "null") for p in position], ":"),
+        pc.binary_join_element_wise("lsn", pc.fill_null(pc.cast(position[1], pa.string()), "null"), ":"),
     )
     return pa.table(
         {

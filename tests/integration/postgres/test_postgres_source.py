@@ -102,6 +102,7 @@ def test_a_toasted_value_an_update_leaves_alone_stays_the_customers_under_any_re
     produce(stack_env, topics.name("ratings"), [rating(rating_id, customer, 1, db_now_ms(db) + 1500)])
     enriched = by_rating(stack_env, topics.name("enriched"), {rating_id})[rating_id]
     assert (enriched["club_status"], enriched["customer_matched"]) == ("bronze", True)
+    assert enriched["customer_version"] == f"lsn:{events[-1]['source']['lsn']}"
     published = [
         json.loads(r.value())
         for r in read_topic(stack_env, topics.name("customers"), timeout_s=30)

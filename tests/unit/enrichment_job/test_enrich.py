@@ -10,7 +10,7 @@ import pytest
 from enrichment_job.enrich import Ratings, RatingsResult
 from enrichment_job.settings import JobSettings
 from enrichment_job.versions import VersionStore
-from tests.support.change_events import sample_versions
+from tests.support.change_events import ingest_values, pg_change_event, sample_versions
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 SENT = dt.datetime(2026, 11, 24, 12, tzinfo=dt.UTC)
@@ -84,6 +84,12 @@ def test_the_grace_delays_only_ratings_without_a_version_valid_at_their_time(
     assert released(step(spark, store, ratings, 7_001, 5_000), 4) == dict.fromkeys(range(4), True)
     # A delete valid at the rating's time is final too: unmatched, with no wait for the grace.
     assert released(step(spark, store, [(7, 3_500)], 3_600, 5_000), 1) == {0: True}
+
+
+def test_a_postgresql_version_is_named_by_its_lsn(spark: Any) -> None:
+    store = VersionStore(ingest_values(spark, [pg_change_event("c", 5, 1_000, 777, 700)]).versions)
+    (joined,) = (json.loads(v) for v in step(spark, store, [(5, 2_000)], 20_000, 0).enriched.values)
+    assert (joined["customer_version"], joined["customer_matched"]) == ("lsn:777", True)
 
 
 def test_the_enriched_record_names_the_version_it_joined(spark: Any, store: VersionStore) -> None:
