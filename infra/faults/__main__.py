@@ -57,12 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("demo").setLevel(logging.WARNING)
     args = parse(argv)
+    stack, state = running_stack()
+    database = stack.get("CUSTOMER_DB", "mariadb")
     if args.only:
         by_name = {s.name: s for s in SCENARIOS}
         chosen = [by_name[n] for n in args.only]
+        other = [s.name for s in chosen if database not in s.databases]
+        if other:
+            print(f"error: {', '.join(other)}: not a row for a stack on {database}", file=sys.stderr)
+            return 2
     else:
-        chosen = [s for s in SCENARIOS if s.quick or not args.quick]
-    stack, state = running_stack()
+        chosen = [s for s in SCENARIOS if (s.quick or not args.quick) and database in s.databases]
     run = FaultRun(args, stack, DemoPaths(state / "faults"))
     rows: list[Row] = []
     began = time.monotonic()

@@ -31,6 +31,8 @@ class Scenario:
     # Webhook mode: the message Slack stored while the notifier was killed is posted again (its
     # alerts twice, no other alert).
     slack_reposts_held: bool = False
+    # The customer databases the row applies to (the stack's STACK_SOURCE).
+    databases: tuple[str, ...] = ("mariadb", "postgres")
 
 
 def _kill_job(kills: int, gap_s: tuple[float, float]) -> "Callable[[Faults], None]":
@@ -239,7 +241,20 @@ SCENARIOS = [
     Scenario(
         "connect-restart", "Kafka Connect stopped for 20 s, then started", _down("connect", 20), load_s=60
     ),
-    Scenario("mariadb-restart", "MariaDB stopped for 20 s, then started", _down("mariadb", 20), load_s=60),
+    Scenario(
+        "mariadb-restart",
+        "MariaDB stopped for 20 s, then started",
+        _down("mariadb", 20),
+        load_s=60,
+        databases=("mariadb",),
+    ),
+    Scenario(
+        "postgres-restart",
+        "PostgreSQL stopped for 20 s (fast shutdown), then started: the connector resumes from its slot",
+        _down("postgres", 20),
+        load_s=60,
+        databases=("postgres",),
+    ),
     Scenario(
         "binlog-reset",
         "the binlog started over: the connector stopped, RESET MASTER, its offsets deleted, then "
@@ -247,6 +262,7 @@ SCENARIOS = [
         _binlog_reset,
         load_s=90,
         expected=ONCE + "; the job follows the new history",
+        databases=("mariadb",),
     ),
     Scenario(
         "poison-ratings",

@@ -352,3 +352,17 @@ def test_a_column_debezium_could_not_read_keeps_the_customers_value_before_the_c
     # A batch without the placeholder is returned as it is.
     plain = ingest_values(spark, values[1:2])
     assert fill_unavailable(plain, table) is plain
+
+
+def test_a_new_postgres_slot_s_snapshot_starts_the_history_over_and_its_changes_count(spark: Any) -> None:
+    # The old slot streamed up to LSN 5,000; a new slot (its WAL lost, the connector's offsets
+    # deleted) snapshots the table at LSN 9,000 and streams on from there.
+    first = ingest_values(spark, [pg_change_event("u", 7, 1_000, 5_000, 4_900, club_status="gold")])
+    values = [
+        pg_change_event("r", 7, 2_000, 9_000, None, snapshot="last", club_status="gold"),
+        pg_change_event("u", 7, 3_000, 9_100, 9_050, club_status="platinum"),
+        pg_change_event("u", 7, 3_000, 9_100, 9_050, club_status="platinum"),  # a re-send
+    ]
+    result = ingest_values(spark, values, 1_500, first.state.position)
+    assert [v["club_status"] for v in result.versions.to_pylist()] == ["gold", "platinum"]
+    assert (result.duplicates, result.rewinds) == (1, ())
