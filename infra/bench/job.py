@@ -1,7 +1,7 @@
 """make bench-job: the enrichment job's throughput and latency on this machine, as figures.
 
-Against the running local stack: seeds customers in MariaDB, starts the job (fresh state, its
-own topics), keeps a trickle of customer updates going, then
+Against the running local stack: seeds customers in the customer database (MariaDB or PostgreSQL),
+starts the job (fresh state, its own topics), keeps a trickle of customer updates going, then
 0. warm-up: ratings at --rate per second for --warmup seconds, reported apart (a cold job: the
    JVM compiles Spark's planning code for its first minutes: 0.6 to 1.2 of a core in the first
    two, 0.2 to 0.33 from the fourth to the sixth, about 0.1 after, with `jstat -compiler`);

@@ -1,9 +1,9 @@
 """make bench-views: the materialized views under the enrichment job's load, as figures.
 
-Against the running local stack, on topics of its own: seeds customers in MariaDB, starts the
-enrichment job (fresh state), the views job (its own Spark application, or inside the
-enrichment job's with --in-job) and the views query service, keeps a trickle of customer
-updates going, then
+Against the running local stack, on topics of its own: seeds customers in the customer
+database (MariaDB or PostgreSQL), starts the enrichment job (fresh state), the views job (its
+own Spark application, or inside the enrichment job's with --in-job) and the views query
+service, keeps a trickle of customer updates going, then
 0. warm-up: ratings at --rate per second for --warmup seconds (the JVMs compile Spark's planning
    code for their first minutes), reported apart;
 1. measured: ratings at --rate per second for --duration seconds, while a second process sends

@@ -1,5 +1,5 @@
 """The load loop: ratings at a steady rate into Kafka, customer changes at their own rate into
-MariaDB, figures in a JSON file (what the demo's live view and summary read)."""
+the customer database, figures in a JSON file (what the demo's live view and summary read)."""
 
 import json
 import logging
