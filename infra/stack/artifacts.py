@@ -14,12 +14,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.stack.errors import DownloadFailed, PrerequisiteMissing
 from infra.stack.settings import INFRA_DIR, StackSettings
-from infra.stack.versions import Versions
+from infra.stack.versions import Versions, load_versions
 
 log = logging.getLogger("stack")
 MAVEN_DIR = INFRA_DIR / "maven"
@@ -38,7 +38,8 @@ class Installed:
     connect_plugins: Path
     elasticsearch_zip: Path
     spark_java_home: Path | None = None  # None: java_home
-    postgres_bin: Path = POSTGRES_BIN / "15" / "bin"  # the pinned major version's server programs
+    # The pinned PostgreSQL major version's server programs.
+    postgres_bin: Path = field(default_factory=lambda: postgres_bin(load_versions()))
 
     @property
     def spark_java(self) -> Path:

@@ -138,18 +138,15 @@ def _source_mode(settings: StackSettings) -> None:
     """A state folder keeps the customer database it was made with: its CDC topic, connector
     offsets and the jobs' state follow that database's history."""
     marker = settings.state_dir / "source"
-    if marker.exists():
-        made = marker.read_text().strip()
-        if made != settings.source:
-            raise ComponentFailed(
-                f"the stack in {settings.state_dir} was made with STACK_SOURCE={made}, not {settings.source}",
-                hint="use another STACK_STATE_DIR for the other database, or `make clean` to start over",
-            )
-    elif (settings.state_dir / "kafka" / "data" / "meta.properties").exists():
-        marker.write_text("mariadb\n")  # made before the source was a setting
-        _source_mode(settings)
-    else:
-        marker.write_text(settings.source + "\n")
+    if not marker.exists():  # a new folder, or one made before the source was a setting (MariaDB)
+        made_before = (settings.state_dir / "kafka" / "data" / "meta.properties").exists()
+        marker.write_text(("mariadb" if made_before else settings.source) + "\n")
+    made = marker.read_text().strip()
+    if made != settings.source:
+        raise ComponentFailed(
+            f"the stack in {settings.state_dir} was made with STACK_SOURCE={made}, not {settings.source}",
+            hint="use another STACK_STATE_DIR for the other database, or `make clean` to start over",
+        )
 
 
 def up(settings: StackSettings) -> None:

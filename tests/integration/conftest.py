@@ -8,22 +8,18 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.services import kill_leftovers
+from support.stack import running_stack_env
 
 from infra.stack.clients import app_db
 from infra.stack.health import s3_client
-from infra.stack.secrets import read_env_file
 from infra.stack.settings import StackSettings
-from infra.stack.stack import stack_env_path
 
 StackEnv = dict[str, str]
 
 
 @pytest.fixture(scope="session")
 def stack_env() -> StackEnv:
-    path = stack_env_path(StackSettings())
-    if not path.exists():
-        pytest.fail(f"the local stack is not up ({path} is missing): run `make up` first")
-    return read_env_file(path)
+    return running_stack_env("the local stack", "make up")
 
 
 @pytest.fixture(autouse=True)

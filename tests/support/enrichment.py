@@ -127,6 +127,12 @@ class Job:
         return self.proc.returncode
 
 
+def execute(db: Any, sql: str, *args: Any) -> None:
+    """One statement on the customer database (autocommit)."""
+    with db.cursor() as cur:
+        cur.execute(sql, args)
+
+
 def db_now_ms(db: Any) -> int:
     return customer_db.now_ms(db)
 

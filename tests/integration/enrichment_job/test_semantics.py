@@ -21,6 +21,7 @@ from support.enrichment import (
     create_topics,
     db_now_ms,
     delete_topics,
+    execute,
     insert_customer,
     next_second,
     produce,
@@ -46,11 +47,6 @@ def job(stack_env: StackEnv, topics: Topics, tmp_path_factory: pytest.TempPathFa
     job.stop()
 
 
-def _execute(db: Any, sql: str, *args: Any) -> None:
-    with db.cursor() as cur:
-        cur.execute(sql, args)
-
-
 def _ids() -> Iterator[int]:
     base = time.time_ns() // 1000
     return iter(range(base, base + 1_000_000))
@@ -64,7 +60,7 @@ def test_a_rating_joins_the_row_valid_at_its_time_and_updates_apply_later(
 ) -> None:
     customer = insert_customer(db, "silver")
     t_silver = next_second(db)
-    _execute(db, "UPDATE customers SET club_status = 'platinum' WHERE id = %s", customer)
+    execute(db, "UPDATE customers SET club_status = 'platinum' WHERE id = %s", customer)
     t_platinum = next_second(db)
     before, after = next(IDS), next(IDS)
     produce(
@@ -115,7 +111,7 @@ def test_b_after_a_delete_ratings_are_unmatched_and_a_reinsert_matches_again(
 ) -> None:
     customer = insert_customer(db, "gold")
     next_second(db)
-    _execute(db, "DELETE FROM customers WHERE id = %s", customer)
+    execute(db, "DELETE FROM customers WHERE id = %s", customer)
     t_deleted = next_second(db)
     insert_customer(db, "bronze", customer_id=customer)
     t_back = next_second(db)

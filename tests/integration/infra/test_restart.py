@@ -2,8 +2,6 @@
 
 Runs last (marker restarts_stack) because it stops the stack the other tests use."""
 
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -11,22 +9,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from elasticsearch import Elasticsearch
+from support.stack import stack_command
 
 from infra.stack.clients import app_db
 
 StackEnv = dict[str, str]
-
-
-def _stack(command: str, expect_rc: int = 0) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "infra.stack", command],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert proc.returncode == expect_rc, f"`infra.stack {command}`:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout + proc.stderr
 
 
 def _first_message(servers: str, topic: str) -> bytes | None:
@@ -76,9 +63,9 @@ def test_topics_rows_objects_and_documents_survive_down_and_up(
     es.index(index=f"test-{unique}", id="1", document={"kept": True}, refresh="wait_for")
     es.close()
 
-    assert "stack stopped" in _stack("down")
-    assert "supervisor: not running" in _stack("status", expect_rc=1)
-    assert "stack is up" in _stack("up")
+    assert "stack stopped" in stack_command("down")
+    assert "supervisor: not running" in stack_command("status", expect_rc=1)
+    assert "stack is up" in stack_command("up")
 
     assert _first_message(servers, topic) == b"kept across restarts"
     admin = AdminClient({"bootstrap.servers": servers})

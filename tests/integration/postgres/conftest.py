@@ -2,20 +2,11 @@
 test-postgres` starts one in its own state folder). Against any other they fail."""
 
 import pytest
-
-from infra.stack.secrets import read_env_file
-from infra.stack.settings import StackSettings
-from infra.stack.stack import stack_env_path
+from support.stack import running_stack_env
 
 StackEnv = dict[str, str]
 
 
 @pytest.fixture(scope="session")
 def stack_env() -> StackEnv:
-    path = stack_env_path(StackSettings())
-    if not path.exists():
-        pytest.fail(f"the PostgreSQL stack is not up ({path} is missing): run `make test-postgres`")
-    env = read_env_file(path)
-    if env.get("CUSTOMER_DB") != "postgres":
-        pytest.fail(f"the stack of {path} does not run on PostgreSQL: run `make test-postgres`")
-    return env
+    return running_stack_env("the stack on PostgreSQL", "make test-postgres", ("CUSTOMER_DB", "postgres"))

@@ -5,8 +5,6 @@ test-postgres` runs them from tests/integration/enrichment_job.)"""
 
 import json
 import secrets
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,11 +19,13 @@ from support.enrichment import (
     create_topics,
     db_now_ms,
     delete_topics,
+    execute,
     insert_customer,
     produce,
     rating,
     read_topic,
 )
+from support.stack import stack_command
 
 from enrichment_job.cdc import UNAVAILABLE
 from infra.stack.bootstrap import postgres_sql
@@ -35,11 +35,6 @@ from infra.stack.settings import StackSettings
 StackEnv = dict[str, str]
 CDC_TOPIC = "asgard.demo.customers"
 SLOT = "ratings_customers"
-
-
-def _execute(db: Any, sql: str, *args: Any) -> None:
-    with db.cursor() as cur:
-        cur.execute(sql, args)
 
 
 def _changes_of(stack_env: StackEnv, customer: int, count: int) -> list[dict[str, Any]]:
@@ -80,13 +75,13 @@ def test_a_toasted_value_an_update_leaves_alone_stays_the_customers_under_any_re
     # leaves it alone does not send it, unless the table's REPLICA IDENTITY is FULL.
     comments = secrets.token_urlsafe(12_000)
     customer = insert_customer(db, "silver")
-    _execute(db, "UPDATE customers SET comments = %s WHERE id = %s", comments, customer)
+    execute(db, "UPDATE customers SET comments = %s WHERE id = %s", comments, customer)
     try:
-        _execute(db, "UPDATE customers SET club_status = 'gold' WHERE id = %s", customer)
+        execute(db, "UPDATE customers SET club_status = 'gold' WHERE id = %s", customer)
         _replica_identity("FULL")
-        _execute(db, "UPDATE customers SET club_status = 'platinum' WHERE id = %s", customer)
+        execute(db, "UPDATE customers SET club_status = 'platinum' WHERE id = %s", customer)
         _replica_identity("DEFAULT")
-        _execute(db, "UPDATE customers SET club_status = 'bronze' WHERE id = %s", customer)
+        execute(db, "UPDATE customers SET club_status = 'bronze' WHERE id = %s", customer)
     finally:
         _replica_identity("DEFAULT")
     events = _changes_of(stack_env, customer, 5)
@@ -129,15 +124,8 @@ def test_the_stack_starts_again_on_its_replication_slot_and_changes_go_on(
     assert slots() == f"{SLOT}|pgoutput|t"
     customer = insert_customer(db, "silver")
     db.close()
-    for command in ("down", "up"):
-        proc = subprocess.run(
-            [sys.executable, "-m", "infra.stack", command],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        assert proc.returncode == 0, f"`infra.stack {command}`:\n{proc.stdout}\n{proc.stderr}"
+    assert "stack stopped" in stack_command("down")
+    assert "stack is up" in stack_command("up")
     email = f"{uuid.uuid4().hex[:8]}@example.com"
     with app_db(stack_env) as again, again.cursor() as cur:
         cur.execute("UPDATE customers SET email = %s WHERE id = %s", (email, customer))
