@@ -172,18 +172,20 @@ def _millis(text: pa.Array) -> pa.Array:
     return pc.floor(pc.divide(micros.cast(pa.float64()), 1000.0)).cast(pa.int64())
 
 
+def _number(text: pa.Array, pattern: str) -> pa.Array:
+    """The digits `pattern`'s group `n` finds in each text, as int64; null where none."""
+    number = pc.struct_field(pc.extract_regex(text, pattern), "n")
+    return pc.cast(pc.if_else(pc.equal(number, ""), None, number), pa.int64())
+
+
 def _file_number(file: pa.Array) -> pa.Array:
     """The binlog file's number: the digits at the end of its name."""
-    digits = pc.extract_regex(file, r"(?P<n>\d+)$")
-    number = pc.struct_field(digits, "n")
-    return pc.cast(pc.if_else(pc.equal(number, ""), None, number), pa.int64())
+    return _number(file, r"(?P<n>\d+)$")
 
 
 def _gtid_seq(gtid: pa.Array) -> pa.Array:
     """A MariaDB GTID's sequence number: the digits after its last dash (domain-server-seq)."""
-    digits = pc.extract_regex(gtid, r"-(?P<n>\d+)$")
-    number = pc.struct_field(digits, "n")
-    return pc.cast(pc.if_else(pc.equal(number, ""), None, number), pa.int64())
+    return _number(gtid, r"-(?P<n>\d+)$")
 
 
 def _last_commit(sequence: pa.Array) -> pa.Array:
@@ -191,9 +193,7 @@ def _last_commit(sequence: pa.Array) -> pa.Array:
     the event's own LSN it orders the events as the connector streams them, in commit order
     (a transaction's changes can have LSNs below those of one committed before it). Null before
     the connector has seen a commit (a snapshot, its first transaction): the event's LSN then."""
-    digits = pc.extract_regex(sequence, r'^\["?(?P<n>\d+)')
-    number = pc.struct_field(digits, "n")
-    return pc.cast(pc.if_else(pc.equal(number, ""), None, number), pa.int64())
+    return _number(sequence, r'^\["?(?P<n>\d+)')
 
 
 def _customer(row: pa.StructArray) -> pa.StructArray:
