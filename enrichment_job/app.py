@@ -3,7 +3,6 @@
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -21,7 +20,9 @@ from enrichment_job.jvm import ClassArchive, class_archive
 from enrichment_job.kafka_in import KAFKA, TopicReader
 from enrichment_job.kafka_out import Fenced, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
-from enrichment_job.settings import JobSettings
+from enrichment_job.settings import TABLE, JobSettings
+from enrichment_job.spark_internals import local_checkpoint_files, skip_driver_checksums
+from enrichment_job.state_dir import StateDir
 from enrichment_job.table import CdcState, CustomerTable
 from enrichment_job.transforms import KAFKA_META
 from services.core.logs import log_format
@@ -32,10 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("enrichment_job")
 
-# Spark 4.1 moved it into the `checkpointing` package (4.0: org.apache.spark.sql.execution.streaming).
-CHECKPOINT_FILE_MANAGER = (
-    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
-)
 SCHEDULER_POOLS = Path(__file__).with_name("scheduler_pools.xml")
 LOG4J_CONFIG = "log4j2.configurationFile"
 
@@ -57,6 +54,8 @@ class SparkSettings(Protocol):
     def spark_jars(self) -> str: ...
     @property
     def class_archive_dir(self) -> str: ...
+    @property
+    def state(self) -> StateDir: ...
 
 
 def driver_archive(settings: SparkSettings, app_name: str) -> ClassArchive | None:
@@ -108,13 +107,10 @@ def build_session(
         .config("spark.ui.enabled", str(settings.ui_enabled).lower())
         # The UI shows the job's settings and data; its kill links would stop a query by a click.
         .config("spark.ui.killEnabled", "false")
-        # Each batch writes two small checkpoint files (offsets, commit) into the local state
-        # folder. Spark's default manager (Hadoop FileContext) forks `readlink` four times and
-        # `chmod` twice per file where Hadoop's native library is absent, as it is on a pip
-        # install: 33 ms a file here, on the query thread. Renames through the FileSystem API
-        # are plain Java: 11 ms a file, 7 ms without the .crc side file (see below).
-        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
     )
+    # The state folder: how Hadoop reaches it (s3a://), and how checkpoints are written to it.
+    for key, value in {**local_checkpoint_files(settings.state), **settings.state.spark_conf()}.items():
+        builder = builder.config(key, value)
     if settings.master:
         builder = builder.master(settings.master)
     if settings.master.startswith("local"):
@@ -125,7 +121,7 @@ def build_session(
         builder = builder.config("spark.jars", settings.spark_jars)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    _skip_driver_checksums(spark)
+    skip_driver_checksums(spark)
     return spark
 
 
@@ -139,53 +135,20 @@ def _java_options(options: str) -> str:
     return f"{options} -D{LOG4J_CONFIG}=org/apache/spark/log4j2-json-layout.properties".strip()
 
 
-def _skip_driver_checksums(spark: SparkSession) -> None:
-    """The driver's local file system writes no .crc beside the files it writes (checkpoint
-    offsets and commits, the customer table's log): one `chmod` fork less per file.
-
-    It stays Hadoop's checksummed LocalFileSystem, the instance FileSystem.get caches for this
-    user, with checksums turned off. Swapping in RawLocalFileSystem for the `file` scheme instead
-    broke the RocksDB state store, which copies its snapshots through FileSystem.getLocal and
-    casts what it gets to LocalFileSystem: every snapshot upload failed, so the store's changelog
-    grew without end and a restart replayed all of it. Tasks and any other instance keep
-    writing checksums, as they do by default."""
-    jvm: Any = spark.sparkContext._jvm
-    local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark.sparkContext._jsc.hadoopConfiguration())
-    local.setWriteChecksum(False)
+CHECKPOINTS = "checkpoints"  # the queries' checkpoints and the job's run id, in the state folder
+PIPELINE_CHECKPOINT = f"{CHECKPOINTS}/pipeline"  # the enrichment query's
+QUERY_START = f"{CHECKPOINTS}/query-start.json"
 
 
-def query_checkpoint(settings: JobSettings) -> Path:
-    """The streaming query's checkpoint folder."""
-    return settings.checkpoint_dir / "pipeline"
-
-
-def batch_ends(offsets_dir: Path, batch_id: int, topic: str) -> dict[int, int]:
-    """partition -> the offset where the batch's records of `topic` end, from the query's offset
-    log (its file for the batch: a version line, a metadata line, then a line per source).
-    Empty when the topic is not in the batch (it does not exist yet)."""
-    path = offsets_dir / str(batch_id)
-    try:
-        lines = path.read_text().splitlines()
-        if not lines or lines[0] != "v1":
-            raise ValueError(f"not an offset log file of a known version: {lines[:1]}")
-        for line in lines[2:]:
-            if line == "-":  # a source without offsets
-                continue
-            ends = json.loads(line).get(topic)
-            if ends is not None:
-                return {int(p): int(o) for p, o in ends.items()}
-    except (OSError, ValueError) as err:
-        raise RuntimeError(f"cannot read batch {batch_id}'s offsets from {path}: {err}") from err
-    return {}
-
-
-def run_id(checkpoint_dir: Path) -> str:
-    """Identifies this checkpoint's run: a new checkpoint is a new run with its own markers."""
-    path = checkpoint_dir / "run_id"
-    if not path.exists():
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(uuid.uuid4().hex[:16])
-    return path.read_text().strip()
+def run_id(state: StateDir) -> str:
+    """Identifies the run of the state folder's checkpoints: new checkpoints are a new run
+    with its own markers."""
+    path = f"{CHECKPOINTS}/run_id"
+    run = state.read_text(path)
+    if run is None:
+        run = uuid.uuid4().hex[:16]
+        state.write_text(path, run)
+    return run.strip()
 
 
 class TopicsChanged(ValueError):
@@ -199,12 +162,13 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
     folder or host, or this folder before it was wiped. That run's commit is the truth. A fresh
     folder starts from it; a folder whose checkpoint and customer table stopped before it is out
     of date, and is rebuilt the same way (a re-run of its batches would write them twice)."""
-    run = run_id(settings.checkpoint_dir)
-    if marker is not None and marker.get("run") == run and not query_checkpoint(settings).exists():
+    state = settings.state
+    run = run_id(state)
+    if marker is not None and marker.get("run") == run and not state.exists(PIPELINE_CHECKPOINT):
         # The query's checkpoint was deleted under a run that committed: its batch ids would
         # start again at 0 and be taken for batches already written. A new run it is.
-        (settings.checkpoint_dir / "run_id").unlink()
-        run = run_id(settings.checkpoint_dir)
+        state.remove(f"{CHECKPOINTS}/run_id")
+        run = run_id(state)
     if marker is None or marker.get("run") == run:
         return run
     for name, topic in (("ratings_topic", settings.ratings_topic), ("cdc_topic", settings.cdc_topic)):
@@ -213,8 +177,7 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
                 f"setting ENRICH_JOB_NAME: job {settings.job_name!r} last committed reading "
                 f"{name} {marker[name]!r}, not {topic!r}; give a job over other topics its own name"
             )
-    stale = [p for p in (query_checkpoint(settings), settings.table_path) if p.exists()]
-    if stale:
+    if any(state.exists(p) for p in (PIPELINE_CHECKPOINT, TABLE)):
         log.warning(
             "job %s was last committed by another run (%s, batch %s), not by this state folder's (%s): "
             "its checkpoint and customer table are out of date; rebuilding them from the last commit",
@@ -223,8 +186,8 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
             marker.get("batch_id"),
             run,
         )
-        shutil.rmtree(settings.checkpoint_dir)
-        shutil.rmtree(settings.table_path, ignore_errors=True)
+        state.remove(CHECKPOINTS)
+        state.remove(TABLE)
     else:
         log.info(
             "a fresh state folder: job %s goes on from its last commit (run %s, batch %s)",
@@ -232,7 +195,7 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
             marker.get("run"),
             marker.get("batch_id"),
         )
-    return run_id(settings.checkpoint_dir)
+    return run_id(state)
 
 
 def starting_offsets(
@@ -268,12 +231,16 @@ class Pipeline:
     released by that watermark, then one Kafka transaction with every output and the marker
     that makes a re-run of the batch a no-op. The Delta table follows asynchronously.
 
-    The CDC events come from a read of the CDC topic from where the last committed batch left
-    it (the marker's `cdc_to`) to its end as the batch starts, not from the micro-batch's own CDC
-    rows: Spark fixes both topics' end offsets at the same instant, so the heartbeat that
-    covers the batch's last ratings is not in it yet, and those ratings would wait a whole
-    batch. Read a moment later, it is. The query still subscribes to the CDC topic, so that
-    heartbeats start batches while no ratings come."""
+    The micro-batch's own rows are not read: the query is the job's clock (a batch starts when
+    either topic has new records, at most once a trigger interval) and its checkpoint. What a
+    batch takes in is decided on the driver, from the data and the last commit's marker:
+    - the ratings from where the last committed batch left them (the marker's `consumed_to`) to
+      where each partition ends as the batch starts, at most ENRICH_MAX_OFFSETS_PER_TRIGGER;
+    - then the CDC topic from the marker's `cdc_to` to its end a moment later, so that the
+      heartbeat covering the batch's last ratings is in it (with both topics' ends fixed at one
+      instant, those ratings would wait a whole batch).
+    A batch that fails before its commit is run again from the same marker, so nothing is
+    skipped or taken twice, whatever the re-run reads."""
 
     def __init__(
         self,
@@ -296,8 +263,7 @@ class Pipeline:
         self.fenced: Fenced | None = None  # another instance took over: stop, do not restart
         self.cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
         self.ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
-        self.first_starts: dict[int, int] = {}  # where the query's first batch's ratings start
-        self.offsets_dir = query_checkpoint(settings) / "offsets"
+        self.first_starts: dict[int, int] = {}  # where the ratings start without a commit
         marker = out.marker
         self.state = CdcState.from_json(marker) if marker else table.delta_state
         self.prefetch = prefetch if prefetch is not None and prefetch.state == self.state else None
@@ -312,16 +278,18 @@ class Pipeline:
 
     def query_start(self) -> str:
         """The query's starting offsets (JSON), kept beside its checkpoint: a first batch run
-        again after a crash reads its ratings from where its first run did."""
-        path = self.settings.checkpoint_dir / "query-start.json"
-        if query_checkpoint(self.settings).exists() and path.exists():
-            starting = json.loads(path.read_text())
+        again after a crash reads its ratings from where its first run did (with
+        ENRICH_STARTING_OFFSETS=latest, "latest" would have moved)."""
+        state = self.settings.state
+        kept = state.read_text(QUERY_START) if state.exists(PIPELINE_CHECKPOINT) else None
+        if kept is not None:
+            starting = json.loads(kept)
         else:
             cdc_partitions = self.ratings_in.partitions(self.settings.cdc_topic)  # the CDC reader may be busy
             starting = starting_offsets(
                 self.settings, self.out.marker, self.ratings_in.bounds(), cdc_partitions
             )
-            path.write_text(json.dumps(starting))
+            state.write_text(QUERY_START, json.dumps(starting))
         ratings = starting.get(self.settings.ratings_topic, {})
         self.first_starts = {int(p): int(o) for p, o in ratings.items()}
         return json.dumps(starting)
@@ -421,29 +389,29 @@ class Pipeline:
                 f"java.lang.InterruptedException: batch {batch_id} cancelled by the stop"
             ) from None
 
-    def _ratings_input(self, batch_id: int, ends: dict[int, int]) -> tuple[pa.Table, dict[int, int]]:
+    def _ratings_ends(self) -> dict[int, int]:
+        """partition -> where each ratings partition ends now, for `read_committed` (the last
+        stable offset: a producer's open transaction and what follows it are not readable yet)."""
+        bounds = self.ratings_in.bounds()
+        for p, (low, _) in bounds.items():
+            self.first_starts.setdefault(p, low)  # a partition added after the query started
+        return {p: high for p, (_, high) in bounds.items()}
+
+    def _ratings_input(self, ends: dict[int, int]) -> tuple[pa.Table, dict[int, int]]:
         """The ratings this batch takes in (Kafka columns), and where they end per partition
-        (`consumed_to`). Read from Kafka on the driver, like the CDC events: the micro-batch's
-        rows only tell where the batch ends.
+        (`consumed_to`): from where the last committed batch left each partition to `ends`, at
+        most ENRICH_MAX_OFFSETS_PER_TRIGGER in all. Read from Kafka on the driver, like the CDC
+        events.
 
         Waiting ratings are held in memory. At ENRICH_MAX_WAITING_RATINGS (the CDC watermark
         stalled: Connect down, a failed Debezium task) the batch takes no new ones: they stay
-        in Kafka, and `consumed_to` stays where it was. Once fewer wait, the batches read what
-        was left, from `consumed_to` on, at most a batch's worth at a time, before the stream's
-        own ratings. The same covers a restart with ratings left behind."""
+        in Kafka, and `consumed_to` stays where it was; once fewer wait, the batches read on
+        from there. The same covers a restart with ratings left behind."""
         if self.ratings.waiting_count >= self.settings.max_waiting_ratings:
             return KAFKA.empty_table(), dict(self.consumed_to)
-        topic = self.settings.ratings_topic
-        starts = batch_ends(self.offsets_dir, batch_id - 1, topic) if batch_id > 0 else self.first_starts
-        new = [p for p in ends if p not in self.consumed_to and p not in starts]
-        lows = {p: low for p, (low, _) in self.ratings_in.bounds().items() if p in new} if new else {}
-        froms = {p: self.consumed_to.get(p, starts.get(p, lows.get(p, 0))) for p in ends}
-        upto = dict(ends)
-        left = sum(max(0, starts.get(p, o) - o) for p, o in froms.items())
-        if left:
-            share = max(1, self.settings.max_offsets_per_trigger // max(1, len(ends)))
-            upto = {p: min(end, froms[p] + share) for p, end in ends.items()}
-            log.info("batch %d: reading %d ratings left in Kafka earlier", batch_id, left)
+        froms = {p: self.consumed_to.get(p, self.first_starts.get(p, end)) for p, end in ends.items()}
+        share = max(1, self.settings.max_offsets_per_trigger // max(1, len(ends)))
+        upto = {p: max(froms[p], min(end, froms[p] + share)) for p, end in ends.items()}
         ranges = {p: (froms[p], upto[p]) for p in ends if upto[p] > froms[p]}
         return self.ratings_in.read(ranges), {**self.consumed_to, **upto}
 
@@ -453,8 +421,8 @@ class Pipeline:
             return
         started, steps = time.monotonic(), Steps()
         settings = self.settings
-        # Where this batch's ratings end, per partition: Spark wrote it before calling us.
-        ends = batch_ends(self.offsets_dir, batch_id, settings.ratings_topic)
+        with steps("read"):
+            ends = self._ratings_ends()  # before the CDC read: see the class
         with steps("cdc"):
             cdc = self._prefetched()
             more = ingest(
@@ -473,7 +441,7 @@ class Pipeline:
         outputs = [cdc.customers, cdc.dead]
         result = None
         with steps("read"):
-            ratings_raw, consumed_to = self._ratings_input(batch_id, ends)
+            ratings_raw, consumed_to = self._ratings_input(ends)
         # Waiting ratings are decided again when the CDC side moved (a heartbeat, a change):
         # without it, nothing about them can have changed.
         if consumed_to != self.consumed_to or (self.ratings.waiting_count and cdc.events):
@@ -573,7 +541,7 @@ def _prefetch(settings: JobSettings, marker: dict[str, Any] | None, group_id: st
     from the last commit, or from its start when there is no customer table either."""
     if marker is not None:
         state = CdcState.from_json(marker)
-    elif not settings.table_path.exists():
+    elif not settings.state.exists(TABLE):
         state = CdcState()
     else:
         return None
@@ -586,7 +554,7 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     # last commit says where this run starts.
     out = TransactionalOutput(settings.producer_config(), settings.job_name, settings.commits_topic)
     run = out.run = claim_state(settings, out.marker)
-    metrics = Metrics(settings.metrics_file)
+    metrics = Metrics(settings.metrics_path)
     endpoint = serve(JobCollector(metrics, settings.job_name), settings, "ENRICH_")
     archive = driver_archive(settings, "ratings-enrichment")
     prefetch = _prefetch(settings, out.marker, f"{settings.job_name}-{run}-cdc")
@@ -594,7 +562,7 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     spark.streams.addListener(ProgressListener(metrics))
     table = CustomerTable(
         spark,
-        str(settings.table_path),
+        settings.table_uri,
         f"{run}-cdc",
         maintain_every=settings.maintenance_every_commits,
         commit_interval_s=settings.table_commit_interval_s,
@@ -607,12 +575,16 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         _kafka_stream(spark, settings, starting)
         .writeStream.queryName("enrichment")
         .foreachBatch(pipeline)
-        .option("checkpointLocation", str(query_checkpoint(settings)))
+        .option("checkpointLocation", settings.state.child(PIPELINE_CHECKPOINT))
         .trigger(processingTime=settings.trigger_interval)
         .start()
     )
     log.info(
-        "enrichment job %r running (run %s); metrics in %s", settings.job_name, run, settings.metrics_file
+        "enrichment job %r running (run %s), its state in %s; metrics in %s",
+        settings.job_name,
+        run,
+        settings.state_dir,
+        settings.metrics_path or "the Prometheus endpoint only",
     )
     if spark.sparkContext.uiWebUrl:
         log.info("Spark UI at %s", spark.sparkContext.uiWebUrl)

@@ -13,12 +13,9 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
-from pyspark.sql.streaming.listener import (
-    JStreamingQueryListener,
-    QueryProgressEvent,
-    StreamingQueryListener,
-)
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from enrichment_job.spark_internals import JsonProgressEvents
 from services.core.prometheus import counters
 
 log = logging.getLogger("enrichment_job")
@@ -61,9 +58,10 @@ class _Step:
 
 
 class Metrics:
-    """Latest figures per query, written to `path` (atomically) after each batch."""
+    """Latest figures per query, written to `path` (atomically) after each batch (None: kept
+    in memory for the Prometheus endpoint only)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._totals: dict[str, float] = {
@@ -88,6 +86,8 @@ class Metrics:
                 **values,
                 "updated_at_ms": int(time.time() * 1000),
             }
+            if self.path is None:
+                return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(self._data, indent=2))
@@ -217,21 +217,11 @@ class JobCollector(Collector):
             yield state
 
 
-class ProgressListener(StreamingQueryListener):
+class ProgressListener(JsonProgressEvents, StreamingQueryListener):
     """Spark's own progress per query: input and processed rows per second, batch duration."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-
-    @property
-    def _jlistener(self) -> Any:
-        """The JVM side, as PySpark builds it, but over `_JsonEvents` (see there)."""
-        if not hasattr(self, "_jlistenerobj"):
-            from pyspark import SparkContext  # noqa: PLC0415
-
-            jvm: Any = SparkContext._jvm
-            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
-        return self._jlistenerobj
 
     def onQueryStarted(self, event: Any) -> None:
         log.info("query %s started (run %s)", event.name, event.runId)
@@ -267,16 +257,3 @@ class ProgressListener(StreamingQueryListener):
             event.id,
             event.exception or "",
         )
-
-
-class _JsonEvents(JStreamingQueryListener):
-    """Hands a progress event to Python as Spark's JSON of it: one call to the JVM. PySpark's own
-    conversion reads every field with its own call, and resolving them loaded classes through
-    the jars: with two batches a second that took 15% of the JVM's CPU on an idle job."""
-
-    def onQueryProgress(self, jevent: Any) -> None:
-        progress = json.loads(jevent.progress().json())
-        self.pylistener.onQueryProgress(QueryProgressEvent.fromJson({"progress": progress}))
-
-    def onQueryIdle(self, jevent: Any) -> None:
-        return

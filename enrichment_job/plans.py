@@ -13,8 +13,8 @@ Uses PySpark's classic (py4j) DataFrame, as the job does throughout: not Spark C
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.classic.column import _to_java_column, _to_seq
-from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+from enrichment_job.spark_internals import java_columns, java_frame, java_names, wrap_frame
 
 
 class Columns:
@@ -28,7 +28,7 @@ class Columns:
 
     def seq(self, spark: SparkSession) -> Any:
         if self._seq is None:
-            self._seq = _to_seq(spark.sparkContext, self.items, _to_java_column)
+            self._seq = java_columns(spark, self.items)
         return self._seq
 
     def tail(self) -> "Columns":
@@ -44,7 +44,7 @@ _NAMES: dict[tuple[str, ...], Any] = {}  # column names -> their Java sequence
 def select(df: DataFrame, columns: Columns) -> DataFrame:
     """`df.select(*columns)`."""
     spark = df.sparkSession
-    return ClassicDataFrame(df._jdf.select(columns.seq(spark)), spark)
+    return wrap_frame(java_frame(df).select(columns.seq(spark)), spark)
 
 
 def drop(df: DataFrame, names: tuple[str, ...]) -> DataFrame:
@@ -52,5 +52,5 @@ def drop(df: DataFrame, names: tuple[str, ...]) -> DataFrame:
     spark = df.sparkSession
     seq = _NAMES.get(names)
     if seq is None:
-        seq = _NAMES[names] = _to_seq(spark.sparkContext, names)
-    return ClassicDataFrame(df._jdf.drop(seq), spark)
+        seq = _NAMES[names] = java_names(spark, names)
+    return wrap_frame(java_frame(df).drop(seq), spark)

@@ -11,8 +11,12 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from enrichment_job.state_dir import ObjectStoreSettings, StateDir, check_uri, metrics_path
 
-class JobSettings(BaseSettings):
+TABLE = "customer_versions"  # the customer table, in the state folder
+
+
+class JobSettings(BaseSettings, ObjectStoreSettings):
     model_config = SettingsConfigDict(env_prefix="ENRICH_", frozen=True, extra="forbid")
 
     # Kafka
@@ -54,11 +58,16 @@ class JobSettings(BaseSettings):
     # 0.9 s longer, measured. A short hold costs an empty fetch per wait while a task reads.
     source_fetch_max_wait_ms: int = Field(20, ge=0, description="fetch.max.wait.ms of Spark's Kafka source")
 
-    state_dir: Path = Field(
-        Path(".state/enrichment"),
+    state_dir: str = Field(
+        ".state/enrichment",
         validate_default=True,
-        description="the checkpoints, the customer table and metrics: a local path (relative: to the"
-        " working directory at start)",
+        description="the checkpoints and the customer table: a local path (relative: to the working"
+        " directory at start), or a file:// or s3a://<bucket>/<prefix> URI (ENRICH_S3_*)",
+    )
+    metrics_file: Path | None = Field(
+        None,
+        description="JSON file of the job's figures, rewritten each batch (default: metrics.json in "
+        "a local state folder; none for state in S3)",
     )
 
     # Join and alert rule
@@ -121,20 +130,20 @@ class JobSettings(BaseSettings):
 
     @field_validator("state_dir")
     @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        return value.absolute()
+    def _location(cls, value: str) -> str:
+        return check_uri(value)
 
     @property
-    def checkpoint_dir(self) -> Path:
-        return self.state_dir / "checkpoints"
+    def state(self) -> StateDir:
+        return StateDir(self.state_dir, self)
 
     @property
-    def table_path(self) -> Path:
-        return self.state_dir / "customer_versions"
+    def table_uri(self) -> str:
+        return self.state.child(TABLE)
 
     @property
-    def metrics_file(self) -> Path:
-        return self.state_dir / "metrics.json"
+    def metrics_path(self) -> Path | None:
+        return metrics_path(self.metrics_file, self.state)
 
     def kafka_options(self) -> dict[str, str]:
         """Options of Spark's Kafka source ("kafka." + the client's own dotted names): committed

@@ -27,11 +27,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType
 
-from enrichment_job.app import batch_ends, build_session, driver_archive, run_id
+from enrichment_job.app import CHECKPOINTS, build_session, driver_archive, run_id
 from enrichment_job.batch_io import collect, kafka_records, to_records
 from enrichment_job.jvm import ClassArchive
 from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener
+from enrichment_job.spark_internals import batch_ends
 from enrichment_job.transforms import dead_letters
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, view_rows
 from enrichment_job.views.declarations import View, declared
@@ -80,7 +81,7 @@ class _Sink:
         self.out = TransactionalOutput(
             settings.producer_config(), f"{settings.name}-{query}", settings.commits_topic, run=run
         )
-        self.offsets_dir = settings.checkpoint_dir / query / "offsets"
+        self.checkpoint = f"{CHECKPOINTS}/{query}"
 
     def _write(
         self,
@@ -94,7 +95,7 @@ class _Sink:
         if self.out.committed(batch_id):
             log.info("%s: batch %d is already in Kafka; not writing it again", self.query, batch_id)
             return
-        ends = batch_ends(self.offsets_dir, batch_id, self.settings.enriched_topic)
+        ends = batch_ends(self.settings.state, self.checkpoint, batch_id, self.settings.enriched_topic)
         marker = {
             **marker,
             "enriched_to": {str(p): o for p, o in sorted(ends.items())},
@@ -202,7 +203,7 @@ class RunningViews:
 
 def start(settings: ViewsSettings) -> RunningViews:
     """The views job as its own Spark application."""
-    metrics = Metrics(settings.metrics_file)
+    metrics = Metrics(settings.metrics_path)
     endpoint = serve(JobCollector(metrics, "views"), settings, "VIEWS_JOB_")
     archive = driver_archive(settings, "ratings-views")
     spark = build_session(settings, "ratings-views", archive)
@@ -233,7 +234,7 @@ def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[Streami
     """The views' queries and the dead-letter query, in `spark` (its own application, or the
     enrichment job's when ENRICH_VIEWS_IN_JOB is on)."""
     use_rocksdb_state(spark)
-    run = run_id(settings.checkpoint_dir)
+    run = run_id(settings.state)
     views = declared(settings)
     # A query's thread takes the pool of the thread that starts it: inside the enrichment job's
     # application the views' tasks take a slot only when no enrichment task waits for one.
@@ -247,7 +248,7 @@ def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[Streami
             .writeStream.queryName(query)
             .outputMode("update")
             .foreachBatch(ViewsSink(settings, query, kept, run))
-            .option("checkpointLocation", str(settings.checkpoint_dir / query))
+            .option("checkpointLocation", settings.state.child(CHECKPOINTS, query))
             .trigger(processingTime=trigger)
             .start()
         )
@@ -271,7 +272,7 @@ def _dead_letter_query(
         .where(F.col("dlq_reason").isNotNull())
         .writeStream.queryName(DLQ_QUERY)
         .foreachBatch(DeadLetterSink(settings, DLQ_QUERY, run))
-        .option("checkpointLocation", str(settings.checkpoint_dir / DLQ_QUERY))
+        .option("checkpointLocation", settings.state.child(CHECKPOINTS, DLQ_QUERY))
         .trigger(processingTime=settings.dlq_trigger_interval)
         .start()
     )

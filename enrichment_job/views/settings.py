@@ -11,8 +11,10 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from enrichment_job.state_dir import ObjectStoreSettings, StateDir, check_uri, metrics_path
 
-class ViewsSettings(BaseSettings):
+
+class ViewsSettings(BaseSettings, ObjectStoreSettings):
     model_config = SettingsConfigDict(env_prefix="VIEWS_JOB_", frozen=True, extra="forbid")
 
     # Kafka
@@ -47,11 +49,16 @@ class ViewsSettings(BaseSettings):
         description="segment_hourly: an hour's window closes this long after the hour ends",
     )
 
-    state_dir: Path = Field(
-        Path(".state/views"),
+    state_dir: str = Field(
+        ".state/views",
         validate_default=True,
         description="the checkpoints and the views' state: a local path (relative: to the working"
-        " directory at start)",
+        " directory at start), or a file:// or s3a://<bucket>/<prefix> URI (VIEWS_JOB_S3_*)",
+    )
+    metrics_file: Path | None = Field(
+        None,
+        description="JSON file of the job's figures, rewritten each batch (default: metrics.json in "
+        "a local state folder; none for state in S3)",
     )
 
     # Spark
@@ -90,16 +97,16 @@ class ViewsSettings(BaseSettings):
 
     @field_validator("state_dir")
     @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        return value.absolute()
+    def _location(cls, value: str) -> str:
+        return check_uri(value)
 
     @property
-    def checkpoint_dir(self) -> Path:
-        return self.state_dir / "checkpoints"
+    def state(self) -> StateDir:
+        return StateDir(self.state_dir, self)
 
     @property
-    def metrics_file(self) -> Path:
-        return self.state_dir / "metrics.json"
+    def metrics_path(self) -> Path | None:
+        return metrics_path(self.metrics_file, self.state)
 
     def topic(self, view: str) -> str:
         return f"{self.topic_prefix}{view}"

@@ -1,5 +1,5 @@
-"""The job's reading of Spark's offset log (where a batch's ratings end), how a state folder
-continues the job name's last commit, and its Spark session's UI."""
+"""How a state folder continues the job name's last commit, where a run starts, and the Spark
+session's UI."""
 
 import json
 import os
@@ -10,39 +10,12 @@ from typing import Any
 
 import pytest
 
-from enrichment_job.app import TopicsChanged, batch_ends, claim_state, query_checkpoint, starting_offsets
-from enrichment_job.settings import JobSettings
-
-METADATA = '{"batchWatermarkMs":0,"batchTimestampMs":1795461102505,"conf":{}}'
-
-
-def _log(folder: Path, batch_id: int, *sources: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / str(batch_id)).write_text("\n".join(["v1", METADATA, *sources]))
-    return folder
-
-
-def test_the_ends_of_the_topic_in_the_batch_per_partition(tmp_path: Path) -> None:
-    offsets = _log(tmp_path, 7, '{"asgard.demo.customers":{"0":443961},"ratings":{"0":12,"1":0,"3":225838}}')
-    assert batch_ends(offsets, 7, "ratings") == {0: 12, 1: 0, 3: 225838}
-    assert batch_ends(offsets, 7, "asgard.demo.customers") == {0: 443961}
-
-
-def test_a_topic_not_in_the_batch_has_no_ends(tmp_path: Path) -> None:
-    offsets = _log(tmp_path, 0, "-", '{"asgard.demo.customers":{"0":5}}')
-    assert batch_ends(offsets, 0, "ratings") == {}
-
-
-def test_a_missing_or_unknown_file_stops_the_batch_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match=r"batch 3's offsets from .*offsets/3"):
-        batch_ends(tmp_path / "offsets", 3, "ratings")
-    (tmp_path / "4").write_text("v2\n{}\n{}")
-    with pytest.raises(RuntimeError, match="not an offset log file of a known version"):
-        batch_ends(tmp_path, 4, "ratings")
+from enrichment_job.app import PIPELINE_CHECKPOINT, TopicsChanged, claim_state, starting_offsets
+from enrichment_job.settings import TABLE, JobSettings
 
 
 def _settings(tmp_path: Path, **more: Any) -> JobSettings:
-    return JobSettings(state_dir=tmp_path / "state", job_name="job-a", **more)
+    return JobSettings(state_dir=str(tmp_path / "state"), job_name="job-a", **more)
 
 
 def _marker(run: str, **fields: object) -> dict[str, object]:
@@ -57,9 +30,9 @@ def _marker(run: str, **fields: object) -> dict[str, object]:
 def test_a_folder_goes_on_with_its_own_run_when_the_last_commit_is_its_own(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     first = claim_state(settings, None)
-    query_checkpoint(settings).mkdir(parents=True)
+    settings.state.write_text(f"{PIPELINE_CHECKPOINT}/metadata", "{}")
     assert claim_state(settings, _marker(first)) == first
-    assert query_checkpoint(settings).exists()
+    assert settings.state.exists(PIPELINE_CHECKPOINT)
 
 
 def test_a_folder_behind_another_runs_commit_is_rebuilt_under_a_new_run(
@@ -67,11 +40,11 @@ def test_a_folder_behind_another_runs_commit_is_rebuilt_under_a_new_run(
 ) -> None:
     settings = _settings(tmp_path)
     mine = claim_state(settings, None)
-    query_checkpoint(settings).mkdir(parents=True)
-    settings.table_path.mkdir(parents=True)
+    settings.state.write_text(f"{PIPELINE_CHECKPOINT}/metadata", "{}")
+    settings.state.write_text(f"{TABLE}/_delta_log/00000000000000000000.json", "{}")
     run = claim_state(settings, _marker("another-host"))
     assert run != mine
-    assert not query_checkpoint(settings).exists() and not settings.table_path.exists()
+    assert not settings.state.exists(PIPELINE_CHECKPOINT) and not settings.state.exists(TABLE)
     assert "out of date" in caplog.text
 
 

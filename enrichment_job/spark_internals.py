@@ -1,0 +1,130 @@
+"""Every use of Spark's private interfaces, in one place, each with the reason no public one
+does the job. An upgrade of Spark checks this module (tests/unit/enrichment_job/
+test_spark_internals.py and the integration tests run each of them).
+
+- `batch_ends`: the views' markers record the enriched offsets a batch covered. The offset log
+  in the query's checkpoint is the only place a running foreachBatch can learn them (progress
+  events come after the batch). Read through the state folder's file system, so s3a:// works.
+- `local_checkpoint_files`: a checkpoint file manager class for local state (the class name is
+  Spark's; it moved in 4.1).
+- `skip_driver_checksums`: Hadoop's local file system object of the driver.
+- `JsonProgressEvents`: the JVM listener wrapper PySpark builds, fed Spark's JSON of a progress
+  event instead of PySpark's field-by-field conversion.
+- `java_columns`, `wrap_frame`: a list of columns handed to the JVM once (plans.py).
+"""
+
+import json
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.classic.column import _to_java_column, _to_seq
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
+
+from enrichment_job.state_dir import StateDir
+
+OFFSET_LOG_VERSION = "v1"
+
+# Spark 4.1 moved it into the `checkpointing` package (4.0: org.apache.spark.sql.execution.streaming).
+CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+
+
+def batch_ends(state: StateDir, checkpoint: str, batch_id: int, topic: str) -> dict[int, int]:
+    """partition -> the offset where batch `batch_id`'s records of `topic` end, from the offset
+    log of the query checkpointed at `checkpoint` (relative to `state`): its file for the batch
+    has a version line, a metadata line, then a line per source. Empty when the topic is not in
+    the batch (it does not exist yet)."""
+    relative = f"{checkpoint}/offsets/{batch_id}"
+    try:
+        text = state.read_text(relative)
+        if text is None:
+            raise ValueError("no such file")
+        lines = text.splitlines()
+        if not lines or lines[0] != OFFSET_LOG_VERSION:
+            raise ValueError(f"not an offset log file of a known version: {lines[:1]}")
+        for line in lines[2:]:
+            if line == "-":  # a source without offsets
+                continue
+            ends = json.loads(line).get(topic)
+            if ends is not None:
+                return {int(p): int(o) for p, o in ends.items()}
+    except (OSError, ValueError) as err:
+        raise RuntimeError(
+            f"cannot read batch {batch_id}'s offsets from {state.child(relative)}: {err}"
+        ) from err
+    return {}
+
+
+def local_checkpoint_files(state: StateDir) -> dict[str, str]:
+    """Spark configuration for a query checkpoint in a local folder.
+
+    Each batch writes two small checkpoint files (offsets, commit). Spark's default manager
+    (Hadoop FileContext) forks `readlink` four times and `chmod` twice per file where Hadoop's
+    native library is absent, as it is on a pip install: 33 ms a file here, on the query
+    thread. Renames through the FileSystem API are plain Java: 11 ms a file, 7 ms without the
+    .crc side file (`skip_driver_checksums`). Object stores keep Spark's default."""
+    if not state.is_local:
+        return {}
+    return {"spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER}
+
+
+def skip_driver_checksums(spark: SparkSession) -> None:
+    """The driver's local file system writes no .crc beside the files it writes (checkpoint
+    offsets and commits, the customer table's log): one `chmod` fork less per file.
+
+    It stays Hadoop's checksummed LocalFileSystem, the instance FileSystem.get caches for this
+    user, with checksums turned off. Swapping in RawLocalFileSystem for the `file` scheme instead
+    broke the RocksDB state store, which copies its snapshots through FileSystem.getLocal and
+    casts what it gets to LocalFileSystem: every snapshot upload failed, so the store's changelog
+    grew without end and a restart replayed all of it. Tasks and any other instance keep
+    writing checksums, as they do by default."""
+    jvm: Any = spark.sparkContext._jvm
+    local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark.sparkContext._jsc.hadoopConfiguration())
+    local.setWriteChecksum(False)
+
+
+class JsonProgressEvents:
+    """Mixed into a `StreamingQueryListener`: the JVM side PySpark builds for it, but handing a
+    progress event over as Spark's JSON of it, in one call. PySpark's own conversion reads every
+    field with its own call, and resolving them loaded classes through the jars: with two
+    batches a second that took 15% of the JVM's CPU on an idle job."""
+
+    @property
+    def _jlistener(self) -> Any:
+        if not hasattr(self, "_jlistenerobj"):
+            from pyspark import SparkContext  # noqa: PLC0415
+
+            jvm: Any = SparkContext._jvm
+            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))  # type: ignore[arg-type]
+        return self._jlistenerobj
+
+
+class _JsonEvents(JStreamingQueryListener):
+    def onQueryProgress(self, jevent: Any) -> None:
+        progress = json.loads(jevent.progress().json())
+        self.pylistener.onQueryProgress(QueryProgressEvent.fromJson({"progress": progress}))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        return
+
+
+def java_columns(spark: SparkSession, items: tuple[Column | str, ...]) -> Any:
+    """`items` as one Java sequence of columns (names or expressions)."""
+    return _to_seq(spark.sparkContext, items, _to_java_column)
+
+
+def java_names(spark: SparkSession, names: tuple[str, ...]) -> Any:
+    """`names` as one Java sequence of strings."""
+    return _to_seq(spark.sparkContext, names)
+
+
+def java_frame(df: DataFrame) -> Any:
+    """The JVM Dataset behind `df`."""
+    return df._jdf
+
+
+def wrap_frame(jdf: Any, spark: SparkSession) -> DataFrame:
+    """A JVM Dataset as a PySpark DataFrame."""
+    return ClassicDataFrame(jdf, spark)
