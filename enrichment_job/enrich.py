@@ -38,6 +38,7 @@ from enrichment_job.rating_values import FIELDS, PARSED
 from enrichment_job.schemas import CUSTOMER_COLUMNS
 from enrichment_job.settings import JobSettings
 from enrichment_job.versions import Picks, VersionStore
+from services.core.enriched import ENRICHED_NAMES
 
 log = logging.getLogger("enrichment_job")
 STAGE = "enrichment"
@@ -221,20 +222,9 @@ def _joined(parsed: pa.Table, picks: Picks, watermark_ms: int | None, enriched_m
     )
 
 
-# The enriched record's fields, in order (services/core/enriched.py reads them).
-ENRICHED = (
-    *FIELDS.names,
-    *CUSTOMER_COLUMNS,
-    "full_name",
-    "customer_matched",
-    "customer_version",
-    "customer_valid_from",
-    "rating_kafka_ts",
-    "rating_partition",
-    "rating_offset",
-    "cdc_watermark_ms",
-    "enriched_ms",
-)
+# The enriched record's fields, in order: declared once, with their JSON types, in
+# services/core/enriched.py (a unit test holds the JSON written here to those types).
+ENRICHED = ENRICHED_NAMES
 
 
 def _enriched_values(enriched: pa.Table) -> pa.Array:

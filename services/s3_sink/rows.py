@@ -19,11 +19,12 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from confluent_kafka import Message
 
+from services.core.enriched import REQUIRED_NAMES
 from services.core.errors import RecordError
 from services.s3_sink.schema import WIRE_SCHEMA
 
 PARSE = pj.ParseOptions(explicit_schema=WIRE_SCHEMA, unexpected_field_behavior="ignore")
-REQUIRED = ("rating_id", "user_id", "stars", "rating_time", "customer_matched")
+REQUIRED = REQUIRED_NAMES
 MAX_EPOCH_MS = 253_402_300_800_000  # 10000-01-01: beyond, a date has no YYYY
 MIN_BLOCK = 1 << 20
 

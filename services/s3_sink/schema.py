@@ -7,40 +7,15 @@ timestamps, dictionary-encoded low-cardinality text, and the Kafka coordinates o
 
 import pyarrow as pa
 
+from services.core.enriched import ENRICHED_FIELDS
+
 TEXT = pa.string()
 CATEGORY = pa.dictionary(pa.int32(), pa.string())
 UTC_MS = pa.timestamp("ms", tz="UTC")
 
-# every field of services.core.enriched.EnrichedRating, as it is read from JSON
-WIRE_SCHEMA = pa.schema(
-    [
-        ("rating_id", pa.int64()),
-        ("user_id", pa.int64()),
-        ("stars", pa.int64()),
-        ("route_id", pa.int64()),
-        ("rating_time", pa.int64()),
-        ("channel", TEXT),
-        ("message", TEXT),
-        ("first_name", TEXT),
-        ("last_name", TEXT),
-        ("email", TEXT),
-        ("gender", TEXT),
-        ("club_status", TEXT),
-        ("region", TEXT),
-        ("comments", TEXT),
-        ("create_ts", TEXT),
-        ("update_ts", TEXT),
-        ("full_name", TEXT),
-        ("customer_matched", pa.bool_()),
-        ("customer_version", TEXT),
-        ("customer_valid_from", pa.int64()),
-        ("rating_kafka_ts", TEXT),
-        ("rating_partition", pa.int64()),
-        ("rating_offset", pa.int64()),
-        ("cdc_watermark_ms", pa.int64()),
-        ("enriched_ms", pa.int64()),
-    ]
-)
+# The enriched rating's declared fields, as they are read from JSON.
+ARROW_KINDS = {int: pa.int64(), str: TEXT, bool: pa.bool_()}
+WIRE_SCHEMA = pa.schema([(f.name, ARROW_KINDS[f.kind]) for f in ENRICHED_FIELDS])
 
 # the Parquet files: (name, type, nullable, the wire column it comes from)
 _LAKE_COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [

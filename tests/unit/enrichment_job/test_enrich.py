@@ -10,6 +10,7 @@ import pytest
 from enrichment_job.enrich import Ratings, RatingsResult
 from enrichment_job.settings import JobSettings
 from enrichment_job.versions import VersionStore
+from services.core.enriched import ENRICHED_FIELDS, ENRICHED_NAMES, EnrichedRating
 from tests.support.change_events import ingest_values, pg_change_event, sample_versions
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -155,3 +156,19 @@ def test_a_rating_with_nothing_to_decide_stays_waiting_without_a_watermark(spark
     assert len(result.enriched) == 0
     assert result.waiting is not None
     assert result.waiting.num_rows == 1
+
+
+def test_the_enriched_json_has_the_declared_fields_in_order_with_their_json_types(
+    spark: Any, store: VersionStore
+) -> None:
+    result = step(spark, store, [(7, 2_500), (99, 1)], 20_000, 0)
+    for value in result.enriched.values:
+        record = json.loads(value)
+        assert list(record) == list(ENRICHED_NAMES)
+        for field in ENRICHED_FIELDS:
+            got = record[field.name]
+            if got is None:
+                assert not field.required, field.name
+            else:  # exactly the JSON type: a bool is not an int, a float not an int
+                assert type(got) is field.kind, (field.name, got)
+        EnrichedRating.model_validate_json(value)  # the services read it (no other fields)
