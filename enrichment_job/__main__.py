@@ -9,8 +9,9 @@ setting, 3 fenced: another instance of the same ENRICH_JOB_NAME took over (do no
 import logging
 import sys
 
-from enrichment_job.app import TopicsChanged, start
+from enrichment_job.app import start
 from enrichment_job.cli import CONFIG_EXIT, FENCED_EXIT, load_or_exit, run_until_stopped, stop_on_signals
+from enrichment_job.recovery import TopicsChanged
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
 from services.core.errors import ConfigError

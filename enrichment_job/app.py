@@ -1,11 +1,9 @@
 """Wiring: the Spark session, the streaming query, its checkpoint, outputs and customer table."""
 
-import json
 import logging
 import os
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,11 +18,11 @@ from enrichment_job.jvm import ClassArchive, class_archive
 from enrichment_job.kafka_in import KAFKA, TopicReader
 from enrichment_job.kafka_out import Fenced, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
+from enrichment_job.recovery import PIPELINE_CHECKPOINT, Recovery, claim_state
 from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.spark_internals import local_checkpoint_files, skip_driver_checksums
 from enrichment_job.state_dir import StateDir
 from enrichment_job.table import CdcState, CustomerTable
-from enrichment_job.transforms import KAFKA_META
 from services.core.logs import log_format
 from services.core.prometheus import MetricsServer, serve
 
@@ -135,96 +133,6 @@ def _java_options(options: str) -> str:
     return f"{options} -D{LOG4J_CONFIG}=org/apache/spark/log4j2-json-layout.properties".strip()
 
 
-CHECKPOINTS = "checkpoints"  # the queries' checkpoints and the job's run id, in the state folder
-PIPELINE_CHECKPOINT = f"{CHECKPOINTS}/pipeline"  # the enrichment query's
-QUERY_START = f"{CHECKPOINTS}/query-start.json"
-
-
-def run_id(state: StateDir) -> str:
-    """Identifies the run of the state folder's checkpoints: new checkpoints are a new run
-    with its own markers."""
-    path = f"{CHECKPOINTS}/run_id"
-    run = state.read_text(path)
-    if run is None:
-        run = uuid.uuid4().hex[:16]
-        state.write_text(path, run)
-    return run.strip()
-
-
-class TopicsChanged(ValueError):
-    """The job name's last commit was made reading other topics: a name per set of topics."""
-
-
-def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
-    """This state folder's run id, once the folder is known to continue the job's last commit.
-
-    The job's last commit (`marker`, by job name) may come from another run: another state
-    folder or host, or this folder before it was wiped. That run's commit is the truth. A fresh
-    folder starts from it; a folder whose checkpoint and customer table stopped before it is out
-    of date, and is rebuilt the same way (a re-run of its batches would write them twice)."""
-    state = settings.state
-    run = run_id(state)
-    if marker is not None and marker.get("run") == run and not state.exists(PIPELINE_CHECKPOINT):
-        # The query's checkpoint was deleted under a run that committed: its batch ids would
-        # start again at 0 and be taken for batches already written. A new run it is.
-        state.remove(f"{CHECKPOINTS}/run_id")
-        run = run_id(state)
-    if marker is None or marker.get("run") == run:
-        return run
-    for name, topic in (("ratings_topic", settings.ratings_topic), ("cdc_topic", settings.cdc_topic)):
-        if marker.get(name, topic) != topic:
-            raise TopicsChanged(
-                f"setting ENRICH_JOB_NAME: job {settings.job_name!r} last committed reading "
-                f"{name} {marker[name]!r}, not {topic!r}; give a job over other topics its own name"
-            )
-    if any(state.exists(p) for p in (PIPELINE_CHECKPOINT, TABLE)):
-        log.warning(
-            "job %s was last committed by another run (%s, batch %s), not by this state folder's (%s): "
-            "its checkpoint and customer table are out of date; rebuilding them from the last commit",
-            settings.job_name,
-            marker.get("run"),
-            marker.get("batch_id"),
-            run,
-        )
-        state.remove(CHECKPOINTS)
-        state.remove(TABLE)
-    else:
-        log.info(
-            "a fresh state folder: job %s goes on from its last commit (run %s, batch %s)",
-            settings.job_name,
-            marker.get("run"),
-            marker.get("batch_id"),
-        )
-    return run_id(state)
-
-
-def starting_offsets(
-    settings: JobSettings,
-    marker: dict[str, Any] | None,
-    ratings: dict[int, tuple[int, int]],
-    cdc_partitions: list[int],
-) -> dict[str, dict[str, int]]:
-    """Where the query starts when its checkpoint is new (Spark ignores it otherwise): the job's
-    first run at ENRICH_STARTING_OFFSETS, a later one where the job's last commit left both
-    topics (partitions it never read from their start). `ratings`: partition -> its first and
-    next offset now. The ratings' offsets are numbers, never "earliest" or "latest": the job
-    reads each batch's ratings itself, from where the batch before ended, and the first batch
-    from here."""
-    earliest = settings.starting_offsets == "earliest"
-    if marker is None:
-        ratings_from = {p: low if earliest else high for p, (low, high) in ratings.items()}
-        cdc_from = {p: -2 if earliest else -1 for p in cdc_partitions}
-    else:
-        consumed = {int(p): int(o) for p, o in marker.get("consumed_to", {}).items()}
-        cdc_to = {int(p): int(o) for p, o in marker.get("cdc_to", {}).items()}
-        ratings_from = {p: consumed.get(p, low) for p, (low, _) in ratings.items()}
-        cdc_from = {p: cdc_to.get(p, -2) for p in cdc_partitions}  # -2: Spark's "earliest"
-    return {
-        settings.ratings_topic: {str(p): o for p, o in sorted(ratings_from.items())},
-        settings.cdc_topic: {str(p): o for p, o in sorted(cdc_from.items())},
-    }
-
-
 class Pipeline:
     """foreachBatch handler of the one streaming query, which reads the CDC topic and the ratings
     topic together. Per micro-batch: CDC first (new versions, the watermark), then the ratings
@@ -264,70 +172,16 @@ class Pipeline:
         self.cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
         self.ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
         self.first_starts: dict[int, int] = {}  # where the ratings start without a commit
-        marker = out.marker
-        self.state = CdcState.from_json(marker) if marker else table.delta_state
+        recovery = Recovery(spark, settings, table, out.marker, out.run)
+        start = recovery.resume(self.ratings, self.ratings_in.read)
+        self.state, self.consumed_to, self.waiting_from = start.state, start.consumed_to, start.waiting_from
         self.prefetch = prefetch if prefetch is not None and prefetch.state == self.state else None
-        self.consumed_to, self.waiting_from = (
-            {int(p): int(o) for p, o in (marker or {}).get(name, {}).items()}
-            for name in ("consumed_to", "waiting_from")
-        )
-        if marker is not None:
-            own = marker.get("run") == out.run
-            self._catch_up_table(int(marker["batch_id"]) if own else None)
-            self.ratings.recover(marker, self.table.versions(), self.ratings_in.read)
+        self._recovery = recovery
 
     def query_start(self) -> str:
-        """The query's starting offsets (JSON), kept beside its checkpoint: a first batch run
-        again after a crash reads its ratings from where its first run did (with
-        ENRICH_STARTING_OFFSETS=latest, "latest" would have moved)."""
-        state = self.settings.state
-        kept = state.read_text(QUERY_START) if state.exists(PIPELINE_CHECKPOINT) else None
-        if kept is not None:
-            starting = json.loads(kept)
-        else:
-            cdc_partitions = self.ratings_in.partitions(self.settings.cdc_topic)  # the CDC reader may be busy
-            starting = starting_offsets(
-                self.settings, self.out.marker, self.ratings_in.bounds(), cdc_partitions
-            )
-            state.write_text(QUERY_START, json.dumps(starting))
-        ratings = starting.get(self.settings.ratings_topic, {})
-        self.first_starts = {int(p): int(o) for p, o in ratings.items()}
-        return json.dumps(starting)
-
-    def _catch_up_table(self, batch_id: int | None) -> None:
-        """Appends to Delta what Kafka has committed but the table has not (see table.py).
-        Told by CDC offsets, not batch ids: the commit may be another run's (`batch_id` None),
-        whose batch ids mean nothing to this table."""
-        since, until = self.table.delta_state, self.state
-        if all(since.cdc_to.get(p, -1) >= o for p, o in until.cdc_to.items()):
-            return
-        topic = self.settings.cdc_topic
-        starts = {str(p): since.cdc_to.get(p, -2) for p in until.cdc_to}  # -2: earliest
-        ends = {str(p): o for p, o in until.cdc_to.items()}
-        if not ends:
-            return
-        raw = (
-            self.spark.read.format("kafka")
-            .options(**self.settings.kafka_options())
-            .option("assign", json.dumps({topic: sorted(until.cdc_to)}))
-            .option("startingOffsets", json.dumps({topic: starts}))
-            .option("endingOffsets", json.dumps({topic: ends}))
-            .load()
-            .select(*KAFKA_META)
-            .toArrow()
-        )
-        result = ingest(raw, since, self.settings.customers_topic, self.settings.dlq_topic, self.spark)
-        if result.state.clock_ms != until.clock_ms:
-            log.warning(
-                "re-read CDC ends at clock %s, the marker says %s", result.state.clock_ms, until.clock_ms
-            )
-        result = fill_unavailable(result, self.table.versions())
-        self.table.catch_up(batch_id, result.versions, until)
-        log.info(
-            "customer table caught up with batch %s: %d versions re-read from the CDC topic",
-            batch_id if batch_id is not None else "(another run's)",
-            result.changes,
-        )
+        """The query's starting offsets (JSON); see `Recovery.query_start`."""
+        starting, self.first_starts = self._recovery.query_start(self.ratings_in)
+        return starting
 
     def _cdc_events(self, state: CdcState, until: dict[int, int] | None = None) -> pa.Table:
         """The CDC topic from `state`'s offsets to its end now (or to `until`), as Kafka columns."""
@@ -560,7 +414,7 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     prefetch = _prefetch(settings, out.marker, f"{settings.job_name}-{run}-cdc")
     spark = build_session(settings, archive=archive)
     spark.streams.addListener(ProgressListener(metrics))
-    table = CustomerTable(
+    table = CustomerTable.open(
         spark,
         settings.table_uri,
         f"{run}-cdc",

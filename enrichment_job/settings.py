@@ -128,10 +128,12 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         False, description="also run the materialized views' queries in this application (VIEWS_JOB_*)"
     )
 
-    @field_validator("state_dir")
+    @field_validator("state_dir", mode="before")
     @classmethod
-    def _location(cls, value: str) -> str:
-        return check_uri(value)
+    def _location(cls, value: object) -> str:
+        if not isinstance(value, str | Path):
+            raise ValueError(f"a path or URI, not {value!r}")
+        return check_uri(str(value))
 
     @property
     def state(self) -> StateDir:

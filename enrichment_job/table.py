@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -60,7 +60,10 @@ class CdcState:
         )
 
 
-class CustomerTable:
+class DeltaLog:
+    """The customer table's copy in Delta Lake: read back at start, and appended to by a
+    background thread with what committed batches added (`queue`), or at once (`append`)."""
+
     def __init__(
         self,
         spark: SparkSession,
@@ -78,8 +81,7 @@ class CustomerTable:
         self._writes: queue.Queue[tuple[int, pa.Table, CdcState] | None] = queue.Queue()
         self._failure: BaseException | None = None
         self._written = False  # a Delta table is at `path`
-        self.delta_batch, self.delta_state = self._load()
-        self.store = VersionStore(self._read_all())
+        self.batch, self.state = self._load()
         self._writer = threading.Thread(target=self._write_loop, name="delta-writer", daemon=True)
         self._writer.start()
 
@@ -103,7 +105,7 @@ class CustomerTable:
                 return meta.get("batch_id"), state
         return None, CdcState()
 
-    def _read_all(self) -> pa.Table | None:
+    def read_all(self) -> pa.Table | None:
         """Every version in the Delta table, onto the driver (None before the first commit)."""
         if not self._written:
             return None
@@ -116,32 +118,16 @@ class CustomerTable:
         )
         return versions.cast(VERSIONS)
 
-    def versions(self) -> VersionStore:
-        """Every version known to this process, for the join."""
-        return self.store
-
-    # ---- adding --------------------------------------------------------------------------
-    def add(self, versions: pa.Table) -> None:
-        """New versions, visible to the join at once. If the batch then fails, the job stops
-        and its next run rebuilds the table from Delta and the CDC topic."""
-        self._raise_failure()
-        self.store.add(versions)
-
-    # ---- Delta ---------------------------------------------------------------------------
-    def commit(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:
-        """Queues a batch's versions for Delta, once the batch is committed to Kafka."""
+    # ---- writing -------------------------------------------------------------------------
+    def queue(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:
+        """A committed batch's versions, for the background thread to append."""
         self._writes.put((batch_id, versions, state))
 
-    def catch_up(self, batch_id: int | None, versions: pa.Table, state: CdcState) -> None:
-        """Synchronously appends what a restart re-read from the CDC topic (see the module doc)."""
-        self._append(batch_id, versions, state)
-        self.add(versions)
-
-    def _append(self, batch_id: int | None, versions: pa.Table, state: CdcState) -> None:
-        """`batch_id` None: the catch-up of a run that goes on from another run's commit. Its
-        batch ids are not this run's, and as this run's txnVersion they would make Delta skip
-        this run's own appends up to them; the append is one commit, and the table's CDC
-        offsets say afterwards that it was made."""
+    def append(self, batch_id: int | None, versions: pa.Table, state: CdcState) -> None:
+        """Appends now. `batch_id` None: the catch-up of a run that goes on from another run's
+        commit. Its batch ids are not this run's, and as this run's txnVersion they would make
+        Delta skip this run's own appends up to them; the append is one commit, and the table's
+        CDC offsets say afterwards that it was made."""
         meta = {"batch_id": batch_id, **state.as_json()}
         write = (
             self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
@@ -153,7 +139,7 @@ class CustomerTable:
         if batch_id is not None:
             write = write.option("txnAppId", self.app_id).option("txnVersion", batch_id)
         write.save(self.path)
-        self.delta_batch, self.delta_state, self._written = batch_id, state, True
+        self.batch, self.state, self._written = batch_id, state, True
 
     def _write_loop(self) -> None:
         """Appends what batches queued, at most once per `commit_interval_s`: a Delta commit
@@ -182,7 +168,7 @@ class CustomerTable:
                     items.append(more)
             try:
                 started = last = time.monotonic()
-                self._append(items[-1][0], concat([i[1] for i in items]), items[-1][2])
+                self.append(items[-1][0], concat([i[1] for i in items]), items[-1][2])
                 log.info(
                     "customer table: batches %d..%d appended to Delta in %.2f s",
                     items[0][0],
@@ -197,7 +183,8 @@ class CustomerTable:
                 log.exception("appending customer versions to Delta failed")
                 return
 
-    def _raise_failure(self) -> None:
+    def raise_failure(self) -> None:
+        """The background append's failure, if one failed."""
         if self._failure is not None:
             raise RuntimeError("the customer table's Delta writer failed") from self._failure
 
@@ -219,3 +206,78 @@ class CustomerTable:
             log.info("customer table compacted and vacuumed in %.1f s", time.monotonic() - started)
         except Exception:  # a failed compaction leaves the table as it was; the next one retries
             log.exception("customer table maintenance failed; the table is unchanged")
+
+
+class VersionLog(Protocol):
+    """What the customer table needs of its durable copy (`DeltaLog`)."""
+
+    path: str
+    batch: int | None
+    state: CdcState
+
+    def read_all(self) -> pa.Table | None: ...
+    def queue(self, batch_id: int, versions: pa.Table, state: CdcState) -> None: ...
+    def append(self, batch_id: int | None, versions: pa.Table, state: CdcState) -> None: ...
+    def raise_failure(self) -> None: ...
+    def close(self, timeout_s: float = 120) -> None: ...
+
+
+class CustomerTable:
+    """Every customer version: in memory for the join (`VersionStore`), and in its log."""
+
+    def __init__(self, log: VersionLog) -> None:
+        self.log = log
+        self.store = VersionStore(log.read_all())
+
+    @classmethod
+    def open(
+        cls,
+        spark: SparkSession,
+        path: str,
+        app_id: str,
+        *,
+        maintain_every: int = 200,
+        commit_interval_s: float = 30,
+    ) -> "CustomerTable":
+        """The table whose log is the Delta table at `path` (Delta's txnAppId: `app_id`)."""
+        return cls(
+            DeltaLog(spark, path, app_id, maintain_every=maintain_every, commit_interval_s=commit_interval_s)
+        )
+
+    @property
+    def path(self) -> str:
+        return self.log.path
+
+    @property
+    def delta_batch(self) -> int | None:
+        """The newest batch in the log."""
+        return self.log.batch
+
+    @property
+    def delta_state(self) -> CdcState:
+        """Where CDC ingestion stood at the newest batch in the log."""
+        return self.log.state
+
+    def versions(self) -> VersionStore:
+        """Every version known to this process, for the join."""
+        return self.store
+
+    def add(self, versions: pa.Table) -> None:
+        """New versions, visible to the join at once. If the batch then fails, the job stops
+        and its next run rebuilds the table from the log and the CDC topic."""
+        self.log.raise_failure()
+        self.store.add(versions)
+
+    def commit(self, batch_id: int, versions: pa.Table, state: CdcState) -> None:
+        """A batch's versions, for the log, once the batch is committed to Kafka."""
+        self.log.queue(batch_id, versions, state)
+
+    def catch_up(self, batch_id: int | None, versions: pa.Table, state: CdcState) -> None:
+        """What a restart re-read from the CDC topic (see the module doc): appended to the log
+        at once, then joined."""
+        self.log.append(batch_id, versions, state)
+        self.add(versions)
+
+    def close(self, timeout_s: float = 120) -> None:
+        """Writes what is queued to the log, then stops its writer."""
+        self.log.close(timeout_s)

@@ -27,11 +27,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType
 
-from enrichment_job.app import CHECKPOINTS, build_session, driver_archive, run_id
+from enrichment_job.app import build_session, driver_archive
 from enrichment_job.batch_io import collect, kafka_records, to_records
 from enrichment_job.jvm import ClassArchive
 from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener
+from enrichment_job.recovery import CHECKPOINTS, run_id
 from enrichment_job.spark_internals import batch_ends
 from enrichment_job.transforms import dead_letters
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, view_rows

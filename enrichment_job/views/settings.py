@@ -95,10 +95,12 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
         " python -m: on a host shared with the enrichment job, enrichment gets the CPU first",
     )
 
-    @field_validator("state_dir")
+    @field_validator("state_dir", mode="before")
     @classmethod
-    def _location(cls, value: str) -> str:
-        return check_uri(value)
+    def _location(cls, value: object) -> str:
+        if not isinstance(value, str | Path):
+            raise ValueError(f"a path or URI, not {value!r}")
+        return check_uri(str(value))
 
     @property
     def state(self) -> StateDir:

@@ -140,7 +140,7 @@ def main() -> int:
             path = str(work / f"versions-{size}")
             spark.createDataFrame(versions_table(customers, size, now_ms)).write.format("delta").save(path)
             started = time.monotonic()
-            table = CustomerTable(spark, path, "bench")
+            table = CustomerTable.open(spark, path, "bench")
             load_s = time.monotonic() - started
             store = table.versions()
             per_version = store.table().nbytes / len(store)

@@ -46,7 +46,7 @@ def _ids(store: VersionStore) -> list[int]:
 
 @pytest.fixture
 def table(spark: Any, tmp_path: Path) -> Iterator[CustomerTable]:
-    customers = CustomerTable(spark, str(tmp_path / "customer_versions"), "test", commit_interval_s=0)
+    customers = CustomerTable.open(spark, str(tmp_path / "customer_versions"), "test", commit_interval_s=0)
     yield customers
     customers.close()
 
@@ -69,7 +69,7 @@ def test_versions_added_are_joined_at_once_and_a_restart_reads_them_back_from_de
         table.commit(batch_id, versions, CdcState(1_000 + batch_id, None, {0: batch_id}))
     assert _ids(table.versions()) == [1, 2, 3, 4]
     _wait_for_batch(table, 4)
-    again = CustomerTable(spark, table.path, "test")
+    again = CustomerTable.open(spark, table.path, "test")
     try:
         assert _ids(again.versions()) == [1, 2, 3, 4]
         assert again.delta_state == CdcState(1_004, None, {0: 4})
@@ -94,7 +94,7 @@ def test_background_delta_appends_yield_to_batches(spark: Any, tmp_path: Path) -
     """The Delta writer's Spark jobs run in the fair scheduler's background pool, so the Spark
     jobs of a micro-batch (default pool) get each free task slot first."""
     before = set(_stage_pools(spark))
-    customers = CustomerTable(spark, str(tmp_path / "customer_versions"), "pools", commit_interval_s=0)
+    customers = CustomerTable.open(spark, str(tmp_path / "customer_versions"), "pools", commit_interval_s=0)
     try:
         versions = _versions(spark, [1, 2])
         customers.add(versions)

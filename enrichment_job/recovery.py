@@ -1,0 +1,212 @@
+"""What a start of the enrichment job does before its first batch.
+
+- `claim_state`: the state folder's run, once the folder is known to continue the job name's
+  last commit (its marker in Kafka), or rebuilt when another run committed after it.
+- `Recovery.resume`: where the last commit left the job (the CDC state, the ratings' offsets),
+  the customer table caught up with it, and the ratings that were waiting rebuilt.
+- `Recovery.query_start`: where the streaming query starts when its checkpoint is new.
+"""
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from enrichment_job.cdc import fill_unavailable, ingest
+from enrichment_job.enrich import Ratings, Reader
+from enrichment_job.kafka_in import TopicReader
+from enrichment_job.settings import TABLE, JobSettings
+from enrichment_job.state_dir import StateDir
+from enrichment_job.table import CdcState, CustomerTable
+from enrichment_job.transforms import KAFKA_META
+
+log = logging.getLogger("enrichment_job")
+
+CHECKPOINTS = "checkpoints"  # the queries' checkpoints and the job's run id, in the state folder
+PIPELINE_CHECKPOINT = f"{CHECKPOINTS}/pipeline"  # the enrichment query's
+QUERY_START = f"{CHECKPOINTS}/query-start.json"
+
+
+def run_id(state: StateDir) -> str:
+    """Identifies the run of the state folder's checkpoints: new checkpoints are a new run
+    with its own markers."""
+    path = f"{CHECKPOINTS}/run_id"
+    run = state.read_text(path)
+    if run is None:
+        run = uuid.uuid4().hex[:16]
+        state.write_text(path, run)
+    return run.strip()
+
+
+class TopicsChanged(ValueError):
+    """The job name's last commit was made reading other topics: a name per set of topics."""
+
+
+def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
+    """This state folder's run id, once the folder is known to continue the job's last commit.
+
+    The job's last commit (`marker`, by job name) may come from another run: another state
+    folder or host, or this folder before it was wiped. That run's commit is the truth. A fresh
+    folder starts from it; a folder whose checkpoint and customer table stopped before it is out
+    of date, and is rebuilt the same way (a re-run of its batches would write them twice)."""
+    state = settings.state
+    run = run_id(state)
+    if marker is not None and marker.get("run") == run and not state.exists(PIPELINE_CHECKPOINT):
+        # The query's checkpoint was deleted under a run that committed: its batch ids would
+        # start again at 0 and be taken for batches already written. A new run it is.
+        state.remove(f"{CHECKPOINTS}/run_id")
+        run = run_id(state)
+    if marker is None or marker.get("run") == run:
+        return run
+    for name, topic in (("ratings_topic", settings.ratings_topic), ("cdc_topic", settings.cdc_topic)):
+        if marker.get(name, topic) != topic:
+            raise TopicsChanged(
+                f"setting ENRICH_JOB_NAME: job {settings.job_name!r} last committed reading "
+                f"{name} {marker[name]!r}, not {topic!r}; give a job over other topics its own name"
+            )
+    if any(state.exists(p) for p in (PIPELINE_CHECKPOINT, TABLE)):
+        log.warning(
+            "job %s was last committed by another run (%s, batch %s), not by this state folder's (%s): "
+            "its checkpoint and customer table are out of date; rebuilding them from the last commit",
+            settings.job_name,
+            marker.get("run"),
+            marker.get("batch_id"),
+            run,
+        )
+        state.remove(CHECKPOINTS)
+        state.remove(TABLE)
+    else:
+        log.info(
+            "a fresh state folder: job %s goes on from its last commit (run %s, batch %s)",
+            settings.job_name,
+            marker.get("run"),
+            marker.get("batch_id"),
+        )
+    return run_id(state)
+
+
+def starting_offsets(
+    settings: JobSettings,
+    marker: dict[str, Any] | None,
+    ratings: dict[int, tuple[int, int]],
+    cdc_partitions: list[int],
+) -> dict[str, dict[str, int]]:
+    """Where the query starts when its checkpoint is new (Spark ignores it otherwise): the job's
+    first run at ENRICH_STARTING_OFFSETS, a later one where the job's last commit left both
+    topics (partitions it never read from their start). `ratings`: partition -> its first and
+    next offset now. The ratings' offsets are numbers, never "earliest" or "latest": the job
+    reads each batch's ratings itself, from where the batch before ended, and the first batch
+    from here."""
+    earliest = settings.starting_offsets == "earliest"
+    if marker is None:
+        ratings_from = {p: low if earliest else high for p, (low, high) in ratings.items()}
+        cdc_from = {p: -2 if earliest else -1 for p in cdc_partitions}
+    else:
+        consumed = {int(p): int(o) for p, o in marker.get("consumed_to", {}).items()}
+        cdc_to = {int(p): int(o) for p, o in marker.get("cdc_to", {}).items()}
+        ratings_from = {p: consumed.get(p, low) for p, (low, _) in ratings.items()}
+        cdc_from = {p: cdc_to.get(p, -2) for p in cdc_partitions}  # -2: Spark's "earliest"
+    return {
+        settings.ratings_topic: {str(p): o for p, o in sorted(ratings_from.items())},
+        settings.cdc_topic: {str(p): o for p, o in sorted(cdc_from.items())},
+    }
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where the first batch goes on from: the CDC state, and per ratings partition where the
+    last commit's ratings ended and where the waiting ones start."""
+
+    state: CdcState
+    consumed_to: dict[int, int]
+    waiting_from: dict[int, int]
+
+
+def catch_up_ranges(since: CdcState, until: CdcState) -> tuple[dict[str, int], dict[str, int]] | None:
+    """The CDC offsets the table lacks (`since`: the table's, `until`: the last commit's), as
+    Spark's Kafka source takes them (partition -> offset, -2: earliest); None when it lacks none."""
+    if all(since.cdc_to.get(p, -1) >= o for p, o in until.cdc_to.items()) or not until.cdc_to:
+        return None
+    starts = {str(p): since.cdc_to.get(p, -2) for p in until.cdc_to}
+    ends = {str(p): o for p, o in until.cdc_to.items()}
+    return starts, ends
+
+
+class Recovery:
+    """A start of the job, from its last commit's `marker` (None: the job name's first run)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: JobSettings,
+        table: CustomerTable,
+        marker: dict[str, Any] | None,
+        run: str | None,
+    ) -> None:
+        self.spark, self.settings, self.table, self.marker, self.run = spark, settings, table, marker, run
+
+    def resume(self, ratings: Ratings, read: Reader) -> Start:
+        """The last commit's state; the table caught up with it and the waiting ratings rebuilt."""
+        marker = self.marker
+        state = CdcState.from_json(marker) if marker else self.table.delta_state
+        consumed_to, waiting_from = (
+            {int(p): int(o) for p, o in (marker or {}).get(name, {}).items()}
+            for name in ("consumed_to", "waiting_from")
+        )
+        if marker is not None:
+            own = marker.get("run") == self.run
+            self._catch_up_table(state, int(marker["batch_id"]) if own else None)
+            ratings.recover(marker, self.table.versions(), read)
+        return Start(state, consumed_to, waiting_from)
+
+    def query_start(self, ratings_in: TopicReader) -> tuple[str, dict[int, int]]:
+        """The query's starting offsets (JSON) and, per ratings partition, where the ratings
+        start without a commit. Kept beside the checkpoint: a first batch run again after a
+        crash reads its ratings from where its first run did (with
+        ENRICH_STARTING_OFFSETS=latest, "latest" would have moved)."""
+        state = self.settings.state
+        kept = state.read_text(QUERY_START) if state.exists(PIPELINE_CHECKPOINT) else None
+        if kept is not None:
+            starting = json.loads(kept)
+        else:
+            cdc_partitions = ratings_in.partitions(self.settings.cdc_topic)  # the CDC reader may be busy
+            starting = starting_offsets(self.settings, self.marker, ratings_in.bounds(), cdc_partitions)
+            state.write_text(QUERY_START, json.dumps(starting))
+        ratings = starting.get(self.settings.ratings_topic, {})
+        return json.dumps(starting), {int(p): int(o) for p, o in ratings.items()}
+
+    def _catch_up_table(self, until: CdcState, batch_id: int | None) -> None:
+        """Appends to Delta what Kafka has committed but the table has not (see table.py).
+        Told by CDC offsets, not batch ids: the commit may be another run's (`batch_id` None),
+        whose batch ids mean nothing to this table."""
+        since = self.table.delta_state
+        ranges = catch_up_ranges(since, until)
+        if ranges is None:
+            return
+        starts, ends = ranges
+        topic, settings = self.settings.cdc_topic, self.settings
+        raw = (
+            self.spark.read.format("kafka")
+            .options(**settings.kafka_options())
+            .option("assign", json.dumps({topic: sorted(until.cdc_to)}))
+            .option("startingOffsets", json.dumps({topic: starts}))
+            .option("endingOffsets", json.dumps({topic: ends}))
+            .load()
+            .select(*KAFKA_META)
+            .toArrow()
+        )
+        result = ingest(raw, since, settings.customers_topic, settings.dlq_topic, self.spark)
+        if result.state.clock_ms != until.clock_ms:
+            log.warning(
+                "re-read CDC ends at clock %s, the marker says %s", result.state.clock_ms, until.clock_ms
+            )
+        result = fill_unavailable(result, self.table.versions())
+        self.table.catch_up(batch_id, result.versions, until)
+        log.info(
+            "customer table caught up with batch %s: %d versions re-read from the CDC topic",
+            batch_id if batch_id is not None else "(another run's)",
+            result.changes,
+        )
