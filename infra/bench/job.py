@@ -314,6 +314,28 @@ def start_job(
         )
 
 
+def placement(
+    env: dict[str, str], state: Path, name: str, *, cluster: bool, s3_state: bool
+) -> dict[str, str]:
+    """The job's settings to run on the stack's Spark cluster and/or keep its state in S3 (its
+    metrics file stays in `state`, where the benchmark reads it)."""
+    extra: dict[str, str] = {}
+    if cluster:
+        if not env.get("SPARK_MASTER_URL"):
+            raise SystemExit("the stack runs no Spark cluster: make up with STACK_SPARK_CLUSTER=true")
+        extra |= {"ENRICH_MASTER": env["SPARK_MASTER_URL"], "SPARK_LOCAL_IP": "127.0.0.1"}
+    if s3_state:
+        extra |= {
+            "ENRICH_STATE_DIR": f"s3a://{env['S3_STATE_BUCKET']}/bench/job-{name}",
+            "ENRICH_METRICS_FILE": str(state / "metrics.json"),
+            "ENRICH_S3_ENDPOINT": env["S3_ENDPOINT_URL"],
+            "ENRICH_S3_REGION": env["S3_REGION"],
+            "ENRICH_S3_ACCESS_KEY": env["S3_ACCESS_KEY"],
+            "ENRICH_S3_SECRET_KEY": env["S3_SECRET_KEY"],
+        }
+    return extra
+
+
 def wait_caught_up(state: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -346,6 +368,14 @@ def main() -> int:  # noqa: PLR0915 - one benchmark, its phases in order
     parser.add_argument("--saturation", type=int, default=200_000, help="ratings in the saturation backlog")
     parser.add_argument("--updates-per-s", type=float, default=5)
     parser.add_argument("--grace-ms", type=int, default=0)
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run the job on the stack's Spark standalone cluster (client mode) instead of local[2]",
+    )
+    parser.add_argument(
+        "--s3-state", action="store_true", help="keep the job's state in the stack's S3 (s3a://), not on disk"
+    )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "job.json")
     args = parser.parse_args()
 
@@ -367,12 +397,15 @@ def main() -> int:  # noqa: PLR0915 - one benchmark, its phases in order
     log = state.with_suffix(".log")
     print(f"starting the job (log {log}) and waiting for it to load the customer table ...", flush=True)
     started = time.monotonic()
-    proc = start_job(env, topics, state, args.grace_ms, log)
+    extra = placement(env, state, suffix, cluster=args.cluster, s3_state=args.s3_state)
+    proc = start_job(env, topics, state, args.grace_ms, log, extra=extra)
     stop = threading.Event()
     results: dict[str, Any] = {
         "customers": len(ids),
         "grace_ms": args.grace_ms,
         "machine_cores": os.cpu_count(),
+        "master": extra.get("ENRICH_MASTER", "local[2]"),
+        "state": extra.get("ENRICH_STATE_DIR", "local"),
     }
     try:
         wait_caught_up(state, proc, 900)

@@ -185,11 +185,14 @@ def pyspark_jars_dir() -> Path:
 
 
 def _stage_spark_jars(cache: Path, versions: Versions) -> Path:
-    """Spark's Kafka connector and Delta Lake, minus every jar the pyspark package already has."""
-    target = cache / f"spark-{versions.spark}-delta-{versions.delta}" / "jars"
+    """Spark's Kafka connector, Delta Lake and Hadoop's S3A, minus every jar the pyspark package
+    already has."""
+    target = cache / f"spark-{versions.spark}-delta-{versions.delta}-hadoop-{versions.hadoop}" / "jars"
     if _staged(target):
         return target
-    with _step(f"resolving Spark {versions.spark} Kafka connector and Delta {versions.delta} jars"):
+    with _step(
+        f"resolving Spark {versions.spark} Kafka connector, Delta {versions.delta} and hadoop-aws jars"
+    ):
         tmp = Path(tempfile.mkdtemp(prefix="spark-", dir=cache))
         _copy_dependencies("spark.xml", versions, tmp, strip_version=True)
         shipped = [p.name for p in pyspark_jars_dir().glob("*.jar")]

@@ -213,7 +213,10 @@ def start_binlog_over(settings: StackSettings) -> None:
 
 
 def ensure_bucket(settings: StackSettings, secrets: dict[str, str]) -> None:
+    """The lake's bucket, and the bucket for the Spark jobs' state in S3 (s3a://)."""
     client = s3_client(settings, secrets)
-    if settings.s3_bucket not in [b["Name"] for b in client.list_buckets()["Buckets"]]:
-        client.create_bucket(Bucket=settings.s3_bucket)
-        log.info("created bucket %s", settings.s3_bucket)
+    have = [b["Name"] for b in client.list_buckets()["Buckets"]]
+    for bucket in (settings.s3_bucket, settings.s3_state_bucket):
+        if bucket not in have:
+            client.create_bucket(Bucket=bucket)
+            log.info("created bucket %s", bucket)

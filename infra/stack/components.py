@@ -51,7 +51,22 @@ def component_ports(settings: StackSettings) -> dict[str, dict[str, int]]:
             "transport": settings.elasticsearch_transport_port,
         },
         "connect": {"rest": settings.connect_port},
+        **(spark_ports(settings) if settings.spark_cluster else {}),
     }
+
+
+def spark_ports(settings: StackSettings) -> dict[str, dict[str, int]]:
+    master = {"spark-master": {"spark": settings.spark_master_port, "ui": settings.spark_ui_port}}
+    workers = {f"spark-worker-{i}": {"ui": settings.spark_ui_port + i} for i in spark_worker_ids(settings)}
+    return master | workers
+
+
+def spark_worker_ids(settings: StackSettings) -> range:
+    return range(1, settings.spark_workers + 1)
+
+
+def spark_master_url(settings: StackSettings) -> str:
+    return f"spark://127.0.0.1:{settings.spark_master_port}"
 
 
 def render_properties(base: Path, overrides: dict[str, str]) -> str:
@@ -418,6 +433,72 @@ def s3(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -
     )
 
 
+def spark_cluster(settings: StackSettings, installed: Installed) -> list[Component]:
+    """A Spark standalone master and its workers, from the pyspark package's own jars (the same
+    release as the jobs' driver), on the Spark jobs' JDK, bound to the loopback. A worker starts
+    each executor as a JVM of its own, with the package as SPARK_HOME."""
+    from infra.stack.artifacts import pyspark_jars_dir  # noqa: PLC0415 - imports pyspark
+
+    jars = pyspark_jars_dir()
+    state = settings.state_dir / "spark"
+    java = str(installed.spark_java / "bin" / "java")
+    environment = {
+        "SPARK_HOME": str(jars.parent),
+        "JAVA_HOME": str(installed.spark_java),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOCAL_DIRS": str(state / "tmp"),
+        # The launcher that builds an executor's command looks for a source build's folders
+        # to learn the Scala version, unless it is told (the package's jars are Scala 2.13).
+        "SPARK_SCALA_VERSION": "2.13",
+    }
+    ports = spark_ports(settings)
+
+    def daemon(name: str, main: str, *args: str, props: tuple[str, ...] = ()) -> Component:
+        (state / name).mkdir(parents=True, exist_ok=True)
+        command = [java, f"-Xmx{settings.spark_daemon_heap}", *props, "-cp", f"{jars}/*", main, *args]
+        return Component(
+            name=name, ports=ports[name], command=command, directory=state / name, environment=environment
+        )
+
+    master = daemon(
+        "spark-master",
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(settings.spark_master_port),
+        "--webui-port",
+        str(settings.spark_ui_port),
+    )
+    # Each application's executors get the jars it names copied into the worker's folder (35 MB
+    # here): a finished application's folder is removed an hour after it ends.
+    cleanup = [
+        "-Dspark.worker.cleanup.enabled=true",
+        "-Dspark.worker.cleanup.interval=600",
+        "-Dspark.worker.cleanup.appDataTtl=3600",
+    ]
+    workers = [
+        daemon(
+            f"spark-worker-{i}",
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            str(settings.spark_worker_cores),
+            "--memory",
+            settings.spark_worker_memory,
+            "--work-dir",
+            str(state / f"spark-worker-{i}" / "work"),
+            "--webui-port",
+            str(settings.spark_ui_port + i),
+            spark_master_url(settings),
+            props=tuple(cleanup),
+        )
+        for i in spark_worker_ids(settings)
+    ]
+    return [master, *workers]
+
+
 def prepare_components(
     settings: StackSettings, installed: Installed, secrets: dict[str, str]
 ) -> list[Component]:
@@ -429,4 +510,5 @@ def prepare_components(
         s3(settings, installed, secrets),
         elasticsearch(settings, installed),
         connect(settings, installed, secrets),
+        *(spark_cluster(settings, installed) if settings.spark_cluster else []),
     ]

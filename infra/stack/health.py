@@ -90,9 +90,38 @@ def check_elasticsearch(settings: StackSettings, secrets: dict[str, str]) -> str
 
 def check_s3(settings: StackSettings, secrets: dict[str, str]) -> str:
     names = [b["Name"] for b in s3_client(settings, secrets).list_buckets()["Buckets"]]
-    if settings.s3_bucket not in names:
-        raise RuntimeError(f"bucket {settings.s3_bucket} missing (buckets: {names})")
-    return f"bucket {settings.s3_bucket}"
+    wanted = [settings.s3_bucket, settings.s3_state_bucket]
+    missing = [bucket for bucket in wanted if bucket not in names]
+    if missing:
+        raise RuntimeError(f"bucket {', '.join(missing)} missing (buckets: {names})")
+    return f"buckets {', '.join(wanted)}"
+
+
+def spark_ui_url(settings: StackSettings, port: int | None = None) -> str:
+    return f"http://127.0.0.1:{port or settings.spark_ui_port}/json/"
+
+
+def check_spark_master(settings: StackSettings, secrets: dict[str, str]) -> str:
+    state = http_json("GET", spark_ui_url(settings))
+    alive = state.get("aliveworkers", 0)
+    if state.get("status") != "ALIVE" or alive < settings.spark_workers:
+        raise RuntimeError(f"master {state.get('status')}, {alive} of {settings.spark_workers} workers alive")
+    return f"{alive} workers, {state.get('cores', 0)} cores"
+
+
+def check_spark_worker(settings: StackSettings, name: str) -> str:
+    port = settings.spark_ui_port + int(name.rsplit("-", 1)[1])
+    state = http_json("GET", spark_ui_url(settings, port))
+    if not state.get("masterurl"):
+        raise RuntimeError("not registered with the master")
+    return f"{state.get('cores', 0)} cores, {len(state.get('executors', []))} executors"
+
+
+def _worker_check(name: str) -> Callable[[StackSettings, dict[str, str]], str]:
+    def check(settings: StackSettings, secrets: dict[str, str]) -> str:
+        return check_spark_worker(settings, name)
+
+    return check
 
 
 CHECKS: dict[str, Callable[[StackSettings, dict[str, str]], str]] = {
@@ -102,4 +131,6 @@ CHECKS: dict[str, Callable[[StackSettings, dict[str, str]], str]] = {
     "s3": check_s3,
     "elasticsearch": check_elasticsearch,
     "connect": check_connect,
+    "spark-master": check_spark_master,
+    **{f"spark-worker-{i}": _worker_check(f"spark-worker-{i}") for i in range(1, 9)},
 }

@@ -59,6 +59,17 @@ class StackSettings(BaseSettings):
     elasticsearch_port: int = 9200
     elasticsearch_transport_port: int = 9300
     s3_port: int = 9000
+    spark_master_port: int = 7077
+    spark_ui_port: int = Field(8090, description="the Spark master's web UI; the workers' follow it")
+
+    spark_cluster: bool = Field(
+        True,
+        description="a Spark standalone master and STACK_SPARK_WORKERS workers (stack.env's "
+        "SPARK_MASTER_URL), for the jobs with ENRICH_MASTER=spark://...; idle until a job comes",
+    )
+    spark_workers: int = Field(2, ge=1, le=8, description="workers of the Spark cluster")
+    spark_worker_cores: int = Field(1, ge=1, description="cores each worker offers")
+    spark_worker_memory: str = Field("1g", description="memory each worker offers its executors")
 
     kafka_security: Literal["plaintext", "scram"] = Field(
         "plaintext",
@@ -70,8 +81,12 @@ class StackSettings(BaseSettings):
     connect_heap: str = "768m"
     elasticsearch_heap: str = "768m"
     s3_heap: str = "256m"
+    spark_daemon_heap: str = Field("256m", description="heap of the Spark master and each worker")
 
     s3_bucket: str = "ratings-lake"
+    s3_state_bucket: str = Field(
+        "ratings-state", description="bucket for the Spark jobs' state when it is in S3 (s3a://)"
+    )
     s3_region: str = "us-east-1"
     connector_name: str = Field(
         "", description="the Debezium connector (connect/<name>.json); default: <source>-customers"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from infra.stack import bootstrap, kafka_security
 from infra.stack.artifacts import Installed, install
-from infra.stack.components import component_ports, prepare_components
+from infra.stack.components import component_ports, prepare_components, spark_master_url, spark_worker_ids
 from infra.stack.errors import ComponentFailed, PortInUse
-from infra.stack.health import CHECKS, http_json
+from infra.stack.health import CHECKS, http_json, spark_ui_url
 from infra.stack.secrets import ensure_secrets, read_env_file, write_env_file
 from infra.stack.settings import SERVICE_ROOT, StackSettings
 from infra.stack.supervise import FAILED_STATES, Supervisor, render_config
@@ -27,6 +27,8 @@ PORT_SETTING = {
     "http": "STACK_ELASTICSEARCH_PORT",
     "transport": "STACK_ELASTICSEARCH_TRANSPORT_PORT",
     "rest": "STACK_CONNECT_PORT",
+    "spark": "STACK_SPARK_MASTER_PORT",
+    "ui": "STACK_SPARK_UI_PORT",
 }
 
 
@@ -186,6 +188,13 @@ def up(settings: StackSettings) -> None:
     # 4. The lake bucket, and Elasticsearch.
     _wait(settings, sup, "s3", lambda: bootstrap.ensure_bucket(settings, secrets))
     _wait(settings, sup, "elasticsearch", check("elasticsearch"))
+    # 5. The Spark cluster: the master, then its workers, until every one has registered.
+    if settings.spark_cluster:
+        sup.start("spark-master")
+        _wait(settings, sup, "spark-master", lambda: http_json("GET", spark_ui_url(settings)))
+        for i in spark_worker_ids(settings):
+            sup.start(f"spark-worker-{i}")
+        _wait(settings, sup, "spark-master", check("spark-master"), what="the Spark workers")
     write_stack_env(settings, installed, secrets)
     log.info("stack is up in %.0f s; clients read %s", time.monotonic() - started, stack_env_path(settings))
 
@@ -207,10 +216,12 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
         "ELASTICSEARCH_URL": settings.elasticsearch_url,
         "S3_ENDPOINT_URL": settings.s3_endpoint_url,
         "S3_BUCKET": settings.s3_bucket,
+        "S3_STATE_BUCKET": settings.s3_state_bucket,
         "S3_REGION": settings.s3_region,
         "S3_ACCESS_KEY": secrets["S3_ACCESS_KEY"],
         "S3_SECRET_KEY": secrets["S3_SECRET_KEY"],
         "SPARK_JARS": ",".join(str(p) for p in installed.spark_jars()),
+        "SPARK_MASTER_URL": spark_master_url(settings) if settings.spark_cluster else "",
         "JAVA_HOME": str(installed.spark_java),  # who reads it starts a Spark job
         "KAFKA_SECURITY": settings.kafka_security,
     }

@@ -18,6 +18,8 @@ class Versions:
     s3proxy: str
     spark: str
     delta: str
+    hadoop: str
+    aws_sdk: str
     mariadb_line: str
     postgres_major: str
     java_minimum: int
@@ -33,6 +35,8 @@ class Versions:
             "s3proxy.version": self.s3proxy,
             "spark.version": self.spark,
             "delta.version": self.delta,
+            "hadoop.version": self.hadoop,
+            "awssdk.version": self.aws_sdk,
         }
 
 
@@ -49,6 +53,8 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         s3proxy=maven["s3proxy"],
         spark=maven["spark"],
         delta=maven["delta"],
+        hadoop=maven["hadoop"],
+        aws_sdk=maven["aws-sdk"],
         mariadb_line=data["debian"]["mariadb-server"].split(":", 1)[-1],
         postgres_major=str(data["debian"]["postgresql"]),
         java_minimum=int(data["java"]["minimum"]),

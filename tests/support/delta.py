@@ -1,21 +1,33 @@
 """Reads a Delta table's current rows and commit metadata from its files, without Spark: the
-transaction log's JSON commits say which Parquet files are live."""
+transaction log's JSON commits say which Parquet files are live. The table is a local folder,
+or (file system, path) for one in S3."""
 
 import json
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+Table = Path | tuple[pafs.FileSystem, str]
 
-def commits(table: Path) -> list[list[dict[str, Any]]]:
+
+def _where(table: Table) -> tuple[pafs.FileSystem, str]:
+    return (pafs.LocalFileSystem(), str(table)) if isinstance(table, Path) else table
+
+
+def commits(table: Table) -> list[list[dict[str, Any]]]:
     """Each commit's actions, oldest first."""
-    files = sorted((table / "_delta_log").glob("*.json"))
-    return [[json.loads(line) for line in f.read_text().splitlines() if line] for f in files]
+    fs, root = _where(table)
+    found = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
+    files = sorted(f.path for f in found if f.path.endswith(".json"))
+    texts = [fs.open_input_stream(f).read().decode() for f in files]
+    return [[json.loads(line) for line in text.splitlines() if line] for text in texts]
 
 
-def live_rows(table: Path) -> pa.Table:
+def live_rows(table: Table) -> pa.Table:
+    fs, root = _where(table)
     live: set[str] = set()
     for actions in commits(table):
         for action in actions:
@@ -23,11 +35,11 @@ def live_rows(table: Path) -> pa.Table:
                 live.add(action["add"]["path"])
             elif "remove" in action:
                 live.discard(action["remove"]["path"])
-    parts = [pq.read_table(table / path) for path in sorted(live)]
+    parts = [pq.read_table(f"{root}/{path}", filesystem=fs) for path in sorted(live)]
     return pa.concat_tables(parts, promote_options="default") if parts else pa.table({})
 
 
-def user_metadata(table: Path) -> list[dict[str, Any]]:
+def user_metadata(table: Table) -> list[dict[str, Any]]:
     """The userMetadata (JSON) of each commit that has one, oldest first."""
     found = []
     for actions in commits(table):

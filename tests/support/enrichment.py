@@ -15,10 +15,23 @@ from typing import Any
 import pytest
 
 from enrichment_job.metrics import caught_up
+from enrichment_job.state_dir import ObjectStoreSettings, StateDir
 from services.core import customer_db
 from support.kafka import drop_topics, make_topics, produce, read_topic, values
 
-__all__ = ["Job", "Topics", "create_topics", "delete_topics", "produce", "rating", "read_topic", "values"]
+__all__ = [
+    "Job",
+    "Topics",
+    "create_topics",
+    "delete_topics",
+    "on_cluster",
+    "produce",
+    "rating",
+    "read_topic",
+    "s3_state",
+    "update_join_case",
+    "values",
+]
 
 StackEnv = dict[str, str]
 OUTPUTS = ("ratings", "enriched", "alerts", "dlq")
@@ -88,7 +101,7 @@ class Job:
         return self
 
     def metrics(self) -> dict[str, Any]:
-        path = self.state_dir / "metrics.json"
+        path = Path(self.env.get("ENRICH_METRICS_FILE") or self.state_dir / "metrics.json")
         return json.loads(path.read_text()) if path.exists() else {}
 
     def wait_caught_up(self, timeout_s: float = 240) -> None:
@@ -198,3 +211,59 @@ def create_topics(stack_env: StackEnv, topics: Topics, partitions: int = 2) -> l
 
 def delete_topics(stack_env: StackEnv, names: list[str]) -> None:
     drop_topics(stack_env, names)
+
+
+def s3_state(stack_env: StackEnv, name: str, prefix: str = "ENRICH_") -> tuple[StateDir, dict[str, str]]:
+    """A fresh state folder in the stack's state bucket (s3a://), and the settings for it of the
+    job whose settings have `prefix` (the views job's: VIEWS_JOB_)."""
+    uri = f"s3a://{stack_env['S3_STATE_BUCKET']}/tests/{name}-{uuid.uuid4().hex[:8]}"
+    store = ObjectStoreSettings(
+        s3_endpoint=stack_env["S3_ENDPOINT_URL"],
+        s3_region=stack_env["S3_REGION"],
+        s3_access_key=stack_env["S3_ACCESS_KEY"],
+        s3_secret_key=stack_env["S3_SECRET_KEY"],
+    )
+    env = {
+        f"{prefix}STATE_DIR": uri,
+        f"{prefix}S3_ENDPOINT": stack_env["S3_ENDPOINT_URL"],
+        f"{prefix}S3_REGION": stack_env["S3_REGION"],
+        f"{prefix}S3_ACCESS_KEY": stack_env["S3_ACCESS_KEY"],
+        f"{prefix}S3_SECRET_KEY": stack_env["S3_SECRET_KEY"],
+    }
+    return StateDir(uri, store), env
+
+
+def on_cluster(stack_env: StackEnv) -> dict[str, str]:
+    """The job's settings to run on the stack's Spark standalone cluster (client mode: the driver
+    here, the executors on the workers)."""
+    master = stack_env.get("SPARK_MASTER_URL")
+    assert master, "the stack runs no Spark cluster (STACK_SPARK_CLUSTER=false?)"
+    return {"ENRICH_MASTER": master, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def views_on_cluster(stack_env: StackEnv) -> dict[str, str]:
+    """The views job's settings for the same."""
+    settings = on_cluster(stack_env)
+    return {"VIEWS_JOB_MASTER": settings.pop("ENRICH_MASTER"), **settings}
+
+
+def update_join_case(stack_env: StackEnv, topics: Topics, db: Any, before: int, after: int) -> None:
+    """a. A rating joins the customer row valid at its time; an update applies from then on
+    (`before`, `after`: fresh rating ids)."""
+    customer = insert_customer(db, "silver")
+    t_silver = next_second(db)
+    execute(db, "UPDATE customers SET club_status = 'platinum' WHERE id = %s", customer)
+    t_platinum = next_second(db)
+    produce(
+        stack_env,
+        topics.name("ratings"),
+        [rating(before, customer, 1, t_silver - 500), rating(after, customer, 1, t_platinum)],
+    )
+    out = by_rating(stack_env, topics.name("enriched"), {before, after})
+    assert out[before]["club_status"] == "silver"
+    assert out[after]["club_status"] == "platinum"
+    assert out[after]["customer_matched"] is True
+    assert out[after]["full_name"].startswith("Test ")
+    assert out[before]["customer_version"] != out[after]["customer_version"]
+    alerts = by_rating(stack_env, topics.name("alerts"), {after})
+    assert alerts[after]["club_status"] == "platinum" and alerts[after]["stars"] == 1

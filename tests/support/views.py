@@ -68,7 +68,6 @@ class ViewsJob(ServiceProcess):
             **settings,
         }
         super().__init__("enrichment_job.views", "VIEWS_JOB_", env, workdir)
-        self.metrics_file = workdir / "views-state" / "metrics.json"
 
     def start_for_module(self) -> "ViewsJob":
         """Started for a module's tests: the fixture that started it stops it, not each test."""

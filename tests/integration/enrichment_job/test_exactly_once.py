@@ -1,5 +1,7 @@
 """f. kill -9 in the middle of a steady stream, restart from the checkpoint: every rating once
-in the enriched topic, every alert once in the alert topic (read_committed).
+in the enriched topic, every alert once in the alert topic (read_committed). Once with the
+job's state in a local folder, once in S3 (s3a:// on the stack's S3 server), and once on the
+stack's Spark standalone cluster with its state in S3.
 h. Replay: a fresh job (new checkpoint and table) over the same inputs gives the same records."""
 
 import random
@@ -13,8 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.delta import live_rows, user_metadata
-from support.enrichment import Job, Topics, create_topics, delete_topics, produce, rating, read_topic, values
+from support.delta import Table, live_rows, user_metadata
+from support.enrichment import (
+    Job,
+    Topics,
+    create_topics,
+    delete_topics,
+    on_cluster,
+    produce,
+    rating,
+    read_topic,
+    s3_state,
+    values,
+)
 
 from infra.stack.clients import app_db
 from services.core import customer_db
@@ -36,7 +49,7 @@ JOINED_FIELDS = (
 @dataclass
 class CrashRun:
     topics: Topics
-    state: Path
+    table: Table  # the customer table's files
     customers: list[int]
     produced: dict[int, int]  # rating_id -> stars
     platinum: set[int]
@@ -72,14 +85,24 @@ def _steady_stream(stack_env: StackEnv, topic: str, customers: list[int], produc
         time.sleep(0.04)
 
 
-@pytest.fixture(scope="module")
-def crash_run(stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRun]:
+@pytest.fixture(scope="module", params=["local", "s3", "cluster"])
+def crash_run(
+    request: pytest.FixtureRequest, stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CrashRun]:
     topics = Topics()
     names = create_topics(stack_env, topics)
     customers, platinum = _customers(stack_env)
     time.sleep(2)  # let the rows reach the CDC topic before the ratings
-    state = tmp_path_factory.mktemp("crash") / "job"
-    job = Job(stack_env, topics, state, GRACE_MS).start()
+    state = tmp_path_factory.mktemp("crash") / "job"  # its log and metrics; the state too if local
+    table: Table = state / "customer_versions"
+    extra: dict[str, str] = {}
+    if request.param in ("s3", "cluster"):
+        s3, extra = s3_state(stack_env, "crash")
+        extra["ENRICH_METRICS_FILE"] = str(state / "metrics.json")
+        table = s3.locate("customer_versions")
+    if request.param == "cluster":
+        extra |= on_cluster(stack_env)
+    job = Job(stack_env, topics, state, GRACE_MS, extra).start()
     produced: dict[int, int] = {}
     stream = threading.Thread(
         target=_steady_stream, args=(stack_env, topics.name("ratings"), customers, produced)
@@ -95,7 +118,7 @@ def crash_run(stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory) -> 
     job.kill()
     killed_at = len(produced)
     restart_log_from = job.log.stat().st_size
-    job = Job(stack_env, topics, state, GRACE_MS).start()
+    job = Job(stack_env, topics, state, GRACE_MS, extra).start()
     stream.join()
     try:
         enriched = values(
@@ -106,7 +129,7 @@ def crash_run(stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory) -> 
         stopped_with = job.stop()
     assert 0 < killed_at < RATINGS, "the job must die in the middle of the stream"
     stop_log = job.log.read_bytes()[restart_log_from:].decode(errors="replace")
-    yield CrashRun(topics, state, customers, produced, platinum, enriched, alerts, stopped_with, stop_log)
+    yield CrashRun(topics, table, customers, produced, platinum, enriched, alerts, stopped_with, stop_log)
     delete_topics(stack_env, names)
 
 
@@ -125,7 +148,7 @@ def test_f_kill_9_and_restart_every_rating_and_alert_exactly_once(crash_run: Cra
 def test_f_after_the_crash_the_customer_table_holds_each_change_once(crash_run: CrashRun) -> None:
     """The killed job's Delta appends may lag its Kafka commits; the restart appends the rest
     (re-read from the CDC topic) and Delta's transaction ids keep a re-append out."""
-    table = crash_run.state / "customer_versions"
+    table = crash_run.table
     rows = live_rows(table).to_pylist()
     offsets = Counter((r["cdc_partition"], r["cdc_offset"]) for r in rows)
     assert [o for o, n in offsets.items() if n > 1] == []
@@ -145,6 +168,7 @@ def test_ctrl_c_stops_the_job_cleanly(crash_run: CrashRun) -> None:
     assert "SIGINT: stopping" in crash_run.stop_log
 
 
+@pytest.mark.parametrize("crash_run", ["local"], indirect=True)  # the replay's state is local
 def test_h_a_fresh_job_over_the_same_inputs_gives_the_same_records(
     stack_env: StackEnv, crash_run: CrashRun, tmp_path: Path
 ) -> None:

@@ -27,15 +27,22 @@ from support.enrichment import (
     produce,
     rating,
     read_topic,
+    update_join_case,
     values,
 )
 from support.prometheus import scrape
 from support.views_api import free_port
 
 from enrichment_job.settings import JobSettings
+from services.core.enriched import decode_enriched
+from services.es_sink.documents import document
+from services.s3_sink.rows import decode_value, parse_values
+from services.s3_sink.schema import to_lake_table
+from services.slack_notifier.alert import decode_alert
 
 StackEnv = dict[str, str]
 GRACE_MS = 3000
+TEMPLATE = Path(__file__).parents[3] / "services" / "es_sink" / "ratings-index-template.json"
 FUTURE = "rating_time more than 300000 ms after the record's Kafka timestamp (ENRICH_MAX_FUTURE_MS)"
 
 
@@ -58,24 +65,7 @@ IDS = _ids()
 def test_a_rating_joins_the_row_valid_at_its_time_and_updates_apply_later(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:
-    customer = insert_customer(db, "silver")
-    t_silver = next_second(db)
-    execute(db, "UPDATE customers SET club_status = 'platinum' WHERE id = %s", customer)
-    t_platinum = next_second(db)
-    before, after = next(IDS), next(IDS)
-    produce(
-        stack_env,
-        topics.name("ratings"),
-        [rating(before, customer, 1, t_silver - 500), rating(after, customer, 1, t_platinum)],
-    )
-    out = by_rating(stack_env, topics.name("enriched"), {before, after})
-    assert out[before]["club_status"] == "silver"
-    assert out[after]["club_status"] == "platinum"
-    assert out[after]["customer_matched"] is True
-    assert out[after]["full_name"].startswith("Test ")
-    assert out[before]["customer_version"] != out[after]["customer_version"]
-    alerts = by_rating(stack_env, topics.name("alerts"), {after})
-    assert alerts[after]["club_status"] == "platinum" and alerts[after]["stars"] == 1
+    update_join_case(stack_env, topics, db, next(IDS), next(IDS))
 
 
 def _scrape(job: Job) -> dict[str, float]:
@@ -325,3 +315,45 @@ def test_c_a_fresh_job_reads_a_long_cdc_topic_to_its_end_before_deciding_any_rat
     first = next((b for b in batches if b[0] > 0), None)
     assert first is not None, job.tail()
     assert first[1] == 0, f"the first batch with ratings left {first[1]} waiting for the CDC watermark"
+
+
+def test_the_job_s_real_output_reads_in_every_consumer(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    """The contract: what the job wrote to the enriched and alert topics in this module's tests
+    (matched, unmatched, deleted and re-inserted customers, dead letters around them; at least
+    a matched alert and an unmatched rating of its own) reads in the services' model, the
+    lake's parse and schema, the Elasticsearch documents and the Slack alerts, with nothing
+    rejected."""
+    customer = insert_customer(db, "platinum")
+    t0 = next_second(db)
+    matched, unmatched = next(IDS), next(IDS)
+    produce(
+        stack_env,
+        topics.name("ratings"),
+        [
+            rating(matched, customer, 1, t0, message="<!channel> *bold*"),
+            rating(unmatched, 2_000_000_007, 4, t0),
+        ],
+    )
+    by_rating(stack_env, topics.name("alerts"), {matched})
+    by_rating(stack_env, topics.name("enriched"), {matched, unmatched})
+    enriched = read_topic(stack_env, topics.name("enriched"), min_records=2, timeout_s=30)
+    alerts = read_topic(stack_env, topics.name("alerts"), min_records=1, timeout_s=30)
+    records = [decode_enriched(m) for m in enriched]
+    assert {r.customer_matched for r in records} == {True, False}
+    parsed = parse_values([decode_value(m) for m in enriched])
+    assert parsed.rejected == [] and len(parsed.kept) == len(enriched)
+    lake = to_lake_table(
+        parsed.table,
+        [m.topic() for m in enriched],
+        [m.partition() for m in enriched],
+        [m.offset() for m in enriched],
+    )
+    assert lake.num_rows == len(enriched)
+    mapped = set(json.loads(TEMPLATE.read_text())["template"]["mappings"]["properties"])
+    for record in records:
+        assert set(document(record)) <= mapped
+    for message in alerts:
+        alert = decode_alert(message)
+        assert alert.club_status == "platinum" and alert.stars < 3

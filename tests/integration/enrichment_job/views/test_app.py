@@ -1,5 +1,6 @@
 """The views job against the real Kafka: exact counts, the late-data rule of segment_hourly,
-dead letters, and a kill -9 mid-stream that neither loses nor doubles a count."""
+dead letters, and a kill -9 mid-stream that neither loses nor doubles a count; the same counts
+on the stack's Spark cluster with the RocksDB state checkpointed to S3."""
 
 import itertools
 import json
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.enrichment import s3_state, views_on_cluster
 from support.kafka import produce, read_topic
 from support.services import as_kafka, enriched_record
 from support.views import (
@@ -97,6 +99,33 @@ def views_match(stack_env: StackEnv, topics: ViewTopics, enriched: list[dict[str
     return None
 
 
+def kill_mid_stream(
+    stack_env: StackEnv, topics: ViewTopics, job: ViewsJob, stream: list[dict[str, Any]], after_s: float
+) -> None:
+    """Produces `stream` 50 records every 0.2 s, kill -9s the job `after_s` into it, then
+    restarts the job once the stream is all in."""
+
+    def produce_stream() -> None:
+        for start in range(0, len(stream), 50):
+            produce(stack_env, topics.enriched, [as_kafka(r) for r in stream[start : start + 50]])
+            time.sleep(0.2)
+
+    producer = threading.Thread(target=produce_stream)
+    producer.start()
+    time.sleep(after_s)
+    job.kill()
+    assert producer.is_alive(), "the kill came after the stream; it should fall inside it"
+    producer.join()
+    job.start()
+
+
+def assert_no_change_twice(stack_env: StackEnv, topics: ViewTopics) -> None:
+    for topic in (topics.customer_ratings, topics.segment_hourly):
+        for key, values in changes_per_key(stack_env, topic).items():
+            doubled = [a for a, b in itertools.pairwise(values) if a == b]
+            assert not doubled, f"{topic} {key}: a change written twice"
+
+
 def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
     stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
 ) -> None:
@@ -137,24 +166,9 @@ def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
 
     # 3. A kill -9 while records stream in, then a restart: nothing lost, nothing doubled.
     second = records(1_500, 1_500, rng)
-
-    def stream() -> None:
-        for start in range(0, len(second), 50):  # 6 s or more: the kill falls inside it
-            produce(stack_env, topics.enriched, [as_kafka(r) for r in second[start : start + 50]])
-            time.sleep(0.2)
-
-    producer = threading.Thread(target=stream)
-    producer.start()
-    time.sleep(rng.uniform(1.5, 4.5))
-    job.kill()
-    assert producer.is_alive(), "the kill came after the stream; it should fall inside it"
-    producer.join()
-    job.start()
+    kill_mid_stream(stack_env, topics, job, second, rng.uniform(1.5, 4.5))  # 6 s or more of stream
     wait_until(lambda: views_match(stack_env, topics, first + second), job)
-    for topic in (topics.customer_ratings, topics.segment_hourly):
-        for key, values in changes_per_key(stack_env, topic).items():
-            doubled = [a for a, b in itertools.pairwise(values) if a == b]
-            assert not doubled, f"{topic} {key}: a change written twice"
+    assert_no_change_twice(stack_env, topics)
     dead = read_topic(stack_env, topics.dlq, min_records=2 + len(late_ones))
     assert len(dead) == 2 + sum(late(r, LATENESS_S) for r in first + second)
 
@@ -167,4 +181,25 @@ def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
     # segment_hourly, a windowed view, is kept by a query of its own
     segment = markers[f"test-views-{topics.suffix}-view-segment_hourly:segment_hourly"]
     assert segment["key"] == ["club_status", "channel", "hour"]
+    assert job.stop() == 0
+
+
+def test_on_the_cluster_with_state_in_s3_the_views_are_exact_after_a_kill_9(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
+) -> None:
+    """The views' aggregations run on the cluster's executors, their RocksDB state checkpointed
+    to s3a://; after a kill -9 mid-stream the restarted job goes on from there."""
+    rng = random.Random(11)
+    first, second = records(0, 600, rng), records(600, 600, rng)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in first])
+    state, settings = s3_state(stack_env, "views", prefix="VIEWS_JOB_")
+    settings |= views_on_cluster(stack_env)
+    job = ViewsJob(stack_env, topics, tmp_path, VIEWS_JOB_WINDOW_LATENESS_S=str(LATENESS_S), **settings)
+    job.start()
+    wait_until(lambda: views_match(stack_env, topics, first), job)
+    kill_mid_stream(stack_env, topics, job, second, rng.uniform(0.8, 1.6))  # 2.4 s of stream
+    wait_until(lambda: views_match(stack_env, topics, first + second), job)
+    assert_no_change_twice(stack_env, topics)
+    assert state.exists("checkpoints/views/state/0"), "the keyed views' state is in the bucket"
+    assert not (tmp_path / "views-state").exists(), "nothing of the state on the local disk"
     assert job.stop() == 0

@@ -24,7 +24,13 @@ def test_every_port_is_distinct_and_settable(tmp_path: Path) -> None:
     ports = [port for by_purpose in component_ports(settings).values() for port in by_purpose.values()]
     assert len(ports) == len(set(ports))
     assert component_ports(settings)["kafka"]["broker"] == 19092
-    assert list(component_ports(settings)) == ["mariadb", "kafka", "s3", "elasticsearch", "connect"]
+    spark = ["spark-master", "spark-worker-1", "spark-worker-2"]
+    assert list(component_ports(settings)) == ["mariadb", "kafka", "s3", "elasticsearch", "connect", *spark]
+    off = StackSettings(state_dir=tmp_path, spark_cluster=False, spark_ui_port=18090)
+    assert list(component_ports(off)) == ["mariadb", "kafka", "s3", "elasticsearch", "connect"]
+    assert component_ports(StackSettings(state_dir=tmp_path, spark_ui_port=18090))["spark-worker-2"] == {
+        "ui": 18092
+    }
 
 
 def test_a_kafka_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,7 +59,7 @@ def test_connect_resolves_only_the_environment_variables_the_connector_configs_n
 
 def test_postgres_takes_mariadb_s_place_and_each_database_has_its_connector_and_state_folder() -> None:
     maria, pg = StackSettings(), StackSettings(source="postgres")
-    assert list(component_ports(pg)) == ["postgres", "kafka", "s3", "elasticsearch", "connect"]
+    assert list(component_ports(pg))[:5] == ["postgres", "kafka", "s3", "elasticsearch", "connect"]
     assert component_ports(pg)["postgres"] == {"sql": 5432}
     assert (maria.connector_name, pg.connector_name) == ("mariadb-customers", "postgres-customers")
     assert (maria.state_dir.name, pg.state_dir.name) == (".state", ".state-postgres")

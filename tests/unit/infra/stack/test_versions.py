@@ -43,3 +43,10 @@ def test_maven_properties_cover_every_pom_placeholder() -> None:
     for pom in (ROOT / "infra" / "maven").glob("*.xml"):
         used = set(re.findall(r"\$\{([a-z0-9.]+)\}", pom.read_text()))
         assert used <= provided, f"{pom.name} uses {used - provided} which versions.toml does not set"
+
+
+def test_hadoop_aws_matches_the_hadoop_client_the_pyspark_package_ships() -> None:
+    from infra.stack.artifacts import pyspark_jars_dir  # noqa: PLC0415
+
+    shipped = [p.name for p in pyspark_jars_dir().glob("hadoop-client-api-*.jar")]
+    assert shipped == [f"hadoop-client-api-{load_versions().hadoop}.jar"]
