@@ -1,5 +1,6 @@
-"""Every setting README.md names exists in the settings class of its program (a user who copies
-one from the README gets a working variable), and the load generator's table is complete."""
+"""Every setting README.md and docs/reference.md name exists in the settings class of its
+program (a user who copies one gets a working variable), and the load generator's table is
+complete."""
 
 import re
 from pathlib import Path
@@ -15,7 +16,9 @@ from services.s3_sink.config import S3SinkSettings
 from services.slack_notifier.config import SlackSettings
 from services.views.config import ViewsApiSettings
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+# The README and the reference it leads to: every setting is documented in one of them.
+README = (ROOT / "README.md").read_text() + (ROOT / "docs" / "reference.md").read_text()
 CLASSES: dict[str, type[BaseSettings]] = {
     "ENRICH_": JobSettings,
     "VIEWS_JOB_": ViewsSettings,  # before VIEWS_: the longer prefix is tried first
