@@ -303,7 +303,14 @@ class Pipeline:
                 result = self.ratings.step(ratings_raw, self.table.versions(), watermark, steps)
             outputs += [result.enriched, result.alerts, result.dead]
         deferred = sum(max(0, end - consumed_to.get(p, end)) for p, end in ends.items())
-        if deferred:
+        if deferred and self.ratings.waiting_count < settings.max_waiting_ratings:
+            log.info(  # a backlog: the batch took ENRICH_MAX_OFFSETS_PER_TRIGGER of it
+                "batch %d: %d ratings left for the next batches (ENRICH_MAX_OFFSETS_PER_TRIGGER %d)",
+                batch_id,
+                deferred,
+                settings.max_offsets_per_trigger,
+            )
+        elif deferred:
             log.warning(
                 "batch %d: %d ratings left in Kafka for later: %d are waiting for the CDC watermark "
                 "(ENRICH_MAX_WAITING_RATINGS %d)",
