@@ -22,7 +22,7 @@ from enrichment_job.recovery import PIPELINE_CHECKPOINT, Recovery, claim_state
 from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.spark_internals import local_checkpoint_files, skip_driver_checksums
 from enrichment_job.state_dir import StateDir
-from enrichment_job.table import CdcState, CustomerTable
+from enrichment_job.table import CdcState, CustomerTable, DeltaLog
 from services.core.logs import log_format
 from services.core.prometheus import MetricsServer, serve
 
@@ -421,12 +421,14 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     prefetch = _prefetch(settings, out.marker, f"{settings.job_name}-{run}-cdc")
     spark = build_session(settings, archive=archive)
     spark.streams.addListener(ProgressListener(metrics))
-    table = CustomerTable.open(
-        spark,
-        settings.table_uri,
-        f"{run}-cdc",
-        maintain_every=settings.maintenance_every_commits,
-        commit_interval_s=settings.table_commit_interval_s,
+    table = CustomerTable(
+        DeltaLog(
+            spark,
+            settings.table_uri,
+            f"{run}-cdc",
+            maintain_every=settings.maintenance_every_commits,
+            commit_interval_s=settings.table_commit_interval_s,
+        )
     )
     pipeline = Pipeline(
         spark, settings, table, out, metrics, group_id=f"{settings.job_name}-{run}-cdc", prefetch=prefetch

@@ -229,21 +229,6 @@ class CustomerTable:
         self.log = log
         self.store = VersionStore(log.read_all())
 
-    @classmethod
-    def open(
-        cls,
-        spark: SparkSession,
-        path: str,
-        app_id: str,
-        *,
-        maintain_every: int = 200,
-        commit_interval_s: float = 30,
-    ) -> "CustomerTable":
-        """The table whose log is the Delta table at `path` (Delta's txnAppId: `app_id`)."""
-        return cls(
-            DeltaLog(spark, path, app_id, maintain_every=maintain_every, commit_interval_s=commit_interval_s)
-        )
-
     @property
     def path(self) -> str:
         return self.log.path

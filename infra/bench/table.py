@@ -29,7 +29,7 @@ from enrichment_job.app import build_session
 from enrichment_job.enrich import Ratings
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
-from enrichment_job.table import CustomerTable
+from enrichment_job.table import CustomerTable, DeltaLog
 from enrichment_job.versions import VersionStore
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
@@ -140,7 +140,7 @@ def main() -> int:
             path = str(work / f"versions-{size}")
             spark.createDataFrame(versions_table(customers, size, now_ms)).write.format("delta").save(path)
             started = time.monotonic()
-            table = CustomerTable.open(spark, path, "bench")
+            table = CustomerTable(DeltaLog(spark, path, "bench"))
             load_s = time.monotonic() - started
             store = table.versions()
             per_version = store.table().nbytes / len(store)

@@ -14,7 +14,7 @@ from support.kafka import StackEnv
 from enrichment_job.app import build_session
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
-from enrichment_job.table import CdcState, CustomerTable
+from enrichment_job.table import CdcState, CustomerTable, DeltaLog
 from enrichment_job.versions import VersionStore
 
 # py4j leaves its gateway sockets to the garbage collector; that is py4j's, not a leak of ours.
@@ -46,7 +46,9 @@ def _ids(store: VersionStore) -> list[int]:
 
 @pytest.fixture
 def table(spark: Any, tmp_path: Path) -> Iterator[CustomerTable]:
-    customers = CustomerTable.open(spark, str(tmp_path / "customer_versions"), "test", commit_interval_s=0)
+    customers = CustomerTable(
+        DeltaLog(spark, str(tmp_path / "customer_versions"), "test", commit_interval_s=0)
+    )
     yield customers
     customers.close()
 
@@ -69,7 +71,7 @@ def test_versions_added_are_joined_at_once_and_a_restart_reads_them_back_from_de
         table.commit(batch_id, versions, CdcState(1_000 + batch_id, None, {0: batch_id}))
     assert _ids(table.versions()) == [1, 2, 3, 4]
     _wait_for_batch(table, 4)
-    again = CustomerTable.open(spark, table.path, "test")
+    again = CustomerTable(DeltaLog(spark, table.path, "test"))
     try:
         assert _ids(again.versions()) == [1, 2, 3, 4]
         assert again.delta_state == CdcState(1_004, None, {0: 4})
@@ -94,7 +96,9 @@ def test_background_delta_appends_yield_to_batches(spark: Any, tmp_path: Path) -
     """The Delta writer's Spark jobs run in the fair scheduler's background pool, so the Spark
     jobs of a micro-batch (default pool) get each free task slot first."""
     before = set(_stage_pools(spark))
-    customers = CustomerTable.open(spark, str(tmp_path / "customer_versions"), "pools", commit_interval_s=0)
+    customers = CustomerTable(
+        DeltaLog(spark, str(tmp_path / "customer_versions"), "pools", commit_interval_s=0)
+    )
     try:
         versions = _versions(spark, [1, 2])
         customers.add(versions)
