@@ -490,7 +490,7 @@ def spark_cluster(settings: StackSettings, installed: Installed) -> list[Compone
             "--work-dir",
             str(state / f"spark-worker-{i}" / "work"),
             "--webui-port",
-            str(settings.spark_ui_port + i),
+            str(ports[f"spark-worker-{i}"]["ui"]),
             spark_master_url(settings),
             props=tuple(cleanup),
         )

@@ -13,6 +13,7 @@ import pymysql
 from botocore.config import Config
 from confluent_kafka.admin import AdminClient
 
+from infra.stack.components import spark_ports
 from infra.stack.kafka_security import admin_config
 from infra.stack.settings import StackSettings
 from services.core import customer_db
@@ -110,8 +111,7 @@ def check_spark_master(settings: StackSettings, secrets: dict[str, str]) -> str:
 
 
 def check_spark_worker(settings: StackSettings, name: str) -> str:
-    port = settings.spark_ui_port + int(name.rsplit("-", 1)[1])
-    state = http_json("GET", spark_ui_url(settings, port))
+    state = http_json("GET", spark_ui_url(settings, spark_ports(settings)[name]["ui"]))
     if not state.get("masterurl"):
         raise RuntimeError("not registered with the master")
     return f"{state.get('cores', 0)} cores, {len(state.get('executors', []))} executors"
