@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from enrichment_job.metrics import caught_up
 from infra.bench.results import exit_on_sigterm
-from infra.stack.clients import app_db
+from infra.stack.clients import app_db, spark_job_on_cluster, spark_job_state_in_s3
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
@@ -321,18 +321,13 @@ def placement(
     metrics file stays in `state`, where the benchmark reads it)."""
     extra: dict[str, str] = {}
     if cluster:
-        if not env.get("SPARK_MASTER_URL"):
-            raise SystemExit("the stack runs no Spark cluster: make up with STACK_SPARK_CLUSTER=true")
-        extra |= {"ENRICH_MASTER": env["SPARK_MASTER_URL"], "SPARK_LOCAL_IP": "127.0.0.1"}
+        try:
+            extra |= spark_job_on_cluster(env)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
     if s3_state:
-        extra |= {
-            "ENRICH_STATE_DIR": f"s3a://{env['S3_STATE_BUCKET']}/bench/job-{name}",
-            "ENRICH_METRICS_FILE": str(state / "metrics.json"),
-            "ENRICH_S3_ENDPOINT": env["S3_ENDPOINT_URL"],
-            "ENRICH_S3_REGION": env["S3_REGION"],
-            "ENRICH_S3_ACCESS_KEY": env["S3_ACCESS_KEY"],
-            "ENRICH_S3_SECRET_KEY": env["S3_SECRET_KEY"],
-        }
+        extra |= spark_job_state_in_s3(env, f"bench/job-{name}")
+        extra["ENRICH_METRICS_FILE"] = str(state / "metrics.json")
     return extra
 
 

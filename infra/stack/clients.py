@@ -19,3 +19,24 @@ def app_db(env: dict[str, str]) -> Any:
         env["APP_DB_PASSWORD"],
         env.get("CUSTOMER_DB_NAME", "demo"),
     )
+
+
+def spark_job_on_cluster(env: dict[str, str], prefix: str = "ENRICH_") -> dict[str, str]:
+    """The settings of a Spark job (`prefix`: ENRICH_ or VIEWS_JOB_) to run on the stack's
+    standalone cluster, in client mode (the driver here, the executors on the workers)."""
+    master = env.get("SPARK_MASTER_URL")
+    if not master:
+        raise ValueError("the stack runs no Spark cluster: make up with STACK_SPARK_CLUSTER=true")
+    return {f"{prefix}MASTER": master, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def spark_job_state_in_s3(env: dict[str, str], path: str, prefix: str = "ENRICH_") -> dict[str, str]:
+    """The settings of a Spark job (`prefix`) to keep its state at `path` in the stack's state
+    bucket (s3a://)."""
+    return {
+        f"{prefix}STATE_DIR": f"s3a://{env['S3_STATE_BUCKET']}/{path}",
+        f"{prefix}S3_ENDPOINT": env["S3_ENDPOINT_URL"],
+        f"{prefix}S3_REGION": env["S3_REGION"],
+        f"{prefix}S3_ACCESS_KEY": env["S3_ACCESS_KEY"],
+        f"{prefix}S3_SECRET_KEY": env["S3_SECRET_KEY"],
+    }

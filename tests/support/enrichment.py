@@ -16,6 +16,7 @@ import pytest
 
 from enrichment_job.metrics import caught_up
 from enrichment_job.state_dir import ObjectStoreSettings, StateDir
+from infra.stack.clients import spark_job_state_in_s3
 from services.core import customer_db
 from support.kafka import drop_topics, make_topics, produce, read_topic, values
 
@@ -24,7 +25,6 @@ __all__ = [
     "Topics",
     "create_topics",
     "delete_topics",
-    "on_cluster",
     "produce",
     "rating",
     "read_topic",
@@ -216,35 +216,14 @@ def delete_topics(stack_env: StackEnv, names: list[str]) -> None:
 def s3_state(stack_env: StackEnv, name: str, prefix: str = "ENRICH_") -> tuple[StateDir, dict[str, str]]:
     """A fresh state folder in the stack's state bucket (s3a://), and the settings for it of the
     job whose settings have `prefix` (the views job's: VIEWS_JOB_)."""
-    uri = f"s3a://{stack_env['S3_STATE_BUCKET']}/tests/{name}-{uuid.uuid4().hex[:8]}"
+    env = spark_job_state_in_s3(stack_env, f"tests/{name}-{uuid.uuid4().hex[:8]}", prefix)
     store = ObjectStoreSettings(
-        s3_endpoint=stack_env["S3_ENDPOINT_URL"],
-        s3_region=stack_env["S3_REGION"],
-        s3_access_key=stack_env["S3_ACCESS_KEY"],
-        s3_secret_key=stack_env["S3_SECRET_KEY"],
+        s3_endpoint=env[f"{prefix}S3_ENDPOINT"],
+        s3_region=env[f"{prefix}S3_REGION"],
+        s3_access_key=env[f"{prefix}S3_ACCESS_KEY"],
+        s3_secret_key=env[f"{prefix}S3_SECRET_KEY"],
     )
-    env = {
-        f"{prefix}STATE_DIR": uri,
-        f"{prefix}S3_ENDPOINT": stack_env["S3_ENDPOINT_URL"],
-        f"{prefix}S3_REGION": stack_env["S3_REGION"],
-        f"{prefix}S3_ACCESS_KEY": stack_env["S3_ACCESS_KEY"],
-        f"{prefix}S3_SECRET_KEY": stack_env["S3_SECRET_KEY"],
-    }
-    return StateDir(uri, store), env
-
-
-def on_cluster(stack_env: StackEnv) -> dict[str, str]:
-    """The job's settings to run on the stack's Spark standalone cluster (client mode: the driver
-    here, the executors on the workers)."""
-    master = stack_env.get("SPARK_MASTER_URL")
-    assert master, "the stack runs no Spark cluster (STACK_SPARK_CLUSTER=false?)"
-    return {"ENRICH_MASTER": master, "SPARK_LOCAL_IP": "127.0.0.1"}
-
-
-def views_on_cluster(stack_env: StackEnv) -> dict[str, str]:
-    """The views job's settings for the same."""
-    settings = on_cluster(stack_env)
-    return {"VIEWS_JOB_MASTER": settings.pop("ENRICH_MASTER"), **settings}
+    return StateDir(env[f"{prefix}STATE_DIR"], store), env
 
 
 def update_join_case(stack_env: StackEnv, topics: Topics, db: Any, before: int, after: int) -> None:

@@ -21,7 +21,6 @@ from support.enrichment import (
     Topics,
     create_topics,
     delete_topics,
-    on_cluster,
     produce,
     rating,
     read_topic,
@@ -29,7 +28,7 @@ from support.enrichment import (
     values,
 )
 
-from infra.stack.clients import app_db
+from infra.stack.clients import app_db, spark_job_on_cluster
 from services.core import customer_db
 
 StackEnv = dict[str, str]
@@ -101,7 +100,7 @@ def crash_run(
         extra["ENRICH_METRICS_FILE"] = str(state / "metrics.json")
         table = s3.locate("customer_versions")
     if request.param == "cluster":
-        extra |= on_cluster(stack_env)
+        extra |= spark_job_on_cluster(stack_env)
     job = Job(stack_env, topics, state, GRACE_MS, extra).start()
     produced: dict[int, int] = {}
     stream = threading.Thread(

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 from support.delta import live_rows
-from support.enrichment import Job, StackEnv, Topics, on_cluster, s3_state, update_join_case
+from support.enrichment import Job, StackEnv, Topics, s3_state, update_join_case
 
 from enrichment_job.state_dir import StateDir
+from infra.stack.clients import spark_job_on_cluster
 
 
 @pytest.fixture(scope="module", params=["local", "cluster"])
@@ -26,7 +27,7 @@ def s3_job(
     folder = tmp_path_factory.mktemp("s3-job") / "job"  # the log and the metrics file only
     extra |= {"ENRICH_METRICS_FILE": str(folder / "metrics.json"), "ENRICH_TABLE_COMMIT_INTERVAL_S": "1"}
     if request.param == "cluster":
-        extra |= on_cluster(stack_env)
+        extra |= spark_job_on_cluster(stack_env)
     job = Job(stack_env, topics, folder, 3000, extra).start()
     yield job, state, folder
     job.stop()

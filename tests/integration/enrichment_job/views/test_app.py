@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.enrichment import s3_state, views_on_cluster
+from support.enrichment import s3_state
 from support.kafka import produce, read_topic
 from support.services import as_kafka, enriched_record
 from support.views import (
@@ -29,6 +29,7 @@ from support.views import (
 )
 
 from infra.bench.job import job_jvm
+from infra.stack.clients import spark_job_on_cluster
 
 StackEnv = dict[str, str]
 LATENESS_S = 60
@@ -193,7 +194,7 @@ def test_on_the_cluster_with_state_in_s3_the_views_are_exact_after_a_kill_9(
     first, second = records(0, 600, rng), records(600, 600, rng)
     produce(stack_env, topics.enriched, [as_kafka(r) for r in first])
     state, settings = s3_state(stack_env, "views", prefix="VIEWS_JOB_")
-    settings |= views_on_cluster(stack_env)
+    settings |= spark_job_on_cluster(stack_env, "VIEWS_JOB_")
     job = ViewsJob(stack_env, topics, tmp_path, VIEWS_JOB_WINDOW_LATENESS_S=str(LATENESS_S), **settings)
     job.start()
     wait_until(lambda: views_match(stack_env, topics, first), job)
