@@ -12,6 +12,7 @@ S3 credentials: the *_S3_ACCESS_KEY / *_S3_SECRET_KEY settings, else the AWS def
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from posixpath import join as join_path
 from typing import Any
@@ -85,7 +86,10 @@ class StateDir:
         """The URI of a file or folder inside, as Spark and Delta take it."""
         return "/".join([self.uri, *parts])
 
+    @cached_property
     def _fs(self) -> tuple[pafs.FileSystem, str]:
+        """Arrow's file system of the state, made once (an S3 client is not made per file), and
+        the folder's path in it."""
         parts = urlsplit(self.uri)
         if self.is_local:
             return pafs.LocalFileSystem(), self.local_path
@@ -107,7 +111,7 @@ class StateDir:
 
     def locate(self, relative: str) -> tuple[pafs.FileSystem, str]:
         """The file system (Arrow's) and the path in it of a file or folder inside."""
-        fs, root = self._fs()
+        fs, root = self._fs
         return fs, join_path(root, relative) if relative else root
 
     def exists(self, relative: str) -> bool:

@@ -82,7 +82,7 @@ class _Sink:
         self.out = TransactionalOutput(
             settings.producer_config(), f"{settings.name}-{query}", settings.commits_topic, run=run
         )
-        self.checkpoint = f"{CHECKPOINTS}/{query}"
+        self.state, self.checkpoint = settings.state, f"{CHECKPOINTS}/{query}"
 
     def _write(
         self,
@@ -96,7 +96,7 @@ class _Sink:
         if self.out.committed(batch_id):
             log.info("%s: batch %d is already in Kafka; not writing it again", self.query, batch_id)
             return
-        ends = batch_ends(self.settings.state, self.checkpoint, batch_id, self.settings.enriched_topic)
+        ends = batch_ends(self.state, self.checkpoint, batch_id, self.settings.enriched_topic)
         marker = {
             **marker,
             "enriched_to": {str(p): o for p, o in sorted(ends.items())},
