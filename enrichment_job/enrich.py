@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 
 from enrichment_job import rating_values
 from enrichment_job.json_columns import json_objects
+from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.kafka_out import Records
 from enrichment_job.metrics import Steps
 from enrichment_job.rating_values import FIELDS, PARSED
@@ -77,8 +78,7 @@ class Ratings:
     def recover(self, marker: dict[str, Any], store: VersionStore, read: Reader) -> None:
         """The ratings waiting after the marker's batch, re-read from the ratings topic and
         decided again against `store`, the customer table as that batch had it."""
-        starts = {int(p): int(o) for p, o in marker.get("waiting_from", {}).items()}
-        ends = {int(p): int(o) for p, o in marker.get("consumed_to", {}).items()}
+        starts, ends = partition_offsets(marker, "waiting_from"), partition_offsets(marker, "consumed_to")
         self.waiting = None
         if not starts:
             return

@@ -1,6 +1,7 @@
 """Reading a topic's offset ranges on the driver, into Arrow columns."""
 
 import time
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +20,13 @@ KAFKA = pa.schema(
         ("timestamp", pa.timestamp("ms", tz="UTC")),
     ]
 )
+
+
+def partition_offsets(found: dict[str, Any] | None, name: str | None = None) -> dict[int, int]:
+    """partition -> offset, from JSON (a commit marker, Spark's offset log) whose keys are
+    strings: `found` itself, or its entry `name` (none: empty)."""
+    offsets = (found or {}).get(name) if name is not None else found
+    return {int(p): int(o) for p, o in (offsets or {}).items()}
 
 
 class TopicReader:

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from enrichment_job.cdc import fill_unavailable, ingest
 from enrichment_job.enrich import Ratings, Reader
-from enrichment_job.kafka_in import TopicReader
+from enrichment_job.kafka_in import TopicReader, partition_offsets
 from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.state_dir import StateDir
 from enrichment_job.table import CdcState, CustomerTable
@@ -105,8 +105,7 @@ def starting_offsets(
         ratings_from = {p: low if earliest else high for p, (low, high) in ratings.items()}
         cdc_from = {p: -2 if earliest else -1 for p in cdc_partitions}
     else:
-        consumed = {int(p): int(o) for p, o in marker.get("consumed_to", {}).items()}
-        cdc_to = {int(p): int(o) for p, o in marker.get("cdc_to", {}).items()}
+        consumed, cdc_to = partition_offsets(marker, "consumed_to"), partition_offsets(marker, "cdc_to")
         ratings_from = {p: consumed.get(p, low) for p, (low, _) in ratings.items()}
         cdc_from = {p: cdc_to.get(p, -2) for p in cdc_partitions}  # -2: Spark's "earliest"
     return {
@@ -153,8 +152,8 @@ class Recovery:
         marker = self.marker
         state = CdcState.from_json(marker) if marker else self.table.delta_state
         consumed_to, waiting_from = (
-            {int(p): int(o) for p, o in (marker or {}).get(name, {}).items()}
-            for name in ("consumed_to", "waiting_from")
+            partition_offsets(marker, "consumed_to"),
+            partition_offsets(marker, "waiting_from"),
         )
         if marker is not None:
             own = marker.get("run") == self.run
@@ -175,8 +174,7 @@ class Recovery:
             cdc_partitions = ratings_in.partitions(self.settings.cdc_topic)  # the CDC reader may be busy
             starting = starting_offsets(self.settings, self.marker, ratings_in.bounds(), cdc_partitions)
             state.write_text(QUERY_START, json.dumps(starting))
-        ratings = starting.get(self.settings.ratings_topic, {})
-        return json.dumps(starting), {int(p): int(o) for p, o in ratings.items()}
+        return json.dumps(starting), partition_offsets(starting, self.settings.ratings_topic)
 
     def _catch_up_table(self, until: CdcState, batch_id: int | None) -> None:
         """Appends to Delta what Kafka has committed but the table has not (see table.py).

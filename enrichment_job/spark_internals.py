@@ -21,6 +21,7 @@ from pyspark.sql.classic.column import _to_java_column, _to_seq
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
 
+from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.state_dir import StateDir
 
 OFFSET_LOG_VERSION = "v1"
@@ -49,7 +50,7 @@ def batch_ends(state: StateDir, checkpoint: str, batch_id: int, topic: str) -> d
                 continue
             ends = json.loads(line).get(topic)
             if ends is not None:
-                return {int(p): int(o) for p, o in ends.items()}
+                return partition_offsets(ends)
     except (OSError, ValueError) as err:
         raise RuntimeError(
             f"cannot read batch {batch_id}'s offsets from {state.child(relative)}: {err}"

@@ -23,6 +23,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from enrichment_job.batch_io import concat
+from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.versions import VERSIONS, VersionStore
 
@@ -56,7 +57,7 @@ class CdcState:
         return CdcState(
             meta.get("watermark_ms"),
             (position[0], position[1], position[2], position[3]) if position else None,
-            {int(p): int(o) for p, o in (meta.get("cdc_to") or {}).items()},
+            partition_offsets(meta, "cdc_to"),
         )
 
 
