@@ -190,14 +190,7 @@ class Pipeline:
     def _prefetched(self) -> CdcResult | None:
         """The first batch's start of the CDC topic, when it was read ahead (`Prefetch`)."""
         prefetch, self.prefetch = self.prefetch, None
-        taken = prefetch.take() if prefetch is not None else None
-        if taken is None:
-            return None
-        raw, events = taken
-        settings = self.settings
-        return ingest(
-            raw, self.state, settings.customers_topic, settings.dlq_topic, self.spark, events=events
-        )
+        return prefetch.take() if prefetch is not None else None
 
     def _cdc_catch_up(self, batch_id: int, cdc: CdcResult) -> CdcResult:
         """When the limit per read left CDC records that were in the topic as the batch
@@ -406,7 +399,7 @@ def _prefetch(settings: JobSettings, marker: dict[str, Any] | None, group_id: st
         state = CdcState()
     else:
         return None
-    return Prefetch(CdcReader(settings, group_id), state)
+    return Prefetch(CdcReader(settings, group_id), state, settings.customers_topic, settings.dlq_topic)
 
 
 def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) -> RunningJob:

@@ -9,6 +9,8 @@ columns (`change_events`), and turned into versions and records without a Spark 
 import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -82,22 +84,18 @@ class CdcReader(TopicReader):
     (heartbeats, changes) in milliseconds."""
 
     def __init__(self, settings: JobSettings, group_id: str, timeout_s: float = 60) -> None:
-        super().__init__(settings, settings.cdc_topic, group_id, timeout_s)
+        super().__init__(settings, settings.cdc_topic, group_id, timeout_s, timestamps=False)
 
 
 def ingest(
-    raw: pa.Table,
-    state: CdcState,
-    customers_topic: str,
-    dlq_topic: str,
-    spark: SparkSession,
-    *,
-    events: pa.Table | None = None,
+    raw: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str, spark: SparkSession
 ) -> CdcResult:
-    """`raw`: records of the CDC topic (Kafka columns), read after `state`; `events`: them
-    parsed already (`Prefetch`)."""
-    if events is None:
-        events = change_events.read(in_order(raw), spark)
+    """`raw`: records of the CDC topic (Kafka columns), read after `state`."""
+    return ingest_events(change_events.read(in_order(raw), spark), state, customers_topic, dlq_topic)
+
+
+def ingest_events(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
+    """`events`: CDC records read after `state`, parsed (`change_events.EVENTS`, in CDC order)."""
     result = _result(events, state, customers_topic, dlq_topic)
     for furthest, snapshot in result.rewinds:
         log.warning(
@@ -123,57 +121,95 @@ def ingest(
 
 
 def in_order(raw: pa.Table) -> pa.Table:
-    return concat([raw]).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    return concat([raw]).sort_by(_ORDER)
+
+
+_ORDER = [("partition", "ascending"), ("offset", "ascending")]
 
 
 class Prefetch:
-    """The CDC topic from `state` to where it ends as this starts, read and parsed by Arrow in
-    a thread of its own: a fresh start or a restart after a long stop reads the topic while
-    the Spark session starts, instead of in its first batch."""
+    """The CDC topic from `state` to where it ends as this starts, read and ingested in a thread
+    of its own: a fresh start or a restart after a long stop reads the topic while the Spark
+    session starts, instead of in its first batch.
 
-    def __init__(self, reader: "CdcReader", state: CdcState) -> None:
+    The records are parsed by Arrow and ingested as they come, a chunk at a time in a second
+    thread, while the consumer fetches the next: the read and the work overlap, and no more
+    than a chunk of records is ever held as Python objects. Each chunk is ingested after the
+    one before, in CDC order, as a batch's limited reads are. The read-ahead stops before the
+    first chunk Arrow cannot read (an unreadable event, which needs Spark's parse to say why),
+    and the first batch reads on from there."""
+
+    def __init__(
+        self,
+        reader: "CdcReader",
+        state: CdcState,
+        customers_topic: str,
+        dlq_topic: str,
+        *,
+        chunk_size: int = 100_000,  # records parsed and ingested at a time
+    ) -> None:
         self.state = state
         self.reader = reader
-        self._result: tuple[pa.Table, pa.Table | None] | None = None
+        self.chunk_size = chunk_size
+        self._topics = (customers_topic, dlq_topic)
+        self._result: CdcResult | None = None
+        self._unreadable = False
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="cdc-prefetch", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
-            started, parts, cdc_to = time.monotonic(), [], dict(self.state.cdc_to)
-            target: dict[int, int] | None = None
-            while True:
-                ranges = self.reader.ranges(cdc_to, target)
-                if target is None:  # the end as it is now, not as it grows
-                    target = {p: end for p, (_, end) in ranges.items()} | dict(self.reader.short)
-                if not ranges:
-                    break
-                parts.append(self.reader.read(ranges))
-                cdc_to.update({p: end for p, (_, end) in ranges.items()})
-            raw = in_order(concat(parts)) if parts else None
-            events = change_events.read_arrow(raw) if raw is not None and raw.num_rows else None
-            if raw is not None:
+            started = time.monotonic()
+            ranges = self.reader.ranges(self.state.cdc_to, whole=True)  # the end as it is now
+            with ThreadPoolExecutor(1, thread_name_prefix="cdc-ingest") as ingesting:
+                # A partition after the other, as a batch's reads take them (CDC order).
+                for p in sorted(ranges):
+                    with closing(self.reader.chunks({p: ranges[p]}, self.chunk_size)) as chunks:
+                        for chunk in chunks:
+                            if self._unreadable:
+                                break
+                            ingesting.submit(self._ingest, chunk).add_done_callback(self._check)
+            if self._result is not None:
                 log.info(
-                    "CDC topic read while Spark started: %d events in %.1f s",
-                    raw.num_rows,
+                    "CDC topic read while Spark started: %d events, %d changes in %.1f s%s",
+                    self._result.events,
+                    self._result.changes,
                     time.monotonic() - started,
+                    "; the first batch reads on from an unreadable event" if self._unreadable else "",
                 )
-                self._result = (raw, events)
         except Exception as err:  # noqa: BLE001 - whatever it was, the first batch reads the topic itself
             self._failure = err
 
-    def take(self) -> tuple[pa.Table, pa.Table | None] | None:
-        """What was read (records, and their events when Arrow read them all), once it is."""
+    def _ingest(self, chunk: pa.Table) -> None:
+        """One chunk after the one before (the single worker runs them in order)."""
+        if self._unreadable or self._failure is not None:
+            return
+        events = change_events.read_arrow(in_order(chunk))
+        if events is None:
+            self._unreadable = True
+            return
+        done = self._result
+        more = ingest_events(events, done.state if done is not None else self.state, *self._topics)
+        self._result = done.then(more) if done is not None else more
+
+    def _check(self, future: "Future[None]") -> None:
+        if future.exception() is not None and self._failure is None:
+            self._failure = future.exception()
+
+    def take(self) -> CdcResult | None:
+        """The CDC topic read ahead and ingested, once it is; None when nothing was."""
         self._thread.join()
         if self._failure is not None:
             log.warning("reading the CDC topic ahead failed (%s); the first batch reads it", self._failure)
+            return None
         return self._result
 
 
 def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
     unreadable = pc.or_(events.column("is_tombstone"), pc.is_valid(events.column("dlq_reason")))
-    good = events.filter(pc.invert(unreadable))
+    # The records' bytes only matter for dead letters: filtering them is most of a filter's time.
+    good = events.drop_columns(["key", "value", "headers"]).filter(pc.invert(unreadable))
     clock = change_events.Clock(good, state.clock_ms, state.position)
     duplicate = pa.array(clock.duplicate, pa.bool_())
     is_change = pc.and_(pc.equal(good.column("table"), "customers"), pc.invert(duplicate))
@@ -185,7 +221,8 @@ def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: 
             ends.column("partition").to_pylist(), ends.column("offset_max").to_pylist(), strict=True
         ):
             cdc_to[int(p)] = int(o) + 1
-    bad = events.filter(pc.and_(unreadable, pc.invert(events.column("is_tombstone"))))
+    is_bad = pc.and_(unreadable, pc.invert(events.column("is_tombstone")))
+    bad = events.filter(is_bad) if pc.any(is_bad).as_py() else events.slice(0, 0)
     return CdcResult(
         state=CdcState(clock.end_clock_ms, clock.position, cdc_to),
         versions=_versions(changes),

@@ -1,6 +1,8 @@
 """Reading a topic's offset ranges on the driver, into Arrow columns."""
 
+import sys
 import time
+from collections.abc import Generator
 from typing import Any
 
 import pyarrow as pa
@@ -35,8 +37,17 @@ class TopicReader:
     it commits nothing). `ranges` gives what is new since given offsets, at most
     `max_offsets_per_trigger` records."""
 
-    def __init__(self, settings: JobSettings, topic: str, group_id: str, timeout_s: float = 60) -> None:
+    def __init__(
+        self,
+        settings: JobSettings,
+        topic: str,
+        group_id: str,
+        timeout_s: float = 60,
+        *,
+        timestamps: bool = True,
+    ) -> None:
         self.topic = topic
+        self.timestamps = timestamps  # False: the records' timestamps are not needed (left null)
         self.limit = settings.max_offsets_per_trigger
         self.timeout_s = timeout_s
         self.short: dict[int, int] = {}  # after `ranges`: partition -> the end the limit cut short
@@ -75,13 +86,14 @@ class TopicReader:
         }
 
     def ranges(
-        self, cdc_to: dict[int, int], until: dict[int, int] | None = None
+        self, cdc_to: dict[int, int], until: dict[int, int] | None = None, *, whole: bool = False
     ) -> dict[int, tuple[int, int]]:
         """partition -> [first, end) offsets to read, up to where the topic ends now (or to
-        `until`, partition -> offset); partitions with nothing new are left out. Where the
-        limit cut a range short, `short` then holds the partition and the end it fell short of."""
+        `until`, partition -> offset), at most `max_offsets_per_trigger` records in all (`whole`:
+        no limit); partitions with nothing new are left out. Where the limit cut a range short,
+        `short` then holds the partition and the end it fell short of."""
         self.short = {}
-        ranges, budget = {}, self.limit
+        ranges, budget = {}, sys.maxsize if whole else self.limit
         for p, (low, top) in self.bounds().items():
             if until is not None and p not in until:
                 continue
@@ -105,44 +117,71 @@ class TopicReader:
 
     def read(self, ranges: dict[int, tuple[int, int]]) -> pa.Table:
         """The records of `ranges` (key, value, topic, partition, offset, timestamp)."""
+        parts = list(self.chunks(ranges))
+        return pa.concat_tables(parts) if parts else KAFKA.empty_table()
+
+    def chunks(self, ranges: dict[int, tuple[int, int]], size: int = 100_000) -> Generator[pa.Table]:
+        """The records of `ranges` as they come, at most `size` at a time (each an Arrow table
+        of the columns of Spark's Kafka source), so that a long read can be worked on while the
+        consumer fetches the rest, and never holds more than `size` messages as Python objects."""
         if not ranges:
-            return KAFKA.empty_table()
+            return
         self.consumer.assign([TopicPartition(self.topic, p, first) for p, (first, _) in ranges.items()])
-        ends = {p: end for p, (_, end) in ranges.items()}
-        got: list[Message] = []
-        deadline = time.monotonic() + self.timeout_s
-        left = sum(end - first for first, end in ranges.values())
-        while ends:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read {self.topic} {ranges} within {self.timeout_s} s")
-            # Asking for exactly what is left returns as soon as it has come.
-            batch = self.consumer.consume(max(1, min(left, 100_000)), 0.1)
-            for msg in batch:
-                if msg.error() is not None:
-                    raise KafkaException(msg.error())
-            got += batch
-            left -= len(batch)
-            # Done with a partition once its position passed the end (control records of
-            # transactions take offsets but are never returned).
-            for tp in self.consumer.position([TopicPartition(self.topic, p) for p in ends]):
-                if tp.offset >= ends[tp.partition]:
-                    del ends[tp.partition]
-        self.consumer.unassign()
-        # Column by column; records past a range's end (fetched with the last ones) are dropped.
-        records = pa.table(
+        try:
+            ends = {p: end for p, (_, end) in ranges.items()}
+            limits = pa.array(list(ends.values()), pa.int64())
+            listed = pa.array(list(ends), pa.int32())
+            deadline = time.monotonic() + self.timeout_s
+            left = sum(end - first for first, end in ranges.values())
+            got: list[Message] = []
+            while ends:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"reading {self.topic} {ranges}: no record came for {self.timeout_s} s"
+                    )
+                # Asking for exactly what is left returns as soon as it has come.
+                batch = self.consumer.consume(max(1, min(left, size - len(got))), 0.1)
+                for msg in batch:
+                    if msg.error() is not None:
+                        raise KafkaException(msg.error())
+                if batch:
+                    deadline = time.monotonic() + self.timeout_s  # the timeout is for no progress
+                    got += batch
+                # Done with a partition once its position passed the end (control records of
+                # transactions take offsets but are never returned).
+                left = 0
+                for tp in self.consumer.position([TopicPartition(self.topic, p) for p in ends]):
+                    if tp.offset >= ends[tp.partition]:
+                        del ends[tp.partition]
+                    else:
+                        left += ends[tp.partition] - max(tp.offset, ranges[tp.partition][0])
+                if got and (len(got) >= size or not ends):
+                    records = self._columns(got, single=len(ranges) == 1)
+                    got = []
+                    # Records past a range's end (fetched with the last ones) are dropped.
+                    end = pc.take(limits, pc.index_in(records.column("partition"), listed))
+                    yield records.filter(pc.less(records.column("offset"), end))
+        finally:
+            self.consumer.unassign()
+
+    def _columns(self, batch: list[Message], *, single: bool) -> pa.Table:
+        """Messages as Arrow columns, column by column (`single`: all of one partition)."""
+        count = len(batch)
+        return pa.table(
             schema=KAFKA,
             data={
-                "key": pa.array([m.key() for m in got], pa.binary()),
-                "value": pa.array([m.value() for m in got], pa.binary()),
-                "topic": pa.array([self.topic] * len(got), pa.string()),
-                "partition": pa.array([m.partition() for m in got], pa.int32()),
-                "offset": pa.array([m.offset() for m in got], pa.int64()),
-                "timestamp": pa.array([m.timestamp()[1] for m in got], pa.timestamp("ms", tz="UTC")),
+                "key": pa.array([m.key() for m in batch], pa.binary()),
+                "value": pa.array([m.value() for m in batch], pa.binary()),
+                "topic": pa.repeat(pa.scalar(self.topic, pa.string()), count),
+                "partition": pa.repeat(pa.scalar(batch[0].partition(), pa.int32()), count)
+                if single
+                else pa.array([m.partition() for m in batch], pa.int32()),
+                "offset": pa.array([m.offset() for m in batch], pa.int64()),
+                "timestamp": pa.array([m.timestamp()[1] for m in batch], KAFKA.field("timestamp").type)
+                if self.timestamps
+                else pa.nulls(count, KAFKA.field("timestamp").type),
             },
         )
-        end = pc.index_in(records.column("partition"), pa.array(list(ranges), pa.int32()))
-        limits = pa.array([stop for _, stop in ranges.values()], pa.int64())
-        return records.filter(pc.less(records.column("offset"), pc.take(limits, end)))
 
     def close(self) -> None:
         self.consumer.close()

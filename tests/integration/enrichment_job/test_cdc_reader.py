@@ -6,7 +6,8 @@ from confluent_kafka.admin import AdminClient
 from support.change_events import change_event
 from support.kafka import StackEnv, make_topics, produce
 
-from enrichment_job.cdc import CdcReader, Prefetch
+from enrichment_job import change_events
+from enrichment_job.cdc import CdcReader, Prefetch, in_order, ingest_events
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState
 
@@ -36,7 +37,7 @@ def test_reads_from_the_committed_offsets_to_the_end_with_the_kafka_columns(
         assert table.column("key").to_pylist() == [b"k4", b"k5", b"k6"]
         assert table.column("value").to_pylist() == [b"v4", b"v5", None], "a tombstone stays a null"
         assert set(table.column("topic").to_pylist()) == {topic}
-        assert table.column("timestamp").null_count == 0
+        assert table.column("timestamp").null_count == 3, "the CDC reader has no use for timestamps"
         # The reader is reused batch after batch.
         assert reader.read(reader.ranges({0: 1})).column("offset").to_pylist() == [1, 2, 3, 4, 5, 6]
     finally:
@@ -105,31 +106,75 @@ def test_changes_deleted_before_they_were_read_stop_the_job_with_a_clear_error(
         reader.close()
 
 
+def _prefetch(reader: CdcReader, state: CdcState | None = None, chunk_size: int = 4) -> Prefetch:
+    return Prefetch(reader, state or CdcState(None, None, {}), "customers", "dlq", chunk_size=chunk_size)
+
+
 def test_the_topic_read_ahead_ends_where_it_ended_as_the_read_began(stack_env: StackEnv, unique: str) -> None:
     topic = f"cdc-{unique}"
     make_topics(stack_env, [topic], partitions=2)
     events = [change_event("c", n, 1_000 + n, 10 + n) for n in range(9)]
     produce(stack_env, topic, [(str(n).encode(), e) for n, e in enumerate(events)])
-    reader = _reader(stack_env, topic, limit=4)  # several reads
-    prefetch = Prefetch(reader, CdcState(None, None, {}))
+    reader = _reader(stack_env, topic, limit=4)  # the limit of a batch's read does not apply
     try:
+        ends = {p: end for p, (_, end) in reader.ranges({}, whole=True).items()}
+        prefetch = _prefetch(reader, chunk_size=2)
+        produce(stack_env, topic, [(b"9", change_event("c", 9, 1_009, 19))])  # after the read began
         taken = prefetch.take()
         assert taken is not None
-        raw, parsed = taken
-        assert raw.num_rows == 9
-        assert parsed is not None, "Arrow read every event"
-        assert (
-            parsed.column("customer_id").to_pylist()
-            == raw.column("key").cast("string").cast("int32").to_pylist()
+        assert taken.events == 9
+        assert taken.state.cdc_to == ends
+        whole = ingest_events(
+            change_events.read_arrow(in_order(reader.read(reader.ranges({}, ends, whole=True)))),
+            CdcState(),
+            "customers",
+            "dlq",
         )
-        assert [
-            (p, o)
-            for p, o in zip(
-                raw.column("partition").to_pylist(), raw.column("offset").to_pylist(), strict=True
-            )
-        ] == sorted(
-            zip(raw.column("partition").to_pylist(), raw.column("offset").to_pylist(), strict=True)
-        ), "in CDC order"
+        assert taken.versions.equals(whole.versions), "partition after partition, as a batch reads them"
+        assert taken.customers == whole.customers
+    finally:
+        reader.close()
+
+
+def test_the_read_ahead_in_chunks_ingests_what_one_read_of_the_topic_does(
+    stack_env: StackEnv, unique: str
+) -> None:
+    topic = f"cdc-{unique}"
+    make_topics(stack_env, [topic], partitions=1)
+    events = [change_event("c", n, 1_000 + 10 * n, 10 + n) for n in range(7)]
+    events += [change_event("u", n, 1_100 + n, 20 + n, club_status="gold") for n in range(3)]
+    events += [change_event("u", 1, 1_050, 12)]  # a re-send: a duplicate, in another chunk
+    produce(stack_env, topic, [(str(n).encode(), e) for n, e in enumerate(events)] + [(b"1", None)])
+    reader = _reader(stack_env, topic)
+    try:
+        whole = ingest_events(
+            change_events.read_arrow(in_order(reader.read(reader.ranges({})))), CdcState(), "customers", "dlq"
+        )
+        taken = _prefetch(reader, chunk_size=3).take()
+        assert taken is not None
+        assert taken.versions.equals(whole.versions)
+        assert taken.customers == whole.customers
+        assert (taken.state, taken.events, taken.duplicates) == (whole.state, 12, 1)
+    finally:
+        reader.close()
+
+
+def test_a_read_ahead_stops_before_a_chunk_arrow_cannot_read_and_the_first_batch_reads_on(
+    stack_env: StackEnv, unique: str
+) -> None:
+    topic = f"cdc-{unique}"
+    make_topics(stack_env, [topic], partitions=1)
+    good = [(str(n).encode(), change_event("c", n, 1_000 + n, 10 + n)) for n in range(9)]
+    produce(stack_env, topic, [*good[:6], (b"x", b"not json"), *good[6:]])
+    reader = _reader(stack_env, topic)
+    try:
+        taken = _prefetch(reader, chunk_size=3).take()
+        assert taken is not None
+        assert taken.events == 6, "the chunks before the unreadable event"
+        assert taken.state.cdc_to == {0: 6}
+        assert reader.ranges(taken.state.cdc_to) == {0: (6, 10)}, (
+            "the batch goes on from the unreadable event"
+        )
     finally:
         reader.close()
 
@@ -141,7 +186,6 @@ def test_a_failed_read_ahead_leaves_the_topic_to_the_first_batch(stack_env: Stac
     reader = _reader(stack_env, topic)
     try:
         # Offsets before the topic's start: what the first batch would refuse too, with its reason.
-        prefetch = Prefetch(reader, CdcState(None, None, {0: -5}))
-        assert prefetch.take() is None
+        assert _prefetch(reader, CdcState(None, None, {0: -5})).take() is None
     finally:
         reader.close()
