@@ -22,7 +22,7 @@ from enrichment_job import change_events
 from enrichment_job.batch_io import concat, to_records
 from enrichment_job.change_events import Position
 from enrichment_job.json_columns import json_objects
-from enrichment_job.kafka_in import TopicReader
+from enrichment_job.kafka_in import KAFKA, TopicReader
 from enrichment_job.kafka_out import Records
 from enrichment_job.schemas import CUSTOMER_COLUMNS, VERSION_FIELDS
 from enrichment_job.settings import JobSettings
@@ -125,6 +125,26 @@ def in_order(raw: pa.Table) -> pa.Table:
 
 
 _ORDER = [("partition", "ascending"), ("offset", "ascending")]
+
+
+def ingest_ranges(
+    reader: "CdcReader",
+    ranges: dict[int, tuple[int, int]],
+    state: CdcState,
+    spark: SparkSession,
+    *,
+    topics: tuple[str, str],  # the customers topic, the dead-letter topic
+    chunk_size: int = 100_000,
+) -> CdcResult:
+    """The CDC records of `ranges`, read after `state`, ingested a chunk at a time as they
+    come, a partition after the other (CDC order): a long read never holds more than a chunk
+    of records as Python objects, nor the whole range in the driver's JVM."""
+    result = ingest(KAFKA.empty_table(), state, *topics, spark)
+    for p in sorted(ranges):
+        with closing(reader.chunks({p: ranges[p]}, chunk_size)) as chunks:
+            for chunk in chunks:
+                result = result.then(ingest(chunk, result.state, *topics, spark))
+    return result
 
 
 class Prefetch:

@@ -15,13 +15,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from enrichment_job.cdc import fill_unavailable, ingest
+from enrichment_job.cdc import CdcReader, fill_unavailable, ingest_ranges
 from enrichment_job.enrich import Ratings, Reader
 from enrichment_job.kafka_in import TopicReader, partition_offsets
 from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.state_dir import StateDir
 from enrichment_job.table import CdcState, CustomerTable
-from enrichment_job.transforms import KAFKA_META
 
 log = logging.getLogger("enrichment_job")
 
@@ -124,14 +123,9 @@ class Start:
     waiting_from: dict[int, int]
 
 
-def catch_up_ranges(since: CdcState, until: CdcState) -> tuple[dict[str, int], dict[str, int]] | None:
-    """The CDC offsets the table lacks (`since`: the table's, `until`: the last commit's), as
-    Spark's Kafka source takes them (partition -> offset, -2: earliest); None when it lacks none."""
-    if all(since.cdc_to.get(p, -1) >= o for p, o in until.cdc_to.items()) or not until.cdc_to:
-        return None
-    starts = {str(p): since.cdc_to.get(p, -2) for p in until.cdc_to}
-    ends = {str(p): o for p, o in until.cdc_to.items()}
-    return starts, ends
+def lacks(since: CdcState, until: CdcState) -> bool:
+    """Whether a table at `since` lacks CDC offsets the last commit (`until`) covered."""
+    return any(since.cdc_to.get(p, -1) < o for p, o in until.cdc_to.items())
 
 
 class Recovery:
@@ -181,22 +175,17 @@ class Recovery:
         Told by CDC offsets, not batch ids: the commit may be another run's (`batch_id` None),
         whose batch ids mean nothing to this table."""
         since = self.table.delta_state
-        ranges = catch_up_ranges(since, until)
-        if ranges is None:
+        if not lacks(since, until):
             return
-        starts, ends = ranges
-        topic, settings = self.settings.cdc_topic, self.settings
-        raw = (
-            self.spark.read.format("kafka")
-            .options(**settings.kafka_options())
-            .option("assign", json.dumps({topic: sorted(until.cdc_to)}))
-            .option("startingOffsets", json.dumps({topic: starts}))
-            .option("endingOffsets", json.dumps({topic: ends}))
-            .load()
-            .select(*KAFKA_META)
-            .toArrow()
-        )
-        result = ingest(raw, since, settings.customers_topic, settings.dlq_topic, self.spark)
+        settings = self.settings
+        reader = CdcReader(settings, f"{settings.job_name}-catch-up")
+        try:
+            # Where the table stands (a partition it never read: from its start) to the commit.
+            ranges = reader.ranges(since.cdc_to, until.cdc_to, whole=True)
+            topics = (settings.customers_topic, settings.dlq_topic)
+            result = ingest_ranges(reader, ranges, since, self.spark, topics=topics)
+        finally:
+            reader.close()
         if result.state.clock_ms != until.clock_ms:
             log.warning(
                 "re-read CDC ends at clock %s, the marker says %s", result.state.clock_ms, until.clock_ms

@@ -9,8 +9,8 @@ import pytest
 from enrichment_job.recovery import (
     PIPELINE_CHECKPOINT,
     TopicsChanged,
-    catch_up_ranges,
     claim_state,
+    lacks,
     starting_offsets,
 )
 from enrichment_job.settings import TABLE, JobSettings
@@ -79,11 +79,9 @@ def test_a_new_run_starts_where_the_last_commit_left_both_topics(tmp_path: Path)
     }
 
 
-def test_a_table_behind_the_last_commit_re_reads_what_it_lacks_and_one_level_with_it_nothing() -> None:
+def test_a_table_behind_the_last_commit_lacks_what_it_covered_and_one_level_with_it_nothing() -> None:
     commit = CdcState(5_000, None, {0: 900, 1: 40})
-    assert catch_up_ranges(CdcState(4_000, None, {0: 700}), commit) == (
-        {"0": 700, "1": -2},
-        {"0": 900, "1": 40},
-    )
-    assert catch_up_ranges(commit, commit) is None
-    assert catch_up_ranges(CdcState(), CdcState()) is None  # a first run: nothing committed yet
+    assert lacks(CdcState(4_000, None, {0: 700}), commit)
+    assert lacks(CdcState(4_000, None, {0: 900}), commit), "a partition the table never read"
+    assert not lacks(commit, commit)
+    assert not lacks(CdcState(), CdcState())  # a first run: nothing committed yet
