@@ -9,7 +9,8 @@ columns (`change_events`), and turned into versions and records without a Spark 
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import closing
 from dataclasses import dataclass, replace
 
@@ -147,6 +148,11 @@ def ingest_ranges(
     return result
 
 
+# Chunks of the read-ahead read but not yet ingested, at most: the memory it holds, and what a
+# stop waits for.
+IN_FLIGHT = 2
+
+
 class Prefetch:
     """The CDC topic from `state` to where it ends as this starts, read and ingested in a thread
     of its own: a fresh start or a restart after a long stop reads the topic while the Spark
@@ -183,13 +189,19 @@ class Prefetch:
             started = time.monotonic()
             ranges = self.reader.ranges(self.state.cdc_to, whole=True)  # the end as it is now
             with ThreadPoolExecutor(1, thread_name_prefix="cdc-ingest") as ingesting:
+                pending: deque[Future[None]] = deque()
                 # A partition after the other, as a batch's reads take them (CDC order).
                 for p in sorted(ranges):
                     with closing(self.reader.chunks({p: ranges[p]}, self.chunk_size)) as chunks:
                         for chunk in chunks:
-                            if self._unreadable:
+                            if len(pending) == IN_FLIGHT:  # the read waits for the ingest
+                                wait([pending.popleft()])
+                            if self._unreadable or self._failure is not None:
                                 break
-                            ingesting.submit(self._ingest, chunk).add_done_callback(self._check)
+                            pending.append(ingesting.submit(self._ingest, chunk))
+                            pending[-1].add_done_callback(self._check)
+                    if self._unreadable or self._failure is not None:
+                        break
             if self._result is not None:
                 log.info(
                     "CDC topic read while Spark started: %d events, %d changes in %.1f s%s",
