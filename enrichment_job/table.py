@@ -11,8 +11,10 @@ appends are asynchronous); `catch_up` re-reads that stretch of the CDC topic and
 table and Kafka markers agree again before the first batch runs.
 """
 
+import functools
 import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from enrichment_job.batch_io import concat
 from enrichment_job.kafka_in import partition_offsets
@@ -28,6 +30,8 @@ from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.versions import VERSIONS, VersionStore
 
 log = logging.getLogger("enrichment_job")
+# Versions a task of a Delta append carries from the driver (about 200 bytes each).
+ROWS_PER_TASK = 200_000
 BACKGROUND_POOL = "background"  # the scheduler pool of the writer and folds (scheduler_pools.xml)
 
 
@@ -130,9 +134,19 @@ class DeltaLog:
         Delta skip this run's own appends up to them; the append is one commit, and the table's
         CDC offsets say afterwards that it was made."""
         meta = {"batch_id": batch_id, **state.as_json()}
+        # The rows travel from the driver inside the tasks that write them: a task of a few
+        # hundred MB exceeds spark.rpc.message.maxSize (128 MB) on a cluster. So a large append
+        # (a fresh start's history) is written by a task per ROWS_PER_TASK rows, a small one by one.
+        tasks = max(1, math.ceil(versions.num_rows / ROWS_PER_TASK))
+        frames = [
+            self.spark.createDataFrame(
+                versions.slice(i * ROWS_PER_TASK, ROWS_PER_TASK), schema=VERSION_FIELDS
+            )
+            for i in range(tasks)
+        ]
         write = (
-            self.spark.createDataFrame(versions, schema=VERSION_FIELDS)
-            .coalesce(1)
+            functools.reduce(DataFrame.unionAll, frames)
+            .coalesce(tasks)
             .write.format("delta")
             .mode("append")
             .option("userMetadata", json.dumps(meta))

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from support.kafka import StackEnv
 
+from enrichment_job import table as table_module
 from enrichment_job.app import build_session
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
@@ -79,6 +80,25 @@ def test_versions_added_are_joined_at_once_and_a_restart_reads_them_back_from_de
         assert picks.index.to_pylist() == [2]
     finally:
         again.close()
+
+
+def test_a_large_append_is_one_commit_written_by_a_task_per_slice_of_rows(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task carries its rows from the driver; on a cluster one task of a fresh start's whole
+    history would exceed Spark's RPC message limit."""
+    monkeypatch.setattr(table_module, "ROWS_PER_TASK", 4)
+    log = DeltaLog(spark, str(tmp_path / "customer_versions"), "slices")
+    try:
+        log.append(1, _versions(spark, list(range(10))), CdcState(1_010, None, {0: 10}))
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{log.path}`").collect()
+        assert len(history) == 1, "one commit"
+        assert history[0]["operationMetrics"]["numFiles"] == "3", "10 rows, at most 4 a task"
+        again = CustomerTable(DeltaLog(spark, log.path, "slices"))
+        assert _ids(again.versions()) == list(range(10))
+        again.close()
+    finally:
+        log.close()
 
 
 def _stage_pools(spark: Any) -> dict[int, str]:
