@@ -421,6 +421,7 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
             f"{run}-cdc",
             maintain_every=settings.maintenance_every_commits,
             commit_interval_s=settings.table_commit_interval_s,
+            staging=settings.state,
         )
     )
     pipeline = Pipeline(

@@ -11,27 +11,29 @@ appends are asynchronous); `catch_up` re-reads that stretch of the CDC topic and
 table and Kafka markers agree again before the first batch runs.
 """
 
-import functools
 import json
 import logging
-import math
 import queue
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
 
 from enrichment_job.batch_io import concat
 from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.schemas import VERSION_FIELDS
+from enrichment_job.state_dir import StateDir
 from enrichment_job.versions import VERSIONS, VersionStore
 
 log = logging.getLogger("enrichment_job")
-# Versions a task of a Delta append carries from the driver (about 200 bytes each).
+# Versions of an append above which it is staged as Parquet files of this many each.
 ROWS_PER_TASK = 200_000
+STAGING = "staging"  # in the state folder: large appends on their way to Delta
 BACKGROUND_POOL = "background"  # the scheduler pool of the writer and folds (scheduler_pools.xml)
 
 
@@ -77,9 +79,15 @@ class DeltaLog:
         *,
         maintain_every: int = 200,
         commit_interval_s: float = 30,
+        staging: StateDir | None = None,
     ) -> None:
+        """`staging`: where a large append is staged for the executors to read (the job's
+        state folder); without, every append goes through the driver."""
         self.spark = spark
         self.path = path
+        self.staging = staging
+        if staging is not None:
+            staging.remove(STAGING)  # what an append killed on its way left
         self.app_id = app_id
         self.maintain_every = maintain_every
         self.commit_interval_s = commit_interval_s
@@ -134,27 +142,36 @@ class DeltaLog:
         Delta skip this run's own appends up to them; the append is one commit, and the table's
         CDC offsets say afterwards that it was made."""
         meta = {"batch_id": batch_id, **state.as_json()}
-        # The rows travel from the driver inside the tasks that write them: a task of a few
-        # hundred MB exceeds spark.rpc.message.maxSize (128 MB) on a cluster. So a large append
-        # (a fresh start's history) is written by a task per ROWS_PER_TASK rows, a small one by one.
-        tasks = max(1, math.ceil(versions.num_rows / ROWS_PER_TASK))
-        frames = [
-            self.spark.createDataFrame(
-                versions.slice(i * ROWS_PER_TASK, ROWS_PER_TASK), schema=VERSION_FIELDS
-            )
-            for i in range(tasks)
-        ]
-        write = (
-            functools.reduce(DataFrame.unionAll, frames)
-            .coalesce(tasks)
-            .write.format("delta")
-            .mode("append")
-            .option("userMetadata", json.dumps(meta))
-        )
+        staged = self._stage(versions) if versions.num_rows > ROWS_PER_TASK else None
+        if staged is not None and self.staging is not None:
+            frame = self.spark.read.schema(VERSION_FIELDS).parquet(self.staging.child(staged))
+        else:
+            frame = self.spark.createDataFrame(versions, schema=VERSION_FIELDS).coalesce(1)
+        write = frame.write.format("delta").mode("append").option("userMetadata", json.dumps(meta))
         if batch_id is not None:
             write = write.option("txnAppId", self.app_id).option("txnVersion", batch_id)
-        write.save(self.path)
+        try:
+            write.save(self.path)
+        finally:
+            if staged is not None and self.staging is not None:
+                self.staging.remove(staged)
         self.batch, self.state, self._written = batch_id, state, True
+
+    def _stage(self, versions: pa.Table) -> str | None:
+        """A large append's versions as Parquet files in the state folder, for the executors to
+        read; the folder in it (None without a state folder). A direct append's rows travel from
+        the driver inside the tasks that write them, through the driver's JVM: a fresh start's
+        history of millions of versions exceeds a cluster's RPC message limit (128 MB) and a
+        2g driver's heap."""
+        if self.staging is None:
+            return None
+        name = f"{STAGING}/{uuid.uuid4().hex}"
+        fs, folder = self.staging.locate(name)
+        fs.create_dir(folder, recursive=True)
+        for n, start in enumerate(range(0, versions.num_rows, ROWS_PER_TASK)):
+            part = versions.slice(start, ROWS_PER_TASK)
+            pq.write_table(part, f"{folder}/part-{n:05d}.parquet", filesystem=fs)
+        return name
 
     def _write_loop(self) -> None:
         """Appends what batches queued, at most once per `commit_interval_s`: a Delta commit

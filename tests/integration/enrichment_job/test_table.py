@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from support.kafka import StackEnv
 
@@ -82,20 +83,35 @@ def test_versions_added_are_joined_at_once_and_a_restart_reads_them_back_from_de
         again.close()
 
 
-def test_a_large_append_is_one_commit_written_by_a_task_per_slice_of_rows(
+def test_a_large_append_is_staged_as_parquet_in_the_state_folder_and_is_one_commit(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A task carries its rows from the driver; on a cluster one task of a fresh start's whole
-    history would exceed Spark's RPC message limit."""
+    """A direct append's rows travel through the driver's JVM inside the tasks; on a cluster a
+    fresh start's whole history would exceed Spark's RPC message limit and the driver's heap."""
     monkeypatch.setattr(table_module, "ROWS_PER_TASK", 4)
-    log = DeltaLog(spark, str(tmp_path / "customer_versions"), "slices")
+    staged: list[int] = []
+    write_table = pq.write_table
+
+    def counted(part: pa.Table, *args: Any, **kwargs: Any) -> None:
+        staged.append(len(part))
+        write_table(part, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", counted)
+    state = JobSettings(state_dir=tmp_path).state
+    (tmp_path / "staging" / "left-by-a-kill").mkdir(parents=True)
+    log = DeltaLog(spark, state.child("customer_versions"), "staged", staging=state)
     try:
+        assert not (tmp_path / "staging").exists(), "what a killed append left is removed at start"
         log.append(1, _versions(spark, list(range(10))), CdcState(1_010, None, {0: 10}))
         history = spark.sql(f"DESCRIBE HISTORY delta.`{log.path}`").collect()
         assert len(history) == 1, "one commit"
-        assert history[0]["operationMetrics"]["numFiles"] == "3", "10 rows, at most 4 a task"
-        again = CustomerTable(DeltaLog(spark, log.path, "slices"))
-        assert _ids(again.versions()) == list(range(10))
+        assert staged == [4, 4, 2], "10 rows, staged 4 a file"
+        assert list((tmp_path / "staging").iterdir()) == [], "the staged files are gone"
+        log.append(2, _versions(spark, [10, 11]), CdcState(1_012, None, {0: 12}))
+        assert staged == [4, 4, 2], "a small append goes direct"
+        again = CustomerTable(DeltaLog(spark, log.path, "staged"))
+        assert _ids(again.versions()) == list(range(12))
+        assert again.delta_state == CdcState(1_012, None, {0: 12})
         again.close()
     finally:
         log.close()
