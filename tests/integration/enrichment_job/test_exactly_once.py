@@ -151,7 +151,10 @@ def test_f_after_the_crash_the_customer_table_holds_each_change_once(crash_run: 
     rows = live_rows(table).to_pylist()
     offsets = Counter((r["cdc_partition"], r["cdc_offset"]) for r in rows)
     assert [o for o, n in offsets.items() if n > 1] == []
-    changes = Counter((r["source_file"], r["source_pos"], r["source_row"]) for r in rows if r["op"] != "r")
+    # The test's own customers: a stack whose binlog was reset (RESET MASTER) holds older
+    # changes at the same binlog positions as newer ones.
+    ours = [r for r in rows if r["op"] != "r" and r["id"] in crash_run.customers]
+    changes = Counter((r["source_file"], r["source_pos"], r["source_row"]) for r in ours)
     assert [c for c, n in changes.items() if n > 1] == []
     versions = Counter(r["id"] for r in rows)
     assert {cid: versions[cid] for cid in crash_run.customers} == {
