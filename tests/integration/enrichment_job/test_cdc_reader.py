@@ -1,5 +1,8 @@
 """CdcReader against the real broker: the CDC range a batch reads, and the records in it."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -7,7 +10,7 @@ from support.change_events import change_event
 from support.kafka import StackEnv, make_topics, produce
 
 from enrichment_job import change_events
-from enrichment_job.cdc import CdcReader, Prefetch, in_order, ingest_events
+from enrichment_job.cdc import CdcReader, CdcResult, Prefetch, in_order, ingest_events
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState
 
@@ -110,82 +113,72 @@ def _prefetch(reader: CdcReader, state: CdcState | None = None, chunk_size: int 
     return Prefetch(reader, state or CdcState(None, None, {}), "customers", "dlq", chunk_size=chunk_size)
 
 
-def test_the_topic_read_ahead_ends_where_it_ended_as_the_read_began(stack_env: StackEnv, unique: str) -> None:
+@contextmanager
+def _cdc_topic(
+    stack_env: StackEnv, unique: str, records: list[tuple[bytes, bytes | None]], partitions: int = 1
+) -> Iterator[tuple[str, CdcReader]]:
+    """A CDC topic of `records`, and a reader of it (the limit of a batch's read: 4 records)."""
     topic = f"cdc-{unique}"
-    make_topics(stack_env, [topic], partitions=2)
-    events = [change_event("c", n, 1_000 + n, 10 + n) for n in range(9)]
-    produce(stack_env, topic, [(str(n).encode(), e) for n, e in enumerate(events)])
-    reader = _reader(stack_env, topic, limit=4)  # the limit of a batch's read does not apply
+    make_topics(stack_env, [topic], partitions=partitions)
+    produce(stack_env, topic, records)
+    reader = _reader(stack_env, topic, limit=4)
     try:
+        yield topic, reader
+    finally:
+        reader.close()
+
+
+def _whole(reader: CdcReader, ranges: dict[int, tuple[int, int]]) -> CdcResult:
+    """`ranges` read at once and ingested in one go."""
+    events = change_events.read_arrow(in_order(reader.read(ranges)))
+    assert events is not None
+    return ingest_events(events, CdcState(), "customers", "dlq")
+
+
+def test_the_topic_read_ahead_ends_where_it_ended_as_the_read_began(stack_env: StackEnv, unique: str) -> None:
+    events = [(str(n).encode(), change_event("c", n, 1_000 + n, 10 + n)) for n in range(9)]
+    with _cdc_topic(stack_env, unique, events, partitions=2) as (topic, reader):
         ends = {p: end for p, (_, end) in reader.ranges({}, whole=True).items()}
-        prefetch = _prefetch(reader, chunk_size=2)
+        prefetch = _prefetch(reader, chunk_size=2)  # the limit of a batch's read does not apply
         produce(stack_env, topic, [(b"9", change_event("c", 9, 1_009, 19))])  # after the read began
         taken = prefetch.take()
         assert taken is not None
         assert taken.events == 9
         assert taken.state.cdc_to == ends
-        whole = ingest_events(
-            change_events.read_arrow(in_order(reader.read(reader.ranges({}, ends, whole=True)))),
-            CdcState(),
-            "customers",
-            "dlq",
-        )
+        whole = _whole(reader, reader.ranges({}, ends, whole=True))
         assert taken.versions.equals(whole.versions), "partition after partition, as a batch reads them"
         assert taken.customers == whole.customers
-    finally:
-        reader.close()
 
 
 def test_the_read_ahead_in_chunks_ingests_what_one_read_of_the_topic_does(
     stack_env: StackEnv, unique: str
 ) -> None:
-    topic = f"cdc-{unique}"
-    make_topics(stack_env, [topic], partitions=1)
     events = [change_event("c", n, 1_000 + 10 * n, 10 + n) for n in range(7)]
     events += [change_event("u", n, 1_100 + n, 20 + n, club_status="gold") for n in range(3)]
     events += [change_event("u", 1, 1_050, 12)]  # a re-send: a duplicate, in another chunk
-    produce(stack_env, topic, [(str(n).encode(), e) for n, e in enumerate(events)] + [(b"1", None)])
-    reader = _reader(stack_env, topic)
-    try:
-        whole = ingest_events(
-            change_events.read_arrow(in_order(reader.read(reader.ranges({})))), CdcState(), "customers", "dlq"
-        )
+    records = [(str(n).encode(), e) for n, e in enumerate(events)] + [(b"1", None)]
+    with _cdc_topic(stack_env, unique, records) as (_, reader):
+        whole = _whole(reader, reader.ranges({}, whole=True))
         taken = _prefetch(reader, chunk_size=3).take()
         assert taken is not None
         assert taken.versions.equals(whole.versions)
         assert taken.customers == whole.customers
         assert (taken.state, taken.events, taken.duplicates) == (whole.state, 12, 1)
-    finally:
-        reader.close()
 
 
 def test_a_read_ahead_stops_before_a_chunk_arrow_cannot_read_and_the_first_batch_reads_on(
     stack_env: StackEnv, unique: str
 ) -> None:
-    topic = f"cdc-{unique}"
-    make_topics(stack_env, [topic], partitions=1)
     good = [(str(n).encode(), change_event("c", n, 1_000 + n, 10 + n)) for n in range(9)]
-    produce(stack_env, topic, [*good[:6], (b"x", b"not json"), *good[6:]])
-    reader = _reader(stack_env, topic)
-    try:
+    with _cdc_topic(stack_env, unique, [*good[:6], (b"x", b"not json"), *good[6:]]) as (_, reader):
         taken = _prefetch(reader, chunk_size=3).take()
         assert taken is not None
         assert taken.events == 6, "the chunks before the unreadable event"
         assert taken.state.cdc_to == {0: 6}
-        assert reader.ranges(taken.state.cdc_to) == {0: (6, 10)}, (
-            "the batch goes on from the unreadable event"
-        )
-    finally:
-        reader.close()
+        assert reader.ranges(taken.state.cdc_to, whole=True) == {0: (6, 10)}, "the batch reads on from it"
 
 
 def test_a_failed_read_ahead_leaves_the_topic_to_the_first_batch(stack_env: StackEnv, unique: str) -> None:
-    topic = f"cdc-{unique}"
-    make_topics(stack_env, [topic], partitions=1)
-    produce(stack_env, topic, [(b"k", b"v")])
-    reader = _reader(stack_env, topic)
-    try:
+    with _cdc_topic(stack_env, unique, [(b"k", b"v")]) as (_, reader):
         # Offsets before the topic's start: what the first batch would refuse too, with its reason.
         assert _prefetch(reader, CdcState(None, None, {0: -5})).take() is None
-    finally:
-        reader.close()
