@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import closing
 from dataclasses import dataclass, replace
@@ -87,6 +88,13 @@ class CdcReader(TopicReader):
     def __init__(self, settings: JobSettings, group_id: str, timeout_s: float = 60) -> None:
         super().__init__(settings, settings.cdc_topic, group_id, timeout_s, timestamps=False)
 
+    def in_cdc_order(self, ranges: dict[int, tuple[int, int]], size: int) -> Generator[pa.Table]:
+        """The records of `ranges` a chunk of at most `size` at a time, a partition after the
+        other: CDC order, as a batch's limited reads take them."""
+        for p in sorted(ranges):
+            with closing(self.chunks({p: ranges[p]}, size)) as chunks:
+                yield from chunks
+
 
 def ingest(
     raw: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str, spark: SparkSession
@@ -121,11 +129,11 @@ def ingest_events(events: pa.Table, state: CdcState, customers_topic: str, dlq_t
     return result
 
 
+_ORDER = [("partition", "ascending"), ("offset", "ascending")]
+
+
 def in_order(raw: pa.Table) -> pa.Table:
     return concat([raw]).sort_by(_ORDER)
-
-
-_ORDER = [("partition", "ascending"), ("offset", "ascending")]
 
 
 def ingest_ranges(
@@ -141,10 +149,9 @@ def ingest_ranges(
     come, a partition after the other (CDC order): a long read never holds more than a chunk
     of records as Python objects, nor the whole range in the driver's JVM."""
     result = ingest(KAFKA.empty_table(), state, *topics, spark)
-    for p in sorted(ranges):
-        with closing(reader.chunks({p: ranges[p]}, chunk_size)) as chunks:
-            for chunk in chunks:
-                result = result.then(ingest(chunk, result.state, *topics, spark))
+    with closing(reader.in_cdc_order(ranges, chunk_size)) as chunks:
+        for chunk in chunks:
+            result = result.then(ingest(chunk, result.state, *topics, spark))
     return result
 
 
@@ -188,20 +195,18 @@ class Prefetch:
         try:
             started = time.monotonic()
             ranges = self.reader.ranges(self.state.cdc_to, whole=True)  # the end as it is now
-            with ThreadPoolExecutor(1, thread_name_prefix="cdc-ingest") as ingesting:
+            with (
+                ThreadPoolExecutor(1, thread_name_prefix="cdc-ingest") as ingesting,
+                closing(self.reader.in_cdc_order(ranges, self.chunk_size)) as chunks,
+            ):
                 pending: deque[Future[None]] = deque()
-                # A partition after the other, as a batch's reads take them (CDC order).
-                for p in sorted(ranges):
-                    with closing(self.reader.chunks({p: ranges[p]}, self.chunk_size)) as chunks:
-                        for chunk in chunks:
-                            if len(pending) == IN_FLIGHT:  # the read waits for the ingest
-                                wait([pending.popleft()])
-                            if self._unreadable or self._failure is not None:
-                                break
-                            pending.append(ingesting.submit(self._ingest, chunk))
-                            pending[-1].add_done_callback(self._check)
+                for chunk in chunks:
+                    if len(pending) == IN_FLIGHT:  # the read waits for the ingest
+                        wait([pending.popleft()])
                     if self._unreadable or self._failure is not None:
                         break
+                    pending.append(ingesting.submit(self._ingest, chunk))
+                    pending[-1].add_done_callback(self._check)
             if self._result is not None:
                 log.info(
                     "CDC topic read while Spark started: %d events, %d changes in %.1f s%s",
