@@ -31,8 +31,8 @@ from enrichment_job.state_dir import StateDir
 from enrichment_job.versions import VERSIONS, VersionStore
 
 log = logging.getLogger("enrichment_job")
-# Versions of an append above which it is staged as Parquet files of this many each.
-ROWS_PER_TASK = 200_000
+# An append of more versions than this is staged as Parquet, in files of this many each.
+STAGED_ROWS = 200_000
 STAGING = "staging"  # in the state folder: large appends on their way to Delta
 BACKGROUND_POOL = "background"  # the scheduler pool of the writer and folds (scheduler_pools.xml)
 
@@ -142,9 +142,10 @@ class DeltaLog:
         Delta skip this run's own appends up to them; the append is one commit, and the table's
         CDC offsets say afterwards that it was made."""
         meta = {"batch_id": batch_id, **state.as_json()}
-        staged = self._stage(versions) if versions.num_rows > ROWS_PER_TASK else None
-        if staged is not None and self.staging is not None:
-            frame = self.spark.read.schema(VERSION_FIELDS).parquet(self.staging.child(staged))
+        staging = self.staging if versions.num_rows > STAGED_ROWS else None
+        if staging is not None:
+            staged = self._stage(staging, versions)
+            frame = self.spark.read.schema(VERSION_FIELDS).parquet(staging.child(staged))
         else:
             frame = self.spark.createDataFrame(versions, schema=VERSION_FIELDS).coalesce(1)
         write = frame.write.format("delta").mode("append").option("userMetadata", json.dumps(meta))
@@ -153,23 +154,22 @@ class DeltaLog:
         try:
             write.save(self.path)
         finally:
-            if staged is not None and self.staging is not None:
-                self.staging.remove(staged)
+            if staging is not None:
+                staging.remove(staged)
         self.batch, self.state, self._written = batch_id, state, True
 
-    def _stage(self, versions: pa.Table) -> str | None:
-        """A large append's versions as Parquet files in the state folder, for the executors to
-        read; the folder in it (None without a state folder). A direct append's rows travel from
-        the driver inside the tasks that write them, through the driver's JVM: a fresh start's
-        history of millions of versions exceeds a cluster's RPC message limit (128 MB) and a
-        2g driver's heap."""
-        if self.staging is None:
-            return None
+    @staticmethod
+    def _stage(staging: StateDir, versions: pa.Table) -> str:
+        """A large append's versions as Parquet files in the state folder `staging`, for the
+        executors to read; the folder in it. A direct append's rows travel from the driver
+        inside the tasks that write them, through the driver's JVM: a fresh start's history of
+        millions of versions exceeds a cluster's RPC message limit (128 MB) and a 2g driver's
+        heap."""
         name = f"{STAGING}/{uuid.uuid4().hex}"
-        fs, folder = self.staging.locate(name)
+        fs, folder = staging.locate(name)
         fs.create_dir(folder, recursive=True)
-        for n, start in enumerate(range(0, versions.num_rows, ROWS_PER_TASK)):
-            part = versions.slice(start, ROWS_PER_TASK)
+        for n, start in enumerate(range(0, versions.num_rows, STAGED_ROWS)):
+            part = versions.slice(start, STAGED_ROWS)
             pq.write_table(part, f"{folder}/part-{n:05d}.parquet", filesystem=fs)
         return name
 

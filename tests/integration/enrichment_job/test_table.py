@@ -88,7 +88,7 @@ def test_a_large_append_is_staged_as_parquet_in_the_state_folder_and_is_one_comm
 ) -> None:
     """A direct append's rows travel through the driver's JVM inside the tasks; on a cluster a
     fresh start's whole history would exceed Spark's RPC message limit and the driver's heap."""
-    monkeypatch.setattr(table_module, "ROWS_PER_TASK", 4)
+    monkeypatch.setattr(table_module, "STAGED_ROWS", 4)
     staged: list[int] = []
     write_table = pq.write_table
 
