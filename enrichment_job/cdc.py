@@ -188,16 +188,22 @@ class Prefetch:
         self._result: CdcResult | None = None
         self._unreadable = False
         self._failure: BaseException | None = None
+        self._started = time.monotonic()
+        self._ranges: dict[int, tuple[int, int]] = {}
+        try:  # the end as it is now, before this returns: what is produced later is a batch's
+            self._ranges = reader.ranges(state.cdc_to, whole=True)
+        except Exception as err:  # noqa: BLE001 - whatever it was, the first batch reads the topic itself
+            self._failure = err
         self._thread = threading.Thread(target=self._run, name="cdc-prefetch", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        if self._failure is not None:
+            return
         try:
-            started = time.monotonic()
-            ranges = self.reader.ranges(self.state.cdc_to, whole=True)  # the end as it is now
             with (
                 ThreadPoolExecutor(1, thread_name_prefix="cdc-ingest") as ingesting,
-                closing(self.reader.in_cdc_order(ranges, self.chunk_size)) as chunks,
+                closing(self.reader.in_cdc_order(self._ranges, self.chunk_size)) as chunks,
             ):
                 pending: deque[Future[None]] = deque()
                 for chunk in chunks:
@@ -212,7 +218,7 @@ class Prefetch:
                     "CDC topic read while Spark started: %d events, %d changes in %.1f s%s",
                     self._result.events,
                     self._result.changes,
-                    time.monotonic() - started,
+                    time.monotonic() - self._started,
                     "; the first batch reads on from an unreadable event" if self._unreadable else "",
                 )
         except Exception as err:  # noqa: BLE001 - whatever it was, the first batch reads the topic itself
