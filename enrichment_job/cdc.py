@@ -201,7 +201,10 @@ class Prefetch:
         if self._failure is not None:
             return
         try:
+            # Three stages, a thread each: this one reads a chunk while the one before is
+            # parsed and the one before that is folded into the table.
             with (
+                ThreadPoolExecutor(1, thread_name_prefix="cdc-parse") as parsing,
                 ThreadPoolExecutor(1, thread_name_prefix="cdc-ingest") as ingesting,
                 closing(self.reader.in_cdc_order(self._ranges, self.chunk_size)) as chunks,
             ):
@@ -211,7 +214,8 @@ class Prefetch:
                         wait([pending.popleft()])
                     if self._unreadable or self._failure is not None:
                         break
-                    pending.append(ingesting.submit(self._ingest, chunk))
+                    parsed = parsing.submit(self._parse, chunk)
+                    pending.append(ingesting.submit(self._ingest, parsed))
                     pending[-1].add_done_callback(self._check)
             if self._result is not None:
                 log.info(
@@ -224,11 +228,16 @@ class Prefetch:
         except Exception as err:  # noqa: BLE001 - whatever it was, the first batch reads the topic itself
             self._failure = err
 
-    def _ingest(self, chunk: pa.Table) -> None:
+    def _parse(self, chunk: pa.Table) -> pa.Table | None:
+        if self._unreadable or self._failure is not None:
+            return None
+        return change_events.read_arrow(in_order(chunk))
+
+    def _ingest(self, parsed: "Future[pa.Table | None]") -> None:
         """One chunk after the one before (the single worker runs them in order)."""
+        events = parsed.result()
         if self._unreadable or self._failure is not None:
             return
-        events = change_events.read_arrow(in_order(chunk))
         if events is None:
             self._unreadable = True
             return
