@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import closing
 from dataclasses import dataclass, replace
@@ -55,26 +55,37 @@ class CdcResult:
 
     def then(self, later: "CdcResult") -> "CdcResult":
         """This result followed by `later`, which read on from this one's state."""
-        return CdcResult(
-            state=later.state,
-            versions=concat([self.versions, later.versions]),
-            customers=_concat(self.customers, later.customers),
-            dead=_concat(self.dead, later.dead),
-            events=self.events + later.events,
-            duplicates=self.duplicates + later.duplicates,
-            regressions=self.regressions + later.regressions,
-            rewinds=self.rewinds + later.rewinds,
-        )
+        return chain([self, later])
 
 
-def _concat(first: Records, second: Records) -> Records:
+def chain(results: Sequence[CdcResult]) -> CdcResult:
+    """The results one after the other, each read on from the state of the one before, joined
+    at once: a long read of many chunks copies each chunk's rows once, not again for every
+    chunk after it."""
+    return CdcResult(
+        state=results[-1].state,
+        versions=concat([r.versions for r in results]),
+        customers=_joined([r.customers for r in results]),
+        dead=_joined([r.dead for r in results]),
+        events=sum(r.events for r in results),
+        duplicates=sum(r.duplicates for r in results),
+        regressions=sum(r.regressions for r in results),
+        rewinds=tuple(rewind for r in results for rewind in r.rewinds),
+    )
+
+
+def _joined(parts: list[Records]) -> Records:
     headers = None
-    if first.headers is not None or second.headers is not None:
+    if any(part.headers is not None for part in parts):
         headers = [
-            *(first.headers if first.headers is not None else [None] * len(first)),
-            *(second.headers if second.headers is not None else [None] * len(second)),
+            h for part in parts for h in (part.headers if part.headers is not None else [None] * len(part))
         ]
-    return Records(first.topic, [*first.keys, *second.keys], [*first.values, *second.values], headers)
+    return Records(
+        parts[0].topic,
+        [key for part in parts for key in part.keys],
+        [value for part in parts for value in part.values],
+        headers,
+    )
 
 
 class CdcReader(TopicReader):
@@ -148,11 +159,11 @@ def ingest_ranges(
     """The CDC records of `ranges`, read after `state`, ingested a chunk at a time as they
     come, a partition after the other (CDC order): a long read never holds more than a chunk
     of records as Python objects, nor the whole range in the driver's JVM."""
-    result = ingest(KAFKA.empty_table(), state, *topics, spark)
+    results = [ingest(KAFKA.empty_table(), state, *topics, spark)]
     with closing(reader.in_cdc_order(ranges, chunk_size)) as chunks:
         for chunk in chunks:
-            result = result.then(ingest(chunk, result.state, *topics, spark))
-    return result
+            results.append(ingest(chunk, results[-1].state, *topics, spark))
+    return chain(results)
 
 
 # Chunks of the read-ahead read but not yet ingested, at most: the memory it holds, and what a
@@ -185,7 +196,7 @@ class Prefetch:
         self.reader = reader
         self.chunk_size = chunk_size
         self._topics = (customers_topic, dlq_topic)
-        self._result: CdcResult | None = None
+        self._parts: list[CdcResult] = []  # a chunk's result each, in CDC order
         self._unreadable = False
         self._failure: BaseException | None = None
         self._started = time.monotonic()
@@ -217,11 +228,11 @@ class Prefetch:
                     parsed = parsing.submit(self._parse, chunk)
                     pending.append(ingesting.submit(self._ingest, parsed))
                     pending[-1].add_done_callback(self._check)
-            if self._result is not None:
+            if self._parts:
                 log.info(
                     "CDC topic read while Spark started: %d events, %d changes in %.1f s%s",
-                    self._result.events,
-                    self._result.changes,
+                    sum(part.events for part in self._parts),
+                    sum(part.changes for part in self._parts),
                     time.monotonic() - self._started,
                     "; the first batch reads on from an unreadable event" if self._unreadable else "",
                 )
@@ -241,9 +252,8 @@ class Prefetch:
         if events is None:
             self._unreadable = True
             return
-        done = self._result
-        more = ingest_events(events, done.state if done is not None else self.state, *self._topics)
-        self._result = done.then(more) if done is not None else more
+        state = self._parts[-1].state if self._parts else self.state
+        self._parts.append(ingest_events(events, state, *self._topics))
 
     def _check(self, future: "Future[None]") -> None:
         if future.exception() is not None and self._failure is None:
@@ -255,7 +265,7 @@ class Prefetch:
         if self._failure is not None:
             log.warning("reading the CDC topic ahead failed (%s); the first batch reads it", self._failure)
             return None
-        return self._result
+        return chain(self._parts) if self._parts else None
 
 
 def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
