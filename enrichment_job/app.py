@@ -16,7 +16,7 @@ from enrichment_job.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable,
 from enrichment_job.enrich import Ratings
 from enrichment_job.jvm import ClassArchive, class_archive
 from enrichment_job.kafka_in import KAFKA, TopicReader
-from enrichment_job.kafka_out import Fenced, TransactionalOutput
+from enrichment_job.kafka_out import Fenced, Records, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
 from enrichment_job.recovery import PIPELINE_CHECKPOINT, Recovery, claim_state
 from enrichment_job.settings import TABLE, JobSettings
@@ -281,11 +281,25 @@ class Pipeline:
             )
             cdc = cdc.then(more) if cdc is not None else more
             cdc = fill_unavailable(self._cdc_catch_up(batch_id, cdc), self.table.versions())
+        # The transaction opens now: the CDC step's records (millions in a catch-up) are
+        # produced while the ratings are decided.
+        self.out.begin([cdc.customers, cdc.dead])
+        try:
+            self._decide(batch_id, cdc, ends, started, steps)
+        except BaseException:
+            self.out.abort()
+            raise
+
+    def _decide(
+        self, batch_id: int, cdc: CdcResult, ends: dict[int, int], started: float, steps: Steps
+    ) -> None:
+        """The batch's ratings against the table, written with the CDC step's records."""
+        settings = self.settings
         if cdc.changes:  # the join below needs them: the watermark counts them in
             with steps("table"):
                 self.table.add(cdc.versions)
         watermark = cdc.state.clock_ms
-        outputs = [cdc.customers, cdc.dead]
+        outputs: list[Records] = []  # after the CDC step's, which are on their way
         result = None
         with steps("read"):
             ratings_raw, consumed_to = self._ratings_input(ends)

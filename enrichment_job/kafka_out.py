@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +108,8 @@ class TransactionalOutput:
             }
         )
         self.producer.init_transactions(60)
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="kafka-out")
+        self._early: Future[int] | None = None  # what `begin` produces, in the sender's thread
         self.marker = last_marker(config, commits_topic, transactional_id)
         log.info("%s: last committed batch %s", transactional_id, self.marker and self.marker["batch_id"])
 
@@ -122,16 +125,36 @@ class TransactionalOutput:
             return False
         return batch_id <= int(self.marker["batch_id"])
 
+    def begin(self, outputs: Sequence[Records]) -> None:
+        """Opens the batch's transaction and produces `outputs`, the first of its records, in a
+        thread while the caller works out the rest; `write` then adds the rest and commits, or
+        `abort` drops them. A catch-up's millions of customer records are produced beside the
+        join instead of after it."""
+        self.producer.begin_transaction()
+        self._early = self._sender.submit(self._produce_all, outputs)
+
+    def abort(self) -> None:
+        """Drops a transaction `begin` opened, if one is open (the batch failed before `write`)."""
+        early, self._early = self._early, None
+        if early is None:
+            return
+        wait([early])
+        try:
+            self.producer.abort_transaction(60)
+        except KafkaException as err:  # the batch's own failure is what the caller raises
+            log.warning("aborting the batch's transaction failed too: %s", err)
+
     def write(self, batch_id: int, outputs: Iterable[Records], marker: dict[str, Any]) -> int:
-        """All records of the batch plus its marker, atomically. Returns the number written."""
+        """All records of the batch plus its marker, atomically (after those `begin` produced).
+        Returns the number written."""
+        early, self._early = self._early, None
         written = 0
         try:
-            self.producer.begin_transaction()
-            for records in outputs:
-                headers = records.headers or [None] * len(records)
-                for key, value, hdrs in zip(records.keys, records.values, headers, strict=True):
-                    self._produce(records.topic, key, value, hdrs)
-                written += len(records)
+            if early is None:
+                self.producer.begin_transaction()
+            else:
+                written += early.result()
+            written += self._produce_all(outputs)
             body = {"batch_id": batch_id, **({"run": self.run} if self.run else {}), **marker}
             self._produce(self.commits_topic, self.marker_key.encode(), json.dumps(body).encode(), None)
             self.producer.commit_transaction(120)
@@ -144,6 +167,15 @@ class TransactionalOutput:
             self.producer.abort_transaction(60)
             raise
         self.marker = body
+        return written
+
+    def _produce_all(self, outputs: Iterable[Records]) -> int:
+        written = 0
+        for records in outputs:
+            headers = records.headers or [None] * len(records)
+            for key, value, hdrs in zip(records.keys, records.values, headers, strict=True):
+                self._produce(records.topic, key, value, hdrs)
+            written += len(records)
         return written
 
     def _produce(
