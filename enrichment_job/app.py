@@ -283,7 +283,7 @@ class Pipeline:
             cdc = fill_unavailable(self._cdc_catch_up(batch_id, cdc), self.table.versions())
         # The transaction opens now: the CDC step's records (millions in a catch-up) are
         # produced while the ratings are decided.
-        self.out.begin([cdc.customers, cdc.dead])
+        self.out.begin(batch_id, [cdc.customers, cdc.dead])
         try:
             self._decide(batch_id, cdc, ends, started, steps)
         except BaseException:

@@ -125,12 +125,18 @@ class TransactionalOutput:
             return False
         return batch_id <= int(self.marker["batch_id"])
 
-    def begin(self, outputs: Sequence[Records]) -> None:
+    def begin(self, batch_id: int, outputs: Sequence[Records]) -> None:
         """Opens the batch's transaction and produces `outputs`, the first of its records, in a
         thread while the caller works out the rest; `write` then adds the rest and commits, or
         `abort` drops them. A catch-up's millions of customer records are produced beside the
         join instead of after it."""
-        self.producer.begin_transaction()
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as err:
+            fenced = self._fenced(err, batch_id)
+            if fenced is not None:
+                raise fenced from err
+            raise
         self._early = self._sender.submit(self._produce_all, outputs)
 
     def abort(self) -> None:
@@ -159,15 +165,22 @@ class TransactionalOutput:
             self._produce(self.commits_topic, self.marker_key.encode(), json.dumps(body).encode(), None)
             self.producer.commit_transaction(120)
         except Exception as err:
-            if _fenced(err):
-                raise Fenced(
-                    f"another instance of the job took over its transactional id {self.marker_key!r} "
-                    f"(fenced: {err}); this one stops without writing batch {batch_id}"
-                ) from err
+            fenced = self._fenced(err, batch_id)
+            if fenced is not None:
+                raise fenced from err
             self.producer.abort_transaction(60)
             raise
         self.marker = body
         return written
+
+    def _fenced(self, err: Exception, batch_id: int) -> "Fenced | None":
+        """`Fenced`, naming the batch, when `err` says that a later instance took over."""
+        if not _fenced(err):
+            return None
+        return Fenced(
+            f"another instance of the job took over its transactional id {self.marker_key!r} "
+            f"(fenced: {err}); this one stops without writing batch {batch_id}"
+        )
 
     def _produce_all(self, outputs: Iterable[Records]) -> int:
         written = 0

@@ -32,7 +32,7 @@ def test_records_produced_from_begin_are_committed_with_the_rest_and_the_marker(
     out_topic, side_topic, commits = topics
     out = _output(stack_env, commits, f"tx-{unique}")
     early = _records(side_topic, 5_000, "early")
-    out.begin([early])
+    out.begin(0, [early])
     assert read_topic(stack_env, side_topic, idle_s=1) == [], "nothing is readable before the commit"
     written = out.write(7, [_records(out_topic, 3, "late")], {"note": "x"})
     assert written == 5_003
@@ -49,7 +49,7 @@ def test_an_aborted_batch_leaves_nothing_and_the_next_one_commits(
 ) -> None:
     out_topic, side_topic, commits = topics
     out = _output(stack_env, commits, f"tx-{unique}")
-    out.begin([_records(side_topic, 1_000, "dropped")])
+    out.begin(0, [_records(side_topic, 1_000, "dropped")])
     out.abort()  # the batch failed before its write
     out.abort()  # nothing open: nothing to do
     assert out.write(0, [_records(out_topic, 2, "kept")], {}) == 2, "the producer goes on"
@@ -57,15 +57,17 @@ def test_an_aborted_batch_leaves_nothing_and_the_next_one_commits(
     assert read_topic(stack_env, side_topic, idle_s=1) == [], "the aborted records are never readable"
 
 
-def test_a_fenced_output_that_began_a_batch_raises_fenced_at_its_write(
+def test_an_output_fenced_between_batches_raises_fenced_at_the_next_write(
     stack_env: StackEnv, topics: list[str], unique: str
 ) -> None:
     out_topic, side_topic, commits = topics
     first = _output(stack_env, commits, f"tx-{unique}")
-    first.begin([_records(side_topic, 10, "old")])
+    assert first.write(0, [_records(out_topic, 1, "first")], {}) == 1
     second = _output(stack_env, commits, f"tx-{unique}")  # a later instance of the same name
-    with pytest.raises(Fenced):
-        first.write(0, [_records(out_topic, 1, "old")], {})
-    assert second.write(0, [_records(out_topic, 1, "new")], {}) == 1
-    assert [m.value() for m in read_topic(stack_env, out_topic, min_records=1)] == [b"new0"]
-    assert read_topic(stack_env, side_topic, idle_s=1) == []
+    assert second.committed(0), "it reads the first one's last marker"
+    first.begin(1, [_records(side_topic, 10, "stale")])  # opening is local: the broker says no later
+    with pytest.raises(Fenced, match="batch 1"):
+        first.write(1, [_records(out_topic, 1, "stale")], {})
+    assert second.write(1, [_records(out_topic, 1, "second")], {}) == 1
+    assert [m.value() for m in read_topic(stack_env, out_topic, min_records=2)] == [b"first0", b"second0"]
+    assert read_topic(stack_env, side_topic, idle_s=1) == [], "the fenced batch's early records never show"
