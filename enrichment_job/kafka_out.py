@@ -133,9 +133,7 @@ class TransactionalOutput:
         try:
             self.producer.begin_transaction()
         except KafkaException as err:
-            fenced = self._fenced(err, batch_id)
-            if fenced is not None:
-                raise fenced from err
+            self._raise_if_fenced(err, batch_id)
             raise
         self._early = self._sender.submit(self._produce_all, outputs)
 
@@ -165,22 +163,19 @@ class TransactionalOutput:
             self._produce(self.commits_topic, self.marker_key.encode(), json.dumps(body).encode(), None)
             self.producer.commit_transaction(120)
         except Exception as err:
-            fenced = self._fenced(err, batch_id)
-            if fenced is not None:
-                raise fenced from err
+            self._raise_if_fenced(err, batch_id)
             self.producer.abort_transaction(60)
             raise
         self.marker = body
         return written
 
-    def _fenced(self, err: Exception, batch_id: int) -> "Fenced | None":
-        """`Fenced`, naming the batch, when `err` says that a later instance took over."""
-        if not _fenced(err):
-            return None
-        return Fenced(
-            f"another instance of the job took over its transactional id {self.marker_key!r} "
-            f"(fenced: {err}); this one stops without writing batch {batch_id}"
-        )
+    def _raise_if_fenced(self, err: Exception, batch_id: int) -> None:
+        """Raises `Fenced`, naming the batch, when `err` says that a later instance took over."""
+        if _fenced(err):
+            raise Fenced(
+                f"another instance of the job took over its transactional id {self.marker_key!r} "
+                f"(fenced: {err}); this one stops without writing batch {batch_id}"
+            ) from err
 
     def _produce_all(self, outputs: Iterable[Records]) -> int:
         written = 0
