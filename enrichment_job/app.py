@@ -287,7 +287,7 @@ class Pipeline:
         try:
             self._decide(batch_id, cdc, ends, started, steps)
         except BaseException:
-            self.out.abort()
+            self.out.abort(batch_id)
             raise
 
     def _decide(

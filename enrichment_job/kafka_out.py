@@ -137,15 +137,17 @@ class TransactionalOutput:
             raise
         self._early = self._sender.submit(self._produce_all, outputs)
 
-    def abort(self) -> None:
-        """Drops a transaction `begin` opened, if one is open (the batch failed before `write`)."""
+    def abort(self, batch_id: int) -> None:
+        """Drops a transaction `begin` opened, if one is open (the batch failed before `write`).
+        Raises `Fenced` when the abort finds that a later instance took over; any other failure
+        to abort is logged, and the batch's own failure is what the caller raises."""
         early, self._early = self._early, None
         if early is None:
             return
         wait([early])
         try:
-            self.producer.abort_transaction(60)
-        except KafkaException as err:  # the batch's own failure is what the caller raises
+            self._abort(batch_id)
+        except KafkaException as err:
             log.warning("aborting the batch's transaction failed too: %s", err)
 
     def write(self, batch_id: int, outputs: Iterable[Records], marker: dict[str, Any]) -> int:
@@ -164,10 +166,20 @@ class TransactionalOutput:
             self.producer.commit_transaction(120)
         except Exception as err:
             self._raise_if_fenced(err, batch_id)
-            self.producer.abort_transaction(60)
+            self._abort(batch_id)
             raise
         self.marker = body
         return written
+
+    def _abort(self, batch_id: int) -> None:
+        """Aborts the open transaction. A fence can show first here: a later instance's start
+        aborts this one's open transaction on the broker, and the commit then fails with an
+        error that does not name the fence (the records were purged, the epoch is old)."""
+        try:
+            self.producer.abort_transaction(60)
+        except KafkaException as err:
+            self._raise_if_fenced(err, batch_id)
+            raise
 
     def _raise_if_fenced(self, err: Exception, batch_id: int) -> None:
         """Raises `Fenced`, naming the batch, when `err` says that a later instance took over."""

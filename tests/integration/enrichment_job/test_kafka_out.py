@@ -50,8 +50,8 @@ def test_an_aborted_batch_leaves_nothing_and_the_next_one_commits(
     out_topic, side_topic, commits = topics
     out = _output(stack_env, commits, f"tx-{unique}")
     out.begin(0, [_records(side_topic, 1_000, "dropped")])
-    out.abort()  # the batch failed before its write
-    out.abort()  # nothing open: nothing to do
+    out.abort(0)  # the batch failed before its write
+    out.abort(0)  # nothing open: nothing to do
     assert out.write(0, [_records(out_topic, 2, "kept")], {}) == 2, "the producer goes on"
     assert [m.value() for m in read_topic(stack_env, out_topic, min_records=2)] == [b"kept0", b"kept1"]
     assert read_topic(stack_env, side_topic, idle_s=1) == [], "the aborted records are never readable"
@@ -70,4 +70,18 @@ def test_an_output_fenced_between_batches_raises_fenced_at_the_next_write(
         first.write(1, [_records(out_topic, 1, "stale")], {})
     assert second.write(1, [_records(out_topic, 1, "second")], {}) == 1
     assert [m.value() for m in read_topic(stack_env, out_topic, min_records=2)] == [b"first0", b"second0"]
+    assert read_topic(stack_env, side_topic, idle_s=1) == [], "the fenced batch's early records never show"
+
+
+def test_an_output_fenced_while_its_transaction_is_open_raises_fenced_at_the_write(
+    stack_env: StackEnv, topics: list[str], unique: str
+) -> None:
+    out_topic, side_topic, commits = topics
+    first = _output(stack_env, commits, f"tx-{unique}")
+    first.begin(0, [_records(side_topic, 200_000, "stale")])  # records on their way to the broker
+    second = _output(stack_env, commits, f"tx-{unique}")  # takes over: the broker aborts the first's
+    with pytest.raises(Fenced, match="batch 0"):
+        first.write(0, [_records(out_topic, 1, "stale")], {})
+    assert second.write(0, [_records(out_topic, 1, "second")], {}) == 1
+    assert [m.value() for m in read_topic(stack_env, out_topic, min_records=1, idle_s=1)] == [b"second0"]
     assert read_topic(stack_env, side_topic, idle_s=1) == [], "the fenced batch's early records never show"
