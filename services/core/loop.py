@@ -315,8 +315,13 @@ class ConsumerLoop(Generic[T]):
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._outside_since = None  # a member of the group's generation (maybe with no partition)
         log.info("%s: assigned %s", self.name, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
+        # librdkafka keeps a partition's pause across a rebalance: one paused while the
+        # downstream was away, revoked, and given back after `_resume` ran would never be
+        # fetched again. Each assigned partition gets the loop's state now.
         if self._paused:
             consumer.pause(partitions)
+        else:
+            consumer.resume(partitions)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Runs inside poll/consume, on this thread. Records of a partition that is no longer

@@ -305,6 +305,38 @@ class NeverJoins:
         return getattr(self._consumer, name)
 
 
+class PausedWhenAssigned:
+    """The loop's real consumer, whose partitions come with librdkafka's pause flag set, as they
+    do when they were paused (the downstream was away) before a rebalance took them and gave
+    them back: librdkafka keeps a partition's pause across a rebalance."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+
+    def subscribe(self, topics: list[str], *, on_assign: Any, on_revoke: Any) -> None:
+        def assign(consumer: Any, partitions: list[Any]) -> None:
+            consumer.assign(partitions)  # done here, the client does not assign them again
+            consumer.pause(partitions)
+            on_assign(consumer, partitions)
+
+        self._consumer.subscribe(topics, on_assign=assign, on_revoke=on_revoke)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def test_partitions_assigned_while_the_downstream_is_up_are_consumed_even_if_paused_before(
+    stack_env: StackEnv, topics: tuple[str, str]
+) -> None:
+    sink = RecordingSink()
+    loop, thread = start(stack_env, topics, sink, wrap=PausedWhenAssigned)
+    produce(stack_env, topics[0], numbers(20))
+    wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 20)
+    loop.stop()
+    thread.join(30)
+    assert sorted(sink.written) == list(range(20))
+
+
 def test_a_consumer_left_outside_its_group_is_replaced_by_a_new_one(
     stack_env: StackEnv, topics: tuple[str, str]
 ) -> None:
