@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("enrichment_job")
 
 SCHEDULER_POOLS = Path(__file__).with_name("scheduler_pools.xml")
+# The first batch after a start takes this share of ENRICH_MAX_OFFSETS_PER_TRIGGER ratings. It
+# is the batch that loads the table (the whole CDC topic on a fresh start), and its transaction
+# carries the customers topic's records too: with a full share of a backlog besides, the first
+# output waited about 1.5 s longer at 1,000,000 customers. The batches after it take full shares.
+FIRST_BATCH_SHARE = 0.25
 LOG4J_CONFIG = "log4j2.configurationFile"
 
 
@@ -172,6 +177,7 @@ class Pipeline:
         self.cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
         self.ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
         self.first_starts: dict[int, int] = {}  # where the ratings start without a commit
+        self.first_read = True  # no batch of this process has read ratings yet
         recovery = Recovery(spark, settings, table, out.marker, out.run)
         start = recovery.resume(self.ratings, self.ratings_in.read)
         self.state, self.consumed_to, self.waiting_from = start.state, start.consumed_to, start.waiting_from
@@ -247,8 +253,8 @@ class Pipeline:
     def _ratings_input(self, ends: dict[int, int]) -> tuple[pa.Table, dict[int, int]]:
         """The ratings this batch takes in (Kafka columns), and where they end per partition
         (`consumed_to`): from where the last committed batch left each partition to `ends`, at
-        most ENRICH_MAX_OFFSETS_PER_TRIGGER in all. Read from Kafka on the driver, like the CDC
-        events.
+        most ENRICH_MAX_OFFSETS_PER_TRIGGER in all (a quarter of it in the first batch after a
+        start: FIRST_BATCH_SHARE). Read from Kafka on the driver, like the CDC events.
 
         Waiting ratings are held in memory. At ENRICH_MAX_WAITING_RATINGS (the CDC watermark
         stalled: Connect down, a failed Debezium task) the batch takes no new ones: they stay
@@ -257,7 +263,10 @@ class Pipeline:
         if self.ratings.waiting_count >= self.settings.max_waiting_ratings:
             return KAFKA.empty_table(), dict(self.consumed_to)
         froms = {p: self.consumed_to.get(p, self.first_starts.get(p, end)) for p, end in ends.items()}
-        share = max(1, self.settings.max_offsets_per_trigger // max(1, len(ends)))
+        limit = self.settings.max_offsets_per_trigger
+        if self.first_read:
+            limit, self.first_read = int(limit * FIRST_BATCH_SHARE), False
+        share = max(1, limit // max(1, len(ends)))
         upto = {p: max(froms[p], min(end, froms[p] + share)) for p, end in ends.items()}
         ranges = {p: (froms[p], upto[p]) for p in ends if upto[p] > froms[p]}
         return self.ratings_in.read(ranges), {**self.consumed_to, **upto}

@@ -33,6 +33,7 @@ from support.enrichment import (
 from support.prometheus import scrape
 from support.views_api import free_port
 
+from enrichment_job.app import FIRST_BATCH_SHARE
 from enrichment_job.settings import JobSettings
 from services.core.enriched import decode_enriched
 from services.es_sink.documents import document
@@ -315,6 +316,30 @@ def test_c_a_fresh_job_reads_a_long_cdc_topic_to_its_end_before_deciding_any_rat
     first = next((b for b in batches if b[0] > 0), None)
     assert first is not None, job.tail()
     assert first[1] == 0, f"the first batch with ratings left {first[1]} waiting for the CDC watermark"
+
+
+def test_a_fresh_job_takes_a_smaller_share_of_a_backlog_in_its_first_batch(
+    stack_env: StackEnv, db: Any, tmp_path: Path
+) -> None:
+    # The first batch loads the table: its share of the backlog is small, so that the first
+    # output comes sooner; the batches after it take full shares.
+    limit = 40
+    out, job = _fresh_job_on_waiting_ratings(
+        stack_env,
+        db,
+        tmp_path / "backlog",
+        club_status="gold",
+        customers=80,
+        stars=4,
+        env={"ENRICH_MAX_OFFSETS_PER_TRIGGER": str(limit)},
+    )
+    assert len(out) == 80 and all(v["customer_matched"] for v in out.values())
+    log = job.log.read_text(errors="replace")
+    taken = [int(n) for n in re.findall(r"batch \d+: (\d+) new, ", log)]
+    taken = [n for n in taken if n > 0]
+    assert sum(taken) == 80, job.tail()
+    assert taken[0] <= limit * FIRST_BATCH_SHARE, taken
+    assert limit * FIRST_BATCH_SHARE < max(taken[1:]) <= limit, taken
 
 
 def test_the_job_s_real_output_reads_in_every_consumer(
