@@ -42,7 +42,9 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         "earliest",
         description="where a job name's very first run starts; later runs go on from its last commit",
     )
-    max_offsets_per_trigger: int = Field(200_000, gt=0, description="records per micro-batch, both topics")
+    max_offsets_per_trigger: int = Field(
+        200_000, gt=0, description="records per micro-batch, both topics (the first batch: a quarter)"
+    )
     kafka_extra: dict[str, str] = Field(
         default_factory=dict,
         description="extra options of the job's own producers and consumers (librdkafka's names), JSON",
