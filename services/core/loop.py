@@ -15,7 +15,8 @@ repeat, and a crash between 3 and 5 replays it.
 
 A consumer that lost its partitions (the broker was away longer than the session timeout) and
 is not given new ones within `rejoin_timeout_s` is closed and replaced by a fresh one: librdkafka
-can stay out of its group for good after a long broker outage.
+can stay out of its group for good after a long broker outage. A loop that does not come back
+from a call for `stall_timeout_s` ends the process (services.core.watchdog).
 
 Per partition, at most one written batch is unconfirmed, and a replay starts where it started:
 when a commit fails, the batch's partitions are rewound to the batch's first offsets and the next
@@ -38,6 +39,7 @@ from services.core.errors import RecordError, ServiceError, SinkUnavailable
 from services.core.metrics import Metrics
 from services.core.records import Incoming, Rejected
 from services.core.settings import ServiceSettings
+from services.core.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +75,12 @@ class ConsumerLoop(Generic[T]):
         dead_letters: DeadLetters,
         metrics: Metrics,
         renew: Callable[[], Consumer] | None = None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.name, self.settings, self.decode, self.sink = name, settings, decode, sink
         self.consumer, self.dead_letters, self.metrics = consumer, dead_letters, metrics
         self._renew = renew  # a new consumer, for one that no longer rejoins its group
+        self.watchdog = watchdog  # ends the process when the loop stops coming back
         self._outside_since: float | None = None  # not in a group generation since then
         self._stopping = False
         self._paused = False
@@ -98,8 +102,11 @@ class ConsumerLoop(Generic[T]):
             self.settings.group_id,
         )
         self.metrics.set("state", "running")
+        if self.watchdog is not None:
+            self.watchdog.start()
         try:
             while not self._stopping:
+                self._beat()
                 batch = self._collect()
                 if batch:
                     self._deliver(batch)
@@ -112,6 +119,19 @@ class ConsumerLoop(Generic[T]):
             self.metrics.maybe_report(force=True)
             self.consumer.close()
             self.sink.close()
+            if self.watchdog is not None:
+                self.watchdog.stop()
+
+    def _beat(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.beat()
+
+    def _in_downstream(self, call: Callable[[], R]) -> R:
+        """A sink or dead-letter call: bounded by its own timeouts, not by the watchdog's."""
+        if self.watchdog is None:
+            return call()
+        with self.watchdog.excused():
+            return call()
 
     def _subscribe(self) -> None:
         self._outside_since = time.monotonic()
@@ -161,6 +181,7 @@ class ConsumerLoop(Generic[T]):
                 timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
                 n = 1 if deadline is None else min(wanted - len(batch), 10_000)
                 incoming = [m for m in self.consumer.consume(n, timeout) if self._usable(m)]
+                self._beat()
             for i, message in enumerate(incoming):
                 record_bytes = len(message.key() or b"") + len(message.value() or b"")
                 if batch and (len(batch) >= wanted or size + record_bytes > max_bytes):
@@ -275,7 +296,7 @@ class ConsumerLoop(Generic[T]):
             sleep=self._idle,
             reraise=True,
         )
-        return retrying(write)
+        return retrying(lambda: self._in_downstream(write))
 
     def _pause(self, state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -301,6 +322,7 @@ class ConsumerLoop(Generic[T]):
             if self._stopping:
                 raise _Stopping
             self.consumer.poll(min(0.5, max(0.0, deadline - time.monotonic())))
+            self._beat()
             if self._revoked:
                 raise _Revoked
             self.metrics.maybe_report()

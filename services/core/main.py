@@ -1,9 +1,14 @@
 """The entry point every service shares: settings, logging, signals, the loop, exit codes.
 
 Exit codes: 0 stopped on request (or `--help`), 1 the downstream refused for good
-(FatalSinkError) or Kafka failed fatally, 2 a bad setting or an unknown argument.
+(FatalSinkError), Kafka failed fatally or the loop stalled (services.core.watchdog), 2 a bad
+setting or an unknown argument.
+
+SIGUSR1 writes the stack of every thread to standard error and the service goes on: what a
+service that stopped making progress is waiting for.
 """
 
+import faulthandler
 import logging
 import signal
 import sys
@@ -21,6 +26,7 @@ from services.core.loop import ConsumerLoop, Sink
 from services.core.metrics import Metrics, ServiceCollector
 from services.core.prometheus import serve
 from services.core.settings import ServiceSettings, load_settings
+from services.core.watchdog import Watchdog
 
 T = TypeVar("T")
 S = TypeVar("S", bound=ServiceSettings)
@@ -49,6 +55,7 @@ def build_loop(service: Service[S, T], settings: S) -> ConsumerLoop[T]:
         dead_letters=dead_letters,
         metrics=metrics,
         renew=lambda: Consumer(settings.consumer_config()),
+        watchdog=Watchdog(service.name, settings.stall_timeout_s),
     )
 
 
@@ -80,6 +87,7 @@ def run(service: Service[Any, Any], argv: list[str] | None = None) -> int:
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: loop.stop())
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         loop.run()
     except FatalSinkError as err:

@@ -40,6 +40,12 @@ class ServiceSettings(BaseSettings):
         gt=0,
         description="a consumer left without a group assignment this long is replaced by a new one",
     )
+    stall_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="a consumer loop that has not come back from a call this long ends the service"
+        " with exit code 1, for its supervisor to restart it (like max.poll.interval.ms)",
+    )
     metrics_file: Path | None = Field(None, description="JSON file with the service's figures, rewritten")
     metrics_interval_s: float = Field(10.0, gt=0, description="log a progress line this often")
     metrics_port: int = Field(

@@ -21,6 +21,7 @@ from services.core.metrics import ServiceCollector
 from services.core.prometheus import serve
 from services.core.records import Incoming, Rejected
 from services.core.settings import ServiceSettings
+from services.core.watchdog import Watchdog
 
 StackEnv = dict[str, str]
 
@@ -95,6 +96,7 @@ def start(
     *,
     group: str = "",
     wrap: Any = None,
+    start_now: bool = True,
     **overrides: Any,
 ) -> tuple[Any, threading.Thread]:
     values: dict[str, Any] = {
@@ -112,7 +114,8 @@ def start(
     if wrap is not None:
         loop.consumer = wrap(loop.consumer)
     thread = threading.Thread(target=loop.run, daemon=True)
-    thread.start()
+    if start_now:
+        thread.start()
     return loop, thread
 
 
@@ -244,7 +247,7 @@ def test_a_batch_waiting_for_the_downstream_is_dropped_when_its_partitions_move(
     waiting = RecordingSink()
     waiting.down = True
     # One batch of all 100 records, of both partitions, waits for the sink.
-    wide = {"batch_max_records": 100, "batch_max_wait_ms": 3000}
+    wide: dict[str, Any] = {"batch_max_records": 100, "batch_max_wait_ms": 3000}
     first, first_thread = start(stack_env, topics, waiting, group=group, **wide)
     produce(stack_env, topics[0], numbers(100))
     wait_until(lambda: waiting.failed_calls >= 2)
@@ -349,3 +352,78 @@ def test_a_consumer_left_outside_its_group_is_replaced_by_a_new_one(
     thread.join(30)
     assert stuck.closed and loop.consumer is not stuck
     assert sorted(sink.written) == list(range(20))
+
+
+class CommitNeverReturns:
+    """The loop's real consumer, whose second commit waits for good, as librdkafka's synchronous
+    commit does when no answer ever comes."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.commits = 0
+        self.hung = threading.Event()
+        self.release = threading.Event()
+
+    def commit(self, **kwargs: Any) -> Any:
+        self.commits += 1
+        if self.commits == 2:
+            self.hung.set()
+            self.release.wait(60)
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "released by the test"))
+        return self._consumer.commit(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def _watched(loop: Any, limit_s: float, on_stall: Any) -> None:
+    loop.watchdog = Watchdog("loop-test", limit_s, on_stall=on_stall)
+
+
+def test_a_call_that_never_returns_is_a_stall_for_the_watchdog(
+    stack_env: StackEnv, topics: tuple[str, str]
+) -> None:
+    sink = RecordingSink()
+    stalls: list[float] = []
+    hanging: list[CommitNeverReturns] = []
+
+    def wrap(consumer: Any) -> CommitNeverReturns:
+        hanging.append(CommitNeverReturns(consumer))
+        return hanging[0]
+
+    def on_stall(seconds: float) -> None:  # instead of ending the test's process
+        stalls.append(seconds)
+        hanging[0].release.set()
+
+    loop, thread = start(stack_env, topics, sink, wrap=wrap, batch_max_records=10, start_now=False)
+    _watched(loop, 2.0, on_stall)
+    thread.start()
+    produce(stack_env, topics[0], numbers(30))
+    assert hanging[0].hung.wait(60)
+    wait_until(lambda: len(stalls) == 1)
+    assert stalls[0] >= 2.0
+    loop.stop()
+    thread.join(30)
+
+
+class SlowSink(RecordingSink):
+    """A downstream that takes longer per batch than the watchdog's limit, but answers."""
+
+    def write(self, records: list[Incoming[int]]) -> list[Rejected]:
+        threading.Event().wait(1.5)
+        return super().write(records)
+
+
+def test_time_in_a_slow_sink_is_not_a_stall(stack_env: StackEnv, topics: tuple[str, str]) -> None:
+    sink = SlowSink()
+    stalls: list[float] = []
+    loop, thread = start(stack_env, topics, sink, batch_max_records=5, start_now=False)
+    _watched(loop, 1.0, stalls.append)
+    thread.start()
+    produce(stack_env, topics[0], numbers(20))
+    wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 20)
+    loop.stop()
+    thread.join(30)
+    assert sorted(sink.written) == list(range(20))
+    assert len(sink.batches) >= 3  # several writes of 1.5 s each, against a limit of 1 s
+    assert stalls == []

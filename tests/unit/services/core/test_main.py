@@ -2,8 +2,12 @@
 argument, before it connects anywhere (Kafka here points at a closed port)."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +38,30 @@ def test_an_unknown_argument_exits_2_naming_it(module: str) -> None:
     done = _run(module, SERVICES[module], "--bogus")
     assert done.returncode == 2
     assert "unknown arguments --bogus" in done.stderr
+
+
+def test_sigusr1_writes_every_thread_s_stack_and_the_service_goes_on(tmp_path: Path) -> None:
+    """What an operator (or the fault matrix) asks of a service that stopped making progress."""
+    log = tmp_path / "es_sink.log"
+    env = {**os.environ, "ES_SINK_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "services.es_sink"], env=env, stdout=out, stderr=out)
+    try:
+        _wait_for(lambda: "consuming" in log.read_text(), proc)
+        proc.send_signal(signal.SIGUSR1)
+        _wait_for(lambda: "most recent call first" in log.read_text(), proc)
+        assert "services/core/loop.py" in log.read_text()  # the loop's frames are in the dump
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None, f"the service exited with {proc.returncode}"
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.1)
