@@ -36,6 +36,10 @@ from infra.stack.supervise import Supervisor
 
 log = logging.getLogger("faults")
 
+STALL_TIMEOUT_S = 90
+# the services that write their threads' stacks on SIGUSR1 (to others it is deadly)
+STACK_DUMPERS = {MODULES[name] for name in ("slack_notifier", "es_sink", "s3_sink")}
+
 
 @dataclass
 class Row:
@@ -240,6 +244,10 @@ class FaultRun(Demo):
                 "SLACK_TIMEOUT_S": "5",
             }
         )
+        # A service whose loop stops coming back is ended and restarted well within a row's
+        # drain time (the default, five minutes, is sized for production's slower sinks).
+        for name, prefix in (("slack_notifier", "SLACK_"), ("es_sink", "ES_SINK_"), ("s3_sink", "S3_SINK_")):
+            self.pipeline.envs[name][f"{prefix}STALL_TIMEOUT_S"] = str(STALL_TIMEOUT_S)
         # A cap the 10-minute CDC stall reaches: past it, ratings are left in Kafka.
         self.pipeline.envs["enrichment"]["ENRICH_MAX_WAITING_RATINGS"] = "100000"
         self.lock = threading.Lock()
@@ -307,6 +315,7 @@ class FaultRun(Demo):
                     break
             if time.monotonic() > deadline:
                 faults.note("did not recover within the load and the drain timeout")
+                self.show_stacks()
                 break
             time.sleep(1)
         if recovery is not None:
@@ -321,6 +330,19 @@ class FaultRun(Demo):
         }
         print(result.text(), flush=True)
         return row
+
+    def show_stacks(self) -> None:
+        """Has each consumer service write where its threads are (SIGUSR1, see services.core.main)
+        and prints that with the end of its log: what a stage that did not catch up waits for."""
+        with self.lock:
+            services = [c for c in self.pipeline.children.values() if c.module in STACK_DUMPERS and c.alive()]
+            for child in services:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.proc.pid, signal.SIGUSR1)
+        time.sleep(2)
+        for child in services:
+            quiet = [line for line in child.tail(400).splitlines() if not line.startswith("%")]
+            print(f"==> {child.name}: the end of its log\n" + "\n".join(quiet[-60:]), flush=True)
 
     def _inject(self, scn: Scenario, faults: Faults) -> None:
         try:
