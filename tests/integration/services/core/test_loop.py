@@ -96,7 +96,7 @@ def start(
     *,
     group: str = "",
     wrap: Any = None,
-    start_now: bool = True,
+    watchdog: Watchdog | None = None,
     **overrides: Any,
 ) -> tuple[Any, threading.Thread]:
     values: dict[str, Any] = {
@@ -113,9 +113,10 @@ def start(
     loop = build_loop(Service("loop-test", LoopSettings, decode, lambda _s: sink), settings)
     if wrap is not None:
         loop.consumer = wrap(loop.consumer)
+    if watchdog is not None:  # one that reports a stall instead of ending the test's process
+        loop.watchdog = watchdog
     thread = threading.Thread(target=loop.run, daemon=True)
-    if start_now:
-        thread.start()
+    thread.start()
     return loop, thread
 
 
@@ -376,10 +377,6 @@ class CommitNeverReturns:
         return getattr(self._consumer, name)
 
 
-def _watched(loop: Any, limit_s: float, on_stall: Any) -> None:
-    loop.watchdog = Watchdog("loop-test", limit_s, on_stall=on_stall)
-
-
 def test_a_call_that_never_returns_is_a_stall_for_the_watchdog(
     stack_env: StackEnv, topics: tuple[str, str]
 ) -> None:
@@ -395,9 +392,8 @@ def test_a_call_that_never_returns_is_a_stall_for_the_watchdog(
         stalls.append(seconds)
         hanging[0].release.set()
 
-    loop, thread = start(stack_env, topics, sink, wrap=wrap, batch_max_records=10, start_now=False)
-    _watched(loop, 2.0, on_stall)
-    thread.start()
+    watchdog = Watchdog("loop-test", 2.0, on_stall=on_stall)
+    loop, thread = start(stack_env, topics, sink, wrap=wrap, watchdog=watchdog, batch_max_records=10)
     produce(stack_env, topics[0], numbers(30))
     assert hanging[0].hung.wait(60)
     wait_until(lambda: len(stalls) == 1)
@@ -417,9 +413,8 @@ class SlowSink(RecordingSink):
 def test_time_in_a_slow_sink_is_not_a_stall(stack_env: StackEnv, topics: tuple[str, str]) -> None:
     sink = SlowSink()
     stalls: list[float] = []
-    loop, thread = start(stack_env, topics, sink, batch_max_records=5, start_now=False)
-    _watched(loop, 1.0, stalls.append)
-    thread.start()
+    watchdog = Watchdog("loop-test", 1.0, on_stall=stalls.append)
+    loop, thread = start(stack_env, topics, sink, watchdog=watchdog, batch_max_records=5)
     produce(stack_env, topics[0], numbers(20))
     wait_until(lambda: committed_total(stack_env, loop.settings.group_id, topics[0]) == 20)
     loop.stop()

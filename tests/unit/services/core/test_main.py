@@ -6,10 +6,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.services import ServiceProcess
 
 SERVICES = {
     "services.es_sink": "ES_SINK_",
@@ -42,26 +42,16 @@ def test_an_unknown_argument_exits_2_naming_it(module: str) -> None:
 
 def test_sigusr1_writes_every_thread_s_stack_and_the_service_goes_on(tmp_path: Path) -> None:
     """What an operator (or the fault matrix) asks of a service that stopped making progress."""
-    log = tmp_path / "es_sink.log"
-    env = {**os.environ, "ES_SINK_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "services.es_sink"], env=env, stdout=out, stderr=out)
-    try:
-        _wait_for(lambda: "consuming" in log.read_text(), proc)
-        proc.send_signal(signal.SIGUSR1)
-        _wait_for(lambda: "most recent call first" in log.read_text(), proc)
-        assert "services/core/loop.py" in log.read_text()  # the loop's frames are in the dump
-        assert proc.poll() is None
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
-    finally:
-        proc.kill()
-        proc.wait(10)
-
-
-def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert proc.poll() is None, f"the service exited with {proc.returncode}"
-        assert time.monotonic() < deadline, "not within the time"
+    service = ServiceProcess(
+        "services.es_sink", "ES_SINK_", {"ES_SINK_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, tmp_path
+    )
+    service.start()
+    service.wait_for(lambda m: m.get("state") == "running", "the loop running")
+    assert service.proc is not None
+    service.proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 30
+    while "most recent call first" not in service.tail(400) and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert "services/core/loop.py" in service.tail(400)  # the loop's frames are in the dump
+    assert service.proc.poll() is None, service.tail()
+    assert service.stop() == 0
