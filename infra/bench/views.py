@@ -7,11 +7,13 @@ service, keeps a trickle of customer updates going, then
 0. warm-up: ratings at --rate per second for --warmup seconds (the JVMs compile Spark's planning
    code for their first minutes), reported apart;
 1. measured: ratings at --rate per second for --duration seconds, while a second process sends
-   pull queries at --pull-rate per second (keys drawn at random over the customers). Figures:
+   pull queries at --pull-rate per second (keys drawn at random over the --customers customers
+   with the lowest ids: the table may hold more, seeded by another benchmark). Figures:
    the enrichment job's latency (rating produced -> enriched record readable, read_committed),
    the views' freshness (rating produced -> the customer_ratings row that counts it applied in
-   the query service, read from its change stream), whether the views kept up, and the pull
-   queries' rate and latency (client side);
+   the query service, read from its change stream by a third process), whether the views kept
+   up, and the pull queries' rate and latency (client side). The two clients of the query
+   service have sessions of their own, as clients on other machines would have their own cores;
 2. restart: the query service stopped and started again; time from its start to /health 200,
    with the rows it then serves.
 Prints the figures and writes them as JSON (--out).
@@ -20,7 +22,6 @@ Prints the figures and writes them as JSON (--out).
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,13 +29,13 @@ import threading
 import time
 import urllib.request
 import uuid
-from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from infra.bench.freshness import in_window
 from infra.bench.job import (
     Latencies,
     children,
@@ -57,54 +58,18 @@ from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
 
 PORT = 8097  # not the demo's 8087: a demo may be running
-LAST_RATING_TIME = re.compile(r'"last_rating_time":(\d+)')
 
 
-class Freshness(threading.Thread):
-    """Follows /views/customer_ratings/changes and records, per change, now - the row's
-    last_rating_time (set when the rating was produced): how old the newest counted rating is
-    when its row becomes readable by key."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(daemon=True)
-        self.port = port
-        self.samples: list[int] = []
-        self.timing = False
-        self.stop = threading.Event()
-        self.changes = 0
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self._follow()
-            except OSError:
-                pass
-            time.sleep(0.5)  # the view has no rows yet (404), or the service cut us off: again
-
-    def _follow(self) -> None:
-        """One subscription, until it ends: the service cuts off a subscriber that falls more than
-        its queue behind (a catch-up batch of the views job can change 100,000 rows at once)."""
-        conn = HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            conn.request("GET", "/views/customer_ratings/changes")
-            response = conn.getresponse()
-            if response.status != 200:
-                return
-            event = ""
-            while not self.stop.is_set():
-                line = response.readline()
-                if not line:
-                    return
-                text = line.decode().rstrip("\n")
-                if text.startswith("event:"):
-                    event = text[6:].strip()
-                elif text.startswith("data:") and event == "change":
-                    self.changes += 1
-                    # A regex, not a JSON parse of each row: the follower shares the cores it measures.
-                    if self.timing and (found := LAST_RATING_TIME.search(text)) is not None:
-                        self.samples.append(int(time.time() * 1000) - int(found.group(1)))
-        finally:
-            conn.close()
+def stop_follower(follower: subprocess.Popen[bytes], out: Path) -> list[list[int]]:
+    """Stops the freshness follower; the samples it wrote, [arrived_ms, age_ms] each."""
+    follower.send_signal(signal.SIGTERM)
+    try:
+        follower.wait(60)
+    except subprocess.TimeoutExpired:
+        follower.kill()
+        raise SystemExit("the freshness follower did not stop within 60 s") from None
+    samples: list[list[int]] = json.loads(out.read_text())["samples"]
+    return samples
 
 
 def http_get(port: int, path: str, timeout_s: float = 2) -> tuple[int, Any]:
@@ -336,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         "client_realtime": args.client_realtime,
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
+    follower: subprocess.Popen[bytes] | None = None
     stop_trickle = threading.Event()
     try:
         print(f"starting the enrichment job (logs in {work}) ...", flush=True)
@@ -349,8 +315,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         wait_healthy(PORT, procs["api"], 300)
         if args.api_realtime:
             realtime(procs["api"].pid)
-        freshness = Freshness(PORT)
-        freshness.start()
+        # The freshness follower and the pull client are processes with sessions of their own,
+        # as clients on other machines would be: in the benchmark's session they would wait for
+        # a core behind its producer and latency reader, and their figures would carry that wait.
+        fresh_out = work / "freshness.json"
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "infra.bench.freshness", "--port", str(PORT), "--out", str(fresh_out)],
+            start_new_session=True,
+        )
         threading.Thread(
             target=trickle_updates, args=(env, ids, args.updates_per_s, stop_trickle), daemon=True
         ).start()
@@ -379,22 +351,23 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                         str(seconds),
                     ],
                     stdout=subprocess.PIPE,
+                    start_new_session=True,
                 )
                 if args.client_realtime:
                     realtime(pull.pid)
-            freshness.samples, freshness.timing = [], measured
             jvms: dict[str, int] = {
                 name: pid for name in ("job", "views") if name in procs and (pid := job_jvm(procs[name].pid))
             }
             cpu_before = {name: thread_cpu_s(pid) for name, pid in jvms.items()}
             pythons = {f"{name}_python": proc.pid for name, proc in procs.items()}
+            pythons["freshness_client"] = follower.pid
             if "api" in procs and (changelog := changelog_process(procs["api"].pid)):
                 pythons["api_changelog"] = changelog
             python_before = {name: thread_cpu_s(pid) for name, pid in pythons.items()}
             watched: dict[str, int] = {**jvms, **pythons, "bench_python": os.getpid()}
             waits_before = {name: runqueue_wait_s(pid) for name, pid in watched.items()}
             machine_before, bench_before = _machine_busy_s(), time.process_time()
-            t0 = time.monotonic()
+            t0, window_start_ms = time.monotonic(), int(time.time() * 1000)
             figures = fixed_rate(
                 latencies,
                 producer,
@@ -407,14 +380,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
             figures["views_caught_up_after_s"] = wait_views_caught_up(
                 servers, job_topics["enriched"], PORT, 120
             )
-            freshness.timing = False
-            fresh = freshness.samples
-            figures["freshness"] = {
-                "changes": len(fresh),
-                "p50_ms": percentile(fresh, 0.5),
-                "p99_ms": percentile(fresh, 0.99),
-                "max_ms": max(fresh, default=None),
-            }
+            window_end_ms = int(time.time() * 1000)
             elapsed = time.monotonic() - t0
             figures["jvm_cores"] = {
                 name: cores_used(before, thread_cpu_s(jvms[name]), elapsed)
@@ -454,6 +420,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                     figures["pull"]["runqueue_wait_s"] / elapsed, 3
                 )
             figures["cores"] = {**processes, "machine": round(machine, 2)}
+            if measured:
+                fresh = in_window(stop_follower(follower, fresh_out), window_start_ms, window_end_ms)
+                figures["freshness"] = {
+                    "changes": len(fresh),
+                    "p50_ms": percentile(fresh, 0.5),
+                    "p99_ms": percentile(fresh, 0.99),
+                    "max_ms": max(fresh, default=None),
+                }
             results[phase] = figures
             print(json.dumps(figures), flush=True)
 
@@ -466,10 +440,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         rows = {v["name"]: v["rows"] for v in answer["views"]} if status == 200 else {}
         results["restart"] = {"to_healthy_s": round(restart_s, 2), "rows": rows}
         print(json.dumps(results["restart"]), flush=True)
-        freshness.stop.set()
         latencies.stop.set()
     finally:
         stop_trickle.set()
+        if follower is not None and follower.poll() is None:
+            follower.kill()
         for name, proc in procs.items():
             stop(proc, signal.SIGTERM if name == "api" else signal.SIGINT)
         admin = AdminClient({"bootstrap.servers": servers})
