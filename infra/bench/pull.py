@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import uvloop
+
 
 async def _connection(
     port: int,
@@ -86,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=8)
     args = parser.parse_args(argv)
     ids = json.loads(args.ids.read_text())
-    figures = asyncio.run(run(args.port, ids, args.rate, args.duration, args.connections))
+    # On uvloop, as the query service: the client shares the cores it measures, and on asyncio's
+    # own loop it took about a third more CPU a request (190 us against 140 us, 1,000/s).
+    figures = uvloop.run(run(args.port, ids, args.rate, args.duration, args.connections))
     print(json.dumps(figures), flush=True)
     return 0
 
