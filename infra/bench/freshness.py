@@ -8,8 +8,7 @@ now - the row's `last_rating_time`, the time its newest rating was produced: how
 is when its row becomes readable by key. The snapshot's rows are not changes and are not timed.
 
 It runs until SIGTERM or SIGINT, then writes `{"samples": [[arrived_ms, age_ms], ...], ...}`
-to --out, with its own CPU time and the time it waited for a core: it shares the cores it
-measures, as the pull client does.
+to --out. The benchmark reads the follower's CPU time from /proc by its pid.
 """
 
 import argparse
@@ -77,8 +76,6 @@ class Follower:
             "samples": list(self.samples),
             "changes": self.changes,
             "subscriptions": self.subscriptions,
-            "cpu_s": round(time.process_time(), 2),
-            "runqueue_wait_s": round(float(Path("/proc/self/schedstat").read_text().split()[1]) / 1e9, 2),
         }
 
 
