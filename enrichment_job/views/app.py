@@ -46,7 +46,12 @@ log = logging.getLogger("enrichment_job.views")
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 KEYED_QUERY = "views"  # the views without an event time
 DLQ_QUERY = "dead-letters"
-VIEWS_POOL = "views"  # scheduler_pools.xml
+# Scheduler pools (scheduler_pools.xml). In the views job's own application the
+# customer_ratings query is first in line for a task slot ("default") and the windowed and
+# dead-letter queries take one only when none of its tasks waits ("background"); inside the
+# enrichment job's application every views query is behind the enrichment's batches ("views").
+OWN_POOLS = ("default", "background")
+IN_JOB_POOLS = ("views", "views")
 _TYPES: dict[type[DataType], str] = {
     IntegerType: "int",
     LongType: "long",
@@ -61,17 +66,19 @@ def column_types(df: DataFrame) -> list[dict[str, str]]:
     return [{"name": f.name, "type": _TYPES.get(type(f.dataType), "string")} for f in df.schema.fields]
 
 
-def enriched_stream(spark: SparkSession, settings: ViewsSettings) -> DataFrame:
-    """The enriched topic, committed records only, parsed (`dlq_reason` null = readable)."""
-    raw = (
+def enriched_stream(spark: SparkSession, settings: ViewsSettings, min_partitions: int = 0) -> DataFrame:
+    """The enriched topic, committed records only, parsed (`dlq_reason` null = readable), in at
+    least `min_partitions` tasks a batch (0: one per topic partition)."""
+    reader = (
         spark.readStream.format("kafka")
         .options(**settings.kafka_options())
         .option("subscribe", settings.enriched_topic)
         .option("startingOffsets", settings.starting_offsets)
         .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
-        .load()
     )
-    return parse_enriched(raw)
+    if min_partitions:
+        reader = reader.option("minPartitions", min_partitions)
+    return parse_enriched(reader.load())
 
 
 class _Sink:
@@ -209,7 +216,7 @@ def start(settings: ViewsSettings) -> RunningViews:
     archive = driver_archive(settings, "ratings-views")
     spark = build_session(settings, "ratings-views", archive)
     spark.streams.addListener(ProgressListener(metrics))
-    return RunningViews(spark, start_queries(spark, settings), endpoint, archive)
+    return RunningViews(spark, start_queries(spark, settings, OWN_POOLS), endpoint, archive)
 
 
 def use_rocksdb_state(spark: SparkSession) -> None:
@@ -231,19 +238,32 @@ def queries_of(views: tuple[View, ...]) -> dict[str, tuple[View, ...]]:
     return ({KEYED_QUERY: keyed} if keyed else {}) | windowed
 
 
-def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[StreamingQuery, ...]:
+def start_queries(
+    spark: SparkSession, settings: ViewsSettings, pools: tuple[str, str] = IN_JOB_POOLS
+) -> tuple[StreamingQuery, ...]:
     """The views' queries and the dead-letter query, in `spark` (its own application, or the
-    enrichment job's when ENRICH_VIEWS_IN_JOB is on)."""
+    enrichment job's when ENRICH_VIEWS_IN_JOB is on). `pools`: the scheduler pools of the
+    customer_ratings query and of the others.
+
+    The windowed and dead-letter queries read a batch in at least
+    VIEWS_JOB_BACKGROUND_MIN_PARTITIONS tasks: a task runs to its end once started, so short
+    ones free a slot for the next customer_ratings batch sooner."""
     use_rocksdb_state(spark)
     run = run_id(settings.state)
     views = declared(settings)
-    # A query's thread takes the pool of the thread that starts it: inside the enrichment job's
-    # application the views' tasks take a slot only when no enrichment task waits for one.
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", VIEWS_POOL)
+    keyed_pool, background_pool = pools
+    stateful = queries_of(views)
+    chosen = settings.chosen_queries((*stateful, DLQ_QUERY))
     started = []
-    for query, kept in queries_of(views).items():
-        counted = enriched_stream(spark, settings).where(F.col("dlq_reason").isNull())
-        trigger = settings.trigger_interval if query == KEYED_QUERY else settings.windowed_trigger_interval
+    for query, kept in stateful.items():
+        if query not in chosen:
+            continue
+        keyed = query == KEYED_QUERY
+        # A query's thread takes the pool of the thread that starts it.
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", keyed_pool if keyed else background_pool)
+        split = 0 if keyed else settings.background_min_partitions
+        counted = enriched_stream(spark, settings, split).where(F.col("dlq_reason").isNull())
+        trigger = settings.trigger_interval if keyed else settings.windowed_trigger_interval
         started.append(
             aggregate_views(counted, kept)
             .writeStream.queryName(query)
@@ -253,16 +273,18 @@ def start_queries(spark: SparkSession, settings: ViewsSettings) -> tuple[Streami
             .trigger(processingTime=trigger)
             .start()
         )
-    started.append(_dead_letter_query(spark, settings, views, run))
+    if DLQ_QUERY in chosen:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", background_pool)
+        started.append(_dead_letter_query(spark, settings, views, run))
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
-    log.info("views running (run %s): %s", run, ", ".join(settings.topic(v.name) for v in views))
+    log.info("views queries running (run %s): %s", run, ", ".join(chosen))
     return tuple(started)
 
 
 def _dead_letter_query(
     spark: SparkSession, settings: ViewsSettings, views: tuple[View, ...], run: str
 ) -> StreamingQuery:
-    parsed = enriched_stream(spark, settings)
+    parsed = enriched_stream(spark, settings, settings.background_min_partitions)
     reason = F.col("dlq_reason")
     for view in views:
         if view.refuses is not None:

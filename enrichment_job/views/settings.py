@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from enrichment_job.state_dir import ObjectStoreSettings, StateDir, check_uri, metrics_path
+from services.core.errors import ConfigError
 
 
 class ViewsSettings(BaseSettings, ObjectStoreSettings):
@@ -71,6 +72,19 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
         description="trigger of each view with an event time (segment_hourly), a query of its own",
     )
     dlq_trigger_interval: str = Field("30 seconds", description="the dead-letter query's trigger")
+    background_min_partitions: int = Field(
+        16,
+        ge=0,
+        description="Spark tasks a batch, at least, of the windowed and dead-letter queries (0: one"
+        " per topic partition); short tasks let a customer_ratings batch have a task slot sooner",
+    )
+    queries: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9_,. -]*$",
+        description="the queries this process runs, comma-separated (empty: all): views (the views"
+        " without an event time), view-<name> (each view with one), dead-letters. Two processes"
+        " with different state folders may share them out",
+    )
     spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
     shuffle_partitions: int = Field(
         2, gt=0, description="state partitions of the views' query (fixed at first start)"
@@ -109,6 +123,17 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
     @property
     def metrics_path(self) -> Path | None:
         return metrics_path(self.metrics_file, self.state)
+
+    def chosen_queries(self, known: tuple[str, ...]) -> tuple[str, ...]:
+        """The queries of `known` this process runs; an unknown name is a settings error."""
+        if not self.queries.strip():
+            return known
+        chosen = tuple(dict.fromkeys(q.strip() for q in self.queries.split(",") if q.strip()))
+        if unknown := [q for q in chosen if q not in known]:
+            raise ConfigError(
+                f"VIEWS_JOB_QUERIES: unknown {', '.join(unknown)} (the queries: {', '.join(known)})"
+            )
+        return chosen
 
     def topic(self, view: str) -> str:
         return f"{self.topic_prefix}{view}"

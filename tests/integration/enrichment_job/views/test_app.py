@@ -204,3 +204,38 @@ def test_on_the_cluster_with_state_in_s3_the_views_are_exact_after_a_kill_9(
     assert state.exists("checkpoints/views/state/0"), "the keyed views' state is in the bucket"
     assert not (tmp_path / "views-state").exists(), "nothing of the state on the local disk"
     assert job.stop() == 0
+
+
+def test_two_processes_share_the_queries_out_and_the_views_stay_exact_after_a_kill_9(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
+) -> None:
+    """VIEWS_JOB_QUERIES: customer_ratings in one process, the windowed and dead-letter queries
+    in another, each with a state folder of its own; together they write what one process
+    writes, and a kill -9 of the first while records stream in loses and doubles nothing."""
+    rng = random.Random(13)
+    first, second = records(0, 600, rng), records(600, 600, rng)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in first] + [(b"1", b"not json at all")])
+    lateness = {"VIEWS_JOB_WINDOW_LATENESS_S": str(LATENESS_S)}
+    (tmp_path / "keyed").mkdir()
+    (tmp_path / "background").mkdir()
+    keyed = ViewsJob(stack_env, topics, tmp_path / "keyed", VIEWS_JOB_QUERIES="views", **lateness)
+    background = ViewsJob(
+        stack_env,
+        topics,
+        tmp_path / "background",
+        VIEWS_JOB_QUERIES="view-segment_hourly, dead-letters",
+        **lateness,
+    )
+    keyed.start()
+    background.start()
+    wait_until(lambda: views_match(stack_env, topics, first), keyed)
+    kill_mid_stream(stack_env, topics, keyed, second, rng.uniform(0.8, 1.6))  # 2.4 s of stream
+    wait_until(lambda: views_match(stack_env, topics, first + second), keyed)
+    assert_no_change_twice(stack_env, topics)
+    late_ones = sum(late(r, LATENESS_S) for r in first + second)
+    assert late_ones > 10
+    assert len(read_topic(stack_env, topics.dlq, min_records=1 + late_ones)) == 1 + late_ones
+    started = [line for line in keyed.log.read_text().splitlines() if "views queries running" in line]
+    assert started and all(line.endswith(": views") for line in started), started
+    assert background.stop() == 0
+    assert keyed.stop() == 0

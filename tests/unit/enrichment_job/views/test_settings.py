@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from enrichment_job.views.settings import ViewsSettings
+from services.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[4]
 NOT_FIELDS = {"VIEWS_JOB_ENV_FILE"}
@@ -64,3 +67,15 @@ def test_spark_reads_only_committed_enriched_records() -> None:
     assert options["kafka.isolation.level"] == "read_committed"
     assert options["kafka.sasl.jaas.config"] == "j" and "kafka.sasl.username" not in options
     assert settings.producer_config()["sasl.username"] == "views"
+
+
+def test_queries_default_to_all_and_a_subset_keeps_its_order_once() -> None:
+    known = ("views", "view-segment_hourly", "dead-letters")
+    assert ViewsSettings().chosen_queries(known) == known
+    chosen = ViewsSettings(queries=" dead-letters, view-segment_hourly,dead-letters ").chosen_queries(known)
+    assert chosen == ("dead-letters", "view-segment_hourly")
+
+
+def test_an_unknown_query_is_an_error_naming_the_setting_and_the_known_queries() -> None:
+    with pytest.raises(ConfigError, match=r"VIEWS_JOB_QUERIES: unknown view-customer_ratings .*dead-letters"):
+        ViewsSettings(queries="views,view-customer_ratings").chosen_queries(("views", "dead-letters"))
