@@ -1,9 +1,11 @@
 """make bench-views: the materialized views under the enrichment job's load, as figures.
 
 Against the running local stack, on topics of its own: seeds customers in the customer
-database (MariaDB or PostgreSQL), starts the enrichment job (fresh state), the views job (its
-own Spark application, or inside the enrichment job's with --in-job) and the views query
-service, keeps a trickle of customer updates going, then
+database (MariaDB or PostgreSQL), starts the enrichment job (fresh state), the views job (two
+processes of its own: customer_ratings in one, the windowed and dead-letter queries at a lower
+CPU weight in the other; one process with --one-views-process; inside the enrichment job's
+application with --in-job) and the views query service, keeps a trickle of customer updates
+going, then
 0. warm-up: ratings at --rate per second for --warmup seconds (the JVMs compile Spark's planning
    code for their first minutes), reported apart;
 1. measured: ratings at --rate per second for --duration seconds, while a second process sends
@@ -250,6 +252,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pull-rate", type=float, default=1_000, help="pull queries per second (0: none)")
     parser.add_argument("--in-job", action="store_true", help="run the views inside the enrichment job")
     parser.add_argument(
+        "--one-views-process",
+        dest="split_views",
+        action="store_false",
+        help="the views job as one process; by default it runs as two (VIEWS_JOB_QUERIES): "
+        "customer_ratings in one, the windowed and dead-letter queries in the other, whose "
+        "session has a nice of --background-session-nice",
+    )
+    parser.add_argument(
+        "--background-session-nice",
+        type=int,
+        default=10,
+        help="the nice of the second views process's session (its CPU weight against the others')",
+    )
+    parser.add_argument(
         "--api-session-nice",
         type=int,
         default=None,
@@ -295,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
     results: dict[str, Any] = {
         "customers": len(ids),
         "views_in_job": args.in_job,
+        "split_views": args.split_views,
         "rate": args.rate,
         "api_session_nice": args.api_session_nice,
         "api_realtime": args.api_realtime,
@@ -307,7 +324,19 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         print(f"starting the enrichment job (logs in {work}) ...", flush=True)
         procs["job"] = start_job(env, job_topics, work / "job", 0, work / "job.log", extra=job_extra)
         wait_caught_up(work / "job", procs["job"], 900)
-        if not args.in_job:
+        if args.split_views and not args.in_job:
+            keyed_env = {**views_env, "VIEWS_JOB_QUERIES": "views"}
+            procs["views"] = spawn("enrichment_job.views", keyed_env, work / "views.log")
+            background_env = {
+                **views_env,
+                "VIEWS_JOB_QUERIES": "view-segment_hourly,dead-letters",
+                "VIEWS_JOB_STATE_DIR": str(work / "views-background"),
+            }
+            procs["views_background"] = spawn(
+                "enrichment_job.views", background_env, work / "views-background.log"
+            )
+            session_nice(procs["views_background"].pid, args.background_session_nice)
+        elif not args.in_job:
             procs["views"] = spawn("enrichment_job.views", views_env, work / "views.log")
         api_env = service_env(env, view_topics, work / "api")
         procs["api"] = spawn("services.views", api_env, work / "api.log")
@@ -356,7 +385,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 if args.client_realtime:
                     realtime(pull.pid)
             jvms: dict[str, int] = {
-                name: pid for name in ("job", "views") if name in procs and (pid := job_jvm(procs[name].pid))
+                name: pid
+                for name in ("job", "views", "views_background")
+                if name in procs and (pid := job_jvm(procs[name].pid))
             }
             cpu_before = {name: thread_cpu_s(pid) for name, pid in jvms.items()}
             pythons = {f"{name}_python": proc.pid for name, proc in procs.items()}
