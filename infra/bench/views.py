@@ -122,15 +122,15 @@ def realtime(pid: int) -> None:
             continue
 
 
-def session_nice(pid: int, nice: int | None) -> None:
-    """Sets the CPU weight of `pid`'s session (its autogroup), when given."""
+def session_nice(pid: int, nice: int | None, option: str) -> None:
+    """Sets the CPU weight of `pid`'s session (its autogroup), when given (by `option`)."""
     if nice is None:
         return
     autogroup = Path(f"/proc/{pid}/autogroup")
     try:
         autogroup.write_text(str(nice))
     except OSError as err:
-        raise SystemExit(f"--api-session-nice {nice}: cannot write {autogroup}: {err}") from err
+        raise SystemExit(f"{option} {nice}: cannot write {autogroup}: {err}") from err
 
 
 def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -275,6 +275,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "its own would in production (below 0 needs root)",
     )
     parser.add_argument(
+        "--client-session-nice",
+        type=int,
+        default=None,
+        help="the pull client's CPU weight, as --api-session-nice: its latencies then carry less of "
+        "its own wait for a core, which a client on another machine would not share",
+    )
+    parser.add_argument(
         "--api-realtime",
         action="store_true",
         help="the query service's server process (not its changelog process) on the real-time "
@@ -314,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         "split_views": args.split_views,
         "rate": args.rate,
         "api_session_nice": args.api_session_nice,
+        "client_session_nice": args.client_session_nice,
         "api_realtime": args.api_realtime,
         "client_realtime": args.client_realtime,
     }
@@ -335,12 +343,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
             procs["views_background"] = spawn(
                 "enrichment_job.views", background_env, work / "views-background.log"
             )
-            session_nice(procs["views_background"].pid, args.background_session_nice)
+            session_nice(
+                procs["views_background"].pid, args.background_session_nice, "--background-session-nice"
+            )
         elif not args.in_job:
             procs["views"] = spawn("enrichment_job.views", views_env, work / "views.log")
         api_env = service_env(env, view_topics, work / "api")
         procs["api"] = spawn("services.views", api_env, work / "api.log")
-        session_nice(procs["api"].pid, args.api_session_nice)
+        session_nice(procs["api"].pid, args.api_session_nice, "--api-session-nice")
         wait_healthy(PORT, procs["api"], 300)
         if args.api_realtime:
             realtime(procs["api"].pid)
@@ -382,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                     stdout=subprocess.PIPE,
                     start_new_session=True,
                 )
+                session_nice(pull.pid, args.client_session_nice, "--client-session-nice")
                 if args.client_realtime:
                     realtime(pull.pid)
             jvms: dict[str, int] = {
@@ -465,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         print("restart: the query service stopped and started again ...", flush=True)
         stop(procs.pop("api"), signal.SIGTERM)
         procs["api"] = spawn("services.views", api_env, work / "api.log")
-        session_nice(procs["api"].pid, args.api_session_nice)
+        session_nice(procs["api"].pid, args.api_session_nice, "--api-session-nice")
         restart_s = wait_healthy(PORT, procs["api"], 300)
         status, answer = http_get(PORT, "/views")
         rows = {v["name"]: v["rows"] for v in answer["views"]} if status == 200 else {}
