@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
     results: dict[str, Any] = {
         "customers": len(ids),
         "views_in_job": args.in_job,
-        "split_views": args.split_views,
+        "split_views": args.split_views and not args.in_job,
         "rate": args.rate,
         "api_session_nice": args.api_session_nice,
         "client_session_nice": args.client_session_nice,
