@@ -18,11 +18,14 @@ from typing import Any
 
 import uvloop
 
+from services.core.sched import request_slice
+
 
 async def _connection(
     port: int,
     due: "asyncio.Queue[tuple[float, int] | None]",
     latencies: list[float],
+    dues: list[float],
     statuses: dict[int, int],
 ) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -37,6 +40,7 @@ async def _connection(
                 length = int(value)
         await reader.readexactly(length)
         latencies.append(time.perf_counter() - at)
+        dues.append(at)
         status = int(status_line.split()[1])
         statuses[status] = statuses.get(status, 0) + 1
     writer.close()
@@ -45,9 +49,13 @@ async def _connection(
 async def run(port: int, ids: list[int], rate: float, duration_s: float, connections: int) -> dict[str, Any]:
     due: asyncio.Queue[tuple[float, int] | None] = asyncio.Queue()
     latencies: list[float] = []
+    dues: list[float] = []
     statuses: dict[int, int] = {}
-    workers = [asyncio.create_task(_connection(port, due, latencies, statuses)) for _ in range(connections)]
+    workers = [
+        asyncio.create_task(_connection(port, due, latencies, dues, statuses)) for _ in range(connections)
+    ]
     rnd = random.Random(11)
+    started_unix = time.time()
     start = time.perf_counter()
     count = int(rate * duration_s)
     for i in range(count):
@@ -67,16 +75,33 @@ async def run(port: int, ids: list[int], rate: float, duration_s: float, connect
 
     return {
         "target_per_s": rate,
+        "started_unix": round(started_unix, 3),  # to match worst_seconds with other programs' logs
         "requests": len(latencies),
         "achieved_per_s": round(len(latencies) / elapsed),
         "statuses": statuses,
         "p50_ms": ms(0.5),
         "p99_ms": ms(0.99),
         "max_ms": round(ordered[-1] * 1000, 2),
+        "worst_seconds": _worst_seconds(start, dues, latencies),
         "cpu_s": round(time.process_time(), 2),  # this client's own CPU: it shares the cores it measures
         # and the time it was ready to run but waited for a core, which its latencies include
         "runqueue_wait_s": round(float(Path("/proc/self/schedstat").read_text().split()[1]) / 1e9, 2),
     }
+
+
+def _worst_seconds(
+    start: float, dues: list[float], latencies: list[float], top: int = 5
+) -> list[dict[str, float]]:
+    """The seconds of the run (counted from its start, by when a request was due) whose slowest
+    request was slowest: whether a p99 comes from a few stalls or from every second."""
+    worst: dict[int, float] = {}
+    count: dict[int, int] = {}
+    for at, latency in zip(dues, latencies, strict=True):
+        second = int(at - start)
+        worst[second] = max(worst.get(second, 0.0), latency)
+        count[second] = count.get(second, 0) + (latency > 0.02)
+    ranked = sorted(worst, key=lambda s: worst[s], reverse=True)[:top]
+    return [{"second": s, "max_ms": round(worst[s] * 1000, 1), "over_20_ms": count[s]} for s in ranked]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=1000)
     parser.add_argument("--duration", type=float, default=30)
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument(
+        "--slice-us", type=int, default=0, help="scheduler slice to ask for this thread (0: the kernel's)"
+    )
     args = parser.parse_args(argv)
+    request_slice(args.slice_us)
     ids = json.loads(args.ids.read_text())
     # On uvloop, as the query service: the client shares the cores it measures, and on asyncio's
     # own loop it took about a third more CPU a request (190 us against 140 us, 1,000/s).

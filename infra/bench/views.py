@@ -293,6 +293,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="the pull client on the real-time round-robin policy too: its latencies then leave out "
         "its own wait for a core, which a client on another machine would not share",
     )
+    parser.add_argument(
+        "--api-slice-us",
+        type=int,
+        default=None,
+        help="VIEWS_SCHED_SLICE_US for the query service (default: the service's own default)",
+    )
+    parser.add_argument(
+        "--client-slice-us",
+        type=int,
+        default=0,
+        help="the time slice the pull client's thread asks of the scheduler, as the query service's"
+        " VIEWS_SCHED_SLICE_US (0: the kernel's default)",
+    )
     parser.add_argument("--updates-per-s", type=float, default=5)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "views.json")
     return parser.parse_args(argv)
@@ -324,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         "client_session_nice": args.client_session_nice,
         "api_realtime": args.api_realtime,
         "client_realtime": args.client_realtime,
+        "api_slice_us": args.api_slice_us,
+        "client_slice_us": args.client_slice_us,
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     follower: subprocess.Popen[bytes] | None = None
@@ -349,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         elif not args.in_job:
             procs["views"] = spawn("enrichment_job.views", views_env, work / "views.log")
         api_env = service_env(env, view_topics, work / "api")
+        if args.api_slice_us is not None:
+            api_env["VIEWS_SCHED_SLICE_US"] = str(args.api_slice_us)
         procs["api"] = spawn("services.views", api_env, work / "api.log")
         session_nice(procs["api"].pid, args.api_session_nice, "--api-session-nice")
         wait_healthy(PORT, procs["api"], 300)
@@ -388,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                         str(args.pull_rate),
                         "--duration",
                         str(seconds),
+                        "--slice-us",
+                        str(args.client_slice_us),
                     ],
                     stdout=subprocess.PIPE,
                     start_new_session=True,
