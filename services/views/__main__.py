@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
         changelog,
         settings.sched_slice_us,
     )
-    changelog.on_failure = server.stop
+    changelog.on_end = server.stop
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop())
     changelog.start()

@@ -230,7 +230,7 @@ class ChangelogProcess:
         self.caught_up = threading.Event()
         self.failed: BaseException | None = None
         self.records = 0
-        self.on_failure: Callable[[], None] = lambda: None
+        self.on_end: Callable[[], None] = lambda: None  # failed, or stopped by a signal
         self._stopping = _CONTEXT.Event()
         self._subscribers = _CONTEXT.Value("i", 0)
         self._in, out = _CONTEXT.Pipe(duplex=False)
@@ -258,7 +258,14 @@ class ChangelogProcess:
         """The pipe closed: the changelog process ended."""
         if self.failed is None and not self._stopping.is_set():
             self._process.join(5)
-            self._fail(RuntimeError(f"the changelog process ended (exit code {self._process.exitcode})"))
+            code = self._process.exitcode
+            if code in (-signal.SIGTERM, -signal.SIGINT):
+                # a stop request, most often for the whole service: a service manager signals
+                # every process of the service's group, this one included
+                log.info("the changelog process was stopped (%s): stopping", signal.Signals(-code).name)
+                self.on_end()
+            else:
+                self._fail(RuntimeError(f"the changelog process ended (exit code {code})"))
 
     def _take(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -277,7 +284,7 @@ class ChangelogProcess:
     def _fail(self, err: BaseException) -> None:
         if self.failed is None:
             self.failed = err
-            self.on_failure()
+            self.on_end()
 
     def stop(self, timeout_s: float = 5) -> None:
         """Asks the changelog process to stop after its batch; ends it when it does not within

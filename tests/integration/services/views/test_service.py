@@ -243,6 +243,18 @@ def test_the_changelog_process_ends_with_the_server_either_way(
         time.sleep(0.1)
     assert not _alive(changelog), "the changelog process outlived the server"
 
+    # a service manager's stop: SIGTERM to every process of the service at once
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    assert service.proc is not None
+    changelog = _changelog_process(service.proc.pid)
+    os.killpg(service.proc.pid, signal.SIGTERM)
+    assert service.wait_exit(30) == 0, service.tail()
+    this_run = service.tail(400).rsplit("serving on", 1)[1]  # the log holds the runs before too
+    assert "ERROR" not in this_run, this_run
+    assert "stopped" in this_run
+    assert not _alive(changelog)
+
 
 def _changelog_process(server: int) -> int:
     deadline = time.monotonic() + 10
