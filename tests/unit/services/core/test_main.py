@@ -48,10 +48,18 @@ def test_sigusr1_writes_every_thread_s_stack_and_the_service_goes_on(tmp_path: P
     service.start()
     service.wait_for(lambda m: m.get("state") == "running", "the loop running")
     assert service.proc is not None
-    service.proc.send_signal(signal.SIGUSR1)
-    deadline = time.monotonic() + 30
-    while "most recent call first" not in service.tail(400) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert "services/core/loop.py" in service.tail(400)  # the loop's frames are in the dump
-    assert service.proc.poll() is None, service.tail()
-    assert service.stop() == 0
+    try:
+        service.proc.send_signal(signal.SIGUSR1)
+        # faulthandler writes the dump a line at a time, thread after thread: wait for the
+        # loop's frames themselves, not for the first thread's header
+        deadline = time.monotonic() + 30
+        while "services/core/loop.py" not in service.tail(400) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "most recent call first" in service.tail(400), service.tail()
+        # the loop's frames are in the dump
+        assert "services/core/loop.py" in service.tail(400), service.tail()
+        assert service.proc.poll() is None, service.tail()
+        assert service.stop() == 0
+    finally:
+        if service.proc.poll() is None:
+            service.kill()
