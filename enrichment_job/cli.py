@@ -42,6 +42,9 @@ def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
         return cls(_env_file=os.environ.get(f"{prefix}ENV_FILE"))
     except ValidationError as err:
         for problem in err.errors():
+            if not problem["loc"]:  # a rule across settings: its message names them
+                print(f"error: settings: {problem['msg']}", file=sys.stderr)
+                continue
             name = "_".join(str(p) for p in problem["loc"]).upper()
             name = name if name.startswith(prefix) else f"{prefix}{name}"
             print(f"error: setting {name}: {problem['msg']}", file=sys.stderr)

@@ -8,9 +8,11 @@ Settings come from VIEWS_JOB_* environment variables or the file named by VIEWS_
 import logging
 import os
 import sys
+from pathlib import Path
 
 from enrichment_job.cli import CONFIG_EXIT, load_or_exit, run_until_stopped, stop_on_signals
-from enrichment_job.views.settings import ViewsSettings
+from enrichment_job.views.background import BackgroundProcess
+from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from services.core.errors import ConfigError
 from services.core.logs import configure_or_exit
 
@@ -25,14 +27,38 @@ def main(argv: list[str]) -> int:
         # Where the views share a host's cores with the enrichment job, a batch of enrichment
         # (alerts wait for it) goes first, e.g. while the views rebuild from the topic's start.
         os.nice(settings.nice)
+        _session_nice(settings.nice, log)
+    background = None
+    if settings.background_process:
+        background = BackgroundProcess(settings, stopping.set)
+        settings = settings.model_copy(update={"queries": KEYED_QUERY, "background_process": False})
     from enrichment_job.views.app import start  # noqa: PLC0415 (Spark loads only past --help)
 
     try:
         views = start(settings)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
-        return CONFIG_EXIT
-    return run_until_stopped(views.spark, views.stop, log, stopping)
+        code = CONFIG_EXIT
+    else:
+        code = run_until_stopped(views.spark, views.stop, log, stopping)
+    if background is not None:
+        background.stop()
+        if background.failed is not None:
+            code = code or 1
+    return code
+
+
+def _session_nice(nice: int, log: logging.Logger) -> None:
+    """Where Linux groups processes by session (autogroup) the cores are shared between
+    sessions, and a nice counts only inside its own: a process that leads its session (the
+    background process does) lowers the session's weight too."""
+    autogroup = Path("/proc/self/autogroup")
+    if os.getsid(0) != os.getpid() or not autogroup.exists():
+        return
+    try:
+        autogroup.write_text(str(nice))
+    except OSError as err:
+        log.warning("could not lower the session's CPU weight (%s): %s", autogroup, err)
 
 
 if __name__ == "__main__":

@@ -37,14 +37,13 @@ from enrichment_job.spark_internals import batch_ends
 from enrichment_job.transforms import dead_letters
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, view_rows
 from enrichment_job.views.declarations import View, declared
-from enrichment_job.views.settings import ViewsSettings
+from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from enrichment_job.views.transforms import parse_enriched
 from services.core.prometheus import MetricsServer, serve
 
 log = logging.getLogger("enrichment_job.views")
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-KEYED_QUERY = "views"  # the views without an event time
 DLQ_QUERY = "dead-letters"
 # Scheduler pools (scheduler_pools.xml). In the views job's own application the
 # customer_ratings query is first in line for a task slot ("default") and the windowed and

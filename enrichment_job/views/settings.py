@@ -8,11 +8,14 @@ with a message that names the setting.
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from enrichment_job.state_dir import ObjectStoreSettings, StateDir, check_uri, metrics_path
 from services.core.errors import ConfigError
+
+KEYED_QUERY = "views"  # the query of the views without an event time
+BACKGROUND = "background"  # in VIEWS_JOB_QUERIES: every query but KEYED_QUERY
 
 
 class ViewsSettings(BaseSettings, ObjectStoreSettings):
@@ -82,8 +85,21 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
         "",
         pattern=r"^[A-Za-z0-9_,. -]*$",
         description="the queries this process runs, comma-separated (empty: all): views (the views"
-        " without an event time), view-<name> (each view with one), dead-letters. Two processes"
-        " with different state folders may share them out",
+        " without an event time), view-<name> (each view with one), dead-letters, or background"
+        " (every query but views). Two processes with different state folders may share them out",
+    )
+    background_process: bool = Field(
+        False,
+        description="run every query but views (the windowed views, the dead letters) in a second"
+        " process of its own, started and stopped with this one, with its state in <state dir>/"
+        "background and a lower CPU weight (VIEWS_JOB_BACKGROUND_NICE); only with python -m",
+    )
+    background_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="the second process's nice with VIEWS_JOB_BACKGROUND_PROCESS (of its session too,"
+        " where Linux groups processes by session)",
     )
     spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
     shuffle_partitions: int = Field(
@@ -124,11 +140,25 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
     def metrics_path(self) -> Path | None:
         return metrics_path(self.metrics_file, self.state)
 
+    @model_validator(mode="after")
+    def _one_way_to_split(self) -> "ViewsSettings":
+        if self.background_process and self.queries.strip():
+            raise ValueError(
+                "VIEWS_JOB_BACKGROUND_PROCESS shares the queries out itself: leave VIEWS_JOB_QUERIES empty"
+            )
+        return self
+
     def chosen_queries(self, known: tuple[str, ...]) -> tuple[str, ...]:
         """The queries of `known` this process runs; an unknown name is a settings error."""
         if not self.queries.strip():
             return known
-        chosen = tuple(dict.fromkeys(q.strip() for q in self.queries.split(",") if q.strip()))
+        names = (q.strip() for q in self.queries.split(",") if q.strip())
+        expanded = (
+            q
+            for name in names
+            for q in ([k for k in known if k != KEYED_QUERY] if name == BACKGROUND else [name])
+        )
+        chosen = tuple(dict.fromkeys(expanded))
         if unknown := [q for q in chosen if q not in known]:
             raise ConfigError(
                 f"VIEWS_JOB_QUERIES: unknown {', '.join(unknown)} (the queries: {', '.join(known)})"

@@ -6,6 +6,8 @@ import itertools
 import json
 import os
 import random
+import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -239,3 +241,66 @@ def test_two_processes_share_the_queries_out_and_the_views_stay_exact_after_a_ki
     assert started and all(line.endswith(": views") for line in started), started
     assert background.stop() == 0
     assert keyed.stop() == 0
+
+
+def _background_pid(job: ViewsJob, run: int, timeout_s: float = 60) -> int:
+    """The pid of the second process of the `run`th start (1, 2, ...: the runs share a log)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = re.findall(r"background views process started \(pid (\d+)", job.log.read_text())
+        if len(found) >= run:
+            return int(found[run - 1])
+        time.sleep(0.2)
+    pytest.fail(f"no background process started:\n{job.tail()}")
+
+
+def _ends(pid: int, timeout_s: float = 90) -> bool:
+    """Whether `pid` is gone (or a zombie) within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_one_setting_runs_the_background_queries_in_a_second_process_that_lives_and_stops_with_the_first(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
+) -> None:
+    """VIEWS_JOB_BACKGROUND_PROCESS: the same rows and dead letters as one process; a clean
+    stop stops both; the second's end stops the first with exit 1; a kill -9 of the first ends
+    the second (no views left half running)."""
+    rng = random.Random(17)
+    batch = records(0, 400, rng)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in batch] + [(b"1", b"not json at all")])
+    settings = {"VIEWS_JOB_WINDOW_LATENESS_S": str(LATENESS_S), "VIEWS_JOB_BACKGROUND_PROCESS": "true"}
+    job = ViewsJob(stack_env, topics, tmp_path, **settings)
+    job.start()
+    child = _background_pid(job, 1)
+    wait_until(lambda: views_match(stack_env, topics, batch), job)
+    late_ones = sum(late(r, LATENESS_S) for r in batch)
+    assert len(read_topic(stack_env, topics.dlq, min_records=1 + late_ones)) == 1 + late_ones
+    running = [line for line in job.log.read_text().splitlines() if "views queries running" in line]
+    assert len(running) == 2 and running[0].split(": ")[-1] != running[1].split(": ")[-1], running
+    assert {line.split(": ")[-1] for line in running} == {"views", "view-segment_hourly, dead-letters"}
+    assert (tmp_path / "views-state" / "background" / "checkpoints" / "dead-letters").is_dir()
+    assert job.stop() == 0, job.tail()
+    assert _ends(child, 5), "the background process outlived a clean stop"
+
+    job = ViewsJob(stack_env, topics, tmp_path, **settings)
+    job.start()
+    child = _background_pid(job, 2)
+    os.killpg(child, signal.SIGKILL)  # the second process crashes: its Python and its JVM
+    assert job.wait_exit(120) == 1, job.tail()
+    assert f"the background views process ended (exit code -{signal.SIGKILL.value})" in job.tail(400)
+
+    job = ViewsJob(stack_env, topics, tmp_path, **settings)
+    job.start()
+    child = _background_pid(job, 3)
+    job.kill()  # kill -9 of the first process (its process group; the second has a session of its own)
+    assert _ends(child), "the background process outlived a kill -9 of the first"
+    assert_no_change_twice(stack_env, topics)

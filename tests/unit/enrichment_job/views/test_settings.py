@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from enrichment_job.views.background import background_env
 from enrichment_job.views.settings import ViewsSettings
 from services.core.errors import ConfigError
 
@@ -79,3 +80,43 @@ def test_queries_default_to_all_and_a_subset_keeps_its_order_once() -> None:
 def test_an_unknown_query_is_an_error_naming_the_setting_and_the_known_queries() -> None:
     with pytest.raises(ConfigError, match=r"VIEWS_JOB_QUERIES: unknown view-customer_ratings .*dead-letters"):
         ViewsSettings(queries="views,view-customer_ratings").chosen_queries(("views", "dead-letters"))
+
+
+def test_background_names_every_query_but_the_keyed_views() -> None:
+    known = ("views", "view-segment_hourly", "view-channel_daily", "dead-letters")
+    chosen = ViewsSettings(queries="background").chosen_queries(known)
+    assert chosen == ("view-segment_hourly", "view-channel_daily", "dead-letters")
+    assert ViewsSettings(queries="dead-letters,background").chosen_queries(known)[0] == "dead-letters"
+
+
+def test_the_background_process_and_a_query_list_exclude_each_other() -> None:
+    done = _run({"VIEWS_JOB_BACKGROUND_PROCESS": "true", "VIEWS_JOB_QUERIES": "views"})
+    assert done.returncode == 2
+    assert "VIEWS_JOB_BACKGROUND_PROCESS" in done.stderr and "VIEWS_JOB_QUERIES" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_background_process_gets_its_own_queries_state_and_ports() -> None:
+    settings = ViewsSettings(
+        state_dir="s3a://lake/views/",
+        metrics_port=9464,
+        metrics_file=Path("/var/lib/views/metrics.json"),
+        background_process=True,
+        background_nice=7,
+    )
+    env = background_env(settings, {"VIEWS_JOB_NAME": "prod", "VIEWS_JOB_BACKGROUND_PROCESS": "true"})
+    assert env["VIEWS_JOB_NAME"] == "prod"  # the same job: its transactional ids are <name>-<query>
+    assert env["VIEWS_JOB_QUERIES"] == "background"
+    assert env["VIEWS_JOB_BACKGROUND_PROCESS"] == "false"  # no third process
+    assert env["VIEWS_JOB_STATE_DIR"] == "s3a://lake/views/background"
+    assert env["VIEWS_JOB_METRICS_PORT"] == "0"
+    assert env["VIEWS_JOB_METRICS_FILE"] == "/var/lib/views/metrics-background.json"
+    assert env["VIEWS_JOB_NICE"] == "7"
+    assert ViewsSettings(_env_file=None, **_as_fields(env)).chosen_queries(("views", "dead-letters")) == (
+        "dead-letters",
+    )
+
+
+def _as_fields(env: dict[str, str]) -> dict[str, str]:
+    prefix = "VIEWS_JOB_"
+    return {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)}
