@@ -18,8 +18,6 @@ from typing import Any
 
 import uvloop
 
-from services.core.sched import request_slice
-
 
 async def _connection(
     port: int,
@@ -111,11 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=1000)
     parser.add_argument("--duration", type=float, default=30)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument(
-        "--slice-us", type=int, default=0, help="scheduler slice to ask for this thread (0: the kernel's)"
-    )
     args = parser.parse_args(argv)
-    request_slice(args.slice_us)
     ids = json.loads(args.ids.read_text())
     # On uvloop, as the query service: the client shares the cores it measures, and on asyncio's
     # own loop it took about a third more CPU a request (190 us against 140 us, 1,000/s).

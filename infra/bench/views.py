@@ -109,6 +109,19 @@ def changelog_process(api_pid: int) -> int | None:
     return None
 
 
+def background_views_process(views_pid: int) -> int | None:
+    """The views job's second process (VIEWS_JOB_BACKGROUND_PROCESS): its child running the
+    same module (not its Spark JVM)."""
+    for pid in children(views_pid):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"enrichment_job.views" in command:
+            return pid
+    return None
+
+
 def realtime(pid: int) -> None:
     """Every thread of `pid` on the real-time round-robin policy at its lowest priority: it runs
     as soon as it is ready, ahead of every ordinary thread (the kernel still keeps 5 % of each
@@ -255,7 +268,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--one-views-process",
         dest="split_views",
         action="store_false",
-        help="the views job as one process; by default it runs as two (VIEWS_JOB_QUERIES): "
+        help="the views job as one process; by default it runs as two (VIEWS_JOB_BACKGROUND_PROCESS): "
         "customer_ratings in one, the windowed and dead-letter queries in the other, whose "
         "session has a nice of --background-session-nice",
     )
@@ -263,7 +276,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--background-session-nice",
         type=int,
         default=10,
-        help="the nice of the second views process's session (its CPU weight against the others')",
+        help="VIEWS_JOB_BACKGROUND_NICE: the nice of the second views process and its session",
     )
     parser.add_argument(
         "--api-session-nice",
@@ -292,19 +305,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="the pull client on the real-time round-robin policy too: its latencies then leave out "
         "its own wait for a core, which a client on another machine would not share",
-    )
-    parser.add_argument(
-        "--api-slice-us",
-        type=int,
-        default=None,
-        help="VIEWS_SCHED_SLICE_US for the query service (default: the service's own default)",
-    )
-    parser.add_argument(
-        "--client-slice-us",
-        type=int,
-        default=0,
-        help="the time slice the pull client's thread asks of the scheduler, as the query service's"
-        " VIEWS_SCHED_SLICE_US (0: the kernel's default)",
     )
     parser.add_argument("--updates-per-s", type=float, default=5)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "views.json")
@@ -337,8 +337,6 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         "client_session_nice": args.client_session_nice,
         "api_realtime": args.api_realtime,
         "client_realtime": args.client_realtime,
-        "api_slice_us": args.api_slice_us,
-        "client_slice_us": args.client_slice_us,
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     follower: subprocess.Popen[bytes] | None = None
@@ -347,25 +345,22 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         print(f"starting the enrichment job (logs in {work}) ...", flush=True)
         procs["job"] = start_job(env, job_topics, work / "job", 0, work / "job.log", extra=job_extra)
         wait_caught_up(work / "job", procs["job"], 900)
+        background_pid = None
         if args.split_views and not args.in_job:
-            keyed_env = {**views_env, "VIEWS_JOB_QUERIES": "views"}
-            procs["views"] = spawn("enrichment_job.views", keyed_env, work / "views.log")
-            background_env = {
+            split_env = {
                 **views_env,
-                "VIEWS_JOB_QUERIES": "view-segment_hourly,dead-letters",
-                "VIEWS_JOB_STATE_DIR": str(work / "views-background"),
+                "VIEWS_JOB_BACKGROUND_PROCESS": "true",
+                "VIEWS_JOB_BACKGROUND_NICE": str(args.background_session_nice),
             }
-            procs["views_background"] = spawn(
-                "enrichment_job.views", background_env, work / "views-background.log"
-            )
-            session_nice(
-                procs["views_background"].pid, args.background_session_nice, "--background-session-nice"
-            )
+            procs["views"] = spawn("enrichment_job.views", split_env, work / "views.log")
+            deadline = time.monotonic() + 60
+            while (background_pid := background_views_process(procs["views"].pid)) is None:
+                if time.monotonic() > deadline or procs["views"].poll() is not None:
+                    raise SystemExit(f"the views job started no second process: see {work / 'views.log'}")
+                time.sleep(0.2)
         elif not args.in_job:
             procs["views"] = spawn("enrichment_job.views", views_env, work / "views.log")
         api_env = service_env(env, view_topics, work / "api")
-        if args.api_slice_us is not None:
-            api_env["VIEWS_SCHED_SLICE_US"] = str(args.api_slice_us)
         procs["api"] = spawn("services.views", api_env, work / "api.log")
         session_nice(procs["api"].pid, args.api_session_nice, "--api-session-nice")
         wait_healthy(PORT, procs["api"], 300)
@@ -405,8 +400,6 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                         str(args.pull_rate),
                         "--duration",
                         str(seconds),
-                        "--slice-us",
-                        str(args.client_slice_us),
                     ],
                     stdout=subprocess.PIPE,
                     start_new_session=True,
@@ -414,13 +407,16 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 session_nice(pull.pid, args.client_session_nice, "--client-session-nice")
                 if args.client_realtime:
                     realtime(pull.pid)
+            top = {name: proc.pid for name, proc in procs.items()}
+            if background_pid is not None:
+                top["views_background"] = background_pid
             jvms: dict[str, int] = {
                 name: pid
                 for name in ("job", "views", "views_background")
-                if name in procs and (pid := job_jvm(procs[name].pid))
+                if name in top and (pid := job_jvm(top[name]))
             }
             cpu_before = {name: thread_cpu_s(pid) for name, pid in jvms.items()}
-            pythons = {f"{name}_python": proc.pid for name, proc in procs.items()}
+            pythons = {f"{name}_python": pid for name, pid in top.items()}
             pythons["freshness_client"] = follower.pid
             if "api" in procs and (changelog := changelog_process(procs["api"].pid)):
                 pythons["api_changelog"] = changelog

@@ -20,7 +20,6 @@ import uvicorn
 from services.core.errors import ConfigError
 from services.core.help import settings_help
 from services.core.logs import configure_or_exit
-from services.core.sched import request_slice
 from services.core.settings import load_settings
 from services.views.api import Api
 from services.views.changelog import ChangelogProcess
@@ -34,21 +33,12 @@ class _Server(uvicorn.Server):
     has shut down, which ends the process by that signal instead of with exit code 0. Its event
     loop takes the changelog process's messages."""
 
-    def __init__(self, config: uvicorn.Config, changelog: ChangelogProcess, slice_us: int) -> None:
+    def __init__(self, config: uvicorn.Config, changelog: ChangelogProcess) -> None:
         super().__init__(config)
         self.changelog = changelog
-        self.slice_us = slice_us
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         await self.changelog.attach(asyncio.get_running_loop())
-        # after the changelog process has started: the hint is for this thread, which answers
-        # the requests, not for the process that applies the changelog
-        result = request_slice(self.slice_us)
-        logging.getLogger("views").log(
-            logging.INFO if result.applied or not self.slice_us else logging.WARNING,
-            "serving thread's scheduler slice: %s",
-            result.detail,
-        )
         await super().serve(sockets)
 
     @contextlib.contextmanager
@@ -84,7 +74,6 @@ def main(argv: list[str]) -> int:
             timeout_graceful_shutdown=1,
         ),
         changelog,
-        settings.sched_slice_us,
     )
     changelog.on_end = server.stop
     for sig in (signal.SIGINT, signal.SIGTERM):

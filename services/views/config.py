@@ -33,21 +33,7 @@ class ViewsApiSettings(BaseSettings):
         10_000, gt=0, description="changes a slow SSE subscriber may fall behind before it is cut off"
     )
     heartbeat_s: float = Field(15, gt=0, description="SSE comment line this often while nothing changes")
-    sched_slice_us: int = Field(
-        0,
-        ge=0,
-        le=100_000,
-        description="time slice the serving thread asks of Linux's scheduler (6.12+), in microseconds:"
-        " a short one lets it answer before busy programs on the same cores; 0 = the kernel's default",
-    )
     log_level: str = "INFO"
-
-    @field_validator("sched_slice_us")
-    @classmethod
-    def _slice(cls, value: int) -> int:
-        if 0 < value < 100:  # the kernel's shortest slice
-            raise ValueError("0 (the kernel's default) or 100 to 100000 microseconds")
-        return value
 
     @field_validator("state_dir")
     @classmethod

@@ -50,11 +50,3 @@ def test_it_listens_on_loopback_and_reads_committed_records_only() -> None:
     assert settings.host == "127.0.0.1"
     assert settings.consumer_config()["isolation.level"] == "read_committed"
     assert settings.view_name("test-view-1.customer_ratings") == "customer_ratings"
-
-
-def test_a_slice_shorter_than_the_kernel_s_shortest_is_refused() -> None:
-    done = _run({"VIEWS_SCHED_SLICE_US": "50"})
-    assert done.returncode == 2
-    assert "VIEWS_SCHED_SLICE_US" in done.stderr
-    assert ViewsApiSettings(sched_slice_us=100).sched_slice_us == 100
-    assert ViewsApiSettings().sched_slice_us == 0  # the kernel's default unless asked
