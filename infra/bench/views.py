@@ -31,6 +31,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,30 +97,28 @@ def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> 
     raise SystemExit(f"the query service was not healthy within {timeout_s} s")
 
 
-def changelog_process(api_pid: int) -> int | None:
-    """The query service's changelog process (its child started by multiprocessing's spawn,
-    not the resource tracker)."""
-    for pid in children(api_pid):
+def _child_running(parent: int, accept: Callable[[bytes], bool]) -> int | None:
+    """The first child of `parent` whose command line `accept`s."""
+    for pid in children(parent):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"spawn_main" in command and b"resource_tracker" not in command:
+        if accept(command):
             return pid
     return None
+
+
+def changelog_process(api_pid: int) -> int | None:
+    """The query service's changelog process (its child started by multiprocessing's spawn,
+    not the resource tracker)."""
+    return _child_running(api_pid, lambda c: b"spawn_main" in c and b"resource_tracker" not in c)
 
 
 def background_views_process(views_pid: int) -> int | None:
     """The views job's second process (VIEWS_JOB_BACKGROUND_PROCESS): its child running the
     same module (not its Spark JVM)."""
-    for pid in children(views_pid):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"enrichment_job.views" in command:
-            return pid
-    return None
+    return _child_running(views_pid, lambda c: b"enrichment_job.views" in c)
 
 
 def realtime(pid: int) -> None:

@@ -61,6 +61,25 @@ def unique_name(role: str) -> str:
 RUNNING: list["ServiceProcess"] = []  # every process a test started; see kill_leftovers()
 
 
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def ends_within(pid: int, timeout_s: float) -> bool:
+    """Whether `pid` stops running within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def kill_leftovers() -> None:
     """kill -9 what a test left running (a failed assertion skips its own stop())."""
     while RUNNING:

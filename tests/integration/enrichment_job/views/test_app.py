@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from support.enrichment import s3_state
 from support.kafka import produce, read_topic
-from support.services import as_kafka, enriched_record
+from support.services import as_kafka, ends_within, enriched_record
 from support.views import (
     HOUR_MS,
     ViewsJob,
@@ -254,20 +254,6 @@ def _background_pid(job: ViewsJob, run: int, timeout_s: float = 60) -> int:
     pytest.fail(f"no background process started:\n{job.tail()}")
 
 
-def _ends(pid: int, timeout_s: float = 90) -> bool:
-    """Whether `pid` is gone (or a zombie) within `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.5)
-    return False
-
-
 def test_one_setting_runs_the_background_queries_in_a_second_process_that_lives_and_stops_with_the_first(
     stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
 ) -> None:
@@ -289,7 +275,7 @@ def test_one_setting_runs_the_background_queries_in_a_second_process_that_lives_
     assert {line.split(": ")[-1] for line in running} == {"views", "view-segment_hourly, dead-letters"}
     assert (tmp_path / "views-state" / "background" / "checkpoints" / "dead-letters").is_dir()
     assert job.stop() == 0, job.tail()
-    assert _ends(child, 5), "the background process outlived a clean stop"
+    assert ends_within(child, 5), "the background process outlived a clean stop"
 
     job = ViewsJob(stack_env, topics, tmp_path, **settings)
     job.start()
@@ -302,5 +288,5 @@ def test_one_setting_runs_the_background_queries_in_a_second_process_that_lives_
     job.start()
     child = _background_pid(job, 3)
     job.kill()  # kill -9 of the first process (its process group; the second has a session of its own)
-    assert _ends(child), "the background process outlived a kill -9 of the first"
+    assert ends_within(child, 90), "the background process outlived a kill -9 of the first"
     assert_no_change_twice(stack_env, topics)

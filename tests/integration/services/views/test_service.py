@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.services import alive, ends_within
 from support.views_api import SEGMENT_COLUMNS, Service, Views, customer
 
 from infra.bench.views import changelog_process
@@ -238,10 +239,7 @@ def test_the_changelog_process_ends_with_the_server_either_way(
     changelog = _changelog_process(service.proc.pid)
     os.kill(service.proc.pid, signal.SIGKILL)  # the server dies alone: no changelog process left over
     service.proc.wait(30)
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{changelog}").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(changelog), "the changelog process outlived the server"
+    assert ends_within(changelog, 10), "the changelog process outlived the server"
 
     # a service manager's stop: SIGTERM to every process of the service at once
     service = Service(stack_env, views, tmp_path).start()
@@ -253,7 +251,7 @@ def test_the_changelog_process_ends_with_the_server_either_way(
     this_run = service.tail(400).rsplit("serving on", 1)[1]  # the log holds the runs before too
     assert "ERROR" not in this_run, this_run
     assert "stopped" in this_run
-    assert not _alive(changelog)
+    assert not alive(changelog)
 
 
 def _changelog_process(server: int) -> int:
@@ -263,11 +261,3 @@ def _changelog_process(server: int) -> int:
             return pid
         time.sleep(0.1)
     pytest.fail(f"no changelog process under the service's {server}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
