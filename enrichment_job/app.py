@@ -445,6 +445,7 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
             maintain_every=settings.maintenance_every_commits,
             commit_interval_s=settings.table_commit_interval_s,
             staging=settings.state,
+            writer_nice=settings.table_writer_nice,
         )
     )
     pipeline = Pipeline(

@@ -122,6 +122,13 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
     table_commit_interval_s: float = Field(
         30, ge=0, description="append new customer versions to Delta at most this often"
     )
+    table_writer_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="nice added to the threads that append to Delta, so that an append takes a core "
+        "only when the stream leaves one (0: off; Linux)",
+    )
     maintenance_every_commits: int = Field(
         100, gt=0, description="compact and vacuum the table every this many Delta appends"
     )

@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from enrichment_job.batch_io import concat
 from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.schemas import VERSION_FIELDS
+from enrichment_job.spark_internals import lower_thread_priority
 from enrichment_job.state_dir import StateDir
 from enrichment_job.versions import VERSIONS, VersionStore
 
@@ -35,6 +36,7 @@ log = logging.getLogger("enrichment_job")
 STAGED_ROWS = 200_000
 STAGING = "staging"  # in the state folder: large appends on their way to Delta
 BACKGROUND_POOL = "background"  # the scheduler pool of the writer and folds (scheduler_pools.xml)
+WRITER_THREAD = "delta-writer"  # the writer's thread, in Python and in the driver JVM
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,11 @@ class DeltaLog:
         maintain_every: int = 200,
         commit_interval_s: float = 30,
         staging: StateDir | None = None,
+        writer_nice: int = 0,
     ) -> None:
         """`staging`: where a large append is staged for the executors to read (the job's
-        state folder); without, every append goes through the driver."""
+        state folder); without, every append goes through the driver. `writer_nice`: added
+        to the CPU priority of the writer's threads (0: none)."""
         self.spark = spark
         self.path = path
         self.staging = staging
@@ -91,11 +95,12 @@ class DeltaLog:
         self.app_id = app_id
         self.maintain_every = maintain_every
         self.commit_interval_s = commit_interval_s
+        self.writer_nice = writer_nice
         self._writes: queue.Queue[tuple[int, pa.Table, CdcState] | None] = queue.Queue()
         self._failure: BaseException | None = None
         self._written = False  # a Delta table is at `path`
         self.batch, self.state = self._load()
-        self._writer = threading.Thread(target=self._write_loop, name="delta-writer", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name=WRITER_THREAD, daemon=True)
         self._writer.start()
 
     # ---- reading -------------------------------------------------------------------------
@@ -177,6 +182,13 @@ class DeltaLog:
         """Appends what batches queued, at most once per `commit_interval_s`: a Delta commit
         costs seconds of CPU whatever its size, and this machine has two cores."""
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
+        # An append's planning and commit run on this thread's JVM thread: seconds of CPU that
+        # came in bursts beside the micro-batches (and every program on the machine).
+        if self.writer_nice:
+            if lower_thread_priority(self.spark, WRITER_THREAD, self.writer_nice):
+                log.info("customer table: the Delta writer's threads run at nice +%d", self.writer_nice)
+            else:
+                log.warning("customer table: could not lower the Delta writer's CPU priority (not Linux?)")
         commits, stopping = 0, False
         last: float | None = None
         while not stopping:

@@ -2,6 +2,7 @@
 store at once, reach Delta in the background, and a restart reads them back."""
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,3 +148,39 @@ def test_background_delta_appends_yield_to_batches(spark: Any, tmp_path: Path) -
     spark.range(3).count()  # a job of the main thread, as a micro-batch's would be
     main = {stage: pool for stage, pool in _stage_pools(spark).items() if stage not in before | set(pools)}
     assert main and set(main.values()) == {"default"}, main
+
+
+def _nice(pid: int, tid: int) -> int:
+    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19 of proc(5): nice
+
+
+def _jvm_threads(spark: Any, name: str) -> tuple[int, list[int]]:
+    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    tasks = Path(f"/proc/{pid}/task")
+    return pid, [int(t.name) for t in tasks.iterdir() if (t / "comm").read_text().strip() == name]
+
+
+def test_the_delta_writer_runs_at_a_lower_cpu_priority(spark: Any, tmp_path: Path) -> None:
+    """With writer_nice the writer's Python thread and the driver JVM thread that runs its
+    calls get that much more nice; the appends still land, and the caller's threads keep theirs."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    customers = CustomerTable(
+        DeltaLog(spark, str(tmp_path / "customer_versions"), "nice", commit_interval_s=0, writer_nice=7)
+    )
+    try:
+        versions = _versions(spark, [1, 2])
+        customers.add(versions)
+        customers.commit(1, versions, CdcState(1_000, None, {0: 2}))
+        _wait_for_batch(customers, 1)
+        writer = customers.log._writer  # type: ignore[attr-defined]
+        assert writer.native_id is not None
+        assert _nice(os.getpid(), writer.native_id) == min(19, base + 7)
+        jvm_pid, found = _jvm_threads(spark, table_module.WRITER_THREAD)
+        assert len(found) == 1, found
+        assert _nice(jvm_pid, found[0]) == min(19, base + 7)
+    finally:
+        customers.close()
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the calling thread's own
+    assert _nice(os.getpid(), threading.get_native_id()) == base
+    assert spark.read.format("delta").load(str(tmp_path / "customer_versions")).count() == 2
