@@ -126,8 +126,8 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         10,
         ge=0,
         le=19,
-        description="nice added to the threads that append to Delta, so that an append takes a core "
-        "only when the stream leaves one (0: off; Linux)",
+        description="nice added to the threads that append to Delta, so that the job's micro-batches "
+        "get a core before an append (0: off; Linux)",
     )
     maintenance_every_commits: int = Field(
         100, gt=0, description="compact and vacuum the table every this many Delta appends"
