@@ -141,7 +141,9 @@ def lower_thread_priority(spark: SparkSession, name: str, nice: int) -> bool:
     """Adds `nice` to the CPU priority of the calling Python thread and of the driver JVM's
     thread that runs its calls, which takes `name` (as `top -H` and /proc show it). Threads
     either starts later inherit the priority. For background work whose Spark calls cost
-    seconds of CPU: the kernel then gives it a core only when the streaming query leaves one.
+    seconds of CPU: the kernel then runs the streaming query's threads first. Only before the
+    threads of the same session, though: Linux shares the cores between sessions (autogroup) or
+    cgroups before it looks at a thread's nice.
 
     Linux only, and only where PySpark pins a JVM thread to each Python thread (its default;
     PYSPARK_PIN_THREAD=false turns that off): False when it changed nothing."""

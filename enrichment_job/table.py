@@ -183,7 +183,7 @@ class DeltaLog:
         costs seconds of CPU whatever its size, and this machine has two cores."""
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
         # An append's planning and commit run on this thread's JVM thread: seconds of CPU that
-        # came in bursts beside the micro-batches (and every program on the machine).
+        # came in bursts beside the micro-batches, which now go first.
         if self.writer_nice:
             if lower_thread_priority(self.spark, WRITER_THREAD, self.writer_nice):
                 log.info("customer table: the Delta writer's threads run at nice +%d", self.writer_nice)
