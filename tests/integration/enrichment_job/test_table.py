@@ -150,15 +150,13 @@ def test_background_delta_appends_yield_to_batches(spark: Any, tmp_path: Path) -
     assert main and set(main.values()) == {"default"}, main
 
 
-def _nice(pid: int, tid: int) -> int:
-    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19 of proc(5): nice
+def _nice(tid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, tid)  # Linux: a thread id names that one thread
 
 
-def _jvm_threads(spark: Any, name: str) -> tuple[int, list[int]]:
-    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    tasks = Path(f"/proc/{pid}/task")
-    return pid, [int(t.name) for t in tasks.iterdir() if (t / "comm").read_text().strip() == name]
+def _jvm_threads(spark: Any, name: str) -> list[int]:
+    tasks = Path(f"/proc/{spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}/task")
+    return [int(t.name) for t in tasks.iterdir() if (t / "comm").read_text().strip() == name]
 
 
 def test_the_delta_writer_runs_at_a_lower_cpu_priority(spark: Any, tmp_path: Path) -> None:
@@ -175,12 +173,11 @@ def test_the_delta_writer_runs_at_a_lower_cpu_priority(spark: Any, tmp_path: Pat
         _wait_for_batch(customers, 1)
         writer = customers.log._writer  # type: ignore[attr-defined]
         assert writer.native_id is not None
-        assert _nice(os.getpid(), writer.native_id) == min(19, base + 7)
-        jvm_pid, found = _jvm_threads(spark, table_module.WRITER_THREAD)
+        assert _nice(writer.native_id) == min(19, base + 7)
+        found = _jvm_threads(spark, table_module.WRITER_THREAD)
         assert len(found) == 1, found
-        assert _nice(jvm_pid, found[0]) == min(19, base + 7)
+        assert _nice(found[0]) == min(19, base + 7)
     finally:
         customers.close()
-    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the calling thread's own
-    assert _nice(os.getpid(), threading.get_native_id()) == base
+    assert _nice(threading.get_native_id()) == base  # the calling thread keeps its own
     assert spark.read.format("delta").load(str(tmp_path / "customer_versions")).count() == 2
