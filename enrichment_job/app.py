@@ -80,12 +80,7 @@ def build_session(
         java_options = f"{java_options} {archive.java_options}".strip()
     builder = (
         SparkSession.builder.appName(app_name)
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-        # Delta rebuilds its table state with 50 tasks by default: on a small machine that made
-        # each append of a few versions cost about 2 s of CPU beside the stream, 0.6 s this way.
-        .config("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
         # Micro-batches are small and planned anew each time: adaptive re-planning per stage
         # costs more than it saves here.
         .config("spark.sql.adaptive.enabled", "false")
@@ -97,9 +92,10 @@ def build_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-        # Background Spark jobs (Delta appends; see table.py) take a task slot only
-        # when no micro-batch task waits for one. Under FIFO a Delta append's job, once
-        # submitted, took every free slot before the next batch's tasks.
+        # Background Spark jobs (the views' windowed and dead-letter queries, and the views'
+        # queries when they run in this application) take a task slot only when no micro-batch
+        # task waits for one. Under FIFO a background job, once submitted, took every free slot
+        # before the next batch's tasks.
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.scheduler.allocation.file", str(SCHEDULER_POOLS))
         .config("spark.driver.memory", settings.driver_memory)
@@ -437,15 +433,14 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     prefetch = _prefetch(settings, out.marker, f"{settings.job_name}-{run}-cdc")
     spark = build_session(settings, archive=archive)
     spark.streams.addListener(ProgressListener(metrics))
+    table_path, storage_options = settings.state.table_location(TABLE)
     table = CustomerTable(
         DeltaLog(
-            spark,
-            settings.table_uri,
+            table_path,
             f"{run}-cdc",
+            storage_options=storage_options,
             maintain_every=settings.maintenance_every_commits,
             commit_interval_s=settings.table_commit_interval_s,
-            staging=settings.state,
-            writer_nice=settings.table_writer_nice,
         )
     )
     pipeline = Pipeline(

@@ -120,14 +120,9 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
     )
     metrics_host: str = Field("127.0.0.1", description="address of the Prometheus endpoint")
     table_commit_interval_s: float = Field(
-        30, ge=0, description="append new customer versions to Delta at most this often"
-    )
-    table_writer_nice: int = Field(
-        10,
+        30,
         ge=0,
-        le=19,
-        description="nice added to the threads that append to Delta, so that the job's micro-batches "
-        "get a core before an append (0: off; Linux)",
+        description="append new customer versions to Delta at most this often (each append adds a file)",
     )
     maintenance_every_commits: int = Field(
         100, gt=0, description="compact and vacuum the table every this many Delta appends"

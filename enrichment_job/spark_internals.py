@@ -11,17 +11,11 @@ test_spark_internals.py and the integration tests run each of them).
 - `JsonProgressEvents`: the JVM listener wrapper PySpark builds, fed Spark's JSON of a progress
   event instead of PySpark's field-by-field conversion.
 - `java_columns`, `wrap_frame`: a list of columns handed to the JVM once (plans.py).
-- `lower_thread_priority`: the driver JVM's thread that runs one Python thread's calls. PySpark
-  pins such a thread to each Python thread, but names it nothing and says nothing of it.
 """
 
 import json
-import os
-import threading
-from pathlib import Path
 from typing import Any
 
-from py4j.clientserver import ClientServer
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.classic.column import _to_java_column, _to_seq
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
@@ -135,37 +129,3 @@ def java_frame(df: DataFrame) -> Any:
 def wrap_frame(jdf: Any, spark: SparkSession) -> DataFrame:
     """A JVM Dataset as a PySpark DataFrame."""
     return ClassicDataFrame(jdf, spark)
-
-
-def lower_thread_priority(spark: SparkSession, name: str, nice: int) -> bool:
-    """Adds `nice` to the CPU priority of the calling Python thread and of the driver JVM's
-    thread that runs its calls, which takes `name` (as `top -H` and /proc show it). Threads
-    either starts later inherit the priority. For background work whose Spark calls cost
-    seconds of CPU: the kernel then runs the streaming query's threads first. Only before the
-    threads of the same session, though: Linux shares the cores between sessions (autogroup) or
-    cgroups before it looks at a thread's nice.
-
-    Linux only, and only where PySpark pins a JVM thread to each Python thread (its default;
-    PYSPARK_PIN_THREAD=false turns that off): False when it changed nothing."""
-    if nice <= 0 or not isinstance(spark.sparkContext._gateway, ClientServer):
-        return False
-    jvm: Any = spark.sparkContext._jvm
-    jvm.java.lang.Thread.currentThread().setName(name)  # a thread may name only itself natively
-    tasks = Path(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/task")
-    comm = name[:15]  # Linux keeps 15 characters of a thread's name
-    try:
-        found = [int(task.name) for task in tasks.iterdir() if _thread_name(task) == comm]
-    except OSError:
-        return False
-    if len(found) != 1:
-        return False
-    for tid in (threading.get_native_id(), found[0]):
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
-    return True
-
-
-def _thread_name(task: Path) -> str | None:
-    try:
-        return (task / "comm").read_text().strip()
-    except OSError:  # the thread ended meanwhile
-        return None

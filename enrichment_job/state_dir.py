@@ -1,14 +1,15 @@
 """Where a job keeps its state: a local folder, or a folder in an object store.
 
 ENRICH_STATE_DIR (VIEWS_JOB_STATE_DIR) is a local path, a file:// URI, or an s3a:// URI (a
-bucket and a prefix), the way Hadoop names them: Spark writes the checkpoints, the state
-stores and the Delta table through Hadoop's file systems, and the job's own few small files
-(its run id, the query's starting offsets) are read and written here through Arrow's, with
-the same endpoint and keys. On a cluster every executor must reach the state: an object store
-or a shared file system, not one machine's disk.
+bucket and a prefix), the way Hadoop names them: Spark writes the checkpoints and the state
+stores through Hadoop's file systems, the customer table's Delta writer (delta-rs) through its
+own object store client, and the job's own few small files (its run id, the query's starting
+offsets) are read and written here through Arrow's, all with the same endpoint and keys. On a
+cluster every executor must reach the state: an object store or a shared file system, not one
+machine's disk.
 
 S3 credentials: the *_S3_ACCESS_KEY / *_S3_SECRET_KEY settings, else the AWS default chain
-(environment variables, profile, instance role) on both sides.
+(environment variables, profile, instance role) for each client.
 """
 
 from dataclasses import dataclass
@@ -141,6 +142,23 @@ class StateDir:
             fs.delete_dir(path)
         elif info.type != pafs.FileType.NotFound:
             fs.delete_file(path)
+
+    def table_location(self, relative: str) -> tuple[str, dict[str, str]]:
+        """Where delta-rs (the `deltalake` package) finds a table inside: a local path or an
+        s3:// URI, and its storage options (the endpoint, region and keys of s3a:// state)."""
+        if self.is_local:
+            return join_path(self.local_path, relative), {}
+        parts, store = urlsplit(self.uri), self.store
+        options = {"AWS_VIRTUAL_HOSTED_STYLE_REQUEST": str(not store.s3_path_style).lower()}
+        if store.s3_endpoint:
+            options["AWS_ENDPOINT_URL"] = store.s3_endpoint
+            options["AWS_ALLOW_HTTP"] = str(store.s3_endpoint.startswith("http:")).lower()
+        if store.s3_region:
+            options["AWS_REGION"] = store.s3_region
+        if store.s3_access_key is not None and store.s3_secret_key is not None:
+            options["AWS_ACCESS_KEY_ID"] = store.s3_access_key.get_secret_value()
+            options["AWS_SECRET_ACCESS_KEY"] = store.s3_secret_key.get_secret_value()
+        return f"s3://{parts.netloc}{parts.path}/{relative}", options
 
     def spark_conf(self) -> dict[str, str]:
         """Hadoop's settings for this state, as Spark configuration (none for local state)."""

@@ -2,9 +2,10 @@
 
 The enrichment join reads the versions from memory, on the driver (`versions.VersionStore`). A
 background thread appends the versions that batches added to the Delta table, idempotently per
-batch (txnAppId/txnVersion), with the CDC position and clock in the commit's userMetadata. It
-does not sit in a micro-batch's path, and its Spark jobs run in the fair scheduler's background
-pool. A restart reads the Delta table back into memory.
+batch (an app transaction: the run's id and the batch id), with the CDC position and clock in
+the commit's userMetadata. It writes with delta-rs (the `deltalake` package) straight from
+Arrow, not through Spark: an append costs milliseconds of CPU where Spark's cost seconds, and
+none of it sits in a micro-batch's path. A restart reads the Delta table back into memory.
 
 After a crash the Delta table may be behind what the job had already committed to Kafka (its
 appends are asynchronous); `catch_up` re-reads that stretch of the CDC topic and appends it, so
@@ -16,27 +17,19 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.parquet as pq
-from pyspark.sql import SparkSession
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from enrichment_job.batch_io import concat
 from enrichment_job.kafka_in import partition_offsets
-from enrichment_job.schemas import VERSION_FIELDS
-from enrichment_job.spark_internals import lower_thread_priority
-from enrichment_job.state_dir import StateDir
 from enrichment_job.versions import VERSIONS, VersionStore
 
 log = logging.getLogger("enrichment_job")
-# An append of more versions than this is staged as Parquet, in files of this many each.
-STAGED_ROWS = 200_000
-STAGING = "staging"  # in the state folder: large appends on their way to Delta
-BACKGROUND_POOL = "background"  # the scheduler pool of the writer and folds (scheduler_pools.xml)
-WRITER_THREAD = "delta-writer"  # the writer's thread, in Python and in the driver JVM
+WRITER_THREAD = "delta-writer"  # the writer's thread
 
 
 @dataclass(frozen=True)
@@ -75,48 +68,44 @@ class DeltaLog:
 
     def __init__(
         self,
-        spark: SparkSession,
         path: str,
         app_id: str,
         *,
-        maintain_every: int = 200,
+        storage_options: dict[str, str] | None = None,
+        maintain_every: int = 100,
         commit_interval_s: float = 30,
-        staging: StateDir | None = None,
-        writer_nice: int = 0,
     ) -> None:
-        """`staging`: where a large append is staged for the executors to read (the job's
-        state folder); without, every append goes through the driver. `writer_nice`: added
-        to the CPU priority of the writer's threads (0: none)."""
-        self.spark = spark
+        """`path`: a local path or an s3:// URI, reached with `storage_options` (delta-rs's:
+        AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...; `StateDir.table_location` makes both).
+        `app_id`: the app transaction's id; a batch id appended under it once is not again."""
         self.path = path
-        self.staging = staging
-        if staging is not None:
-            staging.remove(STAGING)  # what an append killed on its way left
         self.app_id = app_id
+        self.storage_options = dict(storage_options or {})
         self.maintain_every = maintain_every
         self.commit_interval_s = commit_interval_s
-        self.writer_nice = writer_nice
         self._writes: queue.Queue[tuple[int, pa.Table, CdcState] | None] = queue.Queue()
         self._failure: BaseException | None = None
-        self._written = False  # a Delta table is at `path`
+        self._table = self._open()
         self.batch, self.state = self._load()
         self._writer = threading.Thread(target=self._write_loop, name=WRITER_THREAD, daemon=True)
         self._writer.start()
 
     # ---- reading -------------------------------------------------------------------------
-    def _load(self) -> tuple[int | None, CdcState]:
-        """The newest commit's batch and CDC state; none for a table not written yet. The first
-        append creates the table: creating it at start cost a fresh start 13 s here (Delta's
-        first write in a JVM), and reading it back 6 s more, before the first batch."""
-        from delta.tables import DeltaTable  # noqa: PLC0415 - needs the Delta jars on the session
+    def _open(self) -> DeltaTable | None:
+        """The table at `path`; None when none is there yet (the first append creates it)."""
+        try:
+            return DeltaTable(self.path, storage_options=self.storage_options)
+        except TableNotFoundError:
+            return None
 
-        if not DeltaTable.isDeltaTable(self.spark, self.path):
+    def _load(self) -> tuple[int | None, CdcState]:
+        """The newest commit's batch and CDC state; none for a table not written yet."""
+        if self._table is None:
             log.info("customer table %s: not written yet; the first commit creates it", self.path)
             return None, CdcState()
-        self._written = True
         # The newest commit that carries CDC state (maintenance commits carry none).
-        for entry in DeltaTable.forPath(self.spark, self.path).history(100).collect():
-            meta = json.loads(entry["userMetadata"]) if entry["userMetadata"] else {}
+        for entry in self._table.history(100):
+            meta = json.loads(entry["userMetadata"]) if entry.get("userMetadata") else {}
             if "cdc_to" in meta:
                 state = CdcState.from_json(meta)
                 log.info("customer table %s: batch %s, CDC %s", self.path, meta.get("batch_id"), state)
@@ -124,11 +113,11 @@ class DeltaLog:
         return None, CdcState()
 
     def read_all(self) -> pa.Table | None:
-        """Every version in the Delta table, onto the driver (None before the first commit)."""
-        if not self._written:
+        """Every version in the Delta table (None before the first commit)."""
+        if self._table is None:
             return None
         started = time.monotonic()
-        versions = self.spark.read.format("delta").load(self.path).select(*VERSIONS.names).toArrow()
+        versions = self._table.to_pyarrow_table(columns=VERSIONS.names)
         log.info(
             "customer table: %d versions read from Delta in %.1f s",
             versions.num_rows,
@@ -142,53 +131,44 @@ class DeltaLog:
         self._writes.put((batch_id, versions, state))
 
     def append(self, batch_id: int | None, versions: pa.Table, state: CdcState) -> None:
-        """Appends now. `batch_id` None: the catch-up of a run that goes on from another run's
-        commit. Its batch ids are not this run's, and as this run's txnVersion they would make
-        Delta skip this run's own appends up to them; the append is one commit, and the table's
-        CDC offsets say afterwards that it was made."""
+        """Appends now, as one commit. `batch_id` None: the catch-up of a run that goes on from
+        another run's commit. Its batch ids are not this run's, and as this run's transaction
+        version they would make this run's own appends up to them look done; the table's CDC
+        offsets say afterwards that it was made."""
         meta = {"batch_id": batch_id, **state.as_json()}
-        staging = self.staging if versions.num_rows > STAGED_ROWS else None
-        if staging is not None:
-            staged = self._stage(staging, versions)
-            frame = self.spark.read.schema(VERSION_FIELDS).parquet(staging.child(staged))
-        else:
-            frame = self.spark.createDataFrame(versions, schema=VERSION_FIELDS).coalesce(1)
-        write = frame.write.format("delta").mode("append").option("userMetadata", json.dumps(meta))
+        transactions = None
         if batch_id is not None:
-            write = write.option("txnAppId", self.app_id).option("txnVersion", batch_id)
-        try:
-            write.save(self.path)
-        finally:
-            if staging is not None:
-                staging.remove(staged)
-        self.batch, self.state, self._written = batch_id, state, True
+            done = self._appended(batch_id)
+            if done is not None:
+                log.info("customer table: batch %d was appended before (up to %d); skipped", batch_id, done)
+                self.batch, self.state = batch_id, state
+                return
+            transactions = [Transaction(self.app_id, batch_id)]
+        write_deltalake(
+            self._table if self._table is not None else self.path,
+            versions.cast(VERSIONS),
+            mode="append",
+            storage_options=None if self._table is not None else self.storage_options,
+            commit_properties=CommitProperties(
+                custom_metadata={"userMetadata": json.dumps(meta)}, app_transactions=transactions
+            ),
+        )
+        if self._table is None:
+            self._table = self._open()
+            log.info("customer table %s created", self.path)
+        self.batch, self.state = batch_id, state
 
-    @staticmethod
-    def _stage(staging: StateDir, versions: pa.Table) -> str:
-        """A large append's versions as Parquet files in the state folder `staging`, for the
-        executors to read; the folder in it. A direct append's rows travel from the driver
-        inside the tasks that write them, through the driver's JVM: a fresh start's history of
-        millions of versions exceeds a cluster's RPC message limit (128 MB) and a 2g driver's
-        heap."""
-        name = f"{STAGING}/{uuid.uuid4().hex}"
-        fs, folder = staging.locate(name)
-        fs.create_dir(folder, recursive=True)
-        for n, start in enumerate(range(0, versions.num_rows, STAGED_ROWS)):
-            part = versions.slice(start, STAGED_ROWS)
-            pq.write_table(part, f"{folder}/part-{n:05d}.parquet", filesystem=fs)
-        return name
+    def _appended(self, batch_id: int) -> int | None:
+        """The app transaction's version in the table when it covers `batch_id`, else None."""
+        if self._table is None:
+            return None
+        self._table.update_incremental()  # what another writer committed meanwhile
+        done = self._table.transaction_version(self.app_id)
+        return done if done is not None and done >= batch_id else None
 
     def _write_loop(self) -> None:
-        """Appends what batches queued, at most once per `commit_interval_s`: a Delta commit
-        costs seconds of CPU whatever its size, and this machine has two cores."""
-        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
-        # An append's planning and commit run on this thread's JVM thread: seconds of CPU that
-        # came in bursts beside the micro-batches, which now go first.
-        if self.writer_nice:
-            if lower_thread_priority(self.spark, WRITER_THREAD, self.writer_nice):
-                log.info("customer table: the Delta writer's threads run at nice +%d", self.writer_nice)
-            else:
-                log.warning("customer table: could not lower the Delta writer's CPU priority (not Linux?)")
+        """Appends what batches queued, at most once per `commit_interval_s`: each commit adds
+        a file and a log entry, which readers and compaction pay for."""
         commits, stopping = 0, False
         last: float | None = None
         while not stopping:
@@ -197,8 +177,6 @@ class DeltaLog:
             if first is None:
                 return
             items.append(first)
-            # The first append waits an interval too: after a fresh start or a long stop the
-            # first batches are the largest, and the append would take cores from them.
             last = last if last is not None else time.monotonic()
             deadline = last + self.commit_interval_s
             while not stopping and (time.monotonic() < deadline or not self._writes.empty()):
@@ -237,17 +215,22 @@ class DeltaLog:
         self._writes.put(None)
         self._writer.join(timeout_s)
 
-    def maintain(self, retain_hours: float = 168) -> None:
+    def maintain(self, retain_hours: int = 168) -> None:
         """Compacts small files and removes unreferenced ones older than retain_hours. Runs on the
-        writer thread, between appends (Delta lets blind appends commit while it runs)."""
-        from delta.tables import DeltaTable  # noqa: PLC0415
-
+        writer thread, between appends."""
+        if self._table is None:
+            return
         try:
             started = time.monotonic()
-            table = DeltaTable.forPath(self.spark, self.path)
-            table.optimize().executeCompaction()
-            table.vacuum(retain_hours)
-            log.info("customer table compacted and vacuumed in %.1f s", time.monotonic() - started)
+            compacted = self._table.optimize.compact()
+            removed = self._table.vacuum(retain_hours, dry_run=False)
+            log.info(
+                "customer table compacted (%s files into %s) and vacuumed (%d files) in %.1f s",
+                compacted.get("numFilesRemoved"),
+                compacted.get("numFilesAdded"),
+                len(removed),
+                time.monotonic() - started,
+            )
         except Exception:  # a failed compaction leaves the table as it was; the next one retries
             log.exception("customer table maintenance failed; the table is unchanged")
 

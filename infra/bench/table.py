@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from deltalake import write_deltalake
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from enrichment_job.app import build_session
@@ -138,9 +139,9 @@ def main() -> int:
         for size in args.sizes:
             customers = min(args.customers, size)
             path = str(work / f"versions-{size}")
-            spark.createDataFrame(versions_table(customers, size, now_ms)).write.format("delta").save(path)
+            write_deltalake(path, versions_table(customers, size, now_ms))
             started = time.monotonic()
-            table = CustomerTable(DeltaLog(spark, path, "bench"))
+            table = CustomerTable(DeltaLog(path, "bench"))
             load_s = time.monotonic() - started
             store = table.versions()
             per_version = store.table().nbytes / len(store)

@@ -67,3 +67,28 @@ def test_spark_reaches_s3_state_with_the_same_endpoint_and_keys_and_local_state_
 def test_an_explicit_metrics_file_wins(tmp_path: Path) -> None:
     state = StateDir("s3a://b/p", ObjectStoreSettings())
     assert metrics_path(tmp_path / "m.json", state) == tmp_path / "m.json"
+
+
+def test_the_delta_writer_reaches_a_local_table_by_path_and_one_in_s3_with_the_same_settings(
+    tmp_path: Path,
+) -> None:
+    local = JobSettings(state_dir=tmp_path).state
+    assert local.table_location("customer_versions") == (str(tmp_path / "customer_versions"), {})
+    store = ObjectStoreSettings(
+        s3_endpoint="http://127.0.0.1:9000",
+        s3_region="eu-west-1",
+        s3_access_key="AKIA1",  # type: ignore[arg-type]
+        s3_secret_key="s3cret",  # type: ignore[arg-type]
+    )
+    uri, options = StateDir("s3a://ratings-state/jobs/a", store).table_location("customer_versions")
+    assert uri == "s3://ratings-state/jobs/a/customer_versions"
+    assert options == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "eu-west-1",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        "AWS_ACCESS_KEY_ID": "AKIA1",
+        "AWS_SECRET_ACCESS_KEY": "s3cret",
+    }
+    aws = StateDir("s3a://b/p", ObjectStoreSettings(s3_path_style=False)).table_location("t")
+    assert aws == ("s3://b/p/t", {"AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true"}), "AWS: the default chain"
