@@ -144,10 +144,6 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         return StateDir(self.state_dir, self)
 
     @property
-    def table_uri(self) -> str:
-        return self.state.child(TABLE)
-
-    @property
     def metrics_path(self) -> Path | None:
         return metrics_path(self.metrics_file, self.state)
 

@@ -84,7 +84,7 @@ class StateDir:
         return url2pathname(urlsplit(self.uri).path)
 
     def child(self, *parts: str) -> str:
-        """The URI of a file or folder inside, as Spark and Delta take it."""
+        """The URI of a file or folder inside, as Spark takes it."""
         return "/".join([self.uri, *parts])
 
     @cached_property

@@ -17,7 +17,8 @@ def test_a_relative_path_is_made_absolute_and_spelled_as_a_file_uri(
     settings = JobSettings(state_dir="state dir/job")
     assert settings.state_dir == (tmp_path / "state dir" / "job").as_uri()
     assert settings.state.local_path == str(tmp_path / "state dir" / "job")
-    assert settings.table_uri == f"{settings.state_dir}/customer_versions"
+    table, _ = settings.state.table_location("customer_versions")
+    assert table == str(tmp_path / "state dir" / "job" / "customer_versions")
     assert settings.metrics_path == tmp_path / "state dir" / "job" / "metrics.json"
 
 
