@@ -3,7 +3,6 @@ once, reach Delta in the background, a restart reads them back, and Spark with t
 Delta jars reads the same table (and wrote tables the log goes on with)."""
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import pyarrow as pa
 import pytest
 from support.delta import commits, live_rows, user_metadata
 from support.kafka import StackEnv
+from support.spark import delta_session
 
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.table import CdcState, CustomerTable, DeltaLog
@@ -25,20 +25,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 @pytest.fixture(scope="module")
 def spark(stack_env: StackEnv) -> Iterator[Any]:
     """Spark as a user of the table runs it: the staged jars, Delta's SQL extension."""
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - slow import, only here
-
-    os.environ["JAVA_HOME"] = stack_env["JAVA_HOME"]
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("customer-table-test")
-        .config("spark.jars", stack_env["SPARK_JARS"])
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .getOrCreate()
-    )
+    session = delta_session(stack_env, "customer-table-test")
     yield session
     session.stop()
 

@@ -1,12 +1,12 @@
 """A Spark session reads Kafka and writes Delta with only the locally staged jars."""
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from support.spark import delta_session
 
 StackEnv = dict[str, str]
 # py4j leaves its gateway sockets to the garbage collector; that is py4j's, not a leak of ours.
@@ -15,22 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 
 @pytest.fixture(scope="module")
 def spark(stack_env: StackEnv) -> Iterator[Any]:
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - slow import, only here
-
-    jars = stack_env["SPARK_JARS"].split(",")
-    assert jars and all(Path(jar).is_file() for jar in jars), "staged Spark jars missing: run `make up`"
-    os.environ["JAVA_HOME"] = stack_env["JAVA_HOME"]
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("stack-test")
-        .config("spark.jars", ",".join(jars))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .getOrCreate()
-    )
+    session = delta_session(stack_env, "stack-test")
     yield session
     session.stop()
 
