@@ -177,6 +177,7 @@ class DeltaLog:
             if first is None:
                 return
             items.append(first)
+            # The first append waits an interval too: a start's first batches go in one commit.
             last = last if last is not None else time.monotonic()
             deadline = last + self.commit_interval_s
             while not stopping and (time.monotonic() < deadline or not self._writes.empty()):
