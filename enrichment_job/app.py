@@ -14,7 +14,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable, ingest
 from enrichment_job.enrich import Ratings
-from enrichment_job.jvm import ClassArchive, class_archive
+from enrichment_job.jvm import ARCHIVE_LOG, RECORDING, ClassArchive, class_archive
 from enrichment_job.kafka_in import KAFKA, TopicReader
 from enrichment_job.kafka_out import Fenced, Records, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
@@ -68,7 +68,7 @@ def driver_archive(settings: SparkSettings, app_name: str) -> ClassArchive | Non
         return None
     directory = Path(settings.class_archive_dir).expanduser()
     archive = class_archive(directory, app_name, settings.spark_jars, settings.driver_java_options)
-    log.info("driver class archive: %s", archive.path if archive.writing is None else "written at the stop")
+    log.info("%s%s", ARCHIVE_LOG, archive.path if archive.writing is None else RECORDING)
     return archive
 
 

@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("enrichment_job")
+# The start's log line says which archive the driver maps, or that it records one (read by
+# make bench-views: a recording run costs CPU).
+ARCHIVE_LOG = "driver class archive: "
+RECORDING = "written at the stop"
 
 
 def _java_build() -> str:

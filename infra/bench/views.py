@@ -40,6 +40,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from enrichment_job.jvm import ARCHIVE_LOG, RECORDING
 from infra.bench.freshness import in_window
 from infra.bench.job import (
     Latencies,
@@ -176,9 +177,9 @@ def class_archives(log: Path) -> list[str]:
     if not log.exists():
         return []
     return [
-        "recording" if line.rstrip().endswith("written at the stop") else "mapped"
+        "recording" if line.rstrip().endswith(RECORDING) else "mapped"
         for line in log.read_text(errors="replace").splitlines()
-        if "driver class archive: " in line
+        if ARCHIVE_LOG in line
     ]
 
 
