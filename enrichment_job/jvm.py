@@ -15,6 +15,7 @@ that cannot use an archive says so and starts without it. The newest few archive
 new one replaces the oldest.
 """
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -125,7 +126,8 @@ class ClassArchive:
 
 
 def prune(kept: Path, keep: int = KEEP) -> None:
-    """Removes the oldest archives of `kept`'s application beyond the newest `keep`."""
+    """Removes the archives of `kept`'s application beyond the `keep` last used (a start that
+    maps one marks it used), and what writers that did not finish left behind."""
     app = kept.name.rsplit("-", 1)[0]
     archives = sorted(
         kept.parent.glob(f"{app}-*{kept.suffix}"), key=lambda p: p.stat().st_mtime, reverse=True
@@ -134,12 +136,32 @@ def prune(kept: Path, keep: int = KEEP) -> None:
         if old != kept:
             old.unlink(missing_ok=True)
             log.info("removed the old class archive %s", old)
+    # <archive>.<pid>.tmp, and the JVM's own <archive>.<pid>.tmp.config on Java 25: a JVM that
+    # was killed, or failed to assemble its cache, leaves them behind.
+    leftover = re.compile(rf"{re.escape(app)}-[0-9a-f]+{re.escape(kept.suffix)}\.(\d+)\.tmp(\.config)?")
+    for left in kept.parent.iterdir():
+        if (found := leftover.fullmatch(left.name)) and not _running(int(found[1])):
+            left.unlink(missing_ok=True)
+            log.info("removed %s, left by a JVM that did not finish writing it", left)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def class_archive(directory: Path, app_name: str, jars: str, java_options: str) -> ClassArchive:
     """The archive to map, or the file to write one to (none yet)."""
     path = archive_path(directory, app_name, jars, java_options)
     if path.exists():
+        # Marked used, so that pruning keeps it before the archives of options tried once.
+        with contextlib.suppress(OSError):  # a folder this user may read but not write
+            os.utime(path)
         return ClassArchive(path)
     directory.mkdir(parents=True, exist_ok=True)
     return ClassArchive(path, path.with_name(f"{path.name}.{os.getpid()}.tmp"))

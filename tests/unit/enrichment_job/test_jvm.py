@@ -110,3 +110,33 @@ def test_pruning_keeps_each_kind_apart(tmp_path: Path) -> None:
         os.utime(path, (2_000 - age, 2_000 - age))  # caches[0] newest
     prune(caches[0], keep=1)
     assert sorted(tmp_path.iterdir()) == sorted([caches[0], *archives])
+
+
+@pytest.mark.usefixtures("java_17")
+def test_an_archive_a_start_maps_is_kept_before_newer_ones_no_start_uses(tmp_path: Path) -> None:
+    folder = tmp_path / "jvm"
+    folder.mkdir()
+    used = archive_path(folder, "job", "", "")
+    tried = [folder / f"job-{i:016x}.jsa" for i in range(4)]
+    for age, path in enumerate([used, *tried]):
+        path.write_bytes(b"a")
+        os.utime(path, (1_000 + age, 1_000 + age))  # `used` written first, long ago
+    assert class_archive(folder, "job", "", "") == ClassArchive(used)  # a start maps it
+    prune(tried[-1], keep=4)
+    assert sorted(folder.iterdir()) == sorted([used, *tried[1:]])
+
+
+def test_pruning_removes_what_writers_that_are_gone_left(tmp_path: Path) -> None:
+    kept = tmp_path / "job-00000000000000aa.aot"
+    kept.write_bytes(b"a")
+    gone = 2**22 + 1  # above Linux's largest pid
+    left = [
+        tmp_path / f"job-00000000000000bb.aot.{gone}.tmp",
+        tmp_path / f"job-00000000000000bb.aot.{gone}.tmp.config",
+    ]
+    writing = tmp_path / f"job-00000000000000cc.aot.{os.getpid()}.tmp.config"  # a JVM still running
+    other = tmp_path / f"views-00000000000000bb.aot.{gone}.tmp"
+    for path in [*left, writing, other]:
+        path.write_bytes(b"")
+    prune(kept)
+    assert sorted(tmp_path.iterdir()) == sorted([kept, writing, other])
