@@ -11,8 +11,8 @@ of the run that wrote it, so the JIT compiles the hot code from the start rather
 minutes of profiling. An archive belongs to
 one JVM build and one class path, so its file name carries a hash of both: a new JDK, Spark,
 Spark install folder (each checkout's virtualenv has its own) or jar list makes a new one. A JVM
-that cannot use an archive says so and starts without it. The newest few archives are kept; a
-new one replaces the oldest.
+that cannot use an archive says so and starts without it. The few archives used last are kept
+(a start that maps one counts as a use); a new one replaces the one unused longest.
 """
 
 import contextlib
