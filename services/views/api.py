@@ -20,11 +20,15 @@ from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub, Subscriber, change_data, sse
 from services.views.metrics import ViewsCollector
-from services.views.store import Change, Store, key_of
+from services.views.store import Change, Snapshot, Store, key_of
 
 log = logging.getLogger("views")
 JSON = "application/json"
+# A subscriber's events go out this many to a write, and the pull queries that came meanwhile
+# are answered between two writes: a whole view's snapshot (100,000 rows) written in one go held
+# the event loop for 2 s, and a batch of 2,000 changes for several milliseconds.
 _EVENTS_PER_WRITE = 500
+_SNAPSHOT_PAGE = 5_000  # rows read from the store between two turns of the event loop
 
 
 class BadRequest(Exception):
@@ -203,12 +207,14 @@ class Api:
         sub = Subscriber(name, key, asyncio.Queue(self.settings.subscriber_queue))
         self.hub.add(sub)  # first: the changelog process sends changes from now on
         try:
-            sub.after, snapshot = self.store.snapshot(name, key)
-        except Exception:
+            snapshot = self.store.snapshot(name, key)
+            sub.after = snapshot.seq
+            rows = await _read(snapshot)
+        except BaseException:  # a client gone while the snapshot is read cancels this
             self.hub.remove(sub)
             raise
         return StreamingResponse(
-            self._stream(sub, snapshot, tuple(info["key"])),
+            self._stream(sub, rows, tuple(info["key"])),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -217,8 +223,12 @@ class Api:
         self, sub: Subscriber, snapshot: list[tuple[str, str]], key_columns: tuple[str, ...]
     ) -> AsyncIterator[str]:
         try:
-            for key, value in snapshot:
-                yield sse("snapshot", change_data(Change(sub.view, key, key_columns, value)))
+            for start in range(0, len(snapshot), _EVENTS_PER_WRITE):
+                page = snapshot[start : start + _EVENTS_PER_WRITE]
+                yield "".join(
+                    sse("snapshot", change_data(Change(sub.view, k, key_columns, v))) for k, v in page
+                )
+                await asyncio.sleep(0)  # the pull queries that came meanwhile
             yield sse("live", "{}")
             seq = 0
             while not sub.overflowed:
@@ -227,7 +237,7 @@ class Api:
                 except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
-                # The changes waiting go out in one write: one a change cost a send each.
+                # The changes waiting go out together (a send a change cost too much), a page a write.
                 events = []
                 while True:
                     seq += 1
@@ -236,9 +246,24 @@ class Api:
                         break
                     data = sub.queue.get_nowait()
                 yield "".join(events)
+                await asyncio.sleep(0)
             yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))
         finally:
             self.hub.remove(sub)
+
+
+async def _read(snapshot: Snapshot) -> list[tuple[str, str]]:
+    """The snapshot's rows, a page between two turns of the event loop. Read to the end before
+    any is sent: a slow subscriber must not hold the read transaction (the store's log cannot be
+    checkpointed past it)."""
+    rows: list[tuple[str, str]] = []
+    try:
+        while page := snapshot.page(_SNAPSHOT_PAGE):
+            rows += page
+            await asyncio.sleep(0)
+    finally:
+        snapshot.close()
+    return rows
 
 
 async def _refused(_: Request, err: Exception) -> Response:

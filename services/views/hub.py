@@ -85,10 +85,12 @@ def sse(event: str, data: str, event_id: int | None = None) -> str:
     return f"{head}event: {event}\ndata: {data}\n\n"
 
 
+_compact = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps with these makes an encoder a call
+
+
 def change_data(change: Change) -> str:
-    key = json.loads(change.key)
-    named = dict(zip(change.key_columns, key, strict=False))
-    return f'{{"key":{json.dumps(named, separators=(",", ":"))},"row":{change.value or "null"}}}'
+    named = dict(zip(change.key_columns, json.loads(change.key), strict=False))
+    return f'{{"key":{_compact(named)},"row":{change.value or "null"}}}'
 
 
 def events_of(changes: list[Change]) -> list[Event]:

@@ -211,21 +211,11 @@ class Store:
         sql = f"SELECT value FROM rows WHERE view = ?{where} ORDER BY key LIMIT ?"  # noqa: S608 (names checked)
         return [r[0] for r in self._reader.execute(sql, (view, *[v for _, v in filters], limit))]
 
-    def snapshot(self, view: str, key: str | None) -> tuple[int, list[tuple[str, str]]]:
-        """The view's rows (or the key's) and the number of the last batch they hold, read in
-        one transaction."""
-        conn = self._reader
-        conn.execute("BEGIN")
-        try:
-            row = conn.execute("SELECT seq FROM batches").fetchone()
-            if key is not None:
-                found = conn.execute("SELECT key, value FROM rows WHERE view = ? AND key = ?", (view, key))
-            else:
-                found = conn.execute("SELECT key, value FROM rows WHERE view = ? ORDER BY key", (view,))
-            rows = [(k, v) for k, v in found]
-        finally:
-            conn.execute("COMMIT")
-        return (int(row[0]) if row else 0), rows
+    def snapshot(self, view: str, key: str | None) -> "Snapshot":
+        """The view's rows (or the key's) as of the last batch applied, to read page by page."""
+        conn = self._connect()
+        conn.execute("PRAGMA cache_size=-8192")  # one pass over the table: no use for a large cache
+        return Snapshot(conn, view, key)
 
     def count(self, view: str) -> int:
         return int(self._reader.execute("SELECT COUNT(*) FROM rows WHERE view = ?", (view,)).fetchone()[0])
@@ -255,6 +245,30 @@ class Store:
             }
             for view, key, columns, marker, applied in rows
         }
+
+
+class Snapshot:
+    """Rows of a view as of one batch: `seq`, the number of the last batch they hold, then the
+    rows in key order, a page at a time. A connection and read transaction of its own: the pull
+    queries answered between two pages read the newest rows, not the snapshot's. `close` ends it."""
+
+    def __init__(self, conn: sqlite3.Connection, view: str, key: str | None) -> None:
+        self._conn = conn
+        conn.execute("BEGIN")
+        row = conn.execute("SELECT seq FROM batches").fetchone()  # the read transaction starts here
+        self.seq = int(row[0]) if row else 0
+        if key is None:
+            self._rows = conn.execute("SELECT key, value FROM rows WHERE view = ? ORDER BY key", (view,))
+        else:
+            self._rows = conn.execute("SELECT key, value FROM rows WHERE view = ? AND key = ?", (view, key))
+
+    def page(self, size: int) -> list[tuple[str, str]]:
+        """The next rows, at most `size`; none at the end."""
+        rows: list[tuple[str, str]] = self._rows.fetchmany(size)
+        return rows
+
+    def close(self) -> None:
+        self._conn.close()  # ends the read transaction
 
 
 class _Transaction:

@@ -8,7 +8,7 @@ import pytest
 
 from services.views.api import BadRequest, parse_value
 from services.views.hub import Hub, Subscriber, events_of
-from services.views.store import Change, Store, infer_columns, key_of
+from services.views.store import Change, Snapshot, Store, infer_columns, key_of
 
 
 def _change(user: int, ratings: int, status: str = "gold") -> Change:
@@ -133,16 +133,36 @@ def test_a_subscriber_whose_queue_fills_is_marked_overflowed_and_gets_no_more() 
 
 def test_a_snapshot_names_the_last_batch_it_holds_and_the_number_survives_a_reopen(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.sqlite3")
-    assert store.snapshot("customer_ratings", None) == (0, [])
+    assert _read(store.snapshot("customer_ratings", None)) == (0, [])
     store.apply([_change(1, 1)], {}, {("t", 0): 1})
     store.apply([_change(2, 1), _change(1, 2)], {}, {("t", 0): 3})
-    seq, rows = store.snapshot("customer_ratings", None)
+    seq, rows = _read(store.snapshot("customer_ratings", None))
     assert seq == store.seq == 2 and [k for k, _ in rows] == ["[1]", "[2]"]
-    assert store.snapshot("customer_ratings", "[2]") == (2, [("[2]", rows[1][1])])
+    assert _read(store.snapshot("customer_ratings", "[2]")) == (2, [("[2]", rows[1][1])])
     reopened = Store(tmp_path / "s.sqlite3")
     assert reopened.seq == 2
     reopened.apply([_change(3, 1)], {}, {})
-    assert Store(tmp_path / "s.sqlite3").snapshot("customer_ratings", "[3]")[0] == 3
+    assert _read(Store(tmp_path / "s.sqlite3").snapshot("customer_ratings", "[3]"))[0] == 3
+
+
+def test_a_snapshot_read_in_pages_keeps_its_batch_while_pulls_read_the_newest(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply([_change(i, 1) for i in range(5)], {}, {("t", 0): 5})
+    snapshot = store.snapshot("customer_ratings", None)
+    first = snapshot.page(2)
+    store.apply([_change(4, 9), _change(5, 1)], {}, {("t", 0): 7})  # a batch while it is read
+    assert json.loads(store.get("customer_ratings", "[4]") or "{}")["ratings"] == 9
+    rest = [row for page in iter(lambda: snapshot.page(2), []) for row in page]
+    snapshot.close()
+    assert snapshot.seq == 1 and len(first) == 2
+    assert [k for k, _ in first + rest] == ["[0]", "[1]", "[2]", "[3]", "[4]"]
+    assert json.loads(rest[-1][1])["ratings"] == 1
+
+
+def _read(snapshot: Snapshot) -> tuple[int, list[tuple[str, str]]]:
+    rows = [row for page in iter(lambda: snapshot.page(2), []) for row in page]
+    snapshot.close()
+    return snapshot.seq, rows
 
 
 def _drain(queue: "asyncio.Queue[str]") -> list[str]:

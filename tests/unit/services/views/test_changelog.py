@@ -1,0 +1,88 @@
+"""The changelog process's reading side without Kafka: what it hands the server's process."""
+
+import asyncio
+import json
+import pickle
+import struct
+from pathlib import Path
+from typing import Any
+
+from services.views.changelog import EVENTS_PER_MESSAGE, Changelog, _Frames
+from services.views.config import ViewsApiSettings
+from services.views.store import Store
+
+TOPIC = "view.customer_ratings"
+
+
+class _Record:
+    """What the changelog reads of a Kafka message."""
+
+    def __init__(self, offset: int, user: int) -> None:
+        self._offset, self._user = offset, user
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return TOPIC
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return json.dumps({"user_id": self._user}).encode()
+
+    def value(self) -> bytes:
+        return json.dumps({"user_id": self._user, "ratings": self._offset}).encode()
+
+
+def test_a_large_batch_reaches_the_server_in_pages_of_one_batch_number_and_in_order(tmp_path: Path) -> None:
+    sent: list[tuple[Any, ...]] = []
+    changelog = Changelog(ViewsApiSettings(), Store(tmp_path / "s.sqlite3"), sent.append)
+    count = 2 * EVENTS_PER_MESSAGE + 7
+    changelog._step(None, [_Record(i, i) for i in range(count)])  # type: ignore[arg-type]
+    changelog._step(None, [_Record(count, 0)])  # type: ignore[arg-type]
+    batches = [m for m in sent if m[0] == "batch"]
+    first, second = batches[:3], batches[3:]
+    assert [len(m[4]) for m in first] == [EVENTS_PER_MESSAGE, EVENTS_PER_MESSAGE, 7]
+    assert {m[1] for m in first} == {1} and [m[1] for m in second] == [2]
+    assert [json.loads(e[2])["key"]["user_id"] for m in first for e in m[4]] == list(range(count))
+    assert first[0][3] is not None and first[1][3] is None and first[2][3] is None  # descriptions once
+    assert [m[2] for m in batches] == [count, count, count, count + 1]  # records applied so far
+
+
+def test_a_batch_without_subscribers_is_one_message_without_events(tmp_path: Path) -> None:
+    sent: list[tuple[Any, ...]] = []
+    changelog = Changelog(ViewsApiSettings(), Store(tmp_path / "s.sqlite3"), sent.append, lambda: 0)
+    changelog._step(None, [_Record(i, i) for i in range(3 * EVENTS_PER_MESSAGE)])  # type: ignore[arg-type]
+    assert [(m[1], m[4]) for m in sent if m[0] == "batch"] == [(1, None)]
+
+
+def _framed(message: tuple[Any, ...]) -> bytes:
+    body = pickle.dumps(message)
+    return struct.pack("!Q", len(body)) + body
+
+
+def test_the_server_takes_one_frame_a_turn_of_its_event_loop_and_the_rest_before_the_pipe_closes() -> None:
+    taken: list[Any] = []
+    frames = _Frames(lambda m: taken.append(m[1]), lambda: taken.append("lost"))
+
+    async def main() -> list[list[Any]]:
+        seen = []
+        wire = b"".join(_framed(("batch", i)) for i in range(4))
+        frames.data_received(wire[:-3])  # three whole frames and a piece of the fourth
+        seen.append(list(taken))
+        await asyncio.sleep(0)
+        seen.append(list(taken))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        seen.append(list(taken))
+        frames.data_received(wire[-3:])
+        frames.connection_lost(None)
+        seen.append(list(taken))
+        return seen
+
+    assert asyncio.run(main()) == [[0], [0, 1], [0, 1, 2], [0, 1, 2, 3, "lost"]]
