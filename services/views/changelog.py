@@ -223,20 +223,21 @@ class _Frames(asyncio.Protocol):
         if frame is None:
             return
         self.take(frame)
-        if self._frame_waiting():
+        if self._whole() is not None:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._next)
 
-    def _frame_waiting(self) -> bool:
+    def _whole(self) -> int | None:
+        """The size of the first frame's body when the buffer holds all of it."""
         if len(self.buffer) < 8:
-            return False
-        (size,) = struct.unpack_from("!Q", self.buffer)
-        return bool(len(self.buffer) - 8 >= size)
+            return None
+        size: int = struct.unpack_from("!Q", self.buffer)[0]
+        return size if len(self.buffer) - 8 >= size else None
 
     def _frame(self) -> tuple[Any, ...] | None:
-        if not self._frame_waiting():
+        size = self._whole()
+        if size is None:
             return None
-        (size,) = struct.unpack_from("!Q", self.buffer)
         body = bytes(self.buffer[8 : 8 + size])
         del self.buffer[: 8 + size]
         frame: tuple[Any, ...] = pickle.loads(body)  # noqa: S301 - written by our own child, over a pipe only it holds
