@@ -125,14 +125,15 @@ class Job:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
 
-    def stop(self) -> int | None:
-        """Ctrl-C, as a user stops it; returns the exit code (None when it had to be killed)."""
+    def stop(self, timeout_s: float = 180) -> int | None:
+        """Ctrl-C, as a user stops it; returns the exit code (None when it had to be killed). The
+        wait covers a first stop that records the driver's class archive as the JVM exits."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(60)
+                self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(30)

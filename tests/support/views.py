@@ -69,6 +69,12 @@ class ViewsJob(ServiceProcess):
         }
         super().__init__("enrichment_job.views", "VIEWS_JOB_", env, workdir)
 
+    def stop(self, timeout_s: float = 180) -> int:
+        """SIGTERM and wait. A job's first clean stop on a host records the driver's class
+        archive as its JVM exits (up to two minutes on a slow host; each checkout's virtualenv
+        has its own), so the wait covers that before it kills."""
+        return super().stop(timeout_s)
+
     def start_for_module(self) -> "ViewsJob":
         """Started for a module's tests: the fixture that started it stops it, not each test."""
         self.start()
