@@ -19,6 +19,7 @@ from enrichment_job.state_dir import ObjectStoreSettings, StateDir
 from infra.stack.clients import spark_job_state_in_s3
 from services.core import customer_db
 from support.kafka import drop_topics, make_topics, produce, read_topic, values
+from support.spark import JOB_STOP_S
 
 __all__ = [
     "Job",
@@ -125,7 +126,7 @@ class Job:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
 
-    def stop(self, timeout_s: float = 180) -> int | None:
+    def stop(self, timeout_s: float = JOB_STOP_S) -> int | None:
         """Ctrl-C, as a user stops it; returns the exit code (None when it had to be killed). The
         wait covers a first stop that records the driver's class archive as the JVM exits."""
         if self.proc is None:

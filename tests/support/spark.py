@@ -5,6 +5,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+# How long a Spark job's clean stop may take before a test kills it: a checkout's first clean
+# stop records the driver's class archive as the JVM exits, which the job allows 120 s
+# (enrichment_job.jvm.ClassArchive.finish); each checkout's virtualenv has its own class path.
+JOB_STOP_S = 180
+
 
 def delta_session(stack_env: dict[str, str], app_name: str) -> Any:
     from pyspark.sql import SparkSession  # noqa: PLC0415 - slow import, only where a test needs it

@@ -10,6 +10,7 @@ from typing import Any
 
 from support.kafka import drop_topics, make_topics, read_topic
 from support.services import RUNNING, ServiceProcess
+from support.spark import JOB_STOP_S
 
 StackEnv = dict[str, str]
 HOUR_MS = 3_600_000
@@ -69,10 +70,8 @@ class ViewsJob(ServiceProcess):
         }
         super().__init__("enrichment_job.views", "VIEWS_JOB_", env, workdir)
 
-    def stop(self, timeout_s: float = 180) -> int:
-        """SIGTERM and wait. A job's first clean stop on a host records the driver's class
-        archive as its JVM exits (up to two minutes on a slow host; each checkout's virtualenv
-        has its own), so the wait covers that before it kills."""
+    def stop(self, timeout_s: float = JOB_STOP_S) -> int:
+        """SIGTERM and wait, long enough for a stop that records the class archive."""
         return super().stop(timeout_s)
 
     def start_for_module(self) -> "ViewsJob":
