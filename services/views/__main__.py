@@ -25,6 +25,7 @@ from services.views.api import Api
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
+from services.views.protocol import pull_protocol
 from services.views.store import Store
 
 
@@ -63,9 +64,11 @@ def main(argv: list[str]) -> int:
     log = logging.getLogger("views")
     store, hub = Store(settings.state_dir / "store.sqlite3"), Hub()
     changelog = ChangelogProcess(settings, store, hub)
+    api = Api(settings, store, hub, changelog)
     server = _Server(
         uvicorn.Config(
-            Api(settings, store, hub, changelog).app(),
+            api.app(),
+            http=pull_protocol(api.pull),  # pulls answered without the app's request cycle
             host=settings.host,
             port=settings.port,
             log_level="warning",

@@ -1,0 +1,114 @@
+"""python -m infra.bench.server: what a pull query costs the views query service's server over
+HTTP, in microseconds of its CPU, without Kafka.
+
+The service's app over 100,000 customer_ratings rows is served by uvicorn in a process of its
+own, twice: with the service's HTTP protocol (pulls answered by the protocol), then with
+uvicorn's own httptools protocol (every request through the ASGI app). Each is pulled at a fixed
+rate by `infra.bench.pull` (keep-alive connections, random keys) while the server process's CPU
+is read from /proc. One JSON line per protocol. Run it on a quiet machine: it measures it.
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from infra.bench.store import ROWS, CaughtUp, customer_rows
+from services.views.api import Api
+from services.views.config import ViewsApiSettings
+from services.views.hub import Hub
+from services.views.protocol import pull_protocol
+from services.views.store import Change, Store
+
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+MARKER = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+
+
+def serve(folder: Path, port: int, protocol: str) -> None:
+    """The server process: the service's app over the store in `folder`."""
+    api = Api(ViewsApiSettings(), Store(folder / "store.sqlite3"), Hub(), CaughtUp())  # type: ignore[arg-type]
+    http: Any = pull_protocol(api.pull) if protocol == "service" else "httptools"
+    uvicorn.run(api.app(), host="127.0.0.1", port=port, http=http, log_level="warning", lifespan="off")
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_S  # utime, stime
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, Any]:
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "infra.bench.server", "--serve", str(folder), str(port), protocol]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/views/customer_ratings/1", timeout=5):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the {protocol} server did not start") from None
+                time.sleep(0.2)
+        before = _cpu_s(server.pid)
+        pull = ["infra.bench.pull", "--port", str(port), "--ids", str(folder / "ids.json")]
+        client = subprocess.run(
+            [sys.executable, "-m", *pull, "--rate", str(args.rate), "--duration", str(args.duration)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        spent = _cpu_s(server.pid) - before
+    finally:
+        server.terminate()
+        server.wait(30)
+    pulled = json.loads(client.stdout)
+    return {
+        "protocol": protocol,
+        "server_cpu_us_per_pull": round(1e6 * spent / pulled["requests"], 1),
+        "server_cores": round(spent / args.duration, 3),
+        **{k: pulled[k] for k in ("requests", "achieved_per_s", "statuses", "p50_ms", "p99_ms", "max_ms")},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--serve"]:
+        serve(Path(argv[1]), int(argv[2]), argv[3])
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m infra.bench.server", description=__doc__)
+    parser.add_argument("--rate", type=float, default=1000, help="pulls a second (default %(default)s)")
+    parser.add_argument("--duration", type=float, default=20, help="seconds each (default %(default)s)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        rows = customer_rows()
+        Store(folder / "store.sqlite3").apply(
+            [Change("customer_ratings", key, ("user_id",), value) for key, value in rows],
+            {"customer_ratings": MARKER},
+            {},
+        )
+        (folder / "ids.json").write_text(json.dumps(list(range(ROWS))))
+        for protocol in ("service", "uvicorn"):
+            print(json.dumps(measure(folder, protocol, args)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

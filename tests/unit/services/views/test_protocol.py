@@ -1,0 +1,135 @@
+"""The query service's HTTP protocol on a real socket: which requests it answers itself, and that
+the answers on a connection keep the order of its requests."""
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import uvicorn
+
+from services.views.api import Api
+from services.views.config import ViewsApiSettings
+from services.views.hub import Hub
+from services.views.protocol import pull_protocol
+from services.views.store import Change, Store, key_of
+
+Answer = tuple[bytes, dict[bytes, bytes], bytes]  # status, headers, body
+MARKER = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+
+
+class Server:
+    """The service's app and protocol on 127.0.0.1, with the paths the app itself was asked for."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        store = Store(tmp_path / "s.sqlite3")
+        rows = [
+            Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in (1, 2)
+        ]
+        store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): 2})
+        changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+        api = Api(ViewsApiSettings(), store, Hub(), changelog)  # type: ignore[arg-type]
+        app, self.app_paths = api.app(), list[str]()
+
+        async def recorded(scope: Any, receive: Any, send: Any) -> None:
+            self.app_paths.append(scope["path"])
+            await app(scope, receive, send)
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        config = uvicorn.Config(recorded, http=pull_protocol(api.pull), log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
+
+    def __enter__(self) -> "Server":
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def exchange(self, *requests: bytes) -> list[Answer]:
+        """Send the requests in one write; the answers, in the order they came."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as conn:
+            conn.sendall(b"".join(requests))
+            stream = conn.makefile("rb")
+            return [_answer(stream) for _ in requests]
+
+
+def _answer(stream: Any) -> Answer:
+    status = stream.readline().split(b" ", 2)[1]
+    headers = {}
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        headers[name.lower()] = value.strip()
+    return status, headers, stream.read(int(headers[b"content-length"]))
+
+
+def get(path: str, version: str = "1.1") -> bytes:
+    return f"GET {path} HTTP/{version}\r\nHost: test\r\n\r\n".encode()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with Server(tmp_path) as running:
+        yield running
+
+
+def test_a_pull_that_finds_its_row_is_answered_without_the_app(server: Server) -> None:
+    [(status, headers, body)] = server.exchange(get("/views/customer_ratings/2"))
+    assert (status, json.loads(body)) == (b"200", {"user_id": 2})
+    assert headers[b"content-type"] == b"application/json" and b"date" in headers
+    assert b"connection" not in headers  # kept alive
+    assert server.app_paths == []
+
+
+def test_every_other_request_reaches_the_app_which_says_what_is_wrong(server: Server) -> None:
+    answers = server.exchange(
+        get("/views/customer_ratings/999"),
+        get("/views/customer_ratings/x"),
+        get("/views/nope/1"),
+        b"POST /views/customer_ratings/1 HTTP/1.1\r\nHost: test\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    assert [status for status, _, _ in answers] == [b"404", b"400", b"404", b"405"]
+    assert "no row" in json.loads(answers[0][2])["error"]
+    assert "is not a int" in json.loads(answers[1][2])["error"]
+    assert server.app_paths == [
+        "/views/customer_ratings/999",
+        "/views/customer_ratings/x",
+        "/views/nope/1",
+        "/views/customer_ratings/1",
+    ]
+
+
+def test_pipelined_requests_are_answered_in_their_order(server: Server) -> None:
+    answers = server.exchange(
+        get("/views/customer_ratings/1"),
+        get("/views"),  # the app answers this one, in a task of its own
+        get("/views/customer_ratings/2"),  # behind it: waits, and the app answers it too
+        get("/health"),
+        get("/views/customer_ratings/1"),
+    )
+    bodies = [json.loads(body) for _, _, body in answers]
+    assert bodies[0] == {"user_id": 1} and bodies[2] == {"user_id": 2} and bodies[4] == {"user_id": 1}
+    assert bodies[1]["views"][1]["name"] == "segment_hourly" and "status" in bodies[3]
+    assert server.app_paths[:2] == ["/views", "/views/customer_ratings/2"]
+
+
+def test_an_http_1_0_pull_closes_its_connection(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(get("/views/customer_ratings/1", "1.0"))
+        stream = conn.makefile("rb")
+        status, headers, body = _answer(stream)
+        assert (status, headers[b"connection"], json.loads(body)) == (b"200", b"close", {"user_id": 1})
+        assert stream.read() == b""  # closed by the server
