@@ -71,7 +71,7 @@ def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, 
         client = subprocess.run(
             [sys.executable, "-m", *pull, "--rate", str(args.rate), "--duration", str(args.duration)],
             check=True,
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
         )
         spent = _cpu_s(server.pid) - before
@@ -83,6 +83,7 @@ def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, 
         "protocol": protocol,
         "server_cpu_us_per_pull": round(1e6 * spent / pulled["requests"], 1),
         "server_cores": round(spent / args.duration, 3),
+        "client_cpu_us_per_pull": round(1e6 * pulled["cpu_s"] / pulled["requests"], 1),  # with its start
         **{k: pulled[k] for k in ("requests", "achieved_per_s", "statuses", "p50_ms", "p99_ms", "max_ms")},
     }
 
