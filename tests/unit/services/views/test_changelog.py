@@ -7,7 +7,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from services.views.changelog import EVENTS_PER_MESSAGE, Changelog, _Frames
+from services.views.changelog import BATCH, EVENTS_PER_MESSAGE, Changelog, _Frames, fetched
 from services.views.config import ViewsApiSettings
 from services.views.store import Store
 
@@ -37,6 +37,29 @@ class _Record:
 
     def value(self) -> bytes:
         return json.dumps({"user_id": self._user, "ratings": self._offset}).encode()
+
+
+class _BatchConsumer:
+    """librdkafka's batch consume, as it behaves (checked on the local stack): the records
+    queued, up to `n`, at once when there are `n`; otherwise after waiting the whole timeout,
+    counted here in `waited_s` instead of slept."""
+
+    def __init__(self, queued: int) -> None:
+        self.queued = [_Record(i, i) for i in range(queued)]
+        self.waited_s = 0.0
+
+    def consume(self, n: int, timeout: float) -> list[_Record]:
+        if len(self.queued) < n:
+            self.waited_s += timeout
+        taken, self.queued = self.queued[:n], self.queued[n:]
+        return taken
+
+
+def test_records_already_fetched_are_taken_without_waiting_for_a_full_batch() -> None:
+    few, many, none = _BatchConsumer(300), _BatchConsumer(BATCH + 500), _BatchConsumer(0)
+    assert [len(fetched(c)) for c in (few, many, none)] == [300, BATCH, 0]  # type: ignore[arg-type]
+    assert (few.waited_s, many.waited_s, none.waited_s) == (0, 0, 0.2)
+    assert len(many.queued) == 500  # left for the next batch
 
 
 def test_a_large_batch_reaches_the_server_in_pages_of_one_batch_number_and_in_order(tmp_path: Path) -> None:
