@@ -31,7 +31,10 @@ class PullProtocol(HttpToolsProtocol):
     pull: Pull  # set by pull_protocol()
 
     def on_headers_complete(self) -> None:
-        row = self.pull(self.url) if self._may_answer() else None
+        try:
+            row = self.pull(self.url) if self._may_answer() else None
+        except Exception:  # noqa: BLE001 - the app's route does it again, and answers and logs the failure
+            row = None
         if row is None:
             super().on_headers_complete()
             return

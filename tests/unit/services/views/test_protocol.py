@@ -3,6 +3,7 @@ the answers on a connection keep the order of its requests."""
 
 import json
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ class Server:
         store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): 2})
         changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
         api = Api(ViewsApiSettings(), store, Hub(), changelog)  # type: ignore[arg-type]
+        self.store = store
         app, self.app_paths = api.app(), list[str]()
 
         async def recorded(scope: Any, receive: Any, send: Any) -> None:
@@ -133,3 +135,15 @@ def test_an_http_1_0_pull_closes_its_connection(server: Server) -> None:
         status, headers, body = _answer(stream)
         assert (status, headers[b"connection"], json.loads(body)) == (b"200", b"close", {"user_id": 1})
         assert stream.read() == b""  # closed by the server
+
+
+def test_a_pull_that_fails_is_answered_by_the_app_with_a_500(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: object) -> str:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(server.store, "get", broken)
+    [(status, _, body)] = server.exchange(get("/views/customer_ratings/1"))
+    assert (status, json.loads(body)) == (b"500", {"error": "internal error"})
+    assert server.app_paths == ["/views/customer_ratings/1"]
