@@ -10,7 +10,6 @@ is read from /proc. One JSON line per protocol. Run it on a quiet machine: it me
 
 import argparse
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -22,15 +21,13 @@ from typing import Any
 
 import uvicorn
 
-from infra.bench.store import ROWS, CaughtUp, customer_rows
+from infra.bench.job import thread_cpu_s
+from infra.bench.store import ROWS, CaughtUp, customer_ratings_store, customer_rows
 from services.views.api import Api
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
 from services.views.protocol import pull_protocol
-from services.views.store import Change, Store
-
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-MARKER = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+from services.views.store import Store
 
 
 def serve(folder: Path, port: int, protocol: str) -> None:
@@ -41,8 +38,7 @@ def serve(folder: Path, port: int, protocol: str) -> None:
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * TICK_S  # utime, stime
+    return thread_cpu_s(pid)[""][1]  # the whole process
 
 
 def _free_port() -> int:
@@ -99,12 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
-        rows = customer_rows()
-        Store(folder / "store.sqlite3").apply(
-            [Change("customer_ratings", key, ("user_id",), value) for key, value in rows],
-            {"customer_ratings": MARKER},
-            {},
-        )
+        customer_ratings_store(folder / "store.sqlite3", customer_rows())
         (folder / "ids.json").write_text(json.dumps(list(range(ROWS))))
         for protocol in ("service", "uvicorn"):
             print(json.dumps(measure(folder, protocol, args)), flush=True)

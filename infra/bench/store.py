@@ -119,6 +119,16 @@ def service_apply(rows: list[tuple[str, str]], folder: Path) -> dict[str, float]
     return figures
 
 
+def customer_ratings_store(path: Path, rows: list[tuple[str, str]]) -> Store:
+    """The query service's store at `path`, holding `rows` as the customer_ratings view with
+    the marker that names its key and columns."""
+    store = Store(path)
+    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    initial = [Change("customer_ratings", key, ("user_id",), value) for key, value in rows]
+    store.apply(initial, {"customer_ratings": marker}, {})
+    return store
+
+
 class CaughtUp:
     """The changelog process as the API sees it once the store has caught up."""
 
@@ -130,10 +140,7 @@ def service_pull(rows: list[tuple[str, str]], folder: Path) -> dict[str, float]:
     """A pull query in-process (no socket, no HTTP parsing), in microseconds of CPU: what the
     service's HTTP protocol calls for a row that exists (`pull_us`), and the ASGI app's route,
     which answers the pulls the protocol passes on (`routed_us`)."""
-    store = Store(folder / "pull.sqlite3")
-    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
-    initial = [Change("customer_ratings", key, ("user_id",), value) for key, value in rows]
-    store.apply(initial, {"customer_ratings": marker}, {})
+    store = customer_ratings_store(folder / "pull.sqlite3", rows)
     api = Api(ViewsApiSettings(), store, Hub(), CaughtUp())  # type: ignore[arg-type]
     app = api.app()
     rnd = random.Random(4)
