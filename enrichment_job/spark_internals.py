@@ -5,6 +5,9 @@ test_spark_internals.py and the integration tests run each of them).
 - `batch_ends`: the views' markers record the enriched offsets a batch covered. The offset log
   in the query's checkpoint is the only place a running foreachBatch can learn them (progress
   events come after the batch). Read through the state folder's file system, so s3a:// works.
+- `batch_starts`: where a batch's records begin, for the views' dead letters, which read a
+  batch's records again: the previous batch's offset log file, or for the first batch the
+  source's initial offsets in the checkpoint.
 - `local_checkpoint_files`: a checkpoint file manager class for local state (the class name is
   Spark's; it moved in 4.1).
 - `skip_driver_checksums`: Hadoop's local file system object of the driver.
@@ -56,6 +59,28 @@ def batch_ends(state: StateDir, checkpoint: str, batch_id: int, topic: str) -> d
             f"cannot read batch {batch_id}'s offsets from {state.child(relative)}: {err}"
         ) from err
     return {}
+
+
+def batch_starts(state: StateDir, checkpoint: str, batch_id: int, topic: str) -> dict[int, int]:
+    """partition -> the offset where batch `batch_id`'s records of `topic` begin: where the
+    batch before it ended, or for batch 0 the offsets the query started from (Spark's Kafka
+    source writes them to `sources/0/0`: a zero byte, a version line, then the JSON). A
+    partition missing from them starts at 0."""
+    if batch_id > 0:
+        return batch_ends(state, checkpoint, batch_id - 1, topic)
+    relative = f"{checkpoint}/sources/0/0"
+    try:
+        text = state.read_text(relative)
+        if text is None:
+            raise ValueError("no such file")
+        version, _, body = text.lstrip("\x00").partition("\n")
+        if version != OFFSET_LOG_VERSION:
+            raise ValueError(f"not an initial offsets file of a known version: {version!r}")
+        return partition_offsets(json.loads(body), topic)
+    except (OSError, ValueError) as err:
+        raise RuntimeError(
+            f"cannot read the query's initial offsets from {state.child(relative)}: {err}"
+        ) from err
 
 
 def local_checkpoint_files(state: StateDir) -> dict[str, str]:

@@ -8,9 +8,16 @@ view's group columns (a row carries the other views' as nulls), and each measure
 only its own view's rows. So one query keeps many views, and a batch costs about the same
 whatever their number. A view with an event time is the exception: a watermark makes Spark scan
 the whole state of its query in every batch, so it is kept alone (`app.queries_of`).
+
+One query also finds the records no view can count or one view refuses (`dead_letter_reason`),
+so that no query reads and parses the enriched records only for them: each such record adds one
+to a row of its own in that query's state, and a batch that changes that row has dead letters,
+which its sink then reads again from the batch's offsets (`app.ViewsSink`).
 """
 
+import operator
 from collections.abc import Callable, Sequence
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -19,6 +26,7 @@ from pyspark.sql.types import StructType
 from enrichment_job.views.declarations import View
 
 VIEW = "view"  # the view's number in the declared order
+DEAD_LETTERS = "dead_letters"  # the dead letters' count, in the row whose view number is len(views)
 
 
 def column(view: View, name: str) -> str:
@@ -33,9 +41,27 @@ def _group_columns(ratings: DataFrame, views: Sequence[View]) -> StructType:
     ).schema
 
 
-def aggregate_views(ratings: DataFrame, views: Sequence[View]) -> DataFrame:
+def dead_letter_reason(views: Sequence[View]) -> Column:
+    """Why a parsed record is a dead letter of the views, or null: it is unreadable
+    (`dlq_reason`), or a view refuses it ("<view>: <why>"; the other views count it)."""
+    reason = F.col("dlq_reason")
+    for view in views:
+        if view.refuses is not None:
+            refused = F.concat(F.lit(f"{view.name}: "), view.refuses)
+            reason = F.coalesce(reason, F.when(F.col("dlq_reason").isNull(), refused))
+    return reason
+
+
+def aggregate_views(
+    ratings: DataFrame, views: Sequence[View], dead_letter: Column | None = None
+) -> DataFrame:
     """Parsed ratings -> one row per (view, group): the view's number, every view's group
-    columns (null but the row's own view's) and every view's measures (likewise)."""
+    columns (null but the row's own view's) and every view's measures (likewise).
+
+    With `dead_letter` (`dead_letter_reason` of every declared view), `ratings` are all the
+    parsed records, readable or not: the views count the readable ones, and each record whose
+    `dead_letter` is not null adds one to DEAD_LETTERS in a row of its own (view number
+    len(views), every group column null), which a batch then changes."""
     if len([v for v in views if v.event_time]) > 1:
         raise ValueError("one aggregation keeps at most one view with an event_time (one watermark)")
     groups = _group_columns(ratings, views)
@@ -48,9 +74,17 @@ def aggregate_views(ratings: DataFrame, views: Sequence[View]) -> DataFrame:
             value = expr if owning is view else F.lit(None).cast(field.dataType)
             fields.append(value.alias(field.name))
         counted = F.struct(*fields)
-        return counted if view.refuses is None else F.when(view.refuses.isNull(), counted)
+        excluded = [
+            *([F.col("dlq_reason").isNotNull()] if dead_letter is not None else []),
+            *([view.refuses.isNotNull()] if view.refuses is not None else []),
+        ]
+        return F.when(~reduce(operator.or_, excluded), counted) if excluded else counted
 
-    entries = F.array(*[entry(n, v) for n, v in enumerate(views)])
+    counting = [entry(n, v) for n, v in enumerate(views)]
+    if dead_letter is not None:
+        nothing = [F.lit(None).cast(f.dataType).alias(f.name) for f in groups.fields]
+        counting.append(F.when(dead_letter.isNotNull(), F.struct(F.lit(len(views)).alias(VIEW), *nothing)))
+    entries = F.array(*counting)
     rows = ratings.select("*", F.inline(F.filter(entries, lambda e: e.isNotNull())))
     for view in views:
         if view.event_time:
@@ -60,6 +94,8 @@ def aggregate_views(ratings: DataFrame, views: Sequence[View]) -> DataFrame:
         for number, view in enumerate(views)
         for name, (fn, arg) in view.measures.items()
     ]
+    if dead_letter is not None:
+        measures.append(F.count(F.when(F.col(VIEW) == len(views), F.lit(1))).alias(DEAD_LETTERS))
     return rows.groupBy(VIEW, *groups.fieldNames()).agg(*measures)
 
 

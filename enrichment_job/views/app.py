@@ -1,5 +1,5 @@
-"""Wiring of the views job: one Spark session, the stateful streaming queries that keep the
-views (`aggregation.aggregate_views`), and one stateless query for the records a view cannot count.
+"""Wiring of the views job: one Spark session and the stateful streaming queries that keep the
+views (`aggregation.aggregate_views`).
 
 Which query keeps which view (`queries_of`): every view without an event time in one query
 ("views"), and each view with one in a query of its own ("view-<name>"). Spark scans the whole
@@ -12,6 +12,11 @@ and, per micro-batch, writes every changed row to its view's compacted changelog
 markers, in one Kafka transaction (`kafka_out.TransactionalOutput`). When Spark re-runs a batch
 after a crash, its state starts again from the previous batch's version, so the rows come out
 the same, and the committed marker keeps them from being written twice.
+
+The last of the queries also finds the dead letters: the records no view can count, and those
+one view refuses. It counts them in its state as it parses every record anyway, and a batch
+that counted any reads its own offsets again for them and writes them in the same transaction
+(a query of their own would read and parse every record once more).
 """
 
 import json
@@ -19,10 +24,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType
@@ -33,9 +39,9 @@ from enrichment_job.jvm import ClassArchive
 from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener
 from enrichment_job.recovery import CHECKPOINTS, run_id
-from enrichment_job.spark_internals import batch_ends
+from enrichment_job.spark_internals import batch_ends, batch_starts
 from enrichment_job.transforms import dead_letters
-from enrichment_job.views.aggregation import aggregate_views, changelog_columns, view_rows
+from enrichment_job.views.aggregation import aggregate_views, changelog_columns, dead_letter_reason, view_rows
 from enrichment_job.views.declarations import View, declared
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from enrichment_job.views.transforms import parse_enriched
@@ -44,10 +50,9 @@ from services.core.prometheus import MetricsServer, serve
 log = logging.getLogger("enrichment_job.views")
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-DLQ_QUERY = "dead-letters"
 # Scheduler pools (scheduler_pools.xml). In the views job's own application the
-# customer_ratings query is first in line for a task slot ("default") and the windowed and
-# dead-letter queries take one only when none of its tasks waits ("background"); inside the
+# customer_ratings query is first in line for a task slot ("default") and the windowed
+# queries take one only when none of its tasks waits ("background"); inside the
 # enrichment job's application every views query is behind the enrichment's batches ("views").
 OWN_POOLS = ("default", "background")
 IN_JOB_POOLS = ("views", "views")
@@ -96,12 +101,15 @@ class _Sink:
         outputs: list[Records],
         marker: dict[str, Any],
         more: Callable[[dict[str, Any]], Records] | None = None,
+        found: Callable[[], Records] | None = None,
     ) -> None:
-        """`outputs`, the batch's marker and the records `more` makes of it, in one transaction,
-        unless the batch is in Kafka already."""
+        """`outputs`, the records `found` finds, the batch's marker and the records `more` makes
+        of it, in one transaction, unless the batch is in Kafka already."""
         if self.out.committed(batch_id):
             log.info("%s: batch %d is already in Kafka; not writing it again", self.query, batch_id)
             return
+        if found is not None:
+            outputs = [*outputs, found()]
         ends = batch_ends(self.state, self.checkpoint, batch_id, self.settings.enriched_topic)
         marker = {
             **marker,
@@ -117,11 +125,19 @@ class _Sink:
 class ViewsSink(_Sink):
     """Writes the rows a batch changed, each to its view's changelog topic (key = the key
     columns as JSON, value = the whole row as JSON), with one marker per view (its key, column
-    types, enriched offsets and newest rating time) beside the batch's own."""
+    types, enriched offsets and newest rating time) beside the batch's own. With `dead_letter`
+    (the query counts the dead letters), also the batch's dead letters, when it counted any."""
 
-    def __init__(self, settings: ViewsSettings, query: str, views: tuple[View, ...], run: str) -> None:
+    def __init__(
+        self,
+        settings: ViewsSettings,
+        query: str,
+        views: tuple[View, ...],
+        run: str,
+        dead_letter: Column | None = None,
+    ) -> None:
         super().__init__(settings, query, run)
-        self.views = views
+        self.views, self.dead_letter = views, dead_letter
         previous = self.out.marker if self.out.committed(0) else None
         newest = previous.get("max_rating_time", {}) if previous else {}
         self.max_rating_time: dict[str, int | None] = {v.name: newest.get(v.name) for v in views}
@@ -143,8 +159,14 @@ class ViewsSink(_Sink):
             known = self.max_rating_time[view.name]
             if newest is not None and (known is None or newest > known):
                 self.max_rating_time[view.name] = newest
-            outputs.append(to_records(rows, self.settings.topic(view.name)))
-        self._write(batch_id, outputs, {"max_rating_time": dict(self.max_rating_time)}, self._view_markers)
+                outputs.append(to_records(rows, self.settings.topic(view.name)))
+        # The dead letters' row (no view's) changed: the batch counted some.
+        found = None
+        if self.dead_letter is not None and table.column("view").null_count:
+            found = partial(self._dead_letters, batch.sparkSession, batch_id)
+        self._write(
+            batch_id, outputs, {"max_rating_time": dict(self.max_rating_time)}, self._view_markers, found
+        )
         if table.num_rows:
             done = time.monotonic()
             log.info(
@@ -155,6 +177,35 @@ class ViewsSink(_Sink):
                 collected - started,
                 done - collected,
             )
+
+    def _dead_letters(self, spark: SparkSession, batch_id: int) -> Records:
+        """The batch's dead letters, read again from its offsets of the enriched topic: the
+        original key and bytes, the reason and origin as headers, in offset order."""
+        assert self.dead_letter is not None
+        topic = self.settings.enriched_topic
+        starts = batch_starts(self.state, self.checkpoint, batch_id, topic)
+        ends = batch_ends(self.state, self.checkpoint, batch_id, topic)
+        ranges = {p: (starts.get(p, 0), end) for p, end in sorted(ends.items()) if starts.get(p, 0) < end}
+        raw = (
+            spark.read.format("kafka")
+            .options(**self.settings.kafka_options())
+            .option("assign", json.dumps({topic: list(ranges)}))
+            .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in ranges.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in ranges.items()}}))
+            .load()
+        )
+        dead = (
+            parse_enriched(raw)
+            .withColumn("dlq_reason", self.dead_letter)
+            .where(F.col("dlq_reason").isNotNull())
+        )
+        records = kafka_records(
+            dead_letters(dead, "views", keep=("partition", "offset")),
+            self.settings.dlq_topic,
+            ("partition", "offset"),
+        )
+        log.warning("batch %d: %d records to %s", batch_id, len(records), self.settings.dlq_topic)
+        return records
 
     def _view_markers(self, marker: dict[str, Any]) -> Records:
         """Per view, what the query service reads: key, column types and freshness."""
@@ -172,21 +223,6 @@ class ViewsSink(_Sink):
             }
             values.append(json.dumps(body).encode())
         return Records(self.settings.commits_topic, keys, values)
-
-
-class DeadLetterSink(_Sink):
-    """Records no view can count, and records one view refuses (the others count them), with
-    the reason: original key and bytes, dlq.* headers, stage "views"."""
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        records = kafka_records(
-            dead_letters(batch, "views", keep=("partition", "offset")),
-            self.settings.dlq_topic,
-            ("partition", "offset"),
-        )
-        self._write(batch_id, [records], {})
-        if len(records):
-            log.warning("batch %d: %d records to %s", batch_id, len(records), self.settings.dlq_topic)
 
 
 @dataclass(frozen=True)
@@ -237,22 +273,29 @@ def queries_of(views: tuple[View, ...]) -> dict[str, tuple[View, ...]]:
     return ({KEYED_QUERY: keyed} if keyed else {}) | windowed
 
 
+def dead_letter_query(stateful: dict[str, tuple[View, ...]]) -> str:
+    """The query that finds the dead letters: the last, a windowed view's when there is one (its
+    process has the lower CPU weight when the queries run in two)."""
+    return list(stateful)[-1]
+
+
 def start_queries(
     spark: SparkSession, settings: ViewsSettings, pools: tuple[str, str] = IN_JOB_POOLS
 ) -> tuple[StreamingQuery, ...]:
-    """The views' queries and the dead-letter query, in `spark` (its own application, or the
-    enrichment job's when ENRICH_VIEWS_IN_JOB is on). `pools`: the scheduler pools of the
-    customer_ratings query and of the others.
+    """The views' queries, in `spark` (its own application, or the enrichment job's when
+    ENRICH_VIEWS_IN_JOB is on). `pools`: the scheduler pools of the customer_ratings query and
+    of the others. The last query also finds the dead letters (`dead_letter_query`).
 
-    The windowed and dead-letter queries read a batch in at least
-    VIEWS_JOB_BACKGROUND_MIN_PARTITIONS tasks: a task runs to its end once started, so short
-    ones free a slot for the next customer_ratings batch sooner."""
+    The windowed queries read a batch in at least VIEWS_JOB_BACKGROUND_MIN_PARTITIONS tasks: a
+    task runs to its end once started, so short ones free a slot for the next customer_ratings
+    batch sooner."""
     use_rocksdb_state(spark)
     run = run_id(settings.state)
     views = declared(settings)
     keyed_pool, background_pool = pools
     stateful = queries_of(views)
-    chosen = settings.chosen_queries((*stateful, DLQ_QUERY))
+    chosen = settings.chosen_queries(tuple(stateful))
+    finder = dead_letter_query(stateful)
     started = []
     for query, kept in stateful.items():
         if query not in chosen:
@@ -261,40 +304,19 @@ def start_queries(
         # A query's thread takes the pool of the thread that starts it.
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", keyed_pool if keyed else background_pool)
         split = 0 if keyed else settings.background_min_partitions
-        counted = enriched_stream(spark, settings, split).where(F.col("dlq_reason").isNull())
+        parsed = enriched_stream(spark, settings, split)
+        reason = dead_letter_reason(views) if query == finder else None
+        counted = parsed if reason is not None else parsed.where(F.col("dlq_reason").isNull())
         trigger = settings.trigger_interval if keyed else settings.windowed_trigger_interval
         started.append(
-            aggregate_views(counted, kept)
+            aggregate_views(counted, kept, reason)
             .writeStream.queryName(query)
             .outputMode("update")
-            .foreachBatch(ViewsSink(settings, query, kept, run))
+            .foreachBatch(ViewsSink(settings, query, kept, run, reason))
             .option("checkpointLocation", settings.state.child(CHECKPOINTS, query))
             .trigger(processingTime=trigger)
             .start()
         )
-    if DLQ_QUERY in chosen:
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", background_pool)
-        started.append(_dead_letter_query(spark, settings, views, run))
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
     log.info("views queries running (run %s): %s", run, ", ".join(chosen))
     return tuple(started)
-
-
-def _dead_letter_query(
-    spark: SparkSession, settings: ViewsSettings, views: tuple[View, ...], run: str
-) -> StreamingQuery:
-    parsed = enriched_stream(spark, settings, settings.background_min_partitions)
-    reason = F.col("dlq_reason")
-    for view in views:
-        if view.refuses is not None:
-            refused = F.concat(F.lit(f"{view.name}: "), view.refuses)
-            reason = F.coalesce(reason, F.when(F.col("dlq_reason").isNull(), refused))
-    return (
-        parsed.withColumn("dlq_reason", reason)
-        .where(F.col("dlq_reason").isNotNull())
-        .writeStream.queryName(DLQ_QUERY)
-        .foreachBatch(DeadLetterSink(settings, DLQ_QUERY, run))
-        .option("checkpointLocation", settings.state.child(CHECKPOINTS, DLQ_QUERY))
-        .trigger(processingTime=settings.dlq_trigger_interval)
-        .start()
-    )

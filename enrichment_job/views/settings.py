@@ -30,8 +30,7 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
     name: str = Field(
         "views",
         pattern=r"^[A-Za-z0-9._-]+$",
-        description="the job's name: its transactional ids are <name>-<query> (views,"
-        " view-segment_hourly, dead-letters)",
+        description="the job's name: its transactional ids are <name>-<query> (views, view-segment_hourly)",
     )
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int = Field(200_000, gt=0, description="enriched records per micro-batch")
@@ -74,23 +73,22 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
         "5 seconds",
         description="trigger of each view with an event time (segment_hourly), a query of its own",
     )
-    dlq_trigger_interval: str = Field("30 seconds", description="the dead-letter query's trigger")
     background_min_partitions: int = Field(
         16,
         ge=0,
-        description="Spark tasks a batch, at least, of the windowed and dead-letter queries (0: one"
-        " per topic partition); short tasks let a customer_ratings batch have a task slot sooner",
+        description="Spark tasks a batch, at least, of the windowed views' queries (0: one per topic"
+        " partition); short tasks let a customer_ratings batch have a task slot sooner",
     )
     queries: str = Field(
         "",
         pattern=r"^[A-Za-z0-9_,. -]*$",
         description="the queries this process runs, comma-separated (empty: all): views (the views"
-        " without an event time), view-<name> (each view with one), dead-letters, or background"
-        " (every query but views). Two processes with different state folders may share them out",
+        " without an event time), view-<name> (each view with one), or background (every query but"
+        " views). Two processes with different state folders may share them out",
     )
     background_process: bool = Field(
         False,
-        description="run every query but views (the windowed views, the dead letters) in a second"
+        description="run every query but views (the windowed views, which find the dead letters) in a second"
         " process of its own, started and stopped with this one, with its state in <state dir>/"
         "background and a lower CPU weight (VIEWS_JOB_BACKGROUND_NICE); only with python -m",
     )

@@ -64,7 +64,6 @@ class ViewsJob(ServiceProcess):
             "VIEWS_JOB_SPARK_JARS": stack_env["SPARK_JARS"],
             "VIEWS_JOB_STATE_DIR": str(workdir / "views-state"),
             "VIEWS_JOB_TRIGGER_INTERVAL": "1 second",
-            "VIEWS_JOB_DLQ_TRIGGER_INTERVAL": "1 second",
             "JAVA_HOME": stack_env["JAVA_HOME"],
             **settings,
         }

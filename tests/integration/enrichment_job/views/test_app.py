@@ -211,8 +211,8 @@ def test_on_the_cluster_with_state_in_s3_the_views_are_exact_after_a_kill_9(
 def test_two_processes_share_the_queries_out_and_the_views_stay_exact_after_a_kill_9(
     stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
 ) -> None:
-    """VIEWS_JOB_QUERIES: customer_ratings in one process, the windowed and dead-letter queries
-    in another, each with a state folder of its own; together they write what one process
+    """VIEWS_JOB_QUERIES: customer_ratings in one process, the windowed query (which finds the
+    dead letters) in another, each with a state folder of its own; together they write what one process
     writes, and a kill -9 of the first while records stream in loses and doubles nothing."""
     rng = random.Random(13)
     first, second = records(0, 600, rng), records(600, 600, rng)
@@ -225,7 +225,7 @@ def test_two_processes_share_the_queries_out_and_the_views_stay_exact_after_a_ki
         stack_env,
         topics,
         tmp_path / "background",
-        VIEWS_JOB_QUERIES="view-segment_hourly, dead-letters",
+        VIEWS_JOB_QUERIES="view-segment_hourly",
         **lateness,
     )
     keyed.start()
@@ -272,8 +272,8 @@ def test_one_setting_runs_the_background_queries_in_a_second_process_that_lives_
     assert len(read_topic(stack_env, topics.dlq, min_records=1 + late_ones)) == 1 + late_ones
     running = [line for line in job.log.read_text().splitlines() if "views queries running" in line]
     assert len(running) == 2 and running[0].split(": ")[-1] != running[1].split(": ")[-1], running
-    assert {line.split(": ")[-1] for line in running} == {"views", "view-segment_hourly, dead-letters"}
-    assert (tmp_path / "views-state" / "background" / "checkpoints" / "dead-letters").is_dir()
+    assert {line.split(": ")[-1] for line in running} == {"views", "view-segment_hourly"}
+    assert (tmp_path / "views-state" / "background" / "checkpoints" / "view-segment_hourly").is_dir()
     assert job.stop() == 0, job.tail()
     assert ends_within(child, 5), "the background process outlived a clean stop"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from enrichment_job.views.app import queries_of
+from enrichment_job.views.app import dead_letter_query, queries_of
 from enrichment_job.views.declarations import customer_ratings, segment_hourly
 from enrichment_job.views.settings import ViewsSettings
 
@@ -80,3 +80,6 @@ def test_views_without_event_time_share_a_query_and_each_windowed_view_has_its_o
         "view-segment_hourly_too": (by_hour_too,),
     }
     assert queries_of((by_hour,)) == {"view-segment_hourly": (by_hour,)}
+    # the dead letters are found by the last: a windowed view's query, else the keyed views'
+    assert dead_letter_query(queries) == "view-segment_hourly_too"
+    assert dead_letter_query(queries_of((by_customer,))) == "views"

@@ -71,22 +71,29 @@ def test_spark_reads_only_committed_enriched_records() -> None:
 
 
 def test_queries_default_to_all_and_a_subset_keeps_its_order_once() -> None:
-    known = ("views", "view-segment_hourly", "dead-letters")
+    known = ("views", "view-segment_hourly", "view-channel_daily")
     assert ViewsSettings().chosen_queries(known) == known
-    chosen = ViewsSettings(queries=" dead-letters, view-segment_hourly,dead-letters ").chosen_queries(known)
-    assert chosen == ("dead-letters", "view-segment_hourly")
+    chosen = ViewsSettings(
+        queries=" view-channel_daily, view-segment_hourly,view-channel_daily "
+    ).chosen_queries(known)
+    assert chosen == ("view-channel_daily", "view-segment_hourly")
 
 
 def test_an_unknown_query_is_an_error_naming_the_setting_and_the_known_queries() -> None:
-    with pytest.raises(ConfigError, match=r"VIEWS_JOB_QUERIES: unknown view-customer_ratings .*dead-letters"):
-        ViewsSettings(queries="views,view-customer_ratings").chosen_queries(("views", "dead-letters"))
+    with pytest.raises(
+        ConfigError, match=r"VIEWS_JOB_QUERIES: unknown view-customer_ratings .*view-segment_hourly"
+    ):
+        ViewsSettings(queries="views,view-customer_ratings").chosen_queries(("views", "view-segment_hourly"))
 
 
 def test_background_names_every_query_but_the_keyed_views() -> None:
-    known = ("views", "view-segment_hourly", "view-channel_daily", "dead-letters")
+    known = ("views", "view-segment_hourly", "view-channel_daily")
     chosen = ViewsSettings(queries="background").chosen_queries(known)
-    assert chosen == ("view-segment_hourly", "view-channel_daily", "dead-letters")
-    assert ViewsSettings(queries="dead-letters,background").chosen_queries(known)[0] == "dead-letters"
+    assert chosen == ("view-segment_hourly", "view-channel_daily")
+    assert (
+        ViewsSettings(queries="view-channel_daily,background").chosen_queries(known)[0]
+        == "view-channel_daily"
+    )
 
 
 def test_the_background_process_and_a_query_list_exclude_each_other() -> None:
@@ -112,9 +119,9 @@ def test_the_background_process_gets_its_own_queries_state_and_ports() -> None:
     assert env["VIEWS_JOB_METRICS_PORT"] == "0"
     assert env["VIEWS_JOB_METRICS_FILE"] == "/var/lib/views/metrics-background.json"
     assert env["VIEWS_JOB_NICE"] == "7"
-    assert ViewsSettings(_env_file=None, **_as_fields(env)).chosen_queries(("views", "dead-letters")) == (
-        "dead-letters",
-    )
+    assert ViewsSettings(_env_file=None, **_as_fields(env)).chosen_queries(
+        ("views", "view-segment_hourly")
+    ) == ("view-segment_hourly",)
 
 
 def _as_fields(env: dict[str, str]) -> dict[str, str]:

@@ -8,7 +8,14 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from enrichment_job.views.aggregation import aggregate_views, changelog_columns, view_rows
+from enrichment_job.views.aggregation import (
+    DEAD_LETTERS,
+    VIEW,
+    aggregate_views,
+    changelog_columns,
+    dead_letter_reason,
+    view_rows,
+)
 from enrichment_job.views.declarations import View, customer_ratings, declared, segment_hourly
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import late_for_hour, parse_enriched
@@ -154,6 +161,27 @@ def test_a_rating_a_view_refuses_is_still_counted_by_the_others(spark: SparkSess
     assert _rows(spark, [late], segment_hourly(settings)) == []
     assert [r["ratings"] for r in _rows(spark, [late, on_time], segment_hourly(settings))] == [1]
     assert [r["ratings"] for r in _rows(spark, [late, on_time], customer_ratings(settings))] == [2]
+
+
+def test_the_query_that_finds_dead_letters_counts_them_in_a_row_of_their_own_and_the_views_the_rest(
+    spark: SparkSession,
+) -> None:
+    settings = ViewsSettings()
+    views = declared(settings)
+    by_hour = segment_hourly(settings)
+    late = _enriched(rating_id=1, rating_time=HOUR, cdc_watermark_ms=HOUR + 3 * 3_600_000)
+    records = [_enriched(rating_id=2), b"not json", late, _enriched(rating_id=3, user_id=None)]
+    parsed = parse_enriched(_raw(spark, records))
+    aggregated = aggregate_views(parsed, (by_hour,), dead_letter_reason(views))
+    dead = aggregated.where(F.col(VIEW) == 1).collect()
+    assert [r[DEAD_LETTERS] for r in dead] == [3]  # unreadable, refused by segment_hourly, missing user_id
+    assert [r["ratings"] for r in view_rows(aggregated, (by_hour,), by_hour).collect()] == [1]
+    # its changelog columns name no view, so no changelog topic gets it
+    assert [r.view for r in aggregated.select(*changelog_columns((by_hour,))).collect()].count(None) == 1
+    reasons = parsed.select(dead_letter_reason(views).alias("reason")).collect()
+    assert [r.reason for r in reasons][:2] == [None, "not an enriched rating (JSON)"]
+    assert reasons[2].reason.startswith("segment_hourly: late: the window of hour 2026-11-18T10 closed at")
+    assert reasons[3].reason == "missing user_id"
 
 
 def test_changelog_records_carry_each_rows_view_key_and_whole_row(spark: SparkSession) -> None:
