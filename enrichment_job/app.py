@@ -101,7 +101,7 @@ def build_session(
         .config("spark.kafka.consumer.fetchedData.cache.timeout", "10s")
         .config("spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval", "5s")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-        # Background Spark jobs (the views' windowed and dead-letter queries, and the views'
+        # Background Spark jobs (the views' windowed queries, and the views'
         # queries when they run in this application) take a task slot only when no micro-batch
         # task waits for one. Under FIFO a background job, once submitted, took every free slot
         # before the next batch's tasks.

@@ -2,8 +2,8 @@
 
 Against the running local stack, on topics of its own: seeds customers in the customer
 database (MariaDB or PostgreSQL), starts the enrichment job (fresh state), the views job (two
-processes of its own: customer_ratings in one, the windowed and dead-letter queries at a lower
-CPU weight in the other; one process with --one-views-process; inside the enrichment job's
+processes of its own: customer_ratings in one, the windowed query (which finds the dead
+letters) at a lower CPU weight in the other; one process with --one-views-process; inside the enrichment job's
 application with --in-job) and the views query service, keeps a trickle of customer updates
 going, then
 0. warm-up: ratings at --rate per second for --warmup seconds (the JVMs compile Spark's planning
@@ -292,7 +292,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         dest="split_views",
         action="store_false",
         help="the views job as one process; by default it runs as two (VIEWS_JOB_BACKGROUND_PROCESS): "
-        "customer_ratings in one, the windowed and dead-letter queries in the other, whose "
+        "customer_ratings in one, the windowed query (it finds the dead letters) in the other, whose "
         "session has a nice of --background-session-nice",
     )
     parser.add_argument(
