@@ -2,9 +2,10 @@
 views', started, watched and stopped by the first.
 
 On a host short of cores the windowed query's batches (25,000 records every 5 s at 5,000
-ratings a second) delay a `customer_ratings` batch that waits for a task slot beside them. In a process of their own, with a lower CPU weight, the kernel hands
-the cores to `customer_ratings` as soon as it is ready, where Spark would wait for a task to
-end. The two processes share only the topics: each query keeps its own checkpoint (the second
+ratings a second) delay a `customer_ratings` batch that waits for a task slot beside them. In
+a process of their own, with a lower CPU weight, the kernel hands the cores to
+`customer_ratings` as soon as it is ready, where Spark would wait for a task to end.
+The two processes share only the topics: each query keeps its own checkpoint (the second
 process's state is `<state dir>/background`) and transactional id.
 
 The second process is a session of its own (where Linux groups processes by session, its nice
