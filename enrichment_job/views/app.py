@@ -159,7 +159,7 @@ class ViewsSink(_Sink):
             known = self.max_rating_time[view.name]
             if newest is not None and (known is None or newest > known):
                 self.max_rating_time[view.name] = newest
-                outputs.append(to_records(rows, self.settings.topic(view.name)))
+            outputs.append(to_records(rows, self.settings.topic(view.name)))
         # The dead letters' row (no view's) changed: the batch counted some.
         found = None
         if self.dead_letter is not None and table.column("view").null_count:

@@ -143,6 +143,25 @@ def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
 
     # 1. Every row equals the aggregate recomputed from the enriched topic.
     wait_until(lambda: views_match(stack_env, topics, first), job)
+    # ... and a batch of ratings older than every one before it (no view's newest rating time
+    # moves; released now, they are late for segment_hourly) changes customer_ratings' rows too.
+    older = [
+        enriched_record(
+            10_000 + i,
+            user_id=i + 1,
+            stars=1,
+            rating_time=START_MS - HOUR_MS + i,
+            cdc_watermark_ms=START_MS + 1_500 * 7_200 + 1_000,  # the clock of the last record before
+            channel="web",
+            club_status="gold",
+            full_name=f"Customer {i + 1}",
+            customer_matched=True,
+        )
+        for i in range(5)
+    ]
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in older])
+    first += older
+    wait_until(lambda: views_match(stack_env, topics, first), job)
     # ... kept by a job whose driver and Spark JVM run at the priority asked for.
     assert job.proc is not None
     jvm = job_jvm(job.proc.pid)
