@@ -17,7 +17,8 @@ test_spark_internals.py and the integration tests run each of them).
 """
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.classic.column import _to_java_column, _to_seq
@@ -28,6 +29,8 @@ from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.state_dir import StateDir
 
 OFFSET_LOG_VERSION = "v1"
+
+T = TypeVar("T")
 
 # Spark 4.1 moved it into the `checkpointing` package (4.0: org.apache.spark.sql.execution.streaming).
 CHECKPOINT_FILE_MANAGER = (
@@ -40,25 +43,17 @@ def batch_ends(state: StateDir, checkpoint: str, batch_id: int, topic: str) -> d
     log of the query checkpointed at `checkpoint` (relative to `state`): its file for the batch
     has a version line, a metadata line, then a line per source. Empty when the topic is not in
     the batch (it does not exist yet)."""
-    relative = f"{checkpoint}/offsets/{batch_id}"
-    try:
-        text = state.read_text(relative)
-        if text is None:
-            raise ValueError("no such file")
-        lines = text.splitlines()
-        if not lines or lines[0] != OFFSET_LOG_VERSION:
-            raise ValueError(f"not an offset log file of a known version: {lines[:1]}")
-        for line in lines[2:]:
+
+    def ends(lines: list[str]) -> dict[int, int]:
+        for line in lines[1:]:
             if line == "-":  # a source without offsets
                 continue
-            ends = json.loads(line).get(topic)
-            if ends is not None:
-                return partition_offsets(ends)
-    except (OSError, ValueError) as err:
-        raise RuntimeError(
-            f"cannot read batch {batch_id}'s offsets from {state.child(relative)}: {err}"
-        ) from err
-    return {}
+            found = json.loads(line).get(topic)
+            if found is not None:
+                return partition_offsets(found)
+        return {}
+
+    return _versioned_file(state, f"{checkpoint}/offsets/{batch_id}", f"batch {batch_id}'s offsets", ends)
 
 
 def batch_starts(state: StateDir, checkpoint: str, batch_id: int, topic: str) -> dict[int, int]:
@@ -68,19 +63,28 @@ def batch_starts(state: StateDir, checkpoint: str, batch_id: int, topic: str) ->
     partition missing from them starts at 0."""
     if batch_id > 0:
         return batch_ends(state, checkpoint, batch_id - 1, topic)
-    relative = f"{checkpoint}/sources/0/0"
+    return _versioned_file(
+        state,
+        f"{checkpoint}/sources/0/0",
+        "the query's initial offsets",
+        lambda lines: partition_offsets(json.loads("\n".join(lines)), topic),
+    )
+
+
+def _versioned_file(state: StateDir, relative: str, what: str, parse: Callable[[list[str]], T]) -> T:
+    """`parse` of the lines after the version line of checkpoint file `relative` (a leading zero
+    byte skipped); a missing file, an unknown version or a parse error as a RuntimeError that
+    names the file."""
     try:
         text = state.read_text(relative)
         if text is None:
             raise ValueError("no such file")
-        version, _, body = text.lstrip("\x00").partition("\n")
-        if version != OFFSET_LOG_VERSION:
-            raise ValueError(f"not an initial offsets file of a known version: {version!r}")
-        return partition_offsets(json.loads(body), topic)
+        lines = text.lstrip("\x00").splitlines()
+        if not lines or lines[0] != OFFSET_LOG_VERSION:
+            raise ValueError(f"not a checkpoint file of a known version: {lines[:1]}")
+        return parse(lines[1:])
     except (OSError, ValueError) as err:
-        raise RuntimeError(
-            f"cannot read the query's initial offsets from {state.child(relative)}: {err}"
-        ) from err
+        raise RuntimeError(f"cannot read {what} from {state.child(relative)}: {err}") from err
 
 
 def local_checkpoint_files(state: StateDir) -> dict[str, str]:

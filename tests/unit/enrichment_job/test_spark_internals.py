@@ -37,7 +37,7 @@ def test_a_missing_or_unknown_file_stops_the_batch_naming_it(tmp_path: Path) -> 
     with pytest.raises(RuntimeError, match=r"batch 3's offsets from file://.*/checkpoints/q/offsets/3"):
         batch_ends(state, "checkpoints/q", 3, "ratings")
     state.write_text("checkpoints/q/offsets/4", "v2\n{}\n{}")
-    with pytest.raises(RuntimeError, match="not an offset log file of a known version"):
+    with pytest.raises(RuntimeError, match="not a checkpoint file of a known version"):
         batch_ends(state, "checkpoints/q", 4, "ratings")
 
 
@@ -54,7 +54,9 @@ def test_the_first_batch_starts_at_the_offsets_the_source_wrote_at_the_query_sta
     assert batch_starts(state, "checkpoints/q", 0, "ratings") == {0: 40, 2: 7}
     assert batch_starts(state, "checkpoints/q", 0, "other") == {}
     state.write_text("checkpoints/q/sources/0/0", "v9\n{}")
-    with pytest.raises(RuntimeError, match=r"initial offsets from file://.*/sources/0/0: not an initial"):
+    with pytest.raises(
+        RuntimeError, match=r"initial offsets from file://.*/sources/0/0: not a checkpoint file"
+    ):
         batch_starts(state, "checkpoints/q", 0, "ratings")
 
 
