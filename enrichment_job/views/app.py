@@ -101,16 +101,17 @@ class _Sink:
         outputs: list[Records],
         marker: dict[str, Any],
         more: Callable[[dict[str, Any]], Records] | None = None,
-        found: Callable[[], Records] | None = None,
+        found: Callable[[dict[int, int]], Records] | None = None,
     ) -> None:
-        """`outputs`, the records `found` finds, the batch's marker and the records `more` makes
-        of it, in one transaction, unless the batch is in Kafka already."""
+        """`outputs`, the records `found` finds (given where the batch ends), the batch's marker
+        and the records `more` makes of it, in one transaction, unless the batch is in Kafka
+        already."""
         if self.out.committed(batch_id):
             log.info("%s: batch %d is already in Kafka; not writing it again", self.query, batch_id)
             return
-        if found is not None:
-            outputs = [*outputs, found()]
         ends = batch_ends(self.state, self.checkpoint, batch_id, self.settings.enriched_topic)
+        if found is not None:
+            outputs = [*outputs, found(ends)]
         marker = {
             **marker,
             "enriched_to": {str(p): o for p, o in sorted(ends.items())},
@@ -178,13 +179,12 @@ class ViewsSink(_Sink):
                 done - collected,
             )
 
-    def _dead_letters(self, spark: SparkSession, batch_id: int) -> Records:
-        """The batch's dead letters, read again from its offsets of the enriched topic: the
-        original key and bytes, the reason and origin as headers, in offset order."""
+    def _dead_letters(self, spark: SparkSession, batch_id: int, ends: dict[int, int]) -> Records:
+        """The batch's dead letters, read again from its offsets of the enriched topic (up to
+        `ends`): the original key and bytes, the reason and origin as headers, in offset order."""
         assert self.dead_letter is not None
         topic = self.settings.enriched_topic
         starts = batch_starts(self.state, self.checkpoint, batch_id, topic)
-        ends = batch_ends(self.state, self.checkpoint, batch_id, topic)
         ranges = {p: (starts.get(p, 0), end) for p, end in sorted(ends.items()) if starts.get(p, 0) < end}
         raw = (
             spark.read.format("kafka")
