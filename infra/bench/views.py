@@ -3,9 +3,9 @@
 Against the running local stack, on topics of its own: seeds customers in the customer
 database (MariaDB or PostgreSQL), starts the enrichment job (fresh state), the views job (two
 processes of its own: customer_ratings in one, the windowed query (which finds the dead
-letters) at a lower CPU weight in the other; one process with --one-views-process; inside the enrichment job's
-application with --in-job) and the views query service, keeps a trickle of customer updates
-going, then
+letters) at a lower CPU weight in the other; one process with --one-views-process; inside the
+enrichment job's application with --in-job) and the views query service, keeps a trickle of
+customer updates going, then
 0. warm-up: ratings at --rate per second for --warmup seconds (the JVMs compile Spark's planning
    code for their first minutes), reported apart;
 1. measured: ratings at --rate per second for --duration seconds, while a second process sends
