@@ -158,8 +158,8 @@ class Changelog:
             self.send(("caught_up", self.records))
 
     def _change(self, topic: str, msg: Message) -> Change | None:
-        value = msg.value()
-        raw = msg.key()
+        raw, value = msg.key(), msg.value()
+        row = None if value is None else value.decode()  # None: a tombstone
         simple = _ONE_INT_KEY.fullmatch(raw) if raw is not None else None
         if simple is not None:  # as a parse and an encode would give it, at a seventh of the cost
             column, number = simple.groups()
@@ -167,7 +167,7 @@ class Changelog:
                 self.views[topic],
                 f"[{number.decode()}]",
                 (column.decode(),),
-                None if value is None else value.decode(),
+                row,
             )
         key = _json(raw)
         if not isinstance(key, dict) or not key:
@@ -175,12 +175,7 @@ class Changelog:
                 "%s[%s]@%s: a key that is not a JSON object; skipped", topic, msg.partition(), msg.offset()
             )
             return None
-        return Change(
-            self.views[topic],
-            key_of(list(key.values())),
-            tuple(key),
-            None if value is None else value.decode(),
-        )
+        return Change(self.views[topic], key_of(list(key.values())), tuple(key), row)
 
 
 # The key of a view keyed by one integer column, as Spark's to_json writes it: {"user_id":12345}.
