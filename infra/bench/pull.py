@@ -4,7 +4,8 @@ from a process of its own, with latency measured on the client side.
 Open loop: request i is due at start + i / rate whatever the answers before it did, over a few
 keep-alive HTTP/1.1 connections (asyncio streams, no client library in the way); a request that
 waits for a free connection counts that wait in its latency. Keys: customer ids drawn at random
-from --ids (a JSON file with a list). Prints the figures as one JSON line.
+from --ids (a JSON file with a list). Prints the figures as one JSON line. `pull.c` is the same
+client in C, at about half the CPU a pull, which make bench-views uses by default.
 """
 
 import argparse

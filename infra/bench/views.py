@@ -8,9 +8,10 @@ enrichment job's application with --in-job) and the views query service, keeps a
 customer updates going, then
 0. warm-up: ratings at --rate per second for --warmup seconds (the JVMs compile Spark's planning
    code for their first minutes), reported apart;
-1. measured: ratings at --rate per second for --duration seconds, while a second process sends
-   pull queries at --pull-rate per second (keys drawn at random over the --customers customers
-   with the lowest ids: the table may hold more, seeded by another benchmark). Figures:
+1. measured: ratings at --rate per second for --duration seconds, while a second process (in C,
+   pull.c; --pull-client python for infra.bench.pull) sends pull queries at --pull-rate per
+   second (keys drawn at random over the --customers customers with the lowest ids: the table
+   may hold more, seeded by another benchmark). Figures:
    the enrichment job's latency (rating produced -> enriched record readable, read_committed),
    the views' freshness (rating produced -> the customer_ratings row that counts it applied in
    the query service, read from its change stream by a third process), whether the views kept
@@ -150,6 +151,30 @@ def session_nice(pid: int, nice: int | None, option: str) -> None:
         raise SystemExit(f"{option} {nice}: cannot write {autogroup}: {err}") from err
 
 
+PULL_C = Path(__file__).with_name("pull.c")
+
+
+def pull_client(kind: str) -> list[str]:
+    """The command of the pull client: `infra.bench.pull` on Python, or the same loop in C
+    (`pull.c`, built with the system's C compiler into .state/bench on first use)."""
+    if kind == "python":
+        return [sys.executable, "-m", "infra.bench.pull"]
+    built = REPO_ROOT / ".state" / "bench" / "pull"
+    if not built.exists() or built.stat().st_mtime < PULL_C.stat().st_mtime:
+        built.parent.mkdir(parents=True, exist_ok=True)
+        compiler = os.environ.get("CC", "cc")
+        partial = built.with_name(f"pull.{os.getpid()}")  # then renamed: no half-written program
+        try:
+            subprocess.run([compiler, "-O2", "-o", str(partial), str(PULL_C)], check=True)
+        except (OSError, subprocess.CalledProcessError) as err:
+            raise SystemExit(
+                f"--pull-client c: cannot build {PULL_C} with {compiler} ({err}): install a C compiler "
+                "(Debian: apt-get install gcc), set CC, or use --pull-client python"
+            ) from err
+        partial.replace(built)
+    return [str(built)]
+
+
 def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
@@ -195,10 +220,33 @@ def views_lag(servers: str, enriched: str, port: int) -> int | None:
     )
 
 
-def _machine_busy_s() -> float:
-    """CPU seconds all cores spent busy so far (not idle, not waiting for I/O)."""
+def _machine_s() -> tuple[float, float]:
+    """CPU seconds all cores spent busy so far (not idle, not waiting for I/O), and of those the
+    seconds the hypervisor ran something else on this machine's virtual cores ("steal")."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    tick_s = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - ticks[3] - ticks[4]) / tick_s, ticks[7] / tick_s
+
+
+class Steal(threading.Thread):
+    """Samples the host's steal every second: a virtual machine whose cores the host takes away
+    at moments runs everything late then, whatever this machine's own load."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.worst_s, self._done = 0.0, threading.Event()
+
+    def run(self) -> None:
+        was = _machine_s()[1]
+        while not self._done.wait(1.0):
+            now = _machine_s()[1]
+            self.worst_s, was = max(self.worst_s, now - was), now
+
+    def stop(self) -> float:
+        """The most cores stolen in any one second."""
+        self._done.set()
+        self.join()
+        return round(self.worst_s, 2)
 
 
 def topics_for(suffix: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -286,6 +334,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "with the same code: too small a sample of the tail)",
     )
     parser.add_argument("--pull-rate", type=float, default=1_000, help="pull queries per second (0: none)")
+    parser.add_argument(
+        "--pull-client",
+        choices=("c", "python"),
+        default="c",
+        help="the pull client: an open loop in C (pull.c, built with the system's C compiler on first "
+        "use) or the same in Python (infra.bench.pull, about twice the CPU a pull): on this machine the "
+        "client shares the cores it measures, and its own wait for one is part of every latency",
+    )
     parser.add_argument("--in-job", action="store_true", help="run the views inside the enrichment job")
     parser.add_argument(
         "--one-views-process",
@@ -360,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         "client_session_nice": args.client_session_nice,
         "api_realtime": args.api_realtime,
         "client_realtime": args.client_realtime,
+        "pull_client": args.pull_client,
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     follower: subprocess.Popen[bytes] | None = None
@@ -383,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 time.sleep(0.2)
         elif not args.in_job:
             procs["views"] = spawn("enrichment_job.views", views_env, work / "views.log")
+        pull_command = pull_client(args.pull_client)
         api_env = service_env(env, view_topics, work / "api")
         procs["api"] = spawn("services.views", api_env, work / "api.log")
         session_nice(procs["api"].pid, args.api_session_nice, "--api-session-nice")
@@ -412,9 +470,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
             if measured and args.pull_rate > 0:
                 pull = subprocess.Popen(
                     [
-                        sys.executable,
-                        "-m",
-                        "infra.bench.pull",
+                        *pull_command,
                         "--port",
                         str(PORT),
                         "--ids",
@@ -446,7 +502,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
             python_before = {name: thread_cpu_s(pid) for name, pid in pythons.items()}
             watched: dict[str, int] = {**jvms, **pythons, "bench_python": os.getpid()}
             waits_before = {name: runqueue_wait_s(pid) for name, pid in watched.items()}
-            machine_before, bench_before = _machine_busy_s(), time.process_time()
+            (machine_before, stolen_before), bench_before = _machine_s(), time.process_time()
+            steal = Steal()
+            steal.start()
             t0, window_start_ms = time.monotonic(), int(time.time() * 1000)
             figures = fixed_rate(
                 latencies,
@@ -468,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
             }
             # Where the two cores went: each process of the pipeline, and the machine as a whole
             # (the rest is the broker, Connect, Elasticsearch and this benchmark's own clients).
-            machine = (_machine_busy_s() - machine_before) / elapsed
+            machine_after, stolen_after = _machine_s()
+            machine = (machine_after - machine_before) / elapsed
             processes = {
                 **{name: round(sum(groups.values()), 2) for name, groups in figures["jvm_cores"].items()},
                 **{
@@ -499,7 +558,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 figures["runqueue_wait_per_s"]["pull_client"] = round(
                     figures["pull"]["runqueue_wait_s"] / elapsed, 3
                 )
-            figures["cores"] = {**processes, "machine": round(machine, 2)}
+            figures["cores"] = {
+                **processes,
+                "machine": round(machine, 2),
+                # of "machine", the cores the hypervisor took: on average, and in the worst second
+                "stolen": round((stolen_after - stolen_before) / elapsed, 2),
+                "stolen_worst_second": steal.stop(),
+            }
             if measured:
                 fresh = in_window(stop_follower(follower, fresh_out), window_start_ms, window_end_ms)
                 figures["freshness"] = {
