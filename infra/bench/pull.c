@@ -180,17 +180,14 @@ int main(int argc, char **argv) {
             if (write(c->fd, request, (size_t)n) != n) die("write");
             c->busy = 1, c->request = next_sent++, c->have = 0;
         }
+        /* Sleep until the next request is due; while due ones wait for a connection (every
+         * connection is busy then) or all are sent, until an answer comes. */
         struct timespec wait = {1, 0};
         if (next_due < count && next_sent == next_due) {
             double ahead = start + (double)next_due / rate - now_s();
             if (ahead < 0) ahead = 0;
             wait.tv_sec = (time_t)ahead;
             wait.tv_nsec = (long)((ahead - (double)wait.tv_sec) * 1e9);
-        } else if (next_sent < next_due) {
-            wait.tv_sec = 0, wait.tv_nsec = 0; /* due requests wait for a connection: poll */
-            int busy = 0;
-            for (int i = 0; i < connections; i++) busy += conn[i].busy;
-            if (busy == connections) wait.tv_sec = 1;
         }
         struct epoll_event events[MAX_CONNECTIONS];
         int ready = epoll_pwait2(ep, events, MAX_CONNECTIONS, &wait, NULL);
