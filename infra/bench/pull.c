@@ -143,6 +143,10 @@ int main(int argc, char **argv) {
     long id_count;
     long *ids = read_ids(ids_path, &id_count);
     long count = (long)(rate * duration);
+    if (count < 1) {
+        fprintf(stderr, "pull: --rate times --duration is less than one request\n");
+        return 2;
+    }
     double *latency = calloc((size_t)count, sizeof(double));
     double *due = calloc((size_t)count, sizeof(double));
     long *key = malloc(sizeof(long) * (size_t)count);
@@ -194,6 +198,10 @@ int main(int argc, char **argv) {
         if (ready < 0 && errno != EINTR) die("epoll_pwait2");
         for (int e = 0; e < ready; e++) {
             struct connection *c = &conn[events[e].data.u32];
+            if (c->have == BUFFER - 1) {
+                fprintf(stderr, "pull: an answer longer than %d bytes\n", BUFFER - 1);
+                return 2;
+            }
             ssize_t got = read(c->fd, c->buf + c->have, BUFFER - 1 - c->have);
             if (got == 0 && !c->busy) { /* an idle connection the server closed: open another */
                 epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
