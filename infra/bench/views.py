@@ -393,6 +393,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one benchmark, its phases in order
     exit_on_sigterm()
     args = parse(argv)
+    # Built before anything starts: a missing compiler stops the benchmark at once, and the build
+    # does not take the cores while the jobs start.
+    pull_command = pull_client(args.pull_client) if args.pull_rate > 0 else []
     if http_get(PORT, "/health", 1)[0] != 0:
         raise SystemExit(f"port {PORT} answers already (a query service left running?): stop it first")
     env = read_env_file(stack_env_path(StackSettings()))
@@ -440,7 +443,6 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 time.sleep(0.2)
         elif not args.in_job:
             procs["views"] = spawn("enrichment_job.views", views_env, work / "views.log")
-        pull_command = pull_client(args.pull_client)
         api_env = service_env(env, view_topics, work / "api")
         procs["api"] = spawn("services.views", api_env, work / "api.log")
         session_nice(procs["api"].pid, args.api_session_nice, "--api-session-nice")
