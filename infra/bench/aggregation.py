@@ -3,16 +3,17 @@ JVM, without Kafka, by how many tasks read a batch and how many state partitions
 
 Files of enriched ratings (random customers over 100,000 ids), one file a batch, are read by
 Spark's file source split into `--topic-partitions` tasks, as the Kafka source reads one task a
-topic partition; the query is the views job's own (its parse, its aggregation with dead
-letters, RocksDB state with changelog checkpointing, the changed rows as changelog columns,
-collected as Arrow), in a session built as the job builds its own. `--source-tasks N` coalesces
-the source into N tasks, which the views job does not do (it reads a task a topic partition).
-After `--warm-up` batches, the JVM's CPU and the wall time a batch are
-averaged over the rest. One JSON line. Run it on a quiet machine: it measures it.
+topic partition. The query is the job's `views` query (the views without an event time: its
+parse, its aggregation, RocksDB state with changelog checkpointing, the changed rows as
+changelog columns, collected as Arrow), in a session built as the job builds its own.
+`--source-tasks N` coalesces the source into N tasks, which the views job does not do (it reads
+a task a topic partition). After `--warm-up` batches, the JVM's CPU and the wall time a batch
+are averaged over the rest. One JSON line. Run it on a quiet machine: it measures it.
 """
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -20,16 +21,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from enrichment_job.app import build_session
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, dead_letter_reason
-from enrichment_job.views.app import use_rocksdb_state
-from enrichment_job.views.declarations import customer_ratings
-from enrichment_job.views.settings import ViewsSettings
+from enrichment_job.views.app import dead_letter_query, queries_of, use_rocksdb_state
+from enrichment_job.views.declarations import declared
+from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from enrichment_job.views.transforms import parse_enriched
-from infra.bench.job import thread_cpu_s
+from infra.bench.job import job_jvm, thread_cpu_s
 from infra.bench.store import ROWS
 
 START_MS = 1_795_940_000_000
@@ -60,12 +61,6 @@ def write_batches(folder: Path, batches: int, records: int) -> None:
         (folder / f"{b:05d}.json").write_text("\n".join(lines) + "\n")
 
 
-def _jvm_cpu_s(spark: SparkSession) -> float:
-    launcher = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
-    children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
-    return sum(thread_cpu_s(pid)[""][1] for pid in [launcher, *map(int, children)])
-
-
 def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     settings = ViewsSettings(
         state_dir=str(folder / "state"),
@@ -76,6 +71,9 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     spark.conf.unset("spark.sql.catalog.spark_catalog")  # no Delta here
     spark.sparkContext.setLogLevel("ERROR")
     use_rocksdb_state(spark)
+    jvm = job_jvm(os.getpid())
+    if jvm is None:
+        raise SystemExit("the Spark JVM of this process was not found under /proc")
     size = (folder / "in" / "00000.json").stat().st_size
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(size // args.topic_partitions + 1))
     spark.conf.set("spark.sql.files.openCostInBytes", "0")
@@ -94,14 +92,22 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     )
     if args.source_tasks:
         raw = raw.coalesce(args.source_tasks)
-    views = (customer_ratings(settings),)
-    counted = aggregate_views(parse_enriched(raw), views, dead_letter_reason(views))
+    # The keyed query as the job starts it: it finds the views' dead letters only when no
+    # windowed query does (`dead_letter_query`).
+    declared_views = declared(settings)
+    stateful = queries_of(declared_views)
+    views = stateful[KEYED_QUERY]
+    reason = dead_letter_reason(declared_views) if dead_letter_query(stateful) == KEYED_QUERY else None
+    parsed = parse_enriched(raw)
+    counted = aggregate_views(
+        parsed if reason is not None else parsed.where(F.col("dlq_reason").isNull()), views, reason
+    )
     columns = changelog_columns(views)
     marks: list[tuple[float, float, int]] = []
 
     def sink(batch: DataFrame, _batch_id: int) -> None:
         rows = batch.select(*columns).toArrow().num_rows
-        marks.append((time.monotonic(), _jvm_cpu_s(spark), rows))
+        marks.append((time.monotonic(), thread_cpu_s(jvm)[""][1], rows))
         if len(marks) % 20 == 0:
             print(f"{len(marks)} of {args.batches} batches", file=sys.stderr, flush=True)
 
