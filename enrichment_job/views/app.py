@@ -70,9 +70,12 @@ def column_types(df: DataFrame) -> list[dict[str, str]]:
     return [{"name": f.name, "type": _TYPES.get(type(f.dataType), "string")} for f in df.schema.fields]
 
 
-def enriched_stream(spark: SparkSession, settings: ViewsSettings, min_partitions: int = 0) -> DataFrame:
+def enriched_stream(
+    spark: SparkSession, settings: ViewsSettings, min_partitions: int = 0, tasks: int = 0
+) -> DataFrame:
     """The enriched topic, committed records only, parsed (`dlq_reason` null = readable), in at
-    least `min_partitions` tasks a batch (0: one per topic partition)."""
+    least `min_partitions` tasks a batch (0: one per topic partition), or in `tasks` tasks when
+    it is set (the topic's partitions read together)."""
     reader = (
         spark.readStream.format("kafka")
         .options(**settings.kafka_options())
@@ -82,7 +85,8 @@ def enriched_stream(spark: SparkSession, settings: ViewsSettings, min_partitions
     )
     if min_partitions:
         reader = reader.option("minPartitions", min_partitions)
-    return parse_enriched(reader.load())
+    raw = reader.load()
+    return parse_enriched(raw.coalesce(tasks) if tasks else raw)
 
 
 class _Sink:
@@ -296,15 +300,25 @@ def start_queries(
     stateful = queries_of(views)
     chosen = settings.chosen_queries(tuple(stateful))
     finder = dead_letter_query(stateful)
-    started = []
+    started, session_partitions = [], str(spark.conf.get("spark.sql.shuffle.partitions"))
     for query, kept in stateful.items():
         if query not in chosen:
             continue
         keyed = query == KEYED_QUERY
         # A query's thread takes the pool of the thread that starts it.
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", keyed_pool if keyed else background_pool)
-        split = 0 if keyed else settings.background_min_partitions
-        parsed = enriched_stream(spark, settings, split)
+        # A task costs about the same a batch whatever its share of the records (its projections
+        # built, its state store opened and committed): the views query, a batch a second, runs
+        # its few thousand records in as few tasks as it can; the windowed queries in many short
+        # ones (VIEWS_JOB_BACKGROUND_MIN_PARTITIONS). The session's value is read at start().
+        spark.conf.set(
+            "spark.sql.shuffle.partitions",
+            str(settings.shuffle_partitions if keyed else settings.windowed_shuffle_partitions),
+        )
+        if keyed:
+            parsed = enriched_stream(spark, settings, tasks=settings.source_tasks)
+        else:
+            parsed = enriched_stream(spark, settings, settings.background_min_partitions)
         reason = dead_letter_reason(views) if query == finder else None
         counted = parsed if reason is not None else parsed.where(F.col("dlq_reason").isNull())
         trigger = settings.trigger_interval if keyed else settings.windowed_trigger_interval
@@ -318,5 +332,6 @@ def start_queries(
             .start()
         )
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+    spark.conf.set("spark.sql.shuffle.partitions", session_partitions)
     log.info("views queries running (run %s): %s", run, ", ".join(chosen))
     return tuple(started)

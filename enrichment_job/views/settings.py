@@ -101,7 +101,20 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
     )
     spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
     shuffle_partitions: int = Field(
-        2, gt=0, description="state partitions of the views' query (fixed at first start)"
+        1,
+        gt=0,
+        description="state partitions of the views query (customer_ratings), fixed at a checkpoint's first"
+        " start: each is a task a batch, and a task's fixed cost outweighs its share of the records",
+    )
+    source_tasks: int = Field(
+        1,
+        ge=0,
+        description="Spark tasks that parse a batch of the views query (0: one per topic partition)",
+    )
+    windowed_shuffle_partitions: int = Field(
+        2,
+        gt=0,
+        description="state partitions of each windowed view's query, fixed at a checkpoint's first start",
     )
     driver_memory: str = "1g"
     driver_java_options: str = "-XX:+UseParallelGC"

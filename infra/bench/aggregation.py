@@ -6,9 +6,10 @@ Spark's file source split into `--topic-partitions` tasks, as the Kafka source r
 topic partition. The query is the job's `views` query (the views without an event time: its
 parse, its aggregation, RocksDB state with changelog checkpointing, the changed rows as
 changelog columns, collected as Arrow), in a session built as the job builds its own.
-`--source-tasks N` coalesces the source into N tasks, which the views job does not do (it reads
-a task a topic partition). After `--warm-up` batches, the JVM's CPU and the wall time a batch
-are averaged over the rest. One JSON line. Run it on a quiet machine: it measures it.
+`--source-tasks N` coalesces the source into N tasks, as the views job does
+(VIEWS_JOB_SOURCE_TASKS; 0: a task a topic partition). After `--warm-up` batches, the JVM's
+CPU and the wall time a batch are averaged over the rest. One JSON line. Run it on a quiet
+machine: it measures it.
 """
 
 import argparse
@@ -148,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--source-tasks",
         type=int,
-        default=0,
-        help="coalesce the source into this many tasks (default %(default)s: one a partition, as the job)",
+        default=ViewsSettings().source_tasks,
+        help="VIEWS_JOB_SOURCE_TASKS: coalesce the source into this many tasks (0: one a partition;"
+        " default %(default)s, the job's)",
     )
     parser.add_argument(
         "--state-partitions",

@@ -292,7 +292,12 @@ def test_one_setting_runs_the_background_queries_in_a_second_process_that_lives_
     running = [line for line in job.log.read_text().splitlines() if "views queries running" in line]
     assert len(running) == 2 and running[0].split(": ")[-1] != running[1].split(": ")[-1], running
     assert {line.split(": ")[-1] for line in running} == {"views", "view-segment_hourly"}
-    assert (tmp_path / "views-state" / "background" / "checkpoints" / "view-segment_hourly").is_dir()
+    background = tmp_path / "views-state" / "background" / "checkpoints" / "view-segment_hourly"
+    assert background.is_dir()
+    # state partitions: customer_ratings' in one task a batch, the windowed view's in two
+    keyed = tmp_path / "views-state" / "checkpoints" / "views"
+    assert sorted(p.name for p in (keyed / "state" / "0").iterdir() if p.name.isdigit()) == ["0"]
+    assert sorted(p.name for p in (background / "state" / "0").iterdir() if p.name.isdigit()) == ["0", "1"]
     assert job.stop() == 0, job.tail()
     assert ends_within(child, 5), "the background process outlived a clean stop"
 
