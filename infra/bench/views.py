@@ -369,9 +369,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--client-session-nice",
         type=int,
-        default=None,
-        help="the pull client's CPU weight, as --api-session-nice: its latencies then carry less of "
-        "its own wait for a core, which a client on another machine would not share",
+        default=-10,
+        help="the pull client's CPU weight, as --api-session-nice: the load generator stands for "
+        "applications on other machines, so its latencies should carry little of its own wait for "
+        "a core here (0: the same weight as the rest, its wait in every pull's time)",
     )
     parser.add_argument(
         "--api-realtime",
