@@ -283,6 +283,16 @@ def dead_letter_query(stateful: dict[str, tuple[View, ...]]) -> str:
     return list(stateful)[-1]
 
 
+def query_rows(parsed: DataFrame, views: tuple[View, ...], query: str) -> tuple[DataFrame, Column | None]:
+    """The rows `query` (of `queries_of(views)`) keeps, from `parsed`, and the reason of the
+    dead letters when it is the query that finds them (`dead_letter_query`); the other
+    queries count readable records only."""
+    stateful = queries_of(views)
+    reason = dead_letter_reason(views) if query == dead_letter_query(stateful) else None
+    counted = parsed if reason is not None else parsed.where(F.col("dlq_reason").isNull())
+    return aggregate_views(counted, stateful[query], reason), reason
+
+
 def start_queries(
     spark: SparkSession, settings: ViewsSettings, pools: tuple[str, str] = IN_JOB_POOLS
 ) -> tuple[StreamingQuery, ...]:
@@ -299,7 +309,6 @@ def start_queries(
     keyed_pool, background_pool = pools
     stateful = queries_of(views)
     chosen = settings.chosen_queries(tuple(stateful))
-    finder = dead_letter_query(stateful)
     started, session_partitions = [], str(spark.conf.get("spark.sql.shuffle.partitions"))
     for query, kept in stateful.items():
         if query not in chosen:
@@ -319,12 +328,10 @@ def start_queries(
             parsed = enriched_stream(spark, settings, tasks=settings.source_tasks)
         else:
             parsed = enriched_stream(spark, settings, settings.background_min_partitions)
-        reason = dead_letter_reason(views) if query == finder else None
-        counted = parsed if reason is not None else parsed.where(F.col("dlq_reason").isNull())
+        rows, reason = query_rows(parsed, views, query)
         trigger = settings.trigger_interval if keyed else settings.windowed_trigger_interval
         started.append(
-            aggregate_views(counted, kept, reason)
-            .writeStream.queryName(query)
+            rows.writeStream.queryName(query)
             .outputMode("update")
             .foreachBatch(ViewsSink(settings, query, kept, run, reason))
             .option("checkpointLocation", settings.state.child(CHECKPOINTS, query))

@@ -26,8 +26,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from enrichment_job.app import build_session
-from enrichment_job.views.aggregation import aggregate_views, changelog_columns, dead_letter_reason
-from enrichment_job.views.app import dead_letter_query, queries_of, use_rocksdb_state
+from enrichment_job.views.aggregation import changelog_columns
+from enrichment_job.views.app import queries_of, query_rows, use_rocksdb_state
 from enrichment_job.views.declarations import declared
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from enrichment_job.views.transforms import parse_enriched
@@ -93,17 +93,11 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     )
     if args.source_tasks:
         raw = raw.coalesce(args.source_tasks)
-    # The keyed query as the job starts it: it finds the views' dead letters only when no
-    # windowed query does (`dead_letter_query`).
+    # The keyed query as the job starts it (with the dead letters only when no windowed
+    # query finds them).
     declared_views = declared(settings)
-    stateful = queries_of(declared_views)
-    views = stateful[KEYED_QUERY]
-    reason = dead_letter_reason(declared_views) if dead_letter_query(stateful) == KEYED_QUERY else None
-    parsed = parse_enriched(raw)
-    counted = aggregate_views(
-        parsed if reason is not None else parsed.where(F.col("dlq_reason").isNull()), views, reason
-    )
-    columns = changelog_columns(views)
+    counted, _ = query_rows(parse_enriched(raw), declared_views, KEYED_QUERY)
+    columns = changelog_columns(queries_of(declared_views)[KEYED_QUERY])
     marks: list[tuple[float, float, int]] = []
 
     def sink(batch: DataFrame, _batch_id: int) -> None:
