@@ -9,7 +9,7 @@ columns (`change_events`), and turned into versions and records without a Spark 
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import closing
@@ -25,7 +25,7 @@ from enrichment_job.batch_io import concat, to_records
 from enrichment_job.change_events import Position
 from enrichment_job.json_columns import json_objects
 from enrichment_job.kafka_in import KAFKA, TopicReader
-from enrichment_job.kafka_out import Records
+from enrichment_job.kafka_out import Header, Records
 from enrichment_job.schemas import CUSTOMER_COLUMNS, VERSION_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CdcState
@@ -114,9 +114,23 @@ def ingest(
     return ingest_events(change_events.read(in_order(raw), spark), state, customers_topic, dlq_topic)
 
 
+def _reason(headers: list[Header] | None) -> str:
+    """A dead letter's reason, from its headers."""
+    reason = dict(headers or []).get("dlq.reason")
+    return reason.decode() if isinstance(reason, bytes) else str(reason)
+
+
 def ingest_events(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
     """`events`: CDC records read after `state`, parsed (`change_events.EVENTS`, in CDC order)."""
     result = _result(events, state, customers_topic, dlq_topic)
+    if len(result.dead):
+        reasons = Counter(_reason(h) for h in result.dead.headers or [])
+        log.error(
+            "%d change events went to %s and changed no customer: %s",
+            len(result.dead),
+            dlq_topic,
+            "; ".join(f"{n}x {reason}" for reason, n in reasons.most_common()),
+        )
     for furthest, snapshot in result.rewinds:
         log.warning(
             "a snapshot in the CDC topic at position %s (GTID sequence number or last commit LSN, "

@@ -118,6 +118,8 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
     if not pc.all(readable).as_py():
         return None
     table = pc.struct_field(source, "table")
+    if not _every_column(given, op, table, before, after):
+        return None
     try:
         beat_ms = _millis(pc.struct_field(after, "ts"))
         update_ms = _millis(pc.struct_field(after, "update_ts"))
@@ -164,6 +166,30 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
         **{name: pc.take(column, take) for name, column in parsed.items()},
     }
     return pa.table(columns, schema=EVENTS)
+
+
+# A member's name in compact or spaced JSON: inside a JSON string a quote is always escaped, so
+# this finds only members.
+_MEMBER = r'"{}"\s*:'
+
+
+def _every_column(
+    values: pa.Array, op: pa.ChunkedArray, table: pa.Array, before: pa.Array, after: pa.Array
+) -> bool:
+    """Whether each customer row names every customer column. Debezium writes every column,
+    null or not, and Arrow reads a missing one as null: a column renamed or dropped in the
+    database would silently change the customer (its club_status null turns its alerts off).
+    Each name must stand as a member once per row of the event (`before` and `after`); an event
+    where it does not is left to Spark's parse, which looks at `after` alone and says which
+    columns are missing."""
+    rows = pc.add(pc.is_valid(before).cast(pa.int32()), pc.is_valid(after).cast(pa.int32()))
+    kept = pc.fill_null(pc.and_(pc.not_equal(op, "d"), pc.not_equal(table, HEARTBEAT_TABLE)), True)
+    rows = pc.if_else(kept, rows, 0)
+    for name in CUSTOMER.names:
+        named = pc.fill_null(pc.count_substring_regex(values, _MEMBER.format(name)), 0)
+        if not pc.all(pc.greater_equal(named, rows)).as_py():
+            return False
+    return True
 
 
 def _millis(text: pa.Array) -> pa.Array:

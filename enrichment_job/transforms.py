@@ -9,6 +9,7 @@ Each PySpark column expression costs round trips to the JVM: the expressions are
 (`@cache`), and their lists handed to the JVM once (`plans.Columns`).
 """
 
+from collections.abc import Sequence
 from functools import cache
 
 from pyspark.sql import Column, DataFrame, Window
@@ -18,6 +19,7 @@ from enrichment_job.plans import Columns, drop, select
 from enrichment_job.schemas import (
     CDC_ENVELOPE,
     CORRUPT,
+    CUSTOMER_FIELDS,
     RATING_FIELDS,
     RATING_PARSE_SCHEMA,
     RATING_TEXT_SCHEMA,
@@ -27,13 +29,15 @@ from enrichment_job.schemas import (
 KAFKA_META = ("key", "value", "topic", "partition", "offset", "timestamp")
 PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 HEARTBEAT_TABLE = "debezium_heartbeat"
+# The reason of a change event whose row lacks customer columns, before their names.
+DRIFT = "change event without customer columns (renamed or dropped in the database?): "
 
 
-def _first_reason(checks: list[tuple[Column, str]]) -> Column:
+def _first_reason(checks: Sequence[tuple[Column, str | Column]]) -> Column:
     """The reason of the first failing check, or null when every check passes."""
     reason = F.lit(None).cast("string")
     for failed, text in reversed(checks):
-        reason = F.when(failed, F.lit(text)).otherwise(reason)
+        reason = F.when(failed, F.lit(text) if isinstance(text, str) else text).otherwise(reason)
     return reason
 
 
@@ -120,12 +124,20 @@ def _cdc_parse() -> tuple[Columns, Columns]:
         F.from_json(text, CDC_ENVELOPE, PARSE_OPTIONS).alias("_e"),
     )
     row_id = F.when(F.col("_e.op") == "d", F.col("_e.before.id")).otherwise(F.col("_e.after.id"))
-    checks: list[tuple[Column, str]] = [
+    # Debezium writes every column of a row, null or not: a customer column that is not there
+    # was renamed or dropped, and reading it as null would change the customer (a club_status
+    # gone null turns the alerts off). A heartbeat's row is another table's.
+    keys = F.json_object_keys(F.get_json_object("_json", "$.after"))
+    row = (F.col("_e.op") != "d") & (F.col("_e.source.table") != HEARTBEAT_TABLE) & keys.isNotNull()
+    expected = F.array(*[F.lit(name) for name in CUSTOMER_FIELDS.names])
+    missing = F.when(row, F.array_except(expected, keys)).otherwise(F.array().cast("array<string>"))
+    checks: list[tuple[Column, str | Column]] = [
         (F.json_object_keys("_json").isNull(), "not a JSON object"),
         (F.col(f"_e.{CORRUPT}").isNotNull(), "unreadable change event"),
         (~F.col("_e.op").isin("c", "r", "u", "d") | F.col("_e.op").isNull(), "unknown op"),
         (row_id.isNull(), "change event without a customer id"),
         (F.col("_e.source.ts_ms").isNull(), "change event without source.ts_ms"),
+        (F.size(missing) > 0, F.concat(F.lit(DRIFT), F.array_join(missing, ", "))),
     ]
     tombstone = F.col("value").isNull()
     heartbeat = F.col("_e.source.table") == HEARTBEAT_TABLE

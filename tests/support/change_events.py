@@ -7,9 +7,16 @@ from typing import Any
 import pyarrow as pa
 
 from enrichment_job.cdc import CdcResult, ingest
+from enrichment_job.schemas import CUSTOMER_FIELDS
 from enrichment_job.table import CdcState
 
 CDC_TOPIC = "asgard.demo.customers"
+
+
+def customer_row(cid: int, **columns: Any) -> dict[str, Any]:
+    """A customer row as Debezium writes it: every column of the table, null where not given."""
+    row = dict.fromkeys(CUSTOMER_FIELDS.names)
+    return {**row, "id": cid, "first_name": "Ada", "last_name": "L", "club_status": "silver", **columns}
 
 
 def change_event(
@@ -26,7 +33,7 @@ def change_event(
     """A change of customer `cid` at source.ts_ms `ts`, binlog position `pos` (`snapshot`:
     Debezium's source.snapshot; `gtid`: the sequence number of source.gtid "0-1-<gtid>"; each
     left out when None)."""
-    row = {"id": cid, "first_name": "Ada", "last_name": "L", "club_status": "silver", **after}
+    row = customer_row(cid, **after)
     envelope = {
         "before": row if op in ("u", "d") else None,
         "after": None if op == "d" else row,
@@ -76,7 +83,7 @@ def pg_change_event(
 ) -> bytes:
     """A change committed at `commit_ms` as the PostgreSQL connector writes it: source.lsn, and
     source.sequence ["<last commit LSN>", "<lsn>"] (null before the connector has seen a commit)."""
-    row = {"id": cid, "first_name": "Ada", "last_name": "L", "club_status": "silver", **after}
+    row = customer_row(cid, **after)
     sequence = json.dumps([str(last_commit) if last_commit is not None else None, str(lsn)])
     envelope = {
         "before": {"id": cid} if op == "d" else None,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.change_events import customer_row
 from support.enrichment import Job, StackEnv, Topics, produce, rating, read_topic, values
 from support.kafka import drop_topics, make_topics
 
@@ -43,7 +44,7 @@ class Cdc:
         ).encode()
 
     def customer(self, created_ms: int) -> None:
-        row = {"id": USER, "first_name": "Wai", "last_name": "Ting", "email": "w@example.com"}
+        row = customer_row(USER, first_name="Wai", last_name="Ting", email="w@example.com")
         row["club_status"] = "platinum"
         produce(self.stack_env, self.topic, [(b"7", self._event("customers", "c", row, created_ms))])
 

@@ -159,6 +159,62 @@ def test_unreadable_events_are_dead_letters_with_their_bytes_and_the_rest_goes_o
     assert result.state.cdc_to == {0: 4}
 
 
+def _renamed(value: bytes, old: str, new: str | None) -> bytes:
+    """The change event with a customer column renamed (None: dropped) in its rows."""
+    event = json.loads(value)
+    for side in ("before", "after"):
+        row = event[side]
+        if row is not None:
+            kept = row.pop(old)
+            if new is not None:
+                row[new] = kept
+    return json.dumps(event).encode()
+
+
+@pytest.mark.parametrize("new", ["tier", None])
+def test_a_change_event_without_a_customer_column_is_a_dead_letter_not_a_null(
+    spark: Any, new: str | None
+) -> None:
+    """A column renamed or dropped in the database: Debezium's rows no longer name it. Read as
+    null, a club_status would turn the customer's alerts off without a word; the event is
+    dead-lettered with the missing column's name instead, and the customer keeps its version."""
+    values = [
+        change_event("c", 7, 1_000, 10, club_status="platinum"),
+        _renamed(change_event("u", 7, 2_000, 20, club_status="platinum"), "club_status", new),
+        _renamed(change_event("c", 8, 3_000, 30), "club_status", new),
+        _renamed(change_event("d", 7, 4_000, 40), "club_status", new),  # a delete needs the id only
+        heartbeat("1970-01-01T00:00:05.000Z", 50),
+    ]
+    assert change_events.read_arrow(cdc_records(values)) is None  # Spark's parse tells why
+    result = ingest_values(spark, values)
+    assert [(v["id"], v["club_status"], v["deleted"]) for v in result.versions.to_pylist()] == [
+        (7, "platinum", False),
+        (7, None, True),
+    ]
+    assert result.dead.values == values[1:3]
+    assert result.dead.headers is not None
+    reasons = [dict(h or [])["dlq.reason"].decode() for h in result.dead.headers]
+    assert (
+        reasons
+        == ["change event without customer columns (renamed or dropped in the database?): club_status"] * 2
+    )
+
+
+def test_a_column_added_in_the_database_changes_nothing(spark: Any) -> None:
+    values = [change_event("c", 7, 1_000, 10, loyalty_points=5), change_event("u", 7, 2_000, 20, tier="x")]
+    assert change_events.read_arrow(cdc_records(values)) is not None
+    result = ingest_values(spark, values)
+    assert (result.changes, len(result.dead)) == (2, 0)
+
+
+def test_a_column_name_inside_a_text_does_not_stand_for_the_column(spark: Any) -> None:
+    """Only a member counts: a customer's comment that quotes a column's name is no column."""
+    quoting = change_event("c", 7, 1_000, 10, comments='"club_status": "platinum"')
+    value = _renamed(quoting, "club_status", None)
+    assert change_events.read_arrow(cdc_records([value])) is None
+    assert len(ingest_values(spark, [value]).dead) == 1
+
+
 @pytest.mark.parametrize("value", [b"null", b"[1]", b" " + change_event("c", 7, 1_000, 10)])
 def test_a_value_that_is_not_one_object_goes_to_sparks_parse(spark: Any, value: bytes) -> None:
     """Arrow's reader takes a lone null for an object of nulls (and a batch of only that
