@@ -6,7 +6,8 @@ JSON reader parses all of them in one call, on the driver's threads: about 1 s f
 events here, where a Spark job took 40 s, most of it a window over the events in one task for
 the clock, and the hand-over from Python to the JVM and back. Arrow reads a batch only when
 every event is a readable change event of the expected shape; a batch with anything else (not
-JSON, a field of another type, an unknown op, no customer id) is parsed by Spark
+UTF-8, not JSON, a field of another type, an unknown op, no customer id, a row without every
+customer column) is parsed by Spark
 (`transforms.parse_cdc`), which says for each event what is wrong with it. Both give the same
 table, and the clock is computed from it the same way.
 """
@@ -22,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
-from enrichment_job.json_columns import object_shaped, read_objects
+from enrichment_job.json_columns import object_shaped, read_objects, utf8_valid
 from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import CUSTOMER_FIELDS
 from enrichment_job.transforms import HEARTBEAT_TABLE, dead_letter_headers, parse_cdc
@@ -99,6 +100,8 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
     values = raw.column("value").combine_chunks()
     present = pc.is_valid(values)
     given = values.filter(present)
+    if not pc.all(utf8_valid(given)).as_py():
+        return None
     envelopes = ENVELOPE.empty_table() if len(given) == 0 else None
     if envelopes is None and pc.all(object_shaped(given)).as_py():
         envelopes = read_objects(given, _PARSE)

@@ -4,6 +4,7 @@ Written: column by column, byte for byte as Spark's `to_json` writes the same ro
 session): compact, fields in schema order, strings escaped as Jackson escapes them, timestamps
 as `yyyy-MM-dd'T'HH:mm:ss.SSSXXX`. Read: which values Arrow's JSON reader may be given."""
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -18,6 +19,26 @@ def object_shaped(values: pa.Array) -> pa.Array:
     first = pc.equal(pc.binary_slice(values, 0, 1), _OPEN)
     last = pc.equal(pc.binary_slice(values, -1), _CLOSE)
     return pc.fill_null(pc.and_(first, last), False)
+
+
+def utf8_valid(values: pa.Array) -> pa.Array:
+    """True for a value that is valid UTF-8 (a null too), false otherwise. Arrow's JSON reader
+    takes a string's bytes as they are: a value that is not UTF-8 would reach the output. One
+    cast checks a whole array; only an array that fails it is halved until each bad value
+    stands alone."""
+    valid = np.ones(len(values), bool)
+    pending = [(0, len(values))] if len(values) else []
+    while pending:
+        start, stop = pending.pop()
+        try:
+            values.slice(start, stop - start).cast(pa.string())
+        except pa.ArrowInvalid:
+            if stop - start == 1:
+                valid[start] = False
+            else:
+                middle = (start + stop) // 2
+                pending += [(middle, stop), (start, middle)]
+    return pa.array(valid, pa.bool_())
 
 
 def read_objects(values: pa.Array, options: pj.ParseOptions) -> pa.Table | None:

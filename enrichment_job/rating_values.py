@@ -4,8 +4,9 @@ Arrow's JSON reader parses a batch's values in one call. It stops at the first v
 take whole (not one JSON object, a field of another type, a number out of range), so a batch
 that fails is split in halves until each such value stands alone: those few are parsed by Spark
 (`transforms.parse_ratings`), which says what is wrong with each. The checks on readable values
-(required fields, stars, time bounds, size) are the same on both paths, in the same order, so a
-rating gets the same fields and the same reason whichever path read it.
+(size, UTF-8, required fields, stars, time bounds) are the same on both paths, in the same
+order, so a rating gets the same fields and the same reason whichever path read it. A value that is not
+UTF-8 is not parsed here, nor sent to Spark: it is a dead letter at once.
 """
 
 from functools import cache
@@ -18,11 +19,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from enrichment_job.json_columns import object_shaped, read_objects
+from enrichment_job.json_columns import object_shaped, read_objects, utf8_valid
 from enrichment_job.kafka_in import KAFKA
 from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import RATING_FIELDS, REQUIRED_RATING_FIELDS
-from enrichment_job.transforms import KAFKA_META, parse_ratings
+from enrichment_job.transforms import KAFKA_META, NOT_UTF8, parse_ratings
 
 RAW_SCHEMA = "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP"
 FIELDS = to_arrow_schema(RATING_FIELDS)
@@ -39,12 +40,13 @@ def parse(raw: pa.Table, spark: SparkSession, max_future_ms: int, max_bytes: int
     raw = raw.cast(KAFKA).sort_by(ORDER)
     values = raw.column("value").combine_chunks()
     sizes = pc.fill_null(pc.binary_length(values), 0)
-    readable = pc.and_(pc.is_valid(values), pc.less_equal(sizes, max_bytes))
+    utf8 = utf8_valid(values)
+    readable = pc.and_(pc.and_(pc.is_valid(values), pc.less_equal(sizes, max_bytes)), utf8)
     shaped = object_shaped(values)
     to_arrow = np.asarray(pc.and_(readable, shaped).to_numpy(zero_copy_only=False), bool)
     fields = _arrow_fields(values, to_arrow)
     spark_rows = np.flatnonzero(readable.to_numpy(zero_copy_only=False) & ~to_arrow)
-    parsed = _checked(raw, fields, max_future_ms, max_bytes)
+    parsed = _checked(raw, fields, utf8, max_future_ms, max_bytes)
     if len(spark_rows):
         by_spark = parse_spark(raw.take(spark_rows), spark, max_future_ms, max_bytes)
         parsed = _replace(parsed, spark_rows, by_spark)
@@ -103,9 +105,10 @@ def _bisect(values: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return (np.sort(np.concatenate(good)) if good else empty), (np.concatenate(bad) if bad else empty)
 
 
-def _checked(raw: pa.Table, fields: pa.Table, max_future_ms: int, max_bytes: int) -> pa.Table:
-    """`PARSED` from the Kafka columns and the fields Arrow read, with each rating's reason: the
-    first failing check, in the order `transforms.parse_ratings` checks."""
+def _checked(raw: pa.Table, fields: pa.Table, utf8: pa.Array, max_future_ms: int, max_bytes: int) -> pa.Table:
+    """`PARSED` from the Kafka columns and the fields Arrow read (`utf8`: which values are
+    UTF-8), with each rating's reason: the first failing check, in the order
+    `transforms.parse_ratings` checks."""
     values = raw.column("value")
     n = raw.num_rows
     reason = pa.nulls(n, pa.string())
@@ -118,6 +121,7 @@ def _checked(raw: pa.Table, fields: pa.Table, max_future_ms: int, max_bytes: int
             f"value over {max_bytes} bytes (ENRICH_MAX_RATING_BYTES): its enriched copy would not fit"
             " in a Kafka record",
         ),
+        (pc.invert(utf8), NOT_UTF8),
         *[(pc.is_null(fields.column(name)), f"missing field {name}") for name in REQUIRED_RATING_FIELDS],
         (pc.invert(pc.and_(pc.greater_equal(stars, 1), pc.less_equal(stars, 5))), "stars outside 1..5"),
         (pc.less(rating_time, 0), "rating_time before 1970-01-01"),

@@ -42,6 +42,8 @@ def _first_reason(checks: Sequence[tuple[Column, str | Column]]) -> Column:
 
 
 MAX_RATING_BYTES = 900_000
+# What the job writes is UTF-8 JSON: a value that is not UTF-8 would carry its bytes into it.
+NOT_UTF8 = "value is not valid UTF-8"
 
 
 def parse_ratings(raw: DataFrame, max_future_ms: int, max_bytes: int = MAX_RATING_BYTES) -> DataFrame:
@@ -82,6 +84,7 @@ def _rating_parse(max_future_ms: int, max_bytes: int) -> tuple[Columns, Columns,
             f"value over {max_bytes} bytes (ENRICH_MAX_RATING_BYTES): its enriched copy would not fit"
             " in a Kafka record",
         ),
+        (~F.is_valid_utf8("value"), NOT_UTF8),
         (suspect & (F.col("_s").isNull() | F.col(f"_s.{CORRUPT}").isNotNull()), "not a JSON object"),
     ]
     checks += [(~present(name), f"missing field {name}") for name in REQUIRED_RATING_FIELDS]
@@ -132,6 +135,7 @@ def _cdc_parse() -> tuple[Columns, Columns]:
     expected = F.array(*[F.lit(name) for name in CUSTOMER_FIELDS.names])
     missing = F.when(row, F.array_except(expected, keys)).otherwise(F.array().cast("array<string>"))
     checks: list[tuple[Column, str | Column]] = [
+        (~F.is_valid_utf8("value"), NOT_UTF8),
         (F.json_object_keys("_json").isNull(), "not a JSON object"),
         (F.col(f"_e.{CORRUPT}").isNotNull(), "unreadable change event"),
         (~F.col("_e.op").isin("c", "r", "u", "d") | F.col("_e.op").isNull(), "unknown op"),

@@ -203,6 +203,11 @@ def poison_records(now_ms: int, first_id: int) -> list[tuple[str, bytes | None, 
         ("a JSON array", b"1", b"[1, 2, 3]"),
         ("not JSON", b"1", b"{not json"),
         ("not UTF-8", b"1", b"\xff\xfe\x00{"),
+        (
+            "bytes that are not UTF-8 in a JSON string",
+            b"1",
+            rating(first_id + 9, message="caf-").replace(b"caf-", b"caf\xe9 \xff"),
+        ),
         ("empty value", b"1", b""),
         ("a message near Kafka's 1 MiB record limit", b"1", rating(first_id + 8, message=big)),
     ]
@@ -266,8 +271,8 @@ SCENARIOS = [
     ),
     Scenario(
         "poison-ratings",
-        "14 hostile ratings (times at the ends of the long range, a year ahead, wrong types, "
-        "not JSON, a record near Kafka's limit)",
+        "15 hostile ratings (times at the ends of the long range, a year ahead, wrong types, "
+        "not JSON, not UTF-8, a record near Kafka's limit)",
         _poison,
         load_s=40,
         quick=True,

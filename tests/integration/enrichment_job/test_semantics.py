@@ -210,6 +210,29 @@ def test_g_bad_records_go_to_the_dlq_with_reasons_and_good_ones_around_them_are_
         assert int(headers["dlq.offset"]) >= 0
 
 
+def test_a_rating_that_is_not_utf8_is_a_dead_letter_with_its_bytes_not_an_alert(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    """Bytes that are not UTF-8 inside a JSON string: enriched, they would reach every consumer
+    and fail each sink that parses JSON (the alert in no dashboard, no lake row, no Slack)."""
+    customer = insert_customer(db, "platinum")
+    t0 = next_second(db)
+    broken, after = next(IDS), next(IDS)
+    _, text = rating(broken, customer, 1, t0, message="caf-")
+    latin1 = text.replace(b"caf-", b"caf\xe9 \xff")
+    produce(
+        stack_env, topics.name("ratings"), [(str(customer).encode(), latin1), rating(after, customer, 1, t0)]
+    )
+    by_rating(stack_env, topics.name("alerts"), {after})
+    dead = [r for r in read_topic(stack_env, topics.name("dlq"), timeout_s=30) if r.value() == latin1]
+    assert len(dead) == 1
+    assert dict(dead[0].headers())["dlq.reason"] == b"value is not valid UTF-8"
+    for role in ("enriched", "alerts"):
+        # json.loads of bytes decodes them strictly: every record the job wrote is UTF-8.
+        written = values(read_topic(stack_env, topics.name(role), timeout_s=10))
+        assert broken not in {v["rating_id"] for v in written}
+
+
 def test_a_rating_of_an_aborted_producer_transaction_is_never_enriched_alerted_or_dead_lettered(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:

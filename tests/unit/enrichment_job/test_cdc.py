@@ -200,6 +200,17 @@ def test_a_change_event_without_a_customer_column_is_a_dead_letter_not_a_null(
     )
 
 
+def test_a_change_event_that_is_not_utf8_is_a_dead_letter(spark: Any) -> None:
+    latin1 = change_event("c", 8, 2_000, 20, last_name="M-ller").replace(b"M-ller", b"M\xfcller")
+    values = [change_event("c", 7, 1_000, 10), latin1]
+    assert change_events.read_arrow(cdc_records(values)) is None
+    result = ingest_values(spark, values)
+    assert [v["id"] for v in result.versions.to_pylist()] == [7]
+    assert result.dead.values == [latin1]
+    assert result.dead.headers is not None
+    assert dict(result.dead.headers[0] or [])["dlq.reason"] == b"value is not valid UTF-8"
+
+
 def test_a_column_added_in_the_database_changes_nothing(spark: Any) -> None:
     values = [change_event("c", 7, 1_000, 10, loyalty_points=5), change_event("u", 7, 2_000, 20, tier="x")]
     assert change_events.read_arrow(cdc_records(values)) is not None

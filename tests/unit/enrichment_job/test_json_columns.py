@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from enrichment_job.json_columns import json_objects
+from enrichment_job.json_columns import json_objects, utf8_valid
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 TEXTS = ["plain", 'quote " and back\\slash', "new\nline\ttab\x01bell\x1f", "ünïcödé ✓ \u2028", "", None]
@@ -54,3 +54,11 @@ def test_json_objects_are_what_sparks_to_json_writes(spark: Any, nulls: bool) ->
 def test_a_type_without_a_writer_is_refused_by_name() -> None:
     with pytest.raises(TypeError, match="double"):
         json_objects(pa.array([{"x": 1.5}]))
+
+
+def test_utf8_valid_marks_each_value_that_is_not_utf8() -> None:
+    good, bad = "ünï ✓".encode(), b"caf\xe9"
+    values = pa.array([good, bad, None, *[good] * 40, b"\xff", good], pa.binary())
+    marks = utf8_valid(values).to_pylist()
+    assert [i for i, ok in enumerate(marks) if not ok] == [1, 43]
+    assert utf8_valid(pa.array([], pa.binary())).to_pylist() == []

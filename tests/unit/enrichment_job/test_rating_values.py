@@ -56,6 +56,8 @@ CASES: list[tuple[bytes | None, str | None]] = [
     (rating(rating_time=2**63 - 1), "rating_time more than 300000 ms after"),
     (rating(message="x" * 2_000), "value over 1000 bytes"),
     (rating(message='quote " \\ \n ünï ✓'), None),
+    (rating(message="caf-").replace(b"caf-", b"caf\xe9 \xff"), "value is not valid UTF-8"),
+    (b"\xff\xfe\x00{", "value is not valid UTF-8"),
 ]
 
 
@@ -85,9 +87,11 @@ def test_a_batch_arrow_reads_whole_never_starts_spark(spark: Any, monkeypatch: p
 
     monkeypatch.setattr(rating_values, "parse_spark", refuse)
     values = [rating(rating_id=n, stars=n % 7) for n in range(500)] + [None, rating(message="x" * 2_000)]
+    values[43] = rating(rating_id=43, message="caf-").replace(b"caf-", b"caf\xe9")  # Latin-1
     parsed = parse(raw(values), spark, MAX_FUTURE_MS, MAX_BYTES)
     reasons = _reasons(parsed)
-    assert reasons.count(None) == sum(1 for n in range(500) if 1 <= n % 7 <= 5)
+    assert reasons[43] == "value is not valid UTF-8"
+    assert reasons.count(None) == sum(1 for n in range(500) if 1 <= n % 7 <= 5) - 1
     ids = parsed.sort_by("offset").column("rating_id").to_pylist()
     assert ids[:3] == [0, 1, 2]  # a dead letter's fields: as read
 

@@ -34,6 +34,7 @@ RATING_CASES: list[tuple[bytes | None, str | None]] = [
     (_rating(rating_time=1.5), "field rating_time is not bigint"),
     (_rating(stars=0), "stars outside 1..5"),
     (_rating(stars=6), "stars outside 1..5"),
+    (_rating(message="caf-").replace(b"caf-", b"caf\xe9"), "value is not valid UTF-8"),
 ]
 
 
