@@ -8,8 +8,10 @@ each rating is read and parsed once for all of them, and one micro-batch updates
 view with an event time (a window) has a query of its own (`app.queries_of`).
 """
 
+import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import reduce
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -136,5 +138,25 @@ def segment_hourly(settings: ViewsSettings) -> View:
     )
 
 
+def key_bounded(view: View, max_bytes: int) -> View:
+    """`view`, refusing as well a rating whose group columns, as text, take more than
+    `max_bytes`: a key stands in its changelog record's key and again in its value, and a
+    600 KB channel made a record over Kafka's limit, which stopped the views on every retry."""
+    size = reduce(
+        operator.add, [F.coalesce(F.octet_length(e.cast("string")), F.lit(0)) for e in view.group_by.values()]
+    )
+    too_large = F.when(
+        size > max_bytes,
+        F.concat(
+            F.lit(f"key of {', '.join(view.group_by)} over {max_bytes} bytes (VIEWS_JOB_MAX_KEY_BYTES): "),
+            size.cast("string"),
+            F.lit(" bytes"),
+        ),
+    )
+    refuses = too_large if view.refuses is None else F.coalesce(too_large, view.refuses)
+    return replace(view, refuses=refuses)
+
+
 def declared(settings: ViewsSettings) -> tuple[View, ...]:
-    return (customer_ratings(settings), segment_hourly(settings))
+    views = (customer_ratings(settings), segment_hourly(settings))
+    return tuple(key_bounded(v, settings.max_key_bytes) for v in views)

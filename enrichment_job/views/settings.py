@@ -51,6 +51,13 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
         ge=0,
         description="segment_hourly: an hour's window closes this long after the hour ends",
     )
+    max_key_bytes: int = Field(
+        1024,
+        ge=64,
+        le=65_536,
+        description="a rating whose row key in a view (its group columns as text) is longer is not"
+        " counted in that view but dead-lettered: the key stands twice in a changelog record",
+    )
 
     state_dir: str = Field(
         ".state/views",

@@ -197,3 +197,22 @@ def test_changelog_records_carry_each_rows_view_key_and_whole_row(spark: SparkSe
     assert json.loads(segment.key) == {"club_status": "gold", "channel": "web", "hour": "2026-11-18T10"}
     assert json.loads(segment.value)["customers"] == 1
     assert customer.last_rating_time == segment.last_rating_time == HOUR + 1000
+
+
+def test_a_rating_whose_key_is_too_large_for_a_view_is_its_dead_letter_and_the_others_count_it(
+    spark: SparkSession,
+) -> None:
+    """A 600 KB channel in segment_hourly's key made a changelog record over Kafka's limit (the
+    key stands in the value again), and the views job failed on it at every restart."""
+    views = declared(ViewsSettings(max_key_bytes=1024))
+    by_customer, by_hour = views
+    wide = _enriched(rating_id=1, channel="c" * 1_100)
+    records = [wide, _enriched(rating_id=2)]
+    assert [r["ratings"] for r in _rows(spark, records, by_hour)] == [1]
+    assert [r["ratings"] for r in _rows(spark, records, by_customer)] == [2]
+    reasons = _parsed(spark, records).select(dead_letter_reason(views).alias("reason")).collect()
+    assert [r.reason for r in reasons] == [
+        "segment_hourly: key of club_status, channel, hour_ts over 1024 bytes (VIEWS_JOB_MAX_KEY_BYTES):"
+        " 1123 bytes",
+        None,
+    ]
