@@ -4,6 +4,7 @@ health, and Prometheus metrics. Every refusal is a 4xx with {"error": "..."} tha
 import asyncio
 import json
 import logging
+import re
 import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
@@ -37,15 +38,19 @@ class BadRequest(Exception):
         self.status = status
 
 
+# What a number may look like: ASCII digits only. Python's int() and float() also take "4_2"
+# (42), other scripts' digits, "nan" and "inf"; "nan" matched every null.
+_INTEGER = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+
+
 def parse_value(text: str, kind: str, what: str) -> Any:
     """A key part or filter value as its column's type."""
-    try:
-        if kind in ("int", "long"):
-            return int(text)
-        if kind == "double":
-            return float(text)
-    except ValueError:
-        raise BadRequest(400, f"{what}: {text!r} is not a {kind}") from None
+    if kind in ("int", "long", "double"):
+        pattern = _DECIMAL if kind == "double" else _INTEGER
+        if pattern.fullmatch(text) is None:
+            raise BadRequest(400, f"{what}: {text!r} is not a {kind}")
+        return float(text) if kind == "double" else int(text)
     if kind == "boolean":
         if text not in ("true", "false"):
             raise BadRequest(400, f"{what}: {text!r} is not true or false")
@@ -173,7 +178,7 @@ class Api:
         limit, filters = self.settings.scan_limit, []
         for column, text in request.query_params.multi_items():
             if column == "limit":
-                if not text.isdigit() or not 0 < int(text) <= self.settings.scan_limit_max:
+                if _INTEGER.fullmatch(text) is None or not 0 < int(text) <= self.settings.scan_limit_max:
                     raise BadRequest(
                         400, f"limit: {text!r} is not a number from 1 to {self.settings.scan_limit_max}"
                     )

@@ -95,6 +95,9 @@ def test_bad_requests_get_a_4xx_naming_the_problem(stack_env: StackEnv, views: V
         "/views/customer_ratings?customer_matched=yes": (400, "not true or false"),
         "/views/customer_ratings?limit=0": (400, "limit: '0'"),
         "/views/customer_ratings?limit=5000": (400, "limit: '5000'"),
+        "/views/customer_ratings?limit=%C2%B2": (400, "limit: '²'"),  # a digit, but not one int() reads
+        "/views/customer_ratings?average_stars=nan": (400, "filter average_stars: 'nan' is not a double"),
+        "/views/customer_ratings/4_2": (400, "key column user_id: '4_2' is not a int"),
         "/views/customer_ratings/changes?key=x": (400, "is not a int"),
         "/elsewhere": (404, "no such path"),
     }

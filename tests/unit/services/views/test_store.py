@@ -62,7 +62,9 @@ def test_key_parts_and_filters_parse_as_their_column_types() -> None:
     assert parse_value("2.5", "double", "k") == 2.5
     assert parse_value("true", "boolean", "k") is True
     assert parse_value("42", "string", "k") == "42"
-    for text, kind in (("4x", "long"), ("yes", "boolean"), ("x", "double")):
+    assert parse_value("-1.5e3", "double", "k") == -1500.0
+    refused_texts = (("4x", "long"), ("yes", "boolean"), ("x", "double"), ("4_2", "int"), ("²", "long"))
+    for text, kind in (*refused_texts, ("nan", "double"), ("inf", "double"), ("1_0.5", "double")):
         with pytest.raises(BadRequest) as refused:
             parse_value(text, kind, "filter f")
         assert refused.value.status == 400 and "filter f" in str(refused.value)
