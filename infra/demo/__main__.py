@@ -7,8 +7,9 @@
    A process that dies is restarted with back-off, as a supervisor would (not after exit code 2,
    a bad setting, or 3, the job fenced by another instance of its name)
 4. drains: waits until every stage has handled what was produced, then prints the reconciled
-   summary (every customer_ratings row of the run's customers against counts recomputed from
-   the enriched topic included); exits 1 if the stages do not reconcile
+   summary (every row of every view that the run's records touch against counts recomputed
+   from the enriched topic included, and records that are not UTF-8 counted); exits 1 if the
+   stages do not reconcile
 Every process it started is stopped on the way out, Ctrl-C included.
 """
 
@@ -26,6 +27,7 @@ from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
 from enrichment_job.metrics import caught_up
+from enrichment_job.views.settings import ViewsSettings
 from infra.demo import views
 from infra.demo.figures import TOPICS, Observer, read_json
 from infra.demo.pipeline import (
@@ -227,23 +229,30 @@ class Demo:
             time.sleep(3)
         for counter in counters.values():
             counter.close()
-        result.checks.append(self._views_check(counters["enriched"].records, deadline))
+        result.checks += self._views_checks(counters["enriched"].records, deadline)
         return result
 
-    def _views_check(self, records: list[dict[str, Any]], deadline: float) -> Check:
-        """Every customer_ratings row of the run's customers equals the counts recomputed from
-        the enriched topic, once the view has caught up with the topic's end."""
+    def _views_checks(self, records: list[dict[str, Any]], deadline: float) -> list[Check]:
+        """Every row of every view that the run's records touch equals the counts recomputed
+        from the enriched topic, once the views have caught up with the topic's end."""
         servers, topic = self.stack["KAFKA_BOOTSTRAP_SERVERS"], TOPICS["enriched"]
-        users = {int(r["user_id"]) for r in records}
         while not views.caught_up(servers, topic) and time.monotonic() < deadline:
             self._check_children()
             self.show("draining: waiting for the views to catch up")
             time.sleep(2)
-        expected = views.expected_customer_rows(servers, topic, users)
-        matching, wrong = views.rows_matching(expected)
-        for line in wrong:
-            log.warning("customer_ratings differs: %s", line)
-        return Check("customer_ratings rows of the run's customers", matching, len(expected))
+        self.before_views_check()
+        count = views.Recount.of_run(views.Rules.of(ViewsSettings()), records)
+        checks = [Check("enriched records not UTF-8 (whole topic)", views.recount(servers, topic, count), 0)]
+        for view, expected in count.counts.items():
+            matching, wrong = views.rows_matching(view, expected)
+            for line in wrong:
+                log.warning("a view differs from its recount: %s", line)
+            checks.append(Check(f"{view}{views.VIEW_ROWS}", matching, len(expected)))
+        return checks
+
+    def before_views_check(self) -> None:
+        """Called once the views have caught up, before they are checked (the fault matrix's
+        self-tests make a view wrong here)."""
 
     def _checks(
         self,
@@ -277,6 +286,7 @@ class Demo:
             Check("Slack posts (alerts covered)", None if posted is None else len(posted), should_alert),
             Check("unreadable ratings produced", bad),
             Check("  enrichment-dlq", dlq_since(c["enrichment_dlq"], ratings_start), bad + self.injected_bad),
+            Check("enriched records and alerts not UTF-8", enriched.not_utf8 + c["alerts"].not_utf8, 0),
             Check("slack-notifier-dlq", len(c["slack_dlq"].headers), 0),
             Check("es-sink-dlq", len(c["es_dlq"].headers), 0),
             Check("s3-sink-dlq", len(c["s3_dlq"].headers), 0),

@@ -21,6 +21,20 @@ from services.s3_sink.lake_query import lake_dataset
 ALERT_RULE = (3, "platinum")  # the job's defaults: stars < 3 and club_status = platinum
 
 
+def decode_json(value: bytes) -> tuple[Any, bool]:
+    """A record's JSON value (None when it is not JSON), and whether its bytes were UTF-8. Bytes
+    that are not are read with replacement characters rather than stopping the reader: a
+    standard parser fails on them, and the reconciliation reports them."""
+    try:
+        text, utf8 = value.decode(), True
+    except UnicodeDecodeError:
+        text, utf8 = value.decode(errors="replace"), False
+    try:
+        return json.loads(text), utf8
+    except ValueError:
+        return None, utf8
+
+
 class TopicCounter:
     """Reads a topic (read_committed) from given offsets on, counting records per rating id."""
 
@@ -38,6 +52,7 @@ class TopicCounter:
         self.ids: Counter[int] = Counter()
         self.records: list[dict[str, Any]] = []
         self.headers: list[dict[str, bytes]] = []
+        self.not_utf8 = 0  # records whose value is not UTF-8
 
     def read(self) -> None:
         while batch := self.consumer.consume(10_000, 1.0):
@@ -51,7 +66,10 @@ class TopicCounter:
                         {k: v.encode() if isinstance(v, str) else (v or b"") for k, v in pairs}
                     )
                     continue
-                value = json.loads(msg.value() or b"{}")
+                value, utf8 = decode_json(msg.value() or b"{}")
+                self.not_utf8 += not utf8
+                if not isinstance(value, dict):
+                    continue
                 if self.id_range[0] <= value.get("rating_id", -1) <= self.id_range[1]:
                     self.ids[value["rating_id"]] += 1
                     self.records.append(value)

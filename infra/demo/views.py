@@ -1,7 +1,7 @@
 """What the demo shows and checks of the materialized views, through the query service's HTTP
 API: freshness, the rows of the customers behind the latest alerts, the newest hour's segments,
-and at the end every customer_ratings row of the run's customers against counts recomputed from
-the enriched topic."""
+and at the end every row of every view that the run's records touch against counts recomputed
+from the enriched topic, with the views job's own rules (late hours, key bounds)."""
 
 import json
 import time
@@ -10,15 +10,18 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from enrichment_job.views.settings import ViewsSettings
+from enrichment_job.views.transforms import HOUR_MS, REQUIRED
 from infra.demo.pipeline import VIEWS_PORT
+from infra.demo.reconcile import decode_json
 
 BASE = f"http://127.0.0.1:{VIEWS_PORT}"
-UNHAPPY_BELOW = 3  # the views job's default, the alert's threshold
-COMPARED = ("ratings", "unhappy_ratings", "stars_sum", "last_rating_id")
 
 
 def get(path: str, timeout_s: float = 1.0) -> Any:
@@ -64,9 +67,100 @@ def view_lines(alerts: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def expected_customer_rows(servers: str, topic: str, users: set[int]) -> dict[int, dict[str, int]]:
-    """The customer_ratings figures of `users`, recomputed from the whole enriched topic
-    (read_committed): what the view counts."""
+@dataclass(frozen=True)
+class Rules:
+    """What the views job counts by: the settings the demo runs it with."""
+
+    unhappy_below: int
+    lateness_ms: int
+    max_key_bytes: int
+
+    @classmethod
+    def of(cls, settings: ViewsSettings) -> "Rules":
+        return cls(settings.unhappy_stars_below, settings.window_lateness_s * 1000, settings.max_key_bytes)
+
+
+VIEW_ROWS = " rows of the run's records"  # a view's check in the reconciliation: "<view>" + this
+# What each view's recount compares, per row.
+COMPARED = {
+    "customer_ratings": ("ratings", "unhappy_ratings", "stars_sum", "last_rating_id"),
+    "segment_hourly": ("ratings", "unhappy_ratings", "stars_sum", "customers"),
+}
+Key = tuple[Any, ...]
+
+
+def segment_key(record: dict[str, Any], rules: Rules) -> Key | None:
+    """A record's segment_hourly key (club status, channel, UTC hour), or None when the view
+    refuses it: released after its hour's window closed, or a key over the byte bound."""
+    status = (record.get("club_status") or "unknown") if record.get("customer_matched") else "unmatched"
+    channel = record.get("channel")
+    channel = "unknown" if channel is None else str(channel)
+    start_ms = record["rating_time"] // HOUR_MS * HOUR_MS
+    if record["cdc_watermark_ms"] >= start_ms + HOUR_MS + rules.lateness_ms:
+        return None
+    hour = datetime.fromtimestamp(start_ms / 1000, UTC)
+    as_text = len(status.encode()) + len(channel.encode()) + len(hour.strftime("%Y-%m-%d %H:%M:%S"))
+    return None if as_text > rules.max_key_bytes else (status, channel, hour.strftime("%Y-%m-%dT%H"))
+
+
+class Recount:
+    """Each view's rows, for the keys asked, counted from enriched records as the views job
+    counts them."""
+
+    def __init__(self, rules: Rules, wanted: dict[str, set[Key]]) -> None:
+        self.rules, self.wanted = rules, wanted
+        self.counts: dict[str, dict[Key, dict[str, int]]] = {v: {} for v in COMPARED}
+        self.last: dict[Key, tuple[int, int]] = {}
+        self.users: dict[Key, set[int]] = defaultdict(set)
+
+    @classmethod
+    def of_run(cls, rules: Rules, records: list[dict[str, Any]]) -> "Recount":
+        """For the rows the run's records touch."""
+        segments = {segment_key(r, rules) for r in records}
+        return cls(
+            rules,
+            {
+                "customer_ratings": {(r["user_id"],) for r in records},
+                "segment_hourly": {k for k in segments if k is not None},
+            },
+        )
+
+    def _row(self, view: str, key: Key) -> dict[str, int]:
+        return self.counts[view].setdefault(key, dict.fromkeys(COMPARED[view], 0))
+
+    def add(self, r: dict[str, Any]) -> None:
+        unhappy = int(r["stars"] < self.rules.unhappy_below)
+        key: Key | None = (r["user_id"],)
+        if key in self.wanted["customer_ratings"]:
+            row = self._row("customer_ratings", key)
+            row["ratings"] += 1
+            row["unhappy_ratings"] += unhappy
+            row["stars_sum"] += r["stars"]
+            newest = (r["rating_time"], r["rating_id"])
+            if newest > self.last.get(key, (-1, -1)):
+                self.last[key], row["last_rating_id"] = newest, r["rating_id"]
+        key = segment_key(r, self.rules)
+        if key is not None and key in self.wanted["segment_hourly"]:
+            row = self._row("segment_hourly", key)
+            row["ratings"] += 1
+            row["unhappy_ratings"] += unhappy
+            row["stars_sum"] += r["stars"]
+            self.users[key].add(r["user_id"])
+            row["customers"] = len(self.users[key])
+
+    def earliest_ms(self) -> int:
+        """No record written before this can count in a wanted segment_hourly row: a rating's
+        time is at most the job's future bound (5 min) after it was produced, and its enriched
+        record is written later still."""
+        hours = [
+            datetime.strptime(k[2], "%Y-%m-%dT%H").replace(tzinfo=UTC) for k in self.wanted["segment_hourly"]
+        ]
+        return int(min(hours).timestamp() * 1000) - 600_000 if hours else 1 << 62
+
+
+def recount(servers: str, topic: str, count: Recount) -> int:
+    """Adds every record of the whole enriched topic (read_committed) to `count`; returns how
+    many records were not UTF-8 (they are read as far as they can be, and reported)."""
     consumer = Consumer(
         {
             "bootstrap.servers": servers,
@@ -78,10 +172,10 @@ def expected_customer_rows(servers: str, topic: str, users: set[int]) -> dict[in
     )
     parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-    keys = {str(u).encode() for u in users}
-    found: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(COMPARED, 0))
-    last: dict[int, tuple[int, int]] = {}
+    keys = {str(k[0]).encode() for k in count.wanted["customer_ratings"]}
+    since_ms = count.earliest_ms()
     at_end: set[int] = set()
+    not_utf8 = 0
     try:
         while len(at_end) < len(parts):
             for msg in consumer.consume(10_000, 1.0):
@@ -89,19 +183,15 @@ def expected_customer_rows(servers: str, topic: str, users: set[int]) -> dict[in
                 if msg.error() is not None:
                     at_end.add(int(msg.partition() or 0))
                     continue
-                if msg.key() not in keys or value is None:
+                if value is None or (msg.key() not in keys and msg.timestamp()[1] < since_ms):
                     continue
-                r = json.loads(value)
-                row = found[r["user_id"]]
-                row["ratings"] += 1
-                row["unhappy_ratings"] += r["stars"] < UNHAPPY_BELOW
-                row["stars_sum"] += r["stars"]
-                newest = (r["rating_time"], r["rating_id"])
-                if newest > last.get(r["user_id"], (-1, -1)):
-                    last[r["user_id"]], row["last_rating_id"] = newest, r["rating_id"]
+                record, utf8 = decode_json(value)
+                not_utf8 += not utf8
+                if isinstance(record, dict) and all(record.get(f) is not None for f in REQUIRED):
+                    count.add(record)
     finally:
         consumer.close()
-    return dict(found)
+    return not_utf8
 
 
 def behind(servers: str, topic: str, view: dict[str, Any]) -> int:
@@ -118,18 +208,22 @@ def behind(servers: str, topic: str, view: dict[str, Any]) -> int:
 
 
 def caught_up(servers: str, topic: str) -> bool:
-    """customer_ratings reflects the enriched topic up to its end now."""
-    return behind(servers, topic, catalog().get("customer_ratings") or {}) == 0
+    """Every view reflects the enriched topic up to its end now."""
+    views = catalog()
+    return all(name in views for name in COMPARED) and all(
+        behind(servers, topic, view) == 0 for view in views.values()
+    )
 
 
-def rows_matching(expected: dict[int, dict[str, int]]) -> tuple[int, list[str]]:
-    """How many of the expected rows the service has exactly, and the first few that differ."""
+def rows_matching(view: str, expected: dict[Key, dict[str, int]]) -> tuple[int, list[str]]:
+    """How many of the view's expected rows the service has exactly, and the first few that differ."""
     matching, wrong = 0, list[str]()
-    for user, want in expected.items():
-        row = get(f"/views/customer_ratings/{user}", 2.0)
-        got = {c: row.get(c) for c in COMPARED} if isinstance(row, dict) else None
+    for key, want in expected.items():
+        path = "/".join(urllib.parse.quote(str(part), safe="") for part in key)
+        row = get(f"/views/{view}/{path}", 2.0)
+        got = {c: row.get(c) for c in COMPARED[view]} if isinstance(row, dict) else None
         if got == want:
             matching += 1
         elif len(wrong) < 3:
-            wrong.append(f"customer {user}: view {got}, enriched topic {want}")
+            wrong.append(f"{view} {'/'.join(map(str, key))}: view {got}, enriched topic {want}")
     return matching, wrong

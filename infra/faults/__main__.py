@@ -5,8 +5,11 @@ notifier in bot mode against a local fake of Slack's Web API), then for each sce
 from the load generator, the fault injected while it runs, the time until the enriched topic,
 Elasticsearch and the lake hold every rating produced until the fault ended, and every stage
 reconciled (each rating enriched, indexed and in the lake once, each alert raised and posted
-once, every bad record in its DLQ, the customer_ratings view equal to a recount). Prints the
-matrix as a table, writes it as JSON, and exits 1 when a row is not met.
+once, every bad record in its DLQ, every view's rows equal to a recount from the enriched
+topic, nothing written that is not UTF-8), and every exit of a pipeline process judged: a row
+is met only when each process that exited is one its fault kills or stops, as often and with
+the exit code the fault caused. Prints the matrix as a table, writes it as JSON, and exits 1
+when a row is not met (or, with --self-test, when a row built to fail does not fail).
 
 Processes that die are restarted with back-off, as a supervisor would; exit code 2 (a bad
 setting) and 3 (the job fenced by another instance of its name) are not restarted.
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from infra.demo.pipeline import DemoPaths, running_stack
 from infra.faults.run import FaultRun, Row, table, write_matrix
-from infra.faults.scenarios import SCENARIOS
+from infra.faults.scenarios import SCENARIOS, SELF_TESTS
 from infra.stack.settings import REPO_ROOT
 
 
@@ -35,6 +38,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="only the quick scenarios (what CI runs)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="only these scenarios, in this order")
+    p.add_argument(
+        "--self-test",
+        action="store_true",
+        help="then the rows built to fail (" + ", ".join(s.name for s in SELF_TESTS) + "): each must come out"
+        " not met, for its reason, or the judge could not fail",
+    )
     p.add_argument("--rate", type=float, default=100, help="ratings per second of the load (default 100)")
     p.add_argument("--customers", type=int, default=3000, help="customers in the table (default 3000)")
     p.add_argument("--seed", type=int, default=7)
@@ -68,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     else:
         chosen = [s for s in SCENARIOS if (s.quick or not args.quick) and database in s.databases]
+    if args.self_test:
+        chosen += SELF_TESTS
     run = FaultRun(args, stack, DemoPaths(state / "faults"))
     rows: list[Row] = []
     began = time.monotonic()
@@ -92,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n==> fault matrix ({time.monotonic() - began:.0f} s)\n\n{table(rows)}", flush=True)
     write_matrix(rows, args.out)
     print(f"==> written to {args.out}", flush=True)
-    bad = [r.fault for r in rows if not r.ok]
-    print("==> every row met" if rows and not bad else f"==> rows not met: {', '.join(bad) or 'none ran'}")
+    bad = [r.fault for r in rows if not r.judged]
+    print(
+        "==> every row met" + (" (and every self-test row failed, as built)" if args.self_test else "")
+        if rows and not bad
+        else f"==> rows not met (or self-tests that passed): {', '.join(bad) or 'none ran'}"
+    )
     return 0 if rows and not bad else 1
 
 

@@ -13,16 +13,22 @@ import json
 import logging
 import os
 import random
+import re
 import signal
 import subprocess
 import threading
 import time
+import urllib.parse
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from enrichment_job.cli import FENCED_EXIT
+from enrichment_job.views.settings import ViewsSettings
+from infra.demo import views
 from infra.demo.__main__ import Demo
 from infra.demo.figures import TOPICS, read_json
 from infra.demo.pipeline import MODULES, Child, DemoPaths, without_endpoint
@@ -60,13 +66,68 @@ class Row:
     slack_duplicated: int | None = None
     dlq: str = ""
     views_ok: bool | None = None
+    views_differ: list[str] = field(default_factory=list)  # the views whose rows differ from a recount
     recovered_s: float | None = None
     restarts: dict[str, int] = field(default_factory=dict)
+    # Exits the fault did not inject: "<process> (<code>): <its last error line>".
+    unexpected_exits: list[str] = field(default_factory=list)
+    built_to_fail: str = ""  # a self-test of the judge: met when the row is not, for this reason
     notes: list[str] = field(default_factory=list)
     ok: bool = False
 
+    @property
+    def views(self) -> str:
+        if self.views_ok is None:
+            return "-"
+        return "yes" if self.views_ok else "NO: " + ", ".join(self.views_differ)
+
+    @property
+    def exits(self) -> str:
+        return ", ".join(e.split(":", 1)[0] for e in self.unexpected_exits) or "none"
+
+    @property
+    def judged(self) -> bool:
+        """What the matrix asks of the row: met, or for a self-test, not met for its reason."""
+        if not self.built_to_fail:
+            return self.ok
+        return not self.ok and self.built_to_fail in self.failures()
+
+    def failures(self) -> list[str]:
+        """Why the row is not met, in words the self-tests name."""
+        why = [f"unexpected exit of {e.split(' ', 1)[0]}" for e in self.unexpected_exits]
+        return why + [f"{v} differs" for v in self.views_differ]
+
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "judged_ok": self.judged}
+
+
+@dataclass(frozen=True)
+class Exit:
+    """A pipeline process found ended."""
+
+    name: str
+    code: int | None
+    last_error: str
+
+
+def last_error(log_tail: str) -> str:
+    """The last line of a log that tells of an error, else its last line."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip() and not line.startswith("%")]
+    errors = [line for line in lines if re.search(r"ERROR|CRITICAL|Error|Exception|error:", line)]
+    return (errors or lines or ["(no log)"])[-1][:300]
+
+
+def unexpected(exits: list[Exit], injected: Counter[tuple[str, int]], touches: tuple[str, ...]) -> list[Exit]:
+    """The exits a row's fault did not inject: of a process it does not declare, with another
+    code, or more of them than it injected."""
+    left = Counter({k: n for k, n in injected.items() if k[0] in touches})
+    other = []
+    for e in exits:
+        if e.code is not None and left[(e.name, e.code)] > 0:
+            left[(e.name, e.code)] -= 1
+        else:
+            other.append(e)
+    return other
 
 
 class Faults:
@@ -81,6 +142,8 @@ class Faults:
         self.sup = Supervisor(StackSettings())
         self.ended_at = time.monotonic()
         self.paused: dict[str, Child] = {}
+        self.injected: Counter[tuple[str, int]] = Counter()  # (process, exit code) this fault caused
+        self.forged: list[tuple[str, list[str], dict[str, Any]]] = []  # (view, key columns, row as it was)
 
     def note(self, text: str) -> None:
         log.info("note: %s", text)
@@ -96,6 +159,7 @@ class Faults:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.proc.pid, signal.SIGKILL)
                 child.proc.wait(30)
+                self.injected[(name, -signal.SIGKILL)] += 1
         log.info("killed %s (SIGKILL)", name)
 
     def wait_alive(self, name: str, timeout_s: float = 120) -> None:
@@ -206,6 +270,46 @@ class Faults:
             future.result(30)
         self.note(f"{name}: group {group} rewound to the row's first offsets of {topic}")
 
+    def forge_view_rows(self, view: str, column: str, add: int) -> None:
+        """The rows of this hour and the one before of a view (one with an `hour` column)
+        written again to its changelog topic with `column` raised by `add`, as the views job
+        would write them; returns once the query service serves them. `restore_view_rows`
+        writes them back as they were."""
+        now = time.time()
+        rows = [
+            row
+            for hour in sorted({time.strftime("%Y-%m-%dT%H", time.gmtime(t)) for t in (now - 3600, now)})
+            for row in (views.get(f"/views/{view}?hour={hour}&limit=1000", 5.0) or {}).get("rows", [])
+        ]
+        key_columns = views.catalog()[view]["key"]
+        forged = [(row, {**row, column: row[column] + add}) for row in rows]
+        self._write_rows(view, key_columns, [f for _, f in forged])
+        self.forged += [(view, key_columns, row) for row, _ in forged]
+        self.note(f"{len(rows)} {view} rows of the last two hours written again with {column} + {add}")
+        deadline = time.monotonic() + 60
+        path = "/".join(urllib.parse.quote(str(rows[-1][c]), safe="") for c in key_columns) if rows else ""
+        while rows and time.monotonic() < deadline:
+            served = views.get(f"/views/{view}/{path}", 2.0) or {}
+            if served.get(column) == rows[-1][column] + add:
+                return
+            time.sleep(0.5)
+
+    def restore_view_rows(self) -> None:
+        """The rows `forge_view_rows` changed, written back as they were."""
+        for view, key_columns, row in self.forged:
+            self._write_rows(view, key_columns, [row])
+        self.forged.clear()
+
+    def _write_rows(self, view: str, key_columns: list[str], rows: list[dict[str, Any]]) -> None:
+        producer = Producer({"bootstrap.servers": self.run.stack["KAFKA_BOOTSTRAP_SERVERS"]})
+        topic = ViewsSettings().topic(view)
+        for row in rows:
+            # The key as the views job writes it (Spark's to_json: compact, UTF-8).
+            key = json.dumps({c: row[c] for c in key_columns}, separators=(",", ":"), ensure_ascii=False)
+            producer.produce(topic, key=key.encode(), value=json.dumps(row, ensure_ascii=False).encode())
+        if producer.flush(30):
+            raise RuntimeError(f"rows of {view} were not all delivered")
+
     def take_over_job(self, same_state: bool) -> None:
         """A second enrichment job under the same name; the first must be fenced (exit 3), the
         second takes its place in the pipeline."""
@@ -216,6 +320,7 @@ class Faults:
             if not same_state:
                 env["ENRICH_STATE_DIR"] = str(self.run.paths.root / f"enrichment-{time.time_ns()}")
             pipeline.envs["enrichment-2"] = env
+            self.injected[("enrichment", FENCED_EXIT)] += 1
             pipeline.start("enrichment-2", module=MODULES["enrichment"])
         try:
             code = first.proc.wait(300)
@@ -252,10 +357,19 @@ class FaultRun(Demo):
         self.pipeline.envs["enrichment"]["ENRICH_MAX_WAITING_RATINGS"] = "100000"
         self.lock = threading.Lock()
         self.final: list[str] = []  # children that ended for good (exit 2 or 3)
+        self.exits: list[Exit] = []  # every end of a pipeline process, in order
+        self._ended: list[Child] = []  # the children whose end is in `exits`
         self._shown = 0.0
+        self._scenario: Scenario | None = None
+        self._faults: Faults | None = None
 
     def _check_children(self) -> None:
         with self.lock:
+            for child in self.pipeline.dead():
+                if not any(child is seen for seen in self._ended):
+                    self._ended.append(child)
+                    self.exits.append(Exit(child.name, child.proc.returncode, last_error(child.tail(200))))
+                    log.warning("%s exited with %s", child.name, child.proc.returncode)
             for child in self.pipeline.supervise():
                 if child.name not in self.final:
                     log.warning("%s exited with %s: not restarted", child.name, child.proc.returncode)
@@ -279,6 +393,7 @@ class FaultRun(Demo):
         self.slack.held_messages.clear()
         self.injected_bad = 0
         restarts_before = {n: c.restarts for n, c in self.pipeline.children.items()}
+        exits_before = len(self.exits)
         rate = scn.rate or self.args.rate
         load_args = tuple(
             f"{x}"
@@ -296,6 +411,7 @@ class FaultRun(Demo):
         with self.lock:
             loadgen = self.pipeline.start("loadgen", load_args)
         faults = Faults(self, seed)
+        self._scenario, self._faults = scn, faults
         injector = threading.Thread(target=self._inject, args=(scn, faults), daemon=True)
         time.sleep(3)  # the first ratings are out before anything breaks
         injector.start()
@@ -322,6 +438,12 @@ class FaultRun(Demo):
             row.recovered_s = recovery.seconds
             recovery.close()
         result = self.reconcile()
+        faults.restore_view_rows()
+        self._check_children()
+        row.unexpected_exits = [
+            f"{e.name} ({e.code}): {e.last_error}"
+            for e in unexpected(self.exits[exits_before:], faults.injected, scn.touches)
+        ]
         self._fill(scn, row, result, faults)
         row.restarts = {
             n: c.restarts - restarts_before.get(n, 0)
@@ -330,6 +452,10 @@ class FaultRun(Demo):
         }
         print(result.text(), flush=True)
         return row
+
+    def before_views_check(self) -> None:
+        if self._scenario is not None and self._faults is not None and self._scenario.before_check:
+            self._scenario.before_check(self._faults)
 
     def show_stacks(self) -> None:
         """Has each consumer service write where its threads are (SIGUSR1, see services.core.main)
@@ -392,8 +518,13 @@ class FaultRun(Demo):
         dlq = checks.get("enrichment-dlq")
         if dlq is not None:
             row.dlq = f"{dlq.got}/{dlq.want}"
-        views = checks.get("customer_ratings rows of the run's customers")
-        row.views_ok = None if views is None else views.ok
+        compared = {
+            name[: -len(views.VIEW_ROWS)]: c for name, c in checks.items() if name.endswith(views.VIEW_ROWS)
+        }
+        row.views_differ = [name for name, c in compared.items() if not c.ok]
+        row.views_ok = (not row.views_differ) if compared else None
+        # Checks with a count to meet that no column above shows (records that are not UTF-8).
+        others = [c for name, c in checks.items() if "UTF-8" in name and not c.ok]
         lost_or_doubled = [
             row.lost,
             row.duplicated,
@@ -412,13 +543,21 @@ class FaultRun(Demo):
                 f"{len(doubled)} alert(s) posted twice"
                 + (", all of the message held at the crash" if slack_ok else ", not only the held message's")
             )
-        row.notes = [*faults.notes, *[f"{n} ended for good" for n in self.final]]
+        row.notes = [
+            *faults.notes,
+            *[f"{n} ended for good" for n in self.final],
+            *[f"not expected: {e}" for e in row.unexpected_exits],
+            *[f"{c.name}: {c.got} (expected {c.want})" for c in others],
+        ]
+        row.built_to_fail = scn.built_to_fail
         self.final.clear()
         row.ok = (
             all(v == 0 for v in lost_or_doubled)
             and slack_ok
             and (dlq is None or dlq.ok)
-            and row.views_ok is not False
+            and row.views_ok is True
+            and not row.unexpected_exits
+            and not others
             and row.recovered_s is not None
         )
 
@@ -467,7 +606,8 @@ COLUMNS = (
     ("slack_lost", "Slack lost"),
     ("slack_duplicated", "Slack dup"),
     ("dlq", "DLQ got/want"),
-    ("views_ok", "views"),
+    ("views", "views"),
+    ("exits", "unexpected exits"),
     ("recovered_s", "recovered s"),
     ("ok", "ok"),
 )
@@ -488,7 +628,9 @@ def table(rows: list[Row]) -> str:
         "|" + "---|" * len(COLUMNS),
     ]
     for row in rows:
-        data = row.as_json()
+        data = {**row.as_json(), "views": row.views, "exits": row.exits}
+        if row.built_to_fail:
+            data["ok"] = "self-test " + ("met: not ok" if row.judged else "FAILED: the row passed")
         lines.append("| " + " | ".join(cell(data[key]) for key, _ in COLUMNS) + " |")
     lines.append("")
     for row in rows:

@@ -33,6 +33,13 @@ class Scenario:
     slack_reposts_held: bool = False
     # The customer databases the row applies to (the stack's STACK_SOURCE).
     databases: tuple[str, ...] = ("mariadb", "postgres")
+    # The pipeline's processes the fault kills or stops: an exit of any other, or one beyond
+    # what the fault injected, fails the row.
+    touches: tuple[str, ...] = ()
+    # A self-test of the judge: the row is built to fail, for this reason.
+    built_to_fail: str = ""
+    # Done once the views have caught up, before they are checked.
+    before_check: "Callable[[Faults], None] | None" = None
 
 
 def _kill_job(kills: int, gap_s: tuple[float, float]) -> "Callable[[Faults], None]":
@@ -226,12 +233,14 @@ SCENARIOS = [
         _kill_job(3, (10, 25)),
         load_s=150,
         quick=True,
+        touches=("enrichment",),
     ),
     Scenario(
         "job-kill-20",
         "SIGKILL of the enrichment job 20 times at random moments, half right after a customer change",
         _kill_job(20, (5, 25)),
         load_s=420,
+        touches=("enrichment",),
     ),
     Scenario("broker-30s", "Kafka stopped for 30 s, then started", _down("kafka", 30), load_s=90, quick=True),
     Scenario("broker-3min", "Kafka stopped for 3 min, then started", _down("kafka", 180), load_s=240),
@@ -285,6 +294,7 @@ SCENARIOS = [
         load_s=120,
         quick=True,
         expected=ONCE + "; the first job fenced (exit 3), the second goes on",
+        touches=("enrichment",),
     ),
     Scenario(
         "second-job-same-state",
@@ -292,6 +302,7 @@ SCENARIOS = [
         _second_job(same_state=True),
         load_s=120,
         expected=ONCE + "; the first job fenced (exit 3), the second goes on",
+        touches=("enrichment",),
     ),
     Scenario(
         "sinks-kill",
@@ -299,12 +310,14 @@ SCENARIOS = [
         _kill_sinks,
         load_s=60,
         quick=True,
+        touches=("es_sink", "s3_sink", "slack_notifier"),
     ),
     Scenario(
         "sinks-rebalance",
         "a second ES sink and S3 sink join, the first ones are killed, the second ones stop",
         _two_sinks,
         load_s=80,
+        touches=("es_sink", "s3_sink"),
     ),
     Scenario(
         "sinks-offset-reset",
@@ -312,6 +325,7 @@ SCENARIOS = [
         _rewind_sinks,
         load_s=60,
         expected=ONCE + " (the replayed records overwrite, they do not add)",
+        touches=("es_sink", "s3_sink"),
     ),
     Scenario(
         "elasticsearch-2min", "Elasticsearch stopped for 2 min", _down("elasticsearch", 120), load_s=180
@@ -329,6 +343,7 @@ SCENARIOS = [
         _slack_kill_after_post,
         load_s=60,
         quick=True,
+        touches=("slack_notifier",),
     ),
     Scenario(
         "slack-timeouts",
@@ -344,6 +359,7 @@ SCENARIOS = [
         expected="each rating enriched, indexed and in the lake once; each alert posted, at most one "
         "duplicate per crash (a webhook cannot look in the channel)",
         slack_reposts_held=True,
+        touches=("slack_notifier",),
     ),
     Scenario(
         "schema-change",
@@ -351,5 +367,45 @@ SCENARIOS = [
         _schema_change,
         load_s=60,
         databases=("mariadb",),  # MariaDB's DDL
+    ),
+]
+
+
+def _kill_views_undeclared(f: "Faults") -> None:
+    f.sleep(10)
+    f.kill("views")
+    f.wait_alive("views")
+
+
+def _idle(f: "Faults") -> None:
+    f.sleep(5)
+
+
+def _forge_segment_rows(f: "Faults") -> None:
+    """Rows of segment_hourly for this hour, written again with 1,000 ratings more straight to
+    its changelog topic, as if the views job had counted them: the query service serves them."""
+    f.forge_view_rows("segment_hourly", "ratings", 1000)
+
+
+# Rows built to fail: each must come out not met, for its reason, or the judge cannot fail. They
+# run after the others (`--self-test`), as a forged row stays in its view until the views job
+# writes that row again.
+SELF_TESTS = [
+    Scenario(
+        "self-test-undeclared-kill",
+        "SIGKILL of the views job, by a row that does not declare it",
+        _kill_views_undeclared,
+        load_s=30,
+        expected="not met: the views job exited, and the row's fault does not touch it",
+        built_to_fail="unexpected exit of views",
+    ),
+    Scenario(
+        "self-test-wrong-view",
+        "this hour's segment_hourly rows written again with 1,000 ratings more, after the views caught up",
+        _idle,
+        load_s=30,
+        expected="not met: segment_hourly differs from its recount",
+        built_to_fail="segment_hourly differs",
+        before_check=_forge_segment_rows,
     ),
 ]
