@@ -98,6 +98,7 @@ class CdcReader(TopicReader):
 
     def __init__(self, settings: JobSettings, group_id: str, timeout_s: float = 60) -> None:
         super().__init__(settings, settings.cdc_topic, group_id, timeout_s, timestamps=False)
+        self.accept_deleted = False  # the customer table must never miss a change
 
     def in_cdc_order(self, ranges: dict[int, tuple[int, int]], size: int) -> Generator[pa.Table]:
         """The records of `ranges` a chunk of at most `size` at a time, a partition after the

@@ -1,5 +1,6 @@
 """Reading a topic's offset ranges on the driver, into Arrow columns."""
 
+import logging
 import sys
 import time
 from collections.abc import Generator
@@ -10,6 +11,8 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from enrichment_job.settings import JobSettings
+
+log = logging.getLogger("enrichment_job")
 
 # The columns of Spark's Kafka source.
 KAFKA = pa.schema(
@@ -28,6 +31,12 @@ KAFKA = pa.schema(
 # smaller calls are lighter on the caches.
 CONSUME_AT_MOST = 10_000
 FETCH_QUEUE_BACKOFF_MS = 10
+
+
+class RecordsDeleted(KafkaException):
+    """Records the job still had to read were deleted from the topic (retention, delete-records)
+    before it read them: without ENRICH_ACCEPT_DELETED_RATINGS the job stops rather than skip
+    them in silence."""
 
 
 def partition_offsets(found: dict[str, Any] | None, name: str | None = None) -> dict[int, int]:
@@ -57,6 +66,7 @@ class TopicReader:
         self.limit = settings.max_offsets_per_trigger
         self.timeout_s = timeout_s
         self.short: dict[int, int] = {}  # after `ranges`: partition -> the end the limit cut short
+        self.accept_deleted = settings.accept_deleted_ratings
         self.consumer = Consumer(
             {
                 **settings.producer_config(),
@@ -64,6 +74,9 @@ class TopicReader:
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",  # like Spark's Kafka source
                 "enable.partition.eof": False,
+                # A range that starts below the log start is an error, not a jump to the end
+                # (librdkafka's default), which skipped the deleted records' whole partition.
+                "auto.offset.reset": "error",
                 # librdkafka stops fetching while its queue is full, then waits this long before
                 # the next fetch (1 s by default): a long read ran at a third of its speed.
                 "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
@@ -153,9 +166,10 @@ class TopicReader:
                     )
                 # Asking for exactly what is left returns as soon as it has come.
                 batch = self.consumer.consume(max(1, min(left, size - count, CONSUME_AT_MOST)), 0.1)
-                for msg in batch:
-                    if msg.error() is not None:
-                        raise KafkaException(msg.error())
+                if any(m.error() is not None for m in batch):
+                    for msg in batch:
+                        self._check(msg, ranges)
+                    batch = [m for m in batch if m.error() is None]
                 if batch:
                     deadline = time.monotonic() + self.timeout_s  # the timeout is for no progress
                     got.append(self._columns(batch, single=len(ranges) == 1))
@@ -177,6 +191,36 @@ class TopicReader:
                     yield records.filter(pc.less(records.column("offset"), end))
         finally:
             self.consumer.unassign()
+
+    def _check(self, msg: Message, ranges: dict[int, tuple[int, int]]) -> None:
+        """Raises the error a message carries, but for a position below the log start with
+        `accept_deleted`: that partition is read on from the log start, and the loss logged."""
+        error = msg.error()
+        if error is None:
+            return
+        if error.code() != KafkaError._AUTO_OFFSET_RESET:
+            raise KafkaException(error)
+        p = int(msg.partition() or 0)
+        first = ranges[p][0]
+        low, _ = self.consumer.get_watermark_offsets(
+            TopicPartition(self.topic, p), timeout=self.timeout_s, cached=False
+        )
+        lost = (
+            f"{self.topic}[{p}]: offsets {first}..{low - 1} ({low - first} records) were deleted"
+            " (retention, delete-records) before the job read them"
+        )
+        if not self.accept_deleted:
+            raise RecordsDeleted(
+                KafkaError(
+                    KafkaError.OFFSET_OUT_OF_RANGE,
+                    f"{lost}; the job stops rather than skip them. To go on without them, restart"
+                    " it with ENRICH_ACCEPT_DELETED_RATINGS=true",
+                )
+            )
+        log.error("%s: skipped, as ENRICH_ACCEPT_DELETED_RATINGS allows", lost)
+        # After the error the partition cannot seek: it is assigned again, at the log start.
+        self.consumer.incremental_unassign([TopicPartition(self.topic, p)])
+        self.consumer.incremental_assign([TopicPartition(self.topic, p, low)])
 
     def _columns(self, batch: list[Message], *, single: bool) -> pa.Table:
         """Messages as Arrow columns, column by column (`single`: all of one partition)."""

@@ -45,6 +45,11 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
     max_offsets_per_trigger: int = Field(
         200_000, gt=0, description="records per micro-batch, both topics (the first batch: a quarter)"
     )
+    accept_deleted_ratings: bool = Field(
+        False,
+        description="ratings deleted from Kafka before the job read them (retention, delete-records):"
+        " false stops the job with the partitions and offsets lost; true reads on after them, logged",
+    )
     kafka_extra: dict[str, str] = Field(
         default_factory=dict,
         description="extra options of the job's own producers and consumers (librdkafka's names), JSON",
