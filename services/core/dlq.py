@@ -24,11 +24,27 @@ def dead_letter_headers(message: Message, reason: str, stage: str) -> list[tuple
     ]
 
 
-class DeadLetters:
-    """Writes rejected records to one topic and confirms them before the loop commits offsets."""
+# librdkafka's default message.max.bytes, the largest record the producer sends, and what a
+# record's headers and framing may take beside its key and value.
+MAX_RECORD_BYTES = 1_000_000
+_FRAMING_BYTES = 1_024
 
-    def __init__(self, producer: Producer, topic: str, stage: str) -> None:
-        self.producer, self.topic, self.stage = producer, topic, stage
+
+def _size(key: bytes | None, value: bytes | None, headers: list[tuple[str, str | bytes | None]]) -> int:
+    extra = sum(len(k) + len(v or b"") for k, v in headers)
+    return len(key or b"") + len(value or b"") + extra + _FRAMING_BYTES
+
+
+class DeadLetters:
+    """Writes rejected records to one topic and confirms them before the loop commits offsets.
+
+    A dead letter over the producer's record limit (its value, the record's own headers and the
+    dlq.* ones) goes without its value, with a header that says so: sent whole, the producer
+    refused it, the loop took that for an outage, and the service retried it for ever. Its
+    dlq.topic, dlq.partition and dlq.offset headers point at the original record."""
+
+    def __init__(self, producer: Producer, topic: str, stage: str, max_bytes: int = MAX_RECORD_BYTES) -> None:
+        self.producer, self.topic, self.stage, self.max_bytes = producer, topic, stage, max_bytes
         self._failures: list[str] = []
 
     def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
@@ -40,19 +56,19 @@ class DeadLetters:
         if not rejected:
             return
         for item in rejected:
-            log.warning(
-                "dead letter %s[%s]@%s: %s",
-                item.message.topic(),
-                item.message.partition(),
-                item.message.offset(),
-                item.reason,
-            )
+            log.warning("dead letter %s[%s]@%s: %s", *_origin(item), item.reason)
+            key, value = item.message.key(), item.message.value()
+            headers = dead_letter_headers(item.message, item.reason, self.stage)
+            if _size(key, value, headers) > self.max_bytes:
+                dropped = (
+                    f"{len(value or b'')} bytes, over the dead-letter record limit; the original is at"
+                    " dlq.topic, dlq.partition, dlq.offset"
+                )
+                headers.append(("dlq.value.dropped", dropped.encode()))
+                log.error("dead letter %s[%s]@%s: its value is left out (%s)", *_origin(item), dropped)
+                value = None
             self.producer.produce(
-                self.topic,
-                key=item.message.key(),
-                value=item.message.value(),
-                headers=dead_letter_headers(item.message, item.reason, self.stage),
-                on_delivery=self._delivered,
+                self.topic, key=key, value=value, headers=headers, on_delivery=self._delivered
             )
         left = self.producer.flush(timeout_s)
         failures, self._failures = self._failures, []
@@ -60,3 +76,7 @@ class DeadLetters:
             raise SinkUnavailable(
                 f"dead-letter topic {self.topic}: {left} unconfirmed, errors {failures[:3]}"
             )
+
+
+def _origin(item: Rejected) -> tuple[str | None, int | None, int | None]:
+    return item.message.topic(), item.message.partition(), item.message.offset()

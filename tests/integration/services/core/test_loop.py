@@ -5,6 +5,7 @@ whose commit failed or whose partitions moved is replayed from its start, never 
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -174,6 +175,30 @@ def test_bad_and_rejected_records_become_dead_letters_with_reason_and_bytes(
     assert {"dlq.partition", "dlq.offset", "dlq.stage"} <= {k for h in by_value.values() for k in h}
     assert sorted(sink.written) == [0, 2]
     assert committed_total(stack_env, loop.settings.group_id, topics[0]) == 5
+
+
+def test_a_dead_letter_too_large_for_a_record_goes_without_its_value_and_the_loop_goes_on(
+    stack_env: StackEnv, topics: tuple[str, str]
+) -> None:
+    """With the dlq.* headers, a record near the limit makes a dead letter over it: the producer
+    refused it, and the service retried it for ever."""
+    sink = RecordingSink()
+    loop, thread = start(stack_env, topics, sink)
+    big = b"x" * 999_900  # not JSON: a dead letter, over the limit with its dlq.* headers
+    produce(stack_env, topics[0], [(b"k", big), *numbers(2)])
+    dead = read_topic(stack_env, topics[1], min_records=1, timeout_s=30)
+    assert [m.value() for m in dead] == [None]
+    headers = dict(dead[0].headers())
+    assert headers["dlq.value.dropped"].startswith(b"999900 bytes, over the dead-letter record limit")
+    assert headers["dlq.reason"].startswith(b"no number")
+    assert int(headers["dlq.offset"]) == 0
+    deadline = time.monotonic() + 30
+    while committed_total(stack_env, loop.settings.group_id, topics[0]) < 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    loop.stop()
+    thread.join(30)
+    assert sorted(sink.written) == [0, 1]
+    assert committed_total(stack_env, loop.settings.group_id, topics[0]) == 3
 
 
 def test_prometheus_scrapes_the_loop_s_counts_lag_and_state(
