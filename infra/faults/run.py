@@ -114,7 +114,17 @@ def last_error(log_tail: str) -> str:
     """The last line of a log that tells of an error, else its last line."""
     lines = [line.strip() for line in log_tail.splitlines() if line.strip() and not line.startswith("%")]
     errors = [line for line in lines if re.search(r"ERROR|CRITICAL|Error|Exception|error:", line)]
-    return (errors or lines or ["(no log)"])[-1][:300]
+    return (errors or lines or ["(no log)"])[-1][:200]
+
+
+def _signal_name(code: int | None) -> str:
+    """ ", SIGKILL" for an exit by a signal."""
+    if code is None or code >= 0:
+        return ""
+    try:
+        return f", {signal.Signals(-code).name}"
+    except ValueError:
+        return ""
 
 
 def unexpected(exits: list[Exit], injected: Counter[tuple[str, int]], touches: tuple[str, ...]) -> list[Exit]:
@@ -441,7 +451,7 @@ class FaultRun(Demo):
         faults.restore_view_rows()
         self._check_children()
         row.unexpected_exits = [
-            f"{e.name} ({e.code}): {e.last_error}"
+            f"{e.name} ({e.code}{_signal_name(e.code)}): {e.last_error}"
             for e in unexpected(self.exits[exits_before:], faults.injected, scn.touches)
         ]
         self._fill(scn, row, result, faults)

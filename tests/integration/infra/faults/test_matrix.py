@@ -47,7 +47,7 @@ def test_every_quick_row_of_the_fault_matrix_is_met(stack_env: StackEnv, tmp_pat
     assert failed == {}, report
     tests = {r["fault"]: r for r in rows if r["fault"] not in quick}
     killed = tests["self-test-undeclared-kill"]
-    assert not killed["ok"] and killed["unexpected_exits"][0].startswith("views (-9)"), report
+    assert not killed["ok"] and killed["unexpected_exits"][0].startswith("views (-9, SIGKILL)"), report
     assert killed["views_ok"] is True, report  # the views job recovers: only its exit fails the row
     wrong = tests["self-test-wrong-view"]
     assert not wrong["ok"] and wrong["views_differ"] == ["segment_hourly"], report

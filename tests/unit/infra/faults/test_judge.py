@@ -45,8 +45,10 @@ def _met(**fields: object) -> Row:
 def test_a_row_is_judged_by_its_verdict_and_a_self_test_by_failing_for_its_reason() -> None:
     assert _met().judged
     assert not _met(ok=False).judged
-    exited = _met(ok=False, unexpected_exits=["views (-9): killed"], built_to_fail="unexpected exit of views")
-    assert exited.judged and exited.exits == "views (-9)"
+    exited = _met(
+        ok=False, unexpected_exits=["views (-9, SIGKILL): x"], built_to_fail="unexpected exit of views"
+    )
+    assert exited.judged and exited.exits == "views (-9, SIGKILL)"
     wrong = _met(
         ok=False, views_ok=False, views_differ=["segment_hourly"], built_to_fail="segment_hourly differs"
     )
