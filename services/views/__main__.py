@@ -25,7 +25,7 @@ from services.views.api import Api
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
-from services.views.protocol import pull_protocol
+from services.views.protocol import Bounds, pull_protocol
 from services.views.store import Store
 
 
@@ -68,7 +68,11 @@ def main(argv: list[str]) -> int:
     server = _Server(
         uvicorn.Config(
             api.app(),
-            http=pull_protocol(api.pull),  # pulls answered without the app's request cycle
+            # pulls answered without the app's request cycle; requests bounded in bytes and time
+            http=pull_protocol(
+                api.pull,
+                Bounds(settings.max_url_bytes, settings.max_header_bytes, settings.request_head_timeout_s),
+            ),
             host=settings.host,
             port=settings.port,
             log_level="warning",

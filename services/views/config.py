@@ -33,6 +33,14 @@ class ViewsApiSettings(BaseSettings):
         10_000, gt=0, description="changes a slow SSE subscriber may fall behind before it is cut off"
     )
     heartbeat_s: float = Field(15, gt=0, description="SSE comment line this often while nothing changes")
+    max_url_bytes: int = Field(8_192, ge=256, description="a longer request target is refused (414)")
+    max_header_bytes: int = Field(16_384, ge=1_024, description="longer request headers are refused (431)")
+    request_head_timeout_s: float = Field(
+        10,
+        gt=0,
+        description="a connection that has not sent a whole request head this long after it opened, or"
+        " after its last answer, is refused (408) and closed",
+    )
     log_level: str = "INFO"
 
     @field_validator("state_dir")

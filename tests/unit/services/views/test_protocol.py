@@ -17,7 +17,7 @@ import uvicorn
 from services.views.api import Api
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
-from services.views.protocol import pull_protocol
+from services.views.protocol import Bounds, pull_protocol
 from services.views.store import Change, Store, key_of
 
 Answer = tuple[bytes, dict[bytes, bytes], bytes]  # status, headers, body
@@ -27,7 +27,7 @@ MARKER = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "
 class Server:
     """The service's app and protocol on 127.0.0.1, with the paths the app itself was asked for."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, bounds: Bounds | None = None) -> None:
         store = Store(tmp_path / "s.sqlite3")
         rows = [
             Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in (1, 2)
@@ -45,7 +45,8 @@ class Server:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(recorded, http=pull_protocol(api.pull), log_level="warning", lifespan="off")
+        protocol = pull_protocol(api.pull, bounds)
+        config = uvicorn.Config(recorded, http=protocol, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
 
@@ -147,3 +148,48 @@ def test_a_pull_that_fails_is_answered_by_the_app_with_a_500(
     [(status, _, body)] = server.exchange(get("/views/customer_ratings/1"))
     assert (status, json.loads(body)) == (b"500", {"error": "internal error"})
     assert server.app_paths == ["/views/customer_ratings/1"]
+
+
+@pytest.fixture
+def bounded(tmp_path: Path) -> Iterator[Server]:
+    with Server(tmp_path, Bounds(max_url_bytes=1_000, max_header_bytes=2_000, head_timeout_s=1.0)) as running:
+        yield running
+
+
+def _refusal(conn: socket.socket) -> tuple[bytes, str]:
+    """The status and error of the answer, and that the server closed the connection after it."""
+    stream = conn.makefile("rb")
+    status, headers, body = _answer(stream)
+    assert headers[b"connection"] == b"close"
+    assert stream.read() == b""
+    return status, json.loads(body)["error"]
+
+
+def test_a_request_target_too_long_is_refused_as_it_comes_in_pieces(bounded: Server) -> None:
+    with socket.create_connection(("127.0.0.1", bounded.port), timeout=10) as conn:
+        conn.sendall(b"GET /views/customer_ratings/" + b"1" * 600)
+        time.sleep(0.1)
+        conn.sendall(b"1" * 600)  # past the bound: answered without waiting for the rest
+        assert _refusal(conn) == (b"414", "the request target is over 1000 bytes")
+    assert bounded.app_paths == []
+
+
+def test_request_headers_too_long_are_refused(bounded: Server) -> None:
+    with socket.create_connection(("127.0.0.1", bounded.port), timeout=10) as conn:
+        conn.sendall(b"GET /views HTTP/1.1\r\nHost: test\r\n" + b"X-Pad: " + b"p" * 2_500 + b"\r\n\r\n")
+        assert _refusal(conn) == (b"431", "the request's headers are over 2000 bytes")
+
+
+def test_a_connection_that_sends_no_whole_head_in_time_is_closed(bounded: Server) -> None:
+    with socket.create_connection(("127.0.0.1", bounded.port), timeout=10) as conn:
+        started = time.monotonic()
+        conn.sendall(b"GET /views/custo")  # and then nothing, or a byte now and then
+        for _ in range(3):
+            time.sleep(0.3)
+            conn.sendall(b"m")
+        assert _refusal(conn) == (b"408", "no whole request head within 1 s")
+        assert time.monotonic() - started < 5
+    with socket.create_connection(("127.0.0.1", bounded.port), timeout=10) as conn:
+        assert bounded.exchange(get("/views/customer_ratings/1"))[0][0] == b"200"  # others go on
+        conn.sendall(get("/views/customer_ratings/1"))  # a whole head in time: answered
+        assert _answer(conn.makefile("rb"))[0] == b"200"
