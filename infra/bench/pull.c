@@ -179,7 +179,7 @@ int main(int argc, char **argv) {
             struct connection *c = &conn[turn];
             turn = (turn + 1) % connections;
             if (c->busy) continue;
-            int n = snprintf(request, sizeof request, "GET /views/customer_ratings/%ld HTTP/1.1\r\nHost: bench\r\n\r\n",
+            int n = snprintf(request, sizeof request, "GET /views/customer_ratings/%ld HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
                              key[next_sent]);
             if (write(c->fd, request, (size_t)n) != n) die("write");
             c->busy = 1, c->request = next_sent++, c->have = 0;

@@ -30,7 +30,7 @@ async def _connection(
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     while (item := await due.get()) is not None:
         at, key = item
-        writer.write(f"GET /views/customer_ratings/{key} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        writer.write(f"GET /views/customer_ratings/{key} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         status_line = await reader.readline()
         length = 0
         while (line := await reader.readline()) not in (b"\r\n", b""):

@@ -25,7 +25,7 @@ from services.views.api import Api
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
-from services.views.protocol import Bounds, pull_protocol
+from services.views.protocol import pull_protocol
 from services.views.store import Store
 
 
@@ -69,10 +69,7 @@ def main(argv: list[str]) -> int:
         uvicorn.Config(
             api.app(),
             # pulls answered without the app's request cycle; requests bounded in bytes and time
-            http=pull_protocol(
-                api.pull,
-                Bounds(settings.max_url_bytes, settings.max_header_bytes, settings.request_head_timeout_s),
-            ),
+            http=pull_protocol(api.pull, settings.bounds(), settings.access()),
             host=settings.host,
             port=settings.port,
             log_level="warning",

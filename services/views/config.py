@@ -3,8 +3,10 @@ where to keep the local copy of the store."""
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.views.protocol import Access, Bounds
 
 
 class ViewsApiSettings(BaseSettings):
@@ -33,6 +35,14 @@ class ViewsApiSettings(BaseSettings):
         10_000, gt=0, description="changes a slow SSE subscriber may fall behind before it is cut off"
     )
     heartbeat_s: float = Field(15, gt=0, description="SSE comment line this often while nothing changes")
+    allowed_hosts: tuple[str, ...] = Field(
+        ("127.0.0.1", "localhost", "[::1]"),
+        description='the names a request\'s Host header may give (JSON list; ["*"]: any): a page in a'
+        " browser cannot reach the service through a name that resolves to it (DNS rebinding)",
+    )
+    token: SecretStr | None = Field(
+        None, description="when set, every request but /health needs Authorization: Bearer <token>"
+    )
     max_url_bytes: int = Field(8_192, ge=256, description="a longer request target is refused (414)")
     max_header_bytes: int = Field(16_384, ge=1_024, description="longer request headers are refused (431)")
     request_head_timeout_s: float = Field(
@@ -47,6 +57,16 @@ class ViewsApiSettings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.absolute()
+
+    def bounds(self) -> Bounds:
+        return Bounds(self.max_url_bytes, self.max_header_bytes, self.request_head_timeout_s)
+
+    def access(self) -> Access:
+        hosts = (
+            None if "*" in self.allowed_hosts else frozenset(h.lower().encode() for h in self.allowed_hosts)
+        )
+        token = self.token.get_secret_value().encode() if self.token is not None else None
+        return Access(hosts, token)
 
     def consumer_config(self) -> dict[str, str | int | bool]:
         """Committed records only: the views job writes rows and markers in transactions."""

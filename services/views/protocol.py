@@ -9,6 +9,7 @@ order of answers on a connection is kept and the app's routes say every refusal.
 """
 
 import asyncio
+import hmac
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,30 @@ class Bounds:
     head_timeout_s: float = 10.0
 
 
+@dataclass(frozen=True)
+class Access:
+    """Who may ask: the Host header's name must be one of `hosts` (None: any), so that a page in a
+    browser cannot reach the service through a name that resolves to it (DNS rebinding); and
+    with a `token`, every request but /health must carry `Authorization: Bearer <token>`."""
+
+    hosts: frozenset[bytes] | None = frozenset({b"127.0.0.1", b"localhost", b"[::1]"})
+    token: bytes | None = None
+
+    def refusal(self, host: bytes | None, authorization: bytes | None, url: bytes) -> tuple[int, str] | None:
+        """The status and reason to refuse a request with, or None."""
+        if self.hosts is not None:
+            name = host.strip().lower() if host else b""
+            if b":" in name and not name.endswith(b"]"):
+                name = name.rsplit(b":", 1)[0]  # the port
+            if name not in self.hosts:
+                shown = host.decode("latin-1")[:100] if host else "none"
+                return 400, f"Host {shown!r} is not one this service answers to (VIEWS_ALLOWED_HOSTS)"
+        if self.token is not None and url.split(b"?", 1)[0] != b"/health":
+            if not hmac.compare_digest(authorization or b"", b"Bearer " + self.token):
+                return 401, "a bearer token is required (Authorization: Bearer <VIEWS_TOKEN>)"
+        return None
+
+
 class _Refused(Exception):
     """Raised in a parser callback to stop parsing a request that was refused and answered."""
 
@@ -48,9 +73,12 @@ _ANSWERED = _Answered()
 class PullProtocol(HttpToolsProtocol):
     pull: Pull  # set by pull_protocol()
     bounds: Bounds  # likewise
+    access: Access  # likewise
 
     _refused = False
     _header_bytes = 0
+    _host: bytes | None = None
+    _authorization: bytes | None = None
     _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -72,6 +100,7 @@ class PullProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_bytes = 0
+        self._host = self._authorization = None
 
     def on_url(self, url: bytes) -> None:
         if len(self.url) + len(url) > self.bounds.max_url_bytes:
@@ -82,6 +111,11 @@ class PullProtocol(HttpToolsProtocol):
         self._header_bytes += len(name) + len(value)
         if self._header_bytes > self.bounds.max_header_bytes:
             self._refuse(431, f"the request's headers are over {self.bounds.max_header_bytes} bytes")
+        lowered = name.lower()
+        if lowered == b"host":
+            self._host = value
+        elif lowered == b"authorization":
+            self._authorization = value
         super().on_header(name, value)
 
     def on_response_complete(self) -> None:
@@ -108,8 +142,10 @@ class PullProtocol(HttpToolsProtocol):
         self._refused = True
         self._head_done()
         body = json.dumps({"error": reason}).encode()
+        challenge = b"www-authenticate: Bearer\r\n" if status == 401 else b""
         self.transport.write(
             STATUS_LINE.get(status, b"HTTP/1.1 %d \r\n" % status)
+            + challenge
             + b"content-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n" % len(body)
             + body
         )
@@ -119,6 +155,9 @@ class PullProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_done()
+        refusal = self.access.refusal(self._host, self._authorization, self.url)
+        if refusal is not None:
+            self._refuse(*refusal)
         try:
             row = self.pull(self.url) if self._may_answer() else None
         except Exception:  # noqa: BLE001 - the app's route does it again, and answers and logs the failure
@@ -151,7 +190,10 @@ class PullProtocol(HttpToolsProtocol):
         )
 
 
-def pull_protocol(pull: Pull, bounds: Bounds | None = None) -> type[PullProtocol]:
+def pull_protocol(
+    pull: Pull, bounds: Bounds | None = None, access: Access | None = None
+) -> type[PullProtocol]:
     """The protocol class for uvicorn's `http` setting, answering pulls with `pull`, refusing
-    requests past `bounds`."""
-    return type("PullProtocol", (PullProtocol,), {"pull": staticmethod(pull), "bounds": bounds or Bounds()})
+    requests past `bounds` and those `access` does not let in."""
+    attributes = {"pull": staticmethod(pull), "bounds": bounds or Bounds(), "access": access or Access()}
+    return type("PullProtocol", (PullProtocol,), attributes)

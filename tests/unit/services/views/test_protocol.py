@@ -17,7 +17,7 @@ import uvicorn
 from services.views.api import Api
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
-from services.views.protocol import Bounds, pull_protocol
+from services.views.protocol import Access, Bounds, pull_protocol
 from services.views.store import Change, Store, key_of
 
 Answer = tuple[bytes, dict[bytes, bytes], bytes]  # status, headers, body
@@ -27,7 +27,7 @@ MARKER = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "
 class Server:
     """The service's app and protocol on 127.0.0.1, with the paths the app itself was asked for."""
 
-    def __init__(self, tmp_path: Path, bounds: Bounds | None = None) -> None:
+    def __init__(self, tmp_path: Path, bounds: Bounds | None = None, access: Access | None = None) -> None:
         store = Store(tmp_path / "s.sqlite3")
         rows = [
             Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in (1, 2)
@@ -45,7 +45,7 @@ class Server:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        protocol = pull_protocol(api.pull, bounds)
+        protocol = pull_protocol(api.pull, bounds, access)
         config = uvicorn.Config(recorded, http=protocol, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
@@ -80,7 +80,7 @@ def _answer(stream: Any) -> Answer:
 
 
 def get(path: str, version: str = "1.1") -> bytes:
-    return f"GET {path} HTTP/{version}\r\nHost: test\r\n\r\n".encode()
+    return f"GET {path} HTTP/{version}\r\nHost: 127.0.0.1\r\n\r\n".encode()
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_every_other_request_reaches_the_app_which_says_what_is_wrong(server: Se
         get("/views/customer_ratings/999"),
         get("/views/customer_ratings/x"),
         get("/views/nope/1"),
-        b"POST /views/customer_ratings/1 HTTP/1.1\r\nHost: test\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /views/customer_ratings/1 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}",
     )
     assert [status for status, _, _ in answers] == [b"404", b"400", b"404", b"405"]
     assert "no row" in json.loads(answers[0][2])["error"]
@@ -176,7 +176,7 @@ def test_a_request_target_too_long_is_refused_as_it_comes_in_pieces(bounded: Ser
 
 def test_request_headers_too_long_are_refused(bounded: Server) -> None:
     with socket.create_connection(("127.0.0.1", bounded.port), timeout=10) as conn:
-        conn.sendall(b"GET /views HTTP/1.1\r\nHost: test\r\n" + b"X-Pad: " + b"p" * 2_500 + b"\r\n\r\n")
+        conn.sendall(b"GET /views HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Pad: " + b"p" * 2_500 + b"\r\n\r\n")
         assert _refusal(conn) == (b"431", "the request's headers are over 2000 bytes")
 
 
@@ -193,3 +193,37 @@ def test_a_connection_that_sends_no_whole_head_in_time_is_closed(bounded: Server
         assert bounded.exchange(get("/views/customer_ratings/1"))[0][0] == b"200"  # others go on
         conn.sendall(get("/views/customer_ratings/1"))  # a whole head in time: answered
         assert _answer(conn.makefile("rb"))[0] == b"200"
+
+
+def _ask(server: Server, head: bytes) -> Answer:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(head)
+        return _answer(conn.makefile("rb"))
+
+
+def test_a_host_header_the_service_does_not_answer_to_is_refused(server: Server) -> None:
+    """A page in a browser that resolves its own name to 127.0.0.1 (DNS rebinding) sends that name."""
+    for host in (b"127.0.0.1:8087", b"localhost", b"LOCALHOST:1", b"[::1]:8087"):
+        assert (
+            _ask(server, b"GET /views/customer_ratings/1 HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")[0]
+            == b"200"
+        )
+    for head in (
+        b"GET /views/customer_ratings/1 HTTP/1.1\r\nHost: attacker.example:8087\r\n\r\n",
+        b"GET /views HTTP/1.1\r\nHost: 127.0.0.1.attacker.example\r\n\r\n",
+        b"GET /views HTTP/1.1\r\n\r\n",  # none at all
+    ):
+        status, _, body = _ask(server, head)
+        assert status == b"400" and "VIEWS_ALLOWED_HOSTS" in json.loads(body)["error"], head
+    assert server.app_paths == []
+
+
+def test_with_a_token_every_request_but_health_needs_it(tmp_path: Path) -> None:
+    with Server(tmp_path, access=Access(token=b"s3cret")) as server:
+        pull = b"GET /views/customer_ratings/1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        for authorization in (b"", b"Authorization: Bearer wrong\r\n", b"Authorization: s3cret\r\n"):
+            status, headers, _ = _ask(server, pull + authorization + b"\r\n")
+            assert (status, headers[b"www-authenticate"]) == (b"401", b"Bearer"), authorization
+        assert _ask(server, pull + b"Authorization: Bearer s3cret\r\n\r\n")[0] == b"200"
+        assert _ask(server, get("/health"))[0] in (b"200", b"503")  # answered without a token
+        assert server.app_paths == ["/health"]
