@@ -44,6 +44,7 @@ def _first_reason(checks: Sequence[tuple[Column, str | Column]]) -> Column:
 MAX_RATING_BYTES = 900_000
 # What the job writes is UTF-8 JSON: a value that is not UTF-8 would carry its bytes into it.
 NOT_UTF8 = "value is not valid UTF-8"
+NOT_JSON = "not a JSON object"
 
 
 def parse_ratings(raw: DataFrame, max_future_ms: int, max_bytes: int = MAX_RATING_BYTES) -> DataFrame:
@@ -85,7 +86,7 @@ def _rating_parse(max_future_ms: int, max_bytes: int) -> tuple[Columns, Columns,
             " in a Kafka record",
         ),
         (~F.is_valid_utf8("value"), NOT_UTF8),
-        (suspect & (F.col("_s").isNull() | F.col(f"_s.{CORRUPT}").isNotNull()), "not a JSON object"),
+        (suspect & (F.col("_s").isNull() | F.col(f"_s.{CORRUPT}").isNotNull()), NOT_JSON),
     ]
     checks += [(~present(name), f"missing field {name}") for name in REQUIRED_RATING_FIELDS]
     checks += [

@@ -107,7 +107,7 @@ def test_only_the_values_arrow_cannot_read_go_to_spark(spark: Any, monkeypatch: 
     values = [rating(rating_id=n) for n in range(1_000)]
     values[10], values[700] = b"{broken", rating(stars="x")
     parsed = parse(raw(values), spark, MAX_FUTURE_MS, MAX_BYTES)
-    assert asked == [2]
+    assert asked == [1]  # the field of another type; a value that is no JSON needs no Spark job
     by_offset = dict(
         zip(parsed.column("offset").to_pylist(), parsed.column("dlq_reason").to_pylist(), strict=True)
     )
@@ -121,3 +121,25 @@ def test_a_dead_letter_keeps_its_value_and_a_readable_rating_drops_it(spark: Any
     rows = sorted(parsed.to_pylist(), key=lambda r: r["offset"])
     assert [r["value"] for r in rows] == [None, b"{broken", rating(stars=9)]
     assert [r["user_id"] for r in rows] == [7, None, None]  # a dead letter joins no one
+
+
+def test_a_value_that_holds_no_json_object_is_a_dead_letter_without_a_spark_job(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load generator's unreadable records among them: a batch with one started a Spark job
+    (5.5 s the first time, 0.4 s later), the slow lane of every user's first minutes."""
+    asked: list[list[bytes]] = []
+
+    def counting(records: pa.Table, *args: Any) -> pa.Table:
+        asked.append(records.column("value").to_pylist())
+        return parse_spark(records, *args)
+
+    monkeypatch.setattr(rating_values, "parse_spark", counting)
+    hopeless = [b"{not json", b"", b"   ", b"null", b"42", b'"a string"', b"{broken", b'{"a": 1', b"true"]
+    to_spark = [b"{'rating_id': 1}", b'[{"rating_id": 1}]', b'{"rating_id": 1} trailing']
+    values = [rating(), *hopeless, *to_spark]
+    parsed = parse(raw(values), spark, MAX_FUTURE_MS, MAX_BYTES)
+    assert [sorted(a) for a in asked] == [sorted(to_spark)]  # what Spark may read otherwise than Python
+    reasons = _reasons(parsed)
+    assert reasons[: 1 + len(hopeless)] == [None] + ["not a JSON object"] * len(hopeless)
+    assert reasons == _reasons(parse_spark(raw(values), spark, MAX_FUTURE_MS, MAX_BYTES))
