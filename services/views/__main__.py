@@ -70,6 +70,7 @@ def main(argv: list[str]) -> int:
             api.app(),
             # pulls answered without the app's request cycle; requests bounded in bytes and time
             http=pull_protocol(api.pull, settings.bounds(), settings.access()),
+            limit_concurrency=settings.max_connections,
             host=settings.host,
             port=settings.port,
             log_level="warning",

@@ -195,6 +195,11 @@ class Api:
         info = self._view(name)
         key_text = request.query_params.get("key")
         key = None if key_text is None else self._key(info, key_text.split("/"), name)
+        if self.hub.count() >= self.settings.max_subscribers:
+            raise BadRequest(
+                503,
+                f"{self.settings.max_subscribers} subscribers already (VIEWS_MAX_SUBSCRIBERS): try later",
+            )
         sub = Subscriber(name, key, asyncio.Queue(self.settings.subscriber_queue))
         self.hub.add(sub)  # first: the changelog process sends changes from now on
         try:

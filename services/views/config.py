@@ -35,6 +35,10 @@ class ViewsApiSettings(BaseSettings):
         10_000, gt=0, description="changes a slow SSE subscriber may fall behind before it is cut off"
     )
     heartbeat_s: float = Field(15, gt=0, description="SSE comment line this often while nothing changes")
+    max_subscribers: int = Field(100, gt=0, description="SSE subscribers at once; one more gets 503")
+    max_connections: int = Field(
+        1000, gt=0, description="open connections and requests in progress at once; past it, 503 (uvicorn's)"
+    )
     allowed_hosts: tuple[str, ...] = Field(
         ("127.0.0.1", "localhost", "[::1]"),
         description='the names a request\'s Host header may give (JSON list; ["*"]: any): a page in a'

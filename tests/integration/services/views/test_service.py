@@ -177,6 +177,37 @@ def test_sse_sends_the_snapshot_then_each_change_in_order_and_nothing_twice(
     one.close()
 
 
+def _subscribe_status(port: int) -> int:
+    conn = HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/views/customer_ratings/changes")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_subscribers_past_the_cap_get_a_503_and_a_place_left_is_free_again(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    views.write([customer(1, 1)])
+    service = Service(stack_env, views, tmp_path)
+    service.env["VIEWS_MAX_SUBSCRIBERS"] = "1"
+    service.start()
+    service.wait_healthy()
+    first = Events(service.port, "/views/customer_ratings/changes")
+    first.start()
+    assert [e for e, _ in first.wait(2)] == ["snapshot", "live"]
+    status, body = service.get("/views/customer_ratings/changes")
+    assert status == 503 and "VIEWS_MAX_SUBSCRIBERS" in body["error"], body
+    first.response.close()
+    first.conn.close()  # gone: the server finds out at its next heartbeat (1 s) and frees the place
+    deadline = time.monotonic() + 15
+    while (status := _subscribe_status(service.port)) != 200 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert status == 200
+    assert service.stop() == 0
+
+
 def test_a_restart_answers_as_before_and_reads_only_the_tail(
     stack_env: StackEnv, views: Views, tmp_path: Path
 ) -> None:
