@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql import SparkSession
 
 from enrichment_job import change_events
@@ -99,6 +100,34 @@ class CdcReader(TopicReader):
     def __init__(self, settings: JobSettings, group_id: str, timeout_s: float = 60) -> None:
         super().__init__(settings, settings.cdc_topic, group_id, timeout_s, timestamps=False)
         self.accept_deleted = False  # the customer table must never miss a change
+        self.accept_partial_history = settings.accept_partial_cdc_history
+
+    def ranges(
+        self, cdc_to: dict[int, int], until: dict[int, int] | None = None, *, whole: bool = False
+    ) -> dict[int, tuple[int, int]]:
+        """As the reader's, but a first read (no offsets yet: a fresh state) of a topic whose
+        head was deleted stops the job, unless ENRICH_ACCEPT_PARTIAL_CDC_HISTORY: it would not
+        know the customers created in that head, and their ratings would come out unmatched."""
+        if not cdc_to:
+            cut = {p: low for p, (low, _) in self.bounds().items() if low > 0}
+            if cut:
+                where = ", ".join(
+                    f"{self.topic}[{p}] starts at offset {low}" for p, low in sorted(cut.items())
+                )
+                text = (
+                    f"{where}: the head of the CDC history was deleted (retention, delete-records), so a job"
+                    " on a fresh state would not know the customers created in it"
+                )
+                if not self.accept_partial_history:
+                    raise KafkaException(
+                        KafkaError(
+                            KafkaError.OFFSET_OUT_OF_RANGE,
+                            f"{text}. Start the job on the state folder it had, or snapshot the database"
+                            " into the topic again and set ENRICH_ACCEPT_PARTIAL_CDC_HISTORY=true",
+                        )
+                    )
+                log.warning("%s; reading what is left, as ENRICH_ACCEPT_PARTIAL_CDC_HISTORY allows", text)
+        return super().ranges(cdc_to, until, whole=whole)
 
     def in_cdc_order(self, ranges: dict[int, tuple[int, int]], size: int) -> Generator[pa.Table]:
         """The records of `ranges` a chunk of at most `size` at a time, a partition after the

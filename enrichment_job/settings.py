@@ -45,6 +45,11 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
     max_offsets_per_trigger: int = Field(
         200_000, gt=0, description="records per micro-batch, both topics (the first batch: a quarter)"
     )
+    accept_partial_cdc_history: bool = Field(
+        False,
+        description="a fresh state (no CDC offsets yet) on a CDC topic whose head was deleted: false stops"
+        " the job (it would not know the customers created there); true reads what is left, logged",
+    )
     accept_deleted_ratings: bool = Field(
         False,
         description="ratings deleted from Kafka before the job read them (retention, delete-records):"

@@ -104,9 +104,24 @@ def test_changes_deleted_before_they_were_read_stop_the_job_with_a_clear_error(
     try:
         with pytest.raises(KafkaException, match=r"offsets 1\.\.2 were deleted"):
             reader.ranges({0: 1})
-        assert reader.ranges({}) == {0: (3, 5)}, "without state the read starts at what is left"
+        # A fresh state would not know the customers created in the deleted head.
+        with pytest.raises(KafkaException, match=rf"{topic}\[0\] starts at offset 3: the head of the CDC"):
+            reader.ranges({})
     finally:
         reader.close()
+    accepting = CdcReader(
+        JobSettings(
+            bootstrap_servers=stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+            cdc_topic=topic,
+            accept_partial_cdc_history=True,
+        ),
+        f"test-{topic}",
+        timeout_s=30,
+    )
+    try:
+        assert accepting.ranges({}) == {0: (3, 5)}, "accepted: the read starts at what is left"
+    finally:
+        accepting.close()
 
 
 def _prefetch(reader: CdcReader, state: CdcState | None = None, chunk_size: int = 4) -> Prefetch:
