@@ -1,6 +1,7 @@
 """Dead letters: the original key, value and headers of a record, plus why and where it came from."""
 
 import logging
+from functools import partial
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -24,6 +25,13 @@ def dead_letter_headers(message: Message, reason: str, stage: str) -> list[tuple
     ]
 
 
+Origin = tuple[str | None, int | None, int | None]  # a rejected record's topic, partition and offset
+
+
+def _origin(item: Rejected) -> Origin:
+    return item.message.topic(), item.message.partition(), item.message.offset()
+
+
 # librdkafka's default message.max.bytes, the largest record the producer sends, and what a
 # record's headers and framing may take beside its key and value.
 MAX_RECORD_BYTES = 1_000_000
@@ -41,14 +49,23 @@ class DeadLetters:
     A dead letter over the producer's record limit (its value, the record's own headers and the
     dlq.* ones) goes without its value, with a header that says so: sent whole, the producer
     refused it, the loop took that for an outage, and the service retried it for ever. Its
-    dlq.topic, dlq.partition and dlq.offset headers point at the original record."""
+    dlq.topic, dlq.partition and dlq.offset headers point at the original record.
+
+    A send that timed out leaves its dead letters queued in the producer, where they may still
+    be delivered: the same batch sent again produces only those that were not (a failed
+    delivery), instead of a second copy of each."""
 
     def __init__(self, producer: Producer, topic: str, stage: str, max_bytes: int = MAX_RECORD_BYTES) -> None:
         self.producer, self.topic, self.stage, self.max_bytes = producer, topic, stage, max_bytes
         self._failures: list[str] = []
+        self._queued: set[Origin] = set()  # produced, not reported yet
+        self._confirmed: set[Origin] = set()  # delivered since the last send that confirmed all
 
-    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
+    def _delivered(self, origin: Origin, err: KafkaError | None, _msg: Message) -> None:
+        self._queued.discard(origin)
+        if err is None:
+            self._confirmed.add(origin)
+        else:
             self._failures.append(str(err))
 
     def send(self, rejected: list[Rejected], timeout_s: float = 30.0) -> None:
@@ -56,7 +73,10 @@ class DeadLetters:
         if not rejected:
             return
         for item in rejected:
-            log.warning("dead letter %s[%s]@%s: %s", *_origin(item), item.reason)
+            origin = _origin(item)
+            if origin in self._queued or origin in self._confirmed:
+                continue  # sent by an earlier try of this batch: waited for, not sent again
+            log.warning("dead letter %s[%s]@%s: %s", *origin, item.reason)
             key, value = item.message.key(), item.message.value()
             headers = dead_letter_headers(item.message, item.reason, self.stage)
             if _size(key, value, headers) > self.max_bytes:
@@ -65,18 +85,21 @@ class DeadLetters:
                     " dlq.topic, dlq.partition, dlq.offset"
                 )
                 headers.append(("dlq.value.dropped", dropped.encode()))
-                log.error("dead letter %s[%s]@%s: its value is left out (%s)", *_origin(item), dropped)
+                log.error("dead letter %s[%s]@%s: its value is left out (%s)", *origin, dropped)
                 value = None
+            self._queued.add(origin)
             self.producer.produce(
-                self.topic, key=key, value=value, headers=headers, on_delivery=self._delivered
+                self.topic,
+                key=key,
+                value=value,
+                headers=headers,
+                on_delivery=partial(self._delivered, origin),
             )
         left = self.producer.flush(timeout_s)
         failures, self._failures = self._failures, []
+        if not left and not failures:
+            self._confirmed.clear()
         if left or failures:
             raise SinkUnavailable(
                 f"dead-letter topic {self.topic}: {left} unconfirmed, errors {failures[:3]}"
             )
-
-
-def _origin(item: Rejected) -> tuple[str | None, int | None, int | None]:
-    return item.message.topic(), item.message.partition(), item.message.offset()
