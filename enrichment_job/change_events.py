@@ -182,15 +182,18 @@ def _every_column(
     """Whether each customer row names every customer column. Debezium writes every column,
     null or not, and Arrow reads a missing one as null: a column renamed or dropped in the
     database would silently change the customer (its club_status null turns its alerts off).
-    Each name must stand as a member once per row of the event (`before` and `after`); an event
-    where it does not is left to Spark's parse, which looks at `after` alone and says which
-    columns are missing."""
+    Where a column read null, its name must stand as a member once per row of the event
+    (`before` and `after`); an event where it does not is left to Spark's parse, which looks at
+    `after` alone and says which columns are missing. Only the values with a null are searched:
+    a search of every value took 1 s per 100,000 events of a fresh start's history."""
     rows = pc.add(pc.is_valid(before).cast(pa.int32()), pc.is_valid(after).cast(pa.int32()))
     kept = pc.fill_null(pc.and_(pc.not_equal(op, "d"), pc.not_equal(table, HEARTBEAT_TABLE)), True)
-    rows = pc.if_else(kept, rows, 0)
     for name in CUSTOMER.names:
-        named = pc.fill_null(pc.count_substring_regex(values, _MEMBER.format(name)), 0)
-        if not pc.all(pc.greater_equal(named, rows)).as_py():
+        unread = pc.and_(kept, pc.fill_null(pc.is_null(pc.struct_field(after, name)), False))
+        if not pc.any(unread).as_py():
+            continue
+        named = pc.fill_null(pc.count_substring_regex(values.filter(unread), _MEMBER.format(name)), 0)
+        if not pc.all(pc.greater_equal(named, rows.filter(unread))).as_py():
             return False
     return True
 
