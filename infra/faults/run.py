@@ -118,7 +118,7 @@ def last_error(log_tail: str) -> str:
 
 
 def _signal_name(code: int | None) -> str:
-    """ ", SIGKILL" for an exit by a signal."""
+    """For an exit by a signal, its name after a comma (", SIGKILL"); else nothing."""
     if code is None or code >= 0:
         return ""
     try:
