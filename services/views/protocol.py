@@ -134,6 +134,8 @@ class PullProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
+        if self.transport.is_closing():
+            return
         if self.cycle is None or self.cycle.response_complete:  # no answer under way
             self._refuse(408, f"no whole request head within {self.bounds.head_timeout_s:g} s", raise_=False)
 
