@@ -1,8 +1,8 @@
 """End to end: the unattended demo on the real stack (the job, the views job, four services, the
 load generator) ends with every stage reconciled: ratings produced = enriched = Elasticsearch
-documents = lake rows, alerts = Slack posts, dead letters where they belong, and every
-customer_ratings row of the run's customers equal to the counts recomputed from the enriched
-topic. Its progress lines show what the programs' Prometheus endpoints answer."""
+documents = lake rows, alerts = Slack posts, dead letters where they belong, every row of every
+view that the run touched equal to the counts recomputed from the enriched topic, and no record
+that is not UTF-8. Its progress lines show what the programs' Prometheus endpoints answer."""
 
 import json
 import re
@@ -45,8 +45,12 @@ def test_the_unattended_demo_reconciles_every_stage(stack_env: StackEnv, tmp_pat
         assert checks[name]["got"] == produced, name
     assert checks["Slack posts (alerts covered)"]["got"] == checks["alerts (stars < 3, platinum)"]["got"]
     assert checks["enrichment-dlq"]["got"] == checks["unreadable ratings produced"]["got"] >= 1
-    rows = checks["customer_ratings rows of the run's customers"]
+    rows = checks["customer_ratings rows of the run's records"]
     assert rows["got"] == rows["want"] > 100, "every customer of the run has its exact row in the view"
+    segments = checks["segment_hourly rows of the run's records"]
+    assert segments["got"] == segments["want"] >= 4, "every segment and hour the run touched, exactly"
+    for name in ("enriched records and alerts not UTF-8", "enriched records not UTF-8 (whole topic)"):
+        assert checks[name]["got"] == checks[name]["want"] == 0, name
     assert "reconciled: every stage agrees" in result.stdout
     # The progress lines read the programs' Prometheus endpoints: the job's and the sinks'
     # counters grew while the load ran.
