@@ -4,6 +4,7 @@ the views job writes them, read back over HTTP and Server-Sent Events."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -199,8 +200,9 @@ def test_subscribers_past_the_cap_get_a_503_and_a_place_left_is_free_again(
     assert [e for e, _ in first.wait(2)] == ["snapshot", "live"]
     status, body = service.get("/views/customer_ratings/changes")
     assert status == 503 and "VIEWS_MAX_SUBSCRIBERS" in body["error"], body
-    first.response.close()
-    first.conn.close()  # gone: the server finds out at its next heartbeat (1 s) and frees the place
+    assert first.conn.sock is not None
+    first.conn.sock.shutdown(socket.SHUT_RDWR)  # gone: the server finds out at its next heartbeat (1 s)
+    first.close()
     deadline = time.monotonic() + 15
     while (status := _subscribe_status(service.port)) != 200 and time.monotonic() < deadline:
         time.sleep(0.5)
