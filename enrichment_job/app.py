@@ -176,7 +176,7 @@ class Pipeline:
         self.table = table
         self.out = out
         self.metrics = metrics
-        self.ratings = Ratings(spark, settings)
+        self.ratings = Ratings(settings)
         self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
         self.fenced: Fenced | None = None  # another instance took over: stop, do not restart
         self.cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 
 from enrichment_job import rating_values
 from enrichment_job.json_columns import json_objects
@@ -62,14 +61,13 @@ Reader = Callable[[dict[int, tuple[int, int]]], pa.Table]
 class Ratings:
     """The ratings side of the pipeline: what waits between batches, and one batch's step."""
 
-    def __init__(self, spark: SparkSession, settings: JobSettings) -> None:
-        self.spark = spark
+    def __init__(self, settings: JobSettings) -> None:
         self.settings = settings
         self.waiting: pa.Table | None = None
 
     def _parse(self, raw: pa.Table) -> pa.Table:
         settings = self.settings
-        return rating_values.parse(raw, self.spark, settings.max_future_ms, settings.max_rating_bytes)
+        return rating_values.parse(raw, settings.max_future_ms, settings.max_rating_bytes)
 
     @property
     def waiting_count(self) -> int:

@@ -1,32 +1,29 @@
-"""Ratings' Kafka records -> rating fields and a dead-letter reason (`PARSED`), on the driver.
+"""Ratings' Kafka records -> rating fields and a dead-letter reason (`PARSED`), with no Spark job.
 
 Arrow's JSON reader parses a batch's values in one call. It stops at the first value it cannot
 take whole (not one JSON object, a field of another type, a number out of range), so a batch
-that fails is split in halves until each such value stands alone: those few are parsed by Spark
-(`transforms.parse_ratings`), which says what is wrong with each. The checks on readable values
-(size, UTF-8, required fields, stars, time bounds) are the same on both paths, in the same
-order, so a rating gets the same fields and the same reason whichever path read it. A value that is not
-UTF-8 is not parsed here, nor sent to Spark: it is a dead letter at once.
+that fails is split in halves until each such value stands alone: those few are parsed by
+Python's JSON parser (`_python_fields`), which says what is wrong with each. The checks on
+readable values (size, UTF-8, required fields, field types, stars, time bounds) are the same on
+both paths, in the same order and with the same reasons as Spark's parse
+(`transforms.parse_ratings`, which a test holds them to), so a rating gets the
+same fields and the same reason whichever path read it. Nothing here needs a Spark session: a
+batch with unreadable ratings costs what one without them costs, on the driver or in a task.
 """
 
 import json
-from functools import cache
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from enrichment_job.json_columns import object_shaped, read_objects, utf8_valid
 from enrichment_job.kafka_in import KAFKA
-from enrichment_job.plans import Columns, select
 from enrichment_job.schemas import RATING_FIELDS, REQUIRED_RATING_FIELDS
-from enrichment_job.transforms import KAFKA_META, NOT_JSON, NOT_UTF8, parse_ratings
+from enrichment_job.transforms import NOT_JSON, NOT_UTF8
 
-RAW_SCHEMA = "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP"
 FIELDS = to_arrow_schema(RATING_FIELDS)
 # A rating as the join takes it: its fields, its Kafka columns and why it is a dead letter (null
 # when it is readable). A dead letter keeps its value and has no user_id or rating_time (it
@@ -36,7 +33,7 @@ _PARSE = pj.ParseOptions(explicit_schema=FIELDS, unexpected_field_behavior="igno
 ORDER = [("partition", "ascending"), ("offset", "ascending")]
 
 
-def parse(raw: pa.Table, spark: SparkSession, max_future_ms: int, max_bytes: int) -> pa.Table:
+def parse(raw: pa.Table, max_future_ms: int, max_bytes: int) -> pa.Table:
     """`raw` (the Kafka columns) as `PARSED`, in input order (partition, offset)."""
     raw = raw.cast(KAFKA).sort_by(ORDER)
     values = raw.column("value").combine_chunks()
@@ -47,37 +44,64 @@ def parse(raw: pa.Table, spark: SparkSession, max_future_ms: int, max_bytes: int
     to_arrow = np.asarray(pc.and_(readable, shaped).to_numpy(zero_copy_only=False), bool)
     fields = _arrow_fields(values, to_arrow)
     left = np.flatnonzero(readable.to_numpy(zero_copy_only=False) & ~to_arrow)
-    not_json = np.zeros(len(values), bool)
-    not_json[left] = [_no_object(values[int(i)].as_py()) for i in left]
-    spark_rows = left[~not_json[left]]
-    # The reasons known before a parse, in the order Spark's parse checks (after the size).
+    # The reasons known before the checks on fields, in the order Spark's parse checks (after
+    # the size): not UTF-8, then what the values Arrow could not read say of themselves.
     early = pc.if_else(utf8, pa.scalar(None, pa.string()), pa.scalar(NOT_UTF8))
-    early = pc.if_else(pa.array(not_json), pa.scalar(NOT_JSON), early)
-    parsed = _checked(raw, fields, early, max_future_ms, max_bytes)
-    if len(spark_rows):
-        by_spark = parse_spark(raw.take(spark_rows), spark, max_future_ms, max_bytes)
-        parsed = _replace(parsed, spark_rows, by_spark)
-    return parsed
+    if len(left):
+        by_python = [_python_fields(values[int(i)].as_py()) for i in left]
+        fields = _replace(fields, left, pa.Table.from_pylist([f for f, _ in by_python], schema=FIELDS))
+        reasons = np.full(len(values), None, object)
+        reasons[left] = [reason for _, reason in by_python]
+        early = pc.coalesce(early, pa.array(reasons, pa.string()))
+    return _checked(raw, fields, early, max_future_ms, max_bytes)
 
 
 _DECODER = json.JSONDecoder()
+_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 
 
-def _no_object(value: bytes) -> bool:
-    """Whether a value Arrow could not read holds no JSON object in any way Spark's parse reads
-    JSON: then its reason is known without a Spark job (a batch that started one took 0.4 to
-    5.5 s longer). Python's JSON grammar is Spark's with two exceptions, which go to Spark:
-    single-quoted strings (Spark reads them) and what follows a first whole value. A value
-    whose first value is an array or an object goes to Spark too; one that cannot be parsed, or
-    is a lone string, number, true, false or null, holds no object."""
-    if b"'" in value:
-        return False
+def _python_fields(value: bytes) -> tuple[dict[str, object], str | None]:
+    """The fields of a value Arrow's reader could not take (UTF-8, within the size), and its
+    reason when it is not a rating: no JSON object, a missing field or a field of another type,
+    checked in the order Spark's parse checks them (`transforms.parse_ratings`). Python's
+    parse, one value at a time: such values are few, and a Spark job for them cost 0.4 to 5.5 s
+    a batch. It reads JSON as RFC 8259 writes it: one object and nothing after it but
+    whitespace, strings in double quotes (Spark's parse would take single quotes and ignore what
+    follows the object). NaN and Infinity are taken, as Arrow's reader and Spark's take them.
+    As in Spark's parse, a text field takes any JSON value, a value that is not a string as its
+    JSON text."""
     text = value.decode().lstrip()
     try:
-        first, end = _DECODER.raw_decode(text)
+        obj, end = _DECODER.raw_decode(text)
     except ValueError:
-        return True
-    return not text[end:].strip() and not isinstance(first, dict | list)
+        return {}, NOT_JSON
+    if not isinstance(obj, dict) or text[end:].strip():
+        return {}, NOT_JSON
+    fields: dict[str, object] = {}
+    wrong: str | None = None
+    for field in FIELDS:
+        given = obj.get(field.name)
+        typed = _typed(given, field.type)
+        if given is not None and typed is None and wrong is None:
+            type_name = "bigint" if pa.types.is_int64(field.type) else "int"
+            wrong = f"field {field.name} is not {type_name}"
+        fields[field.name] = typed
+    missing = next((f"missing field {n}" for n in REQUIRED_RATING_FIELDS if obj.get(n) is None), None)
+    return fields, missing or wrong
+
+
+def _typed(given: object, kind: pa.DataType) -> object:
+    """`given` as a field of type `kind`; None when it is null or of another type."""
+    if given is None:
+        return None
+    if pa.types.is_string(kind):
+        if isinstance(given, str):
+            return given
+        return json.dumps(given, separators=(",", ":"), ensure_ascii=False)
+    low, high = _INT_RANGE["bigint" if pa.types.is_int64(kind) else "int"]
+    if type(given) is not int or not low <= given <= high:  # a bool is an int in Python
+        return None
+    return given
 
 
 def _arrow_fields(values: pa.Array, wanted: np.ndarray) -> pa.Table:
@@ -178,27 +202,9 @@ def _checked(
     return pa.table(columns, schema=PARSED)
 
 
-def parse_spark(raw: pa.Table, spark: SparkSession, max_future_ms: int, max_bytes: int) -> pa.Table:
-    """`PARSED` by Spark's parse (`transforms.parse_ratings`), row for row."""
-    df = spark.createDataFrame(raw, RAW_SCHEMA)
-    parsed = select(parse_ratings(df, max_future_ms, max_bytes), _flow_columns()).toArrow()
-    return parsed.sort_by(ORDER).cast(PARSED)
-
-
-@cache
-def _flow_columns() -> Columns:
-    bad = F.col("dlq_reason").isNotNull()
-    cleared = ("user_id", "rating_time")
-    return Columns(
-        *[F.when(~bad, F.col(n)).alias(n) if n in cleared else F.col(n) for n in RATING_FIELDS.names],
-        *[F.when(bad, F.col("value")).alias("value") if c == "value" else F.col(c) for c in KAFKA_META],
-        F.col("dlq_reason"),
-    )
-
-
-def _replace(parsed: pa.Table, rows: np.ndarray, by_spark: pa.Table) -> pa.Table:
-    """`parsed` with its `rows` (in order) taken from `by_spark` (same order)."""
+def _replace(parsed: pa.Table, rows: np.ndarray, others: pa.Table) -> pa.Table:
+    """`parsed` with its `rows` (in order) taken from `others` (same order)."""
     index = np.arange(parsed.num_rows)
     index[rows] = parsed.num_rows + np.arange(len(rows))
-    both = pa.concat_tables([parsed, by_spark])
+    both = pa.concat_tables([parsed, others])
     return both.take(pa.array(index)).combine_chunks()

@@ -149,7 +149,7 @@ def main() -> int:
                 ratings_batch(args.ratings, customers, n * args.ratings, now_ms)
                 for n in range(args.repeat + 1)
             ]
-            took = timed_steps(Ratings(spark, settings), batches, store, now_ms)[1:]  # first: warm-up
+            took = timed_steps(Ratings(settings), batches, store, now_ms)[1:]  # first: warm-up
             figures: dict[str, Any] = {
                 "versions": size,
                 "customers": customers,

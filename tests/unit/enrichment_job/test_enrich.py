@@ -50,7 +50,7 @@ def store(spark: Any) -> VersionStore:
 def step(
     spark: Any, store: VersionStore, pairs: list[tuple[int, int]], watermark_ms: int | None, grace_ms: int
 ) -> RatingsResult:
-    ratings = Ratings(spark, JobSettings(grace_ms=grace_ms))
+    ratings = Ratings(JobSettings(grace_ms=grace_ms))
     return ratings.step(records([rating(n, u, t) for n, (u, t) in enumerate(pairs)]), store, watermark_ms)
 
 
@@ -114,7 +114,7 @@ def test_the_enriched_record_names_the_version_it_joined(spark: Any, store: Vers
 
 def test_alerts_are_the_unhappy_ratings_of_the_alert_status(spark: Any, store: VersionStore) -> None:
     values = [rating(1, 7, 2_500, stars=2), rating(2, 7, 2_500, stars=3), rating(3, 7, 1_500, stars=1)]
-    result = Ratings(spark, JobSettings(grace_ms=0)).step(records(values), store, 20_000)
+    result = Ratings(JobSettings(grace_ms=0)).step(records(values), store, 20_000)
     assert [json.loads(v)["rating_id"] for v in result.alerts.values] == [1]
     assert result.alerts.topic == "unhappy-platinum-customers"
 
@@ -122,7 +122,7 @@ def test_alerts_are_the_unhappy_ratings_of_the_alert_status(spark: Any, store: V
 def test_dead_letters_keep_the_original_bytes_and_say_why(spark: Any, store: VersionStore) -> None:
     settings = JobSettings(max_rating_bytes=1_000)
     values = [b"{broken", rating(1, 7, 1_500), rating(2, 7, 1_500, message="x" * 2_000)]
-    result = Ratings(spark, settings).step(records(values, first=40, partition=2), store, 20_000)
+    result = Ratings(settings).step(records(values, first=40, partition=2), store, 20_000)
     assert result.dead.values == [b"{broken", None]  # too large to go with its headers
     headers = [dict(h) for h in result.dead.headers or []]
     assert headers[0] == {
@@ -138,7 +138,7 @@ def test_dead_letters_keep_the_original_bytes_and_say_why(spark: Any, store: Ver
 
 
 def test_waiting_ratings_join_the_next_step_and_come_out_in_order(spark: Any, store: VersionStore) -> None:
-    ratings = Ratings(spark, JobSettings(grace_ms=0))
+    ratings = Ratings(JobSettings(grace_ms=0))
     first = ratings.step(records([rating(1, 7, 1_500), rating(2, 7, 5_000)]), store, 2_000)
     assert len(first.enriched) == 1
     assert first.waiting_from == {0: 1}
@@ -152,7 +152,7 @@ def test_waiting_ratings_join_the_next_step_and_come_out_in_order(spark: Any, st
 
 
 def test_a_rating_with_nothing_to_decide_stays_waiting_without_a_watermark(spark: Any) -> None:
-    result = Ratings(spark, JobSettings()).step(records([rating(1, 7, 1_500)]), VersionStore(), None)
+    result = Ratings(JobSettings()).step(records([rating(1, 7, 1_500)]), VersionStore(), None)
     assert len(result.enriched) == 0
     assert result.waiting is not None
     assert result.waiting.num_rows == 1
