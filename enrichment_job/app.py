@@ -2,6 +2,7 @@
 
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.spark_internals import local_checkpoint_files, skip_driver_checksums
 from enrichment_job.state_dir import StateDir
 from enrichment_job.table import CdcState, CustomerTable, DeltaLog
+from enrichment_job.tasks import TaskJoin
 from services.core.logs import log_format
 from services.core.prometheus import MetricsServer, serve
 
@@ -38,6 +40,11 @@ SCHEDULER_POOLS = Path(__file__).with_name("scheduler_pools.xml")
 # output waited about 1.5 s longer at 1,000,000 customers. The batches after it take full shares.
 FIRST_BATCH_SHARE = 0.25
 LOG4J_CONFIG = "log4j2.configurationFile"
+
+
+class JoinMoved(ValueError):
+    """The job name's last commit was made by the join in tasks: a job in tasks cannot go back
+    to the driver (the driver's commit would not know where each task left its partition)."""
 
 
 class SparkSettings(Protocol):
@@ -127,6 +134,10 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if settings.spark_jars:
         builder = builder.config("spark.jars", settings.spark_jars)
+    # Tasks that run Python (the join in tasks) start the executors' Python workers with
+    # PYSPARK_PYTHON; without it, the driver's own interpreter (its packages: pyarrow, the
+    # product), not whatever `python3` is first on the executors' PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     skip_driver_checksums(spark)
@@ -188,10 +199,20 @@ class Pipeline:
         self.state, self.consumed_to, self.waiting_from = start.state, start.consumed_to, start.waiting_from
         self.prefetch = prefetch if prefetch is not None and prefetch.state == self.state else None
         self._recovery = recovery
+        self.tasks: TaskJoin | None = None  # the join in tasks (ENRICH_JOIN_IN=tasks)
+        if settings.join_in == "driver" and (out.marker or {}).get("join_in") == "tasks":
+            raise JoinMoved(
+                f"setting ENRICH_JOIN_IN: job {settings.job_name!r} last committed with the join in "
+                "tasks (ENRICH_JOIN_IN=tasks); it cannot go back to the driver under the same name"
+            )
 
     def query_start(self) -> str:
         """The query's starting offsets (JSON); see `Recovery.query_start`."""
         starting, self.first_starts = self._recovery.query_start(self.ratings_in)
+        if self.settings.join_in == "tasks":
+            marker = self.out.marker
+            cut_over = marker if marker is not None and marker.get("join_in") != "tasks" else None
+            self.tasks = TaskJoin(self.spark, self.settings, str(self.out.run), self.first_starts, cut_over)
         return starting
 
     def _cdc_events(self, state: CdcState, until: dict[int, int] | None = None) -> pa.Table:
@@ -277,6 +298,12 @@ class Pipeline:
         return self.ratings_in.read(ranges), {**self.consumed_to, **upto}
 
     def _run(self, batch: DataFrame, batch_id: int) -> None:
+        if self.out.committed(batch_id) and self.tasks is not None:
+            log.info(
+                "batch %d: its CDC step is in Kafka; its tasks go on (each finds its own commit)", batch_id
+            )
+            self._in_tasks(batch_id, None, self._ratings_ends(), time.monotonic(), Steps())
+            return
         if self.out.committed(batch_id):
             log.info("batch %d is already in Kafka; not writing it again", batch_id)
             return
@@ -312,6 +339,10 @@ class Pipeline:
         if cdc.changes:  # the join below needs them: the watermark counts them in
             with steps("table"):
                 self.table.add(cdc.versions)
+        if self.tasks is not None:
+            self._cdc_commit(batch_id, cdc, steps)
+            self._in_tasks(batch_id, cdc, ends, started, steps)
+            return
         watermark = cdc.state.clock_ms
         outputs: list[Records] = []  # after the CDC step's, which are on their way
         result = None
@@ -370,6 +401,62 @@ class Pipeline:
             self.table.commit(batch_id, cdc.versions, cdc.state)
         self.metrics.batch(batch_id, counts, watermark, time.monotonic() - started, steps)
 
+    def _cdc_commit(self, batch_id: int, cdc: CdcResult, steps: Steps) -> None:
+        """The join in tasks: the batch's CDC outcome (the customers topic's records and the CDC
+        dead letters, on their way since `begin`) and its marker, in the driver's transaction.
+        A re-run of the batch finds it and goes straight to the tasks, with this watermark."""
+        marker = {
+            "ratings_topic": self.settings.ratings_topic,
+            "cdc_topic": self.settings.cdc_topic,
+            "join_in": "tasks",
+            **cdc.state.as_json(),
+            "cdc_events": cdc.events,
+            "changes": cdc.changes,
+            "duplicates": cdc.duplicates,
+            "dlq": len(cdc.dead),
+        }
+        with steps("kafka"):
+            self.out.write(batch_id, [], marker)
+        self.state = cdc.state
+        if cdc.changes:
+            self.table.commit(batch_id, cdc.versions, cdc.state)
+
+    def _in_tasks(
+        self, batch_id: int, cdc: CdcResult | None, ends: dict[int, int], started: float, steps: Steps
+    ) -> None:
+        """The batch's ratings, joined and written by its tasks (`tasks.TaskJoin`)."""
+        assert self.tasks is not None
+        limit = self.settings.max_offsets_per_trigger
+        first, self.first_read = self.first_read, False
+        if first:
+            limit = int(limit * FIRST_BATCH_SHARE)
+        with steps("tasks"):
+            outcomes = self.tasks.run(
+                batch_id,
+                self.state.clock_ms,
+                ends,
+                self.table.versions(),
+                cdc.versions if cdc is not None and cdc.changes else None,
+                limit=limit,
+                cdc_moved=first or (cdc is not None and cdc.events > 0),
+            )
+        for name in sorted({n for o in outcomes for n, _ in o.steps}):  # the slowest task's
+            steps.seconds[f"task.{name}"] = max(dict(o.steps).get(name, 0.0) for o in outcomes)
+        known = self.tasks.known
+        counts = {
+            "new": sum(o.new for o in outcomes),
+            "enriched": sum(o.enriched for o in outcomes),
+            "alerts": sum(o.alerts for o in outcomes),
+            "dlq": (len(cdc.dead) if cdc is not None else 0) + sum(o.dlq for o in outcomes),
+            "waiting": self.tasks.waiting(),
+            "cdc_events": cdc.events if cdc is not None else 0,
+            "changes": cdc.changes if cdc is not None else 0,
+            "duplicates": cdc.duplicates if cdc is not None else 0,
+            "deferred": sum(max(0, end - known[p].consumed_to) for p, end in ends.items() if p in known),
+            "tasks": len(outcomes),
+        }
+        self.metrics.batch(batch_id, counts, self.state.clock_ms, time.monotonic() - started, steps)
+
 
 def _rows(table: "pa.Table | None") -> int:
     return 0 if table is None else table.num_rows
@@ -409,6 +496,8 @@ class RunningJob:
             view.stop()
         self.pipeline.cdc.close()
         self.pipeline.ratings_in.close()
+        if self.pipeline.tasks is not None:
+            self.pipeline.tasks.close()
         self.table.close()
         gateway = self.spark.sparkContext._gateway
         self.spark.stop()

@@ -164,8 +164,11 @@ class TopicReader:
                     raise TimeoutError(
                         f"reading {self.topic} {ranges}: no record came for {self.timeout_s} s"
                     )
-                # Asking for exactly what is left returns as soon as it has come.
-                batch = self.consumer.consume(max(1, min(left, size - count, CONSUME_AT_MOST)), 0.1)
+                # Asking for exactly what is left returns as soon as it has come. Near the end
+                # the wait is short: what is left may be a transaction's control record, which
+                # never comes as a message (a transactional topic's range ends with one).
+                wait_s = 0.1 if left > CONSUME_AT_MOST else 0.01
+                batch = self.consumer.consume(max(1, min(left, size - count, CONSUME_AT_MOST)), wait_s)
                 if any(m.error() is not None for m in batch):
                     for msg in batch:
                         self._check(msg, ranges)

@@ -11,12 +11,12 @@ started later fences an earlier one with the same name, wherever it runs (`Fence
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 log = logging.getLogger("enrichment_job")
 Header = tuple[str, str | bytes | None]
@@ -76,12 +76,30 @@ class Fenced(RuntimeError):
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 
-def _fenced(err: BaseException) -> bool:
+def is_fenced(err: BaseException) -> bool:
     """A fenced producer's first failure names the fence; later calls fail as merely fatal."""
     error = err.args[0] if isinstance(err, KafkaException) and err.args else None
     if not isinstance(error, KafkaError):
         return False
     return error.code() in FENCED_CODES or (error.fatal() and "fenced" in error.str().lower())
+
+
+def transactional_producer(config: dict[str, str], transactional_id: str) -> Producer:
+    """A producer of `transactional_id`, its transactions initialised: an earlier producer of
+    the same id is fenced, and a transaction it left open is aborted."""
+    producer = Producer(
+        {
+            **config,
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_097_151,
+        }
+    )
+    producer.init_transactions(60)
+    return producer
 
 
 class TransactionalOutput:
@@ -96,18 +114,7 @@ class TransactionalOutput:
         self.commits_topic = commits_topic
         self.marker_key = transactional_id
         self.run = run
-        self.producer = Producer(
-            {
-                **config,
-                "transactional.id": transactional_id,
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "compression.type": "lz4",
-                "queue.buffering.max.messages": 2_000_000,
-                "queue.buffering.max.kbytes": 2_097_151,
-            }
-        )
-        self.producer.init_transactions(60)
+        self.producer = transactional_producer(config, transactional_id)
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="kafka-out")
         self._early: Future[int] | None = None  # what `begin` produces, in the sender's thread
         self.marker = last_marker(config, commits_topic, transactional_id)
@@ -162,7 +169,16 @@ class TransactionalOutput:
                 written += early.result()
             written += self._produce_all(outputs)
             body = {"batch_id": batch_id, **({"run": self.run} if self.run else {}), **marker}
-            self._produce(self.commits_topic, self.marker_key.encode(), json.dumps(body).encode(), None)
+            # On the commits topic's first partition, where `last_marker` reads it, whatever
+            # the number of partitions (the join's tasks write theirs to the others).
+            produce(
+                self.producer,
+                self.commits_topic,
+                self.marker_key.encode(),
+                json.dumps(body).encode(),
+                None,
+                partition=0,
+            )
             self.producer.commit_transaction(120)
         except Exception as err:
             self._raise_if_fenced(err, batch_id)
@@ -183,27 +199,49 @@ class TransactionalOutput:
 
     def _raise_if_fenced(self, err: Exception, batch_id: int) -> None:
         """Raises `Fenced`, naming the batch, when `err` says that a later instance took over."""
-        if _fenced(err):
+        if is_fenced(err):
             raise Fenced(
                 f"another instance of the job took over its transactional id {self.marker_key!r} "
                 f"(fenced: {err}); this one stops without writing batch {batch_id}"
             ) from err
 
     def _produce_all(self, outputs: Iterable[Records]) -> int:
-        written = 0
-        for records in outputs:
-            headers = records.headers or [None] * len(records)
-            for key, value, hdrs in zip(records.keys, records.values, headers, strict=True):
-                self._produce(records.topic, key, value, hdrs)
-            written += len(records)
-        return written
+        return produce_all(self.producer, outputs)
 
     def _produce(
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[Header] | None
     ) -> None:
-        while True:
-            try:
-                self.producer.produce(topic, value=value, key=key, headers=headers)
-                return
-            except BufferError:  # local queue full: let librdkafka send, then try again
-                self.producer.poll(0.05)
+        produce(self.producer, topic, key, value, headers)
+
+
+def produce_all(producer: Producer, outputs: Iterable[Records]) -> int:
+    """Every record of `outputs`, in order; returns how many."""
+    written = 0
+    for records in outputs:
+        headers = records.headers or [None] * len(records)
+        for key, value, hdrs in zip(records.keys, records.values, headers, strict=True):
+            produce(producer, records.topic, key, value, hdrs)
+        written += len(records)
+    return written
+
+
+def produce(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[Header] | None,
+    *,
+    partition: int = -1,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+) -> None:
+    """One record (`partition` -1: the partitioner's choice); while the local queue is full,
+    librdkafka sends and it tries again."""
+    while True:
+        try:
+            producer.produce(
+                topic, value=value, key=key, headers=headers, partition=partition, on_delivery=on_delivery
+            )
+            return
+        except BufferError:
+            producer.poll(0.05)

@@ -42,6 +42,13 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         "earliest",
         description="where a job name's very first run starts; later runs go on from its last commit",
     )
+    join_in: Literal["driver", "tasks"] = Field(
+        "driver",
+        description="where the join runs: driver (the driver reads, joins and writes every rating) or "
+        "tasks (a Spark task per ratings partition on the executors, each writing its output and "
+        "marker in its own Kafka transaction; the driver folds the CDC only). Once a job name ran "
+        "in tasks it stays there",
+    )
     max_offsets_per_trigger: int = Field(
         200_000, gt=0, description="records per micro-batch, both topics (the first batch: a quarter)"
     )

@@ -1,8 +1,10 @@
 """f. kill -9 in the middle of a steady stream, restart from the checkpoint: every rating once
 in the enriched topic, every alert once in the alert topic (read_committed). Once with the
 job's state in a local folder, once in S3 (s3a:// on the stack's S3 server), and once on the
-stack's Spark standalone cluster with its state in S3.
-h. Replay: a fresh job (new checkpoint and table) over the same inputs gives the same records."""
+stack's Spark standalone cluster with its state in S3; then with the join in Spark tasks
+(ENRICH_JOIN_IN=tasks), in local mode and on the cluster's executors.
+h. Replay: a fresh job (new checkpoint and table) over the same inputs gives the same records,
+also when the run it replays joined in tasks and the replay joins on the driver."""
 
 import random
 import threading
@@ -84,7 +86,7 @@ def _steady_stream(stack_env: StackEnv, topic: str, customers: list[int], produc
         time.sleep(0.04)
 
 
-@pytest.fixture(scope="module", params=["local", "s3", "cluster"])
+@pytest.fixture(scope="module", params=["local", "s3", "cluster", "tasks", "tasks-cluster"])
 def crash_run(
     request: pytest.FixtureRequest, stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CrashRun]:
@@ -95,12 +97,14 @@ def crash_run(
     state = tmp_path_factory.mktemp("crash") / "job"  # its log and metrics; the state too if local
     table: Table = state / "customer_versions"
     extra: dict[str, str] = {}
-    if request.param in ("s3", "cluster"):
+    if request.param in ("s3", "cluster", "tasks-cluster"):
         s3, extra = s3_state(stack_env, "crash")
         extra["ENRICH_METRICS_FILE"] = str(state / "metrics.json")
         table = s3.locate("customer_versions")
-    if request.param == "cluster":
+    if request.param in ("cluster", "tasks-cluster"):
         extra |= spark_job_on_cluster(stack_env)
+    if request.param.startswith("tasks"):
+        extra["ENRICH_JOIN_IN"] = "tasks"
     job = Job(stack_env, topics, state, GRACE_MS, extra).start()
     produced: dict[int, int] = {}
     stream = threading.Thread(
@@ -170,7 +174,7 @@ def test_ctrl_c_stops_the_job_cleanly(crash_run: CrashRun) -> None:
     assert "SIGINT: stopping" in crash_run.stop_log
 
 
-@pytest.mark.parametrize("crash_run", ["local"], indirect=True)  # the replay's state is local
+@pytest.mark.parametrize("crash_run", ["local", "tasks"], indirect=True)  # the replay's state is local
 def test_h_a_fresh_job_over_the_same_inputs_gives_the_same_records(
     stack_env: StackEnv, crash_run: CrashRun, tmp_path: Path
 ) -> None:

@@ -1,0 +1,15 @@
+"""The join in Spark tasks: each partition of the ratings topic read, joined and written by one
+task on an executor, in its own Kafka transaction with a per-partition marker.
+
+- `plan`: what a task is given (`PartitionPlan`) and what it commits and returns
+  (`PartitionMarker`, `TaskOutcome`): the contracts between the driver and its tasks.
+- `tables`: how the customer table reaches the executors (`TableShipper` on the driver,
+  `worker_store` in a task): a broadcast base and each batch's new versions.
+- `partition`: what runs in a task (`run_partition`).
+- `launch`: the driver's side of one batch (`TaskJoin`).
+"""
+
+from enrichment_job.tasks.launch import TaskJoin
+from enrichment_job.tasks.plan import PartitionMarker, PartitionPlan, TaskOutcome
+
+__all__ = ["PartitionMarker", "PartitionPlan", "TaskJoin", "TaskOutcome"]

@@ -1,0 +1,116 @@
+"""The driver's side of the join in tasks: one Spark job per batch, a task per ratings partition
+that has new ratings or ratings waiting, each committing on its own (see `partition`)."""
+
+import functools
+import logging
+from typing import Any
+
+import pyarrow as pa
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+
+from enrichment_job.kafka_out import Fenced
+from enrichment_job.settings import JobSettings
+from enrichment_job.tasks.partition import run_plans
+from enrichment_job.tasks.plan import PartitionPlan, TaskOutcome
+from enrichment_job.tasks.tables import TableShipper
+from enrichment_job.versions import VersionStore
+
+log = logging.getLogger("enrichment_job")
+
+
+class TaskJoin:
+    """Plans and runs each batch's tasks. `first_starts`: per ratings partition, where its
+    ratings start when no task has committed it; `cut_over`: the last commit of the join on the
+    driver, when this job name ran it before (its ratings' offsets and the waiting ones)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: JobSettings,
+        run: str,
+        first_starts: dict[int, int],
+        cut_over: dict[str, Any] | None = None,
+    ) -> None:
+        self.sc = spark.sparkContext
+        self.settings = settings
+        self.run_id = run
+        self.first_starts = first_starts
+        self.cut_over = cut_over or {}
+        self.tables = TableShipper(self.sc)
+        self.known: dict[int, TaskOutcome] = {}  # partition -> what its last task said
+
+    def waiting(self) -> int:
+        return sum(o.waiting for o in self.known.values())
+
+    def plans(
+        self, batch_id: int, watermark_ms: int | None, ends: dict[int, int], limit: int, cdc_moved: bool
+    ) -> list[PartitionPlan]:
+        """A plan per partition with something to do: new ratings, or ratings waiting for a
+        watermark that moved; every partition in the first batch of a start."""
+        settings = self.settings
+        share = max(1, limit // max(1, len(ends)))
+        waiting_cap = max(1, settings.max_waiting_ratings // max(1, len(ends)))
+        cut_consumed = _offsets(self.cut_over, "consumed_to")
+        cut_waiting = _offsets(self.cut_over, "waiting_from")
+        plans = []
+        for p, end in sorted(ends.items()):
+            last = self.known.get(p)
+            if last is not None and last.consumed_to >= end and not (last.waiting and cdc_moved):
+                continue
+            plans.append(
+                PartitionPlan(
+                    settings,
+                    self.run_id,
+                    batch_id,
+                    p,
+                    start=cut_consumed.get(p, self.first_starts.get(p, end)),
+                    end=end,
+                    share=share,
+                    max_waiting=waiting_cap,
+                    watermark_ms=watermark_ms,
+                    waiting_from=cut_waiting.get(p),
+                    start_watermark_ms=self.cut_over.get("watermark_ms"),
+                )
+            )
+        return plans
+
+    def run(
+        self,
+        batch_id: int,
+        watermark_ms: int | None,
+        ends: dict[int, int],
+        store: VersionStore,
+        new_versions: pa.Table | None,
+        *,
+        limit: int,
+        cdc_moved: bool,
+    ) -> list[TaskOutcome]:
+        """The batch's tasks, each committed on its own when this returns."""
+        plans = self.plans(batch_id, watermark_ms, ends, limit, cdc_moved)
+        table = self.tables.plan(store, new_versions)
+        if not plans:
+            return []
+        self.sc.setJobDescription(f"batch {batch_id}: the join, {len(plans)} ratings partitions")
+        try:
+            outcomes = (
+                self.sc.parallelize(plans, len(plans))
+                .mapPartitions(functools.partial(run_plans, table))
+                .collect()
+            )
+        except Py4JJavaError as err:
+            if "enrichment_job.kafka_out.Fenced" in str(err) or "Fenced: another producer" in str(err):
+                raise Fenced(
+                    f"a task of batch {batch_id} was fenced: another instance of the job took over"
+                ) from None
+            raise
+        for outcome in outcomes:
+            self.known[outcome.partition] = outcome
+        return outcomes
+
+    def close(self) -> None:
+        self.tables.close()
+
+
+def _offsets(marker: dict[str, Any], name: str) -> dict[int, int]:
+    return {int(p): int(o) for p, o in (marker.get(name) or {}).items()}
