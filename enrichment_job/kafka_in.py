@@ -60,6 +60,7 @@ class TopicReader:
         timeout_s: float = 60,
         *,
         timestamps: bool = True,
+        fetch_wait_ms: int | None = None,
     ) -> None:
         self.topic = topic
         self.timestamps = timestamps  # False: the records' timestamps are not needed (left null)
@@ -80,6 +81,10 @@ class TopicReader:
                 # librdkafka stops fetching while its queue is full, then waits this long before
                 # the next fetch (1 s by default): a long read ran at a third of its speed.
                 "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+                # fetch.wait.max.ms: how long the broker holds a fetch that finds nothing new
+                # (librdkafka's default 500 ms); a range that ends with a transaction's
+                # control record is read to its end only after such a fetch.
+                **({"fetch.wait.max.ms": fetch_wait_ms} if fetch_wait_ms is not None else {}),
             }
         )
 

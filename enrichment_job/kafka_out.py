@@ -84,20 +84,23 @@ def is_fenced(err: BaseException) -> bool:
     return error.code() in FENCED_CODES or (error.fatal() and "fenced" in error.str().lower())
 
 
+def transactional_config(config: dict[str, str], transactional_id: str) -> dict[str, Any]:
+    """The settings of a producer of `transactional_id`."""
+    return {
+        **config,
+        "transactional.id": transactional_id,
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "queue.buffering.max.messages": 2_000_000,
+        "queue.buffering.max.kbytes": 2_097_151,
+    }
+
+
 def transactional_producer(config: dict[str, str], transactional_id: str) -> Producer:
     """A producer of `transactional_id`, its transactions initialised: an earlier producer of
     the same id is fenced, and a transaction it left open is aborted."""
-    producer = Producer(
-        {
-            **config,
-            "transactional.id": transactional_id,
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "compression.type": "lz4",
-            "queue.buffering.max.messages": 2_000_000,
-            "queue.buffering.max.kbytes": 2_097_151,
-        }
-    )
+    producer = Producer(transactional_config(config, transactional_id))
     producer.init_transactions(60)
     return producer
 

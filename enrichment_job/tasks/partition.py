@@ -26,7 +26,7 @@ from confluent_kafka import KafkaException, Producer
 
 from enrichment_job.enrich import Ratings
 from enrichment_job.kafka_in import KAFKA, TopicReader
-from enrichment_job.kafka_out import Fenced, Records, is_fenced, produce, produce_all, transactional_producer
+from enrichment_job.kafka_out import Fenced, Records, is_fenced, produce, produce_all, transactional_config
 from enrichment_job.metrics import Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.tasks.plan import PartitionMarker, PartitionPlan, TablePlan, TaskOutcome
@@ -45,8 +45,16 @@ class _Held:
     ratings: Ratings | None = None  # the ratings waiting after `marker`
 
 
+# A task reads short ranges that end where the topic ends: a broker that holds an empty fetch
+# for librdkafka's default 500 ms held every marker read (a range that ends with a control record).
+FETCH_WAIT_MS = 10
 _partitions: dict[tuple[str, int], _Held] = {}
 _readers: dict[tuple[str, str], TopicReader] = {}
+# A producer made ahead for each partition this worker held, its transactions not initialised
+# yet: by the time the worker takes the partition over again, it is connected, and
+# `init_transactions` takes milliseconds (a new producer's first call waited 0.5 s for
+# librdkafka's next coordinator query).
+_spares: dict[tuple[str, int], Producer] = {}
 
 
 def run_plans(table: TablePlan, plans: Iterator[PartitionPlan]) -> Iterator[TaskOutcome]:
@@ -65,14 +73,14 @@ def run_partition(plan: PartitionPlan, table: TablePlan) -> TaskOutcome:
     kept = held is not None and held.marker is not None and held.marker.run == plan.run
     with steps("claim"):
         if held is None or not kept or _marker_after(settings, plan.partition, held.offset) is not None:
-            held, kept = _claim(plan, held), False
+            held, kept = _claim(plan, held, steps), False
     try:
         return _run(plan, table, held, started, steps)
     except KafkaException as err:
         if kept:  # another attempt took the partition over since: go on from its marker
             log.info("partition %d: its producer was taken over (%s); starting over", plan.partition, err)
             with steps("claim"):
-                held = _claim(plan, held)
+                held = _claim(plan, held, steps)
             return _run(plan, table, held, started, steps)
         _partitions.pop((settings.job_name, plan.partition), None)
         if not is_fenced(err):
@@ -91,23 +99,27 @@ def _reader(settings: JobSettings, topic: str) -> TopicReader:
     reader = _readers.get((settings.job_name, topic))
     if reader is None:
         timestamps = topic != settings.commits_topic
-        reader = TopicReader(settings, topic, f"{settings.job_name}-tasks", timestamps=timestamps)
+        reader = TopicReader(
+            settings, topic, f"{settings.job_name}-tasks", timestamps=timestamps, fetch_wait_ms=FETCH_WAIT_MS
+        )
         _readers[(settings.job_name, topic)] = reader
     return reader
 
 
-def _claim(plan: PartitionPlan, old: _Held | None) -> _Held:
+def _claim(plan: PartitionPlan, old: _Held | None, steps: Steps) -> _Held:
     """A new producer for the partition (fencing every earlier one), and its last marker."""
     settings = plan.settings
     _partitions.pop((settings.job_name, plan.partition), None)
     if old is not None:
         old.producer.flush(0)
-    producer = transactional_producer(settings.producer_config(), _transactional_id(settings, plan.partition))
+    with steps("fence"):
+        producer = _producer(settings, plan.partition)
     held = _Held(producer)
-    if old is not None and old.marker is not None and old.offset >= 0:
-        found = _marker_after(settings, plan.partition, old.offset)
-    else:
-        found = _last_marker(settings, plan.partition)
+    with steps("marker"):
+        if old is not None and old.marker is not None and old.offset >= 0:
+            found = _marker_after(settings, plan.partition, old.offset)
+        else:
+            found = _last_marker(settings, plan.partition)
     if found is not None:
         held.offset, held.marker = found
     elif old is not None and old.marker is not None:  # none since this worker's: all it kept holds
@@ -117,6 +129,15 @@ def _claim(plan: PartitionPlan, old: _Held | None) -> _Held:
 
 
 _commit_partitions: dict[str, int] = {}  # commits topic -> its partitions, as this worker read them
+
+
+def _producer(settings: JobSettings, partition: int) -> Producer:
+    """The partition's producer, its transactions initialised (fencing every earlier one)."""
+    config = transactional_config(settings.producer_config(), _transactional_id(settings, partition))
+    producer = _spares.pop((settings.job_name, partition), None) or Producer(config)
+    producer.init_transactions(60)
+    _spares[(settings.job_name, partition)] = Producer(config)
+    return producer
 
 
 def commits_partition(settings: JobSettings, partition: int) -> int:

@@ -386,6 +386,12 @@ def main() -> int:  # noqa: PLR0915 - one benchmark, its phases in order
     parser.add_argument(
         "--s3-state", action="store_true", help="keep the job's state in the stack's S3 (s3a://), not on disk"
     )
+    parser.add_argument(
+        "--join-in",
+        choices=("driver", "tasks"),
+        default="driver",
+        help="where the job joins (ENRICH_JOIN_IN): on the driver, or a Spark task per ratings partition",
+    )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "job.json")
     args = parser.parse_args()
 
@@ -408,6 +414,7 @@ def main() -> int:  # noqa: PLR0915 - one benchmark, its phases in order
     print(f"starting the job (log {log}) and waiting for it to load the customer table ...", flush=True)
     started = time.monotonic()
     extra = placement(env, state, suffix, cluster=args.cluster, s3_state=args.s3_state)
+    extra["ENRICH_JOIN_IN"] = args.join_in
     proc = start_job(env, topics, state, args.grace_ms, log, extra=extra)
     stop = threading.Event()
     results: dict[str, Any] = {
@@ -416,6 +423,7 @@ def main() -> int:  # noqa: PLR0915 - one benchmark, its phases in order
         "machine_cores": os.cpu_count(),
         "master": extra.get("ENRICH_MASTER", "local[2]"),
         "state": extra.get("ENRICH_STATE_DIR", "local"),
+        "join_in": args.join_in,
     }
     try:
         wait_caught_up(state, proc, 900)
