@@ -10,7 +10,7 @@ import gc
 import logging
 import sys
 
-from enrichment_job.app import start
+from enrichment_job.app import JoinMoved, start
 from enrichment_job.cli import CONFIG_EXIT, FENCED_EXIT, load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.recovery import TopicsChanged
 from enrichment_job.settings import JobSettings
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
         views = load_or_exit(ViewsSettings, [], "python -m enrichment_job", __doc__ or "")
     try:
         job = start(settings, views)
-    except (TopicsChanged, ConfigError) as err:
+    except (TopicsChanged, JoinMoved, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return CONFIG_EXIT
     code = run_until_stopped(job.spark, job.stop, log, stopping)
