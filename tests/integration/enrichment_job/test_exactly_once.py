@@ -1,7 +1,7 @@
 """f. kill -9 in the middle of a steady stream, restart from the checkpoint: every rating once
 in the enriched topic, every alert once in the alert topic (read_committed). Once with the
-job's state in a local folder, once in S3 (s3a:// on the stack's S3 server), and once on the
-stack's Spark standalone cluster with its state in S3; then with the join in Spark tasks
+job's state in a local folder, and once on the stack's Spark standalone cluster with its state
+in S3 (s3a:// on the stack's S3 server); then with the join in Spark tasks
 (ENRICH_JOIN_IN=tasks), in local mode and on the cluster's executors.
 h. Replay: a fresh job (new checkpoint and table) over the same inputs gives the same records,
 also when the run it replays joined in tasks and the replay joins on the driver."""
@@ -86,7 +86,8 @@ def _steady_stream(stack_env: StackEnv, topic: str, customers: list[int], produc
         time.sleep(0.04)
 
 
-@pytest.fixture(scope="module", params=["local", "s3", "cluster", "tasks", "tasks-cluster"])
+# State in S3 on its own: test_state_in_s3.py; the cluster's runs keep it there.
+@pytest.fixture(scope="module", params=["local", "cluster", "tasks", "tasks-cluster"])
 def crash_run(
     request: pytest.FixtureRequest, stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CrashRun]:
@@ -97,7 +98,7 @@ def crash_run(
     state = tmp_path_factory.mktemp("crash") / "job"  # its log and metrics; the state too if local
     table: Table = state / "customer_versions"
     extra: dict[str, str] = {}
-    if request.param in ("s3", "cluster", "tasks-cluster"):
+    if request.param in ("cluster", "tasks-cluster"):
         s3, extra = s3_state(stack_env, "crash")
         extra["ENRICH_METRICS_FILE"] = str(state / "metrics.json")
         table = s3.locate("customer_versions")
