@@ -2,7 +2,8 @@
 in the enriched topic, every alert once in the alert topic (read_committed). Once with the
 job's state in a local folder, and once on the stack's Spark standalone cluster with its state
 in S3 (s3a:// on the stack's S3 server); then with the join in Spark tasks
-(ENRICH_JOIN_IN=tasks), in local mode and on the cluster's executors.
+(ENRICH_JOIN_IN=tasks) on the cluster's executors, its state in a local folder (a task of a
+partition runs on either executor, so a partition moves between Python workers too).
 h. Replay: a fresh job (new checkpoint and table) over the same inputs gives the same records,
 also when the run it replays joined in tasks and the replay joins on the driver."""
 
@@ -86,8 +87,8 @@ def _steady_stream(stack_env: StackEnv, topic: str, customers: list[int], produc
         time.sleep(0.04)
 
 
-# State in S3 on its own: test_state_in_s3.py; the cluster's runs keep it there.
-@pytest.fixture(scope="module", params=["local", "cluster", "tasks", "tasks-cluster"])
+# State in S3 on its own: test_state_in_s3.py; the cluster's run on the driver keeps it there.
+@pytest.fixture(scope="module", params=["local", "cluster", "tasks-cluster"])
 def crash_run(
     request: pytest.FixtureRequest, stack_env: StackEnv, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CrashRun]:
@@ -98,7 +99,7 @@ def crash_run(
     state = tmp_path_factory.mktemp("crash") / "job"  # its log and metrics; the state too if local
     table: Table = state / "customer_versions"
     extra: dict[str, str] = {}
-    if request.param in ("cluster", "tasks-cluster"):
+    if request.param == "cluster":
         s3, extra = s3_state(stack_env, "crash")
         extra["ENRICH_METRICS_FILE"] = str(state / "metrics.json")
         table = s3.locate("customer_versions")
@@ -175,7 +176,8 @@ def test_ctrl_c_stops_the_job_cleanly(crash_run: CrashRun) -> None:
     assert "SIGINT: stopping" in crash_run.stop_log
 
 
-@pytest.mark.parametrize("crash_run", ["local", "tasks"], indirect=True)  # the replay's state is local
+# The replay's state is local; the run in tasks keeps its state in a local folder too.
+@pytest.mark.parametrize("crash_run", ["local", "tasks-cluster"], indirect=True)
 def test_h_a_fresh_job_over_the_same_inputs_gives_the_same_records(
     stack_env: StackEnv, crash_run: CrashRun, tmp_path: Path
 ) -> None:
