@@ -211,11 +211,6 @@ class TransactionalOutput:
     def _produce_all(self, outputs: Iterable[Records]) -> int:
         return produce_all(self.producer, outputs)
 
-    def _produce(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[Header] | None
-    ) -> None:
-        produce(self.producer, topic, key, value, headers)
-
 
 def produce_all(producer: Producer, outputs: Iterable[Records]) -> int:
     """Every record of `outputs`, in order; returns how many."""

@@ -9,6 +9,7 @@ import pyarrow as pa
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
+from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.kafka_out import Fenced
 from enrichment_job.settings import JobSettings
 from enrichment_job.tasks.partition import run_plans
@@ -51,8 +52,8 @@ class TaskJoin:
         settings = self.settings
         share = max(1, limit // max(1, len(ends)))
         waiting_cap = max(1, settings.max_waiting_ratings // max(1, len(ends)))
-        cut_consumed = _offsets(self.cut_over, "consumed_to")
-        cut_waiting = _offsets(self.cut_over, "waiting_from")
+        cut_consumed = partition_offsets(self.cut_over, "consumed_to")
+        cut_waiting = partition_offsets(self.cut_over, "waiting_from")
         plans = []
         for p, end in sorted(ends.items()):
             last = self.known.get(p)
@@ -110,7 +111,3 @@ class TaskJoin:
 
     def close(self) -> None:
         self.tables.close()
-
-
-def _offsets(marker: dict[str, Any], name: str) -> dict[int, int]:
-    return {int(p): int(o) for p, o in (marker.get(name) or {}).items()}

@@ -31,6 +31,7 @@ from enrichment_job.metrics import Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.tasks.plan import PartitionMarker, PartitionPlan, TablePlan, TaskOutcome
 from enrichment_job.tasks.tables import worker_store
+from enrichment_job.versions import VersionStore
 
 log = logging.getLogger("enrichment_job")
 
@@ -152,15 +153,14 @@ def commits_partition(settings: JobSettings, partition: int) -> int:
 def _marker_after(settings: JobSettings, partition: int, offset: int) -> tuple[int, PartitionMarker] | None:
     """The partition's last committed marker after `offset` in its commits partition, and where
     it is; None when there is none (read_committed)."""
-    found = _markers(settings, partition, {commits_partition(settings, partition): offset + 1})
-    return found.get(commits_partition(settings, partition))
+    where = commits_partition(settings, partition)
+    return _markers(settings, partition, {where: offset + 1}).get(where)
 
 
 def _last_marker(settings: JobSettings, partition: int) -> tuple[int, PartitionMarker] | None:
     """The partition's last committed marker in the whole commits topic (the one with the
     highest `seq`), and where it is when that is its commits partition (else -1)."""
-    reader = _reader(settings, settings.commits_topic)
-    found = _markers(settings, partition, dict.fromkeys(reader.partitions(settings.commits_topic), 0))
+    found = _markers(settings, partition, None)
     if not found:
         return None
     where, (offset, marker) = max(found.items(), key=lambda item: item[1][1].seq)
@@ -168,16 +168,18 @@ def _last_marker(settings: JobSettings, partition: int) -> tuple[int, PartitionM
 
 
 def _markers(
-    settings: JobSettings, partition: int, starts: dict[int, int]
+    settings: JobSettings, partition: int, starts: dict[int, int] | None
 ) -> dict[int, tuple[int, PartitionMarker]]:
-    """Per commits partition read from `starts`, the ratings partition's last marker there."""
+    """Per commits partition read from `starts` (None: every partition, whole), the ratings
+    partition's last marker there."""
     reader = _reader(settings, settings.commits_topic)
-    bounds = reader.bounds()
-    ranges = {
-        where: (max(low, starts[where]), high)
-        for where, (low, high) in bounds.items()
-        if where in starts and high > max(low, starts[where])
-    }
+    ranges = {}
+    for where, (low, high) in reader.bounds().items():
+        if starts is not None and where not in starts:
+            continue
+        first = max(low, starts[where]) if starts is not None else low
+        if high > first:
+            ranges[where] = (first, high)
     records = reader.read(ranges) if ranges else KAFKA.empty_table()
     key = pa.scalar(PartitionMarker.key(settings.job_name, partition))
     mine = records.filter(pc.and_(pc.equal(records.column("key"), key), pc.is_valid(records.column("value"))))
@@ -192,16 +194,15 @@ def _markers(
     return found
 
 
-def _ratings(plan: PartitionPlan, table: TablePlan, held: _Held) -> Ratings:
+def _ratings(plan: PartitionPlan, store: VersionStore, held: _Held) -> Ratings:
     """The ratings waiting after the partition's last commit: kept by this worker, or re-read
-    from Kafka and decided again (`Ratings.recover`)."""
+    from Kafka and decided again against `store`, the batch's table (`Ratings.recover`)."""
     if held.ratings is not None:
         return held.ratings
     ratings = Ratings(plan.settings)
     marker = held.marker
     recovery = marker.as_recovery() if marker is not None else _cut_over(plan)
     if recovery is not None:
-        store = worker_store(plan.settings.job_name, table)
         ratings.recover(recovery, store, _reader(plan.settings, plan.settings.ratings_topic).read)
     held.ratings = ratings
     return ratings
@@ -227,7 +228,7 @@ def _run(plan: PartitionPlan, table: TablePlan, held: _Held, started: float, ste
     consumed = marker.consumed_to if marker is not None else plan.start
     with steps("table"):
         store = worker_store(settings.job_name, table)
-        ratings = _ratings(plan, table, held)
+        ratings = _ratings(plan, store, held)
     upto = consumed
     if ratings.waiting_count < plan.max_waiting:
         upto = max(consumed, min(plan.end, consumed + plan.share))

@@ -50,7 +50,7 @@ class TableShipper:
         self._release()
         rows = new.num_rows if new is not None else 0
         if self.base is None or self.delta_rows + rows >= max(REBASE_ROWS, self.base_rows // 10):
-            self._old += [b for _, b in self.deltas] + ([self.base] if self.base is not None else [])
+            self._retire()
             table = store.table()
             self.base = self.sc.broadcast(to_ipc(table))
             self.base_id, self.base_rows = self.base_id + 1, table.num_rows
@@ -62,13 +62,17 @@ class TableShipper:
             self.delta_rows += rows
         return TablePlan(self.base_id, self.base, tuple(self.deltas))
 
+    def _retire(self) -> None:
+        """The base and deltas of now, released at the next `_release`."""
+        self._old += [b for _, b in self.deltas] + ([self.base] if self.base is not None else [])
+
     def _release(self) -> None:
         old, self._old = self._old, []
         for broadcast in old:
             broadcast.destroy(blocking=False)
 
     def close(self) -> None:
-        self._old += [b for _, b in self.deltas] + ([self.base] if self.base is not None else [])
+        self._retire()
         self._release()
 
 
