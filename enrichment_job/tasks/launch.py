@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
+from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
 from enrichment_job.kafka_in import partition_offsets
@@ -99,7 +100,9 @@ class TaskJoin:
                 .mapPartitions(functools.partial(run_plans, table))
                 .collect()
             )
-        except Py4JJavaError as err:
+        except (Py4JJavaError, PythonException) as err:
+            # A task's error reaches the driver as text: PySpark raises PythonException for an
+            # error in a Python worker (Py4JJavaError for one it did not capture).
             if "enrichment_job.kafka_out.Fenced" in str(err) or "Fenced: another producer" in str(err):
                 raise Fenced(
                     f"a task of batch {batch_id} was fenced: another instance of the job took over"
