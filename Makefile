@@ -9,7 +9,7 @@ STACK := $(BIN)/python -m infra.stack
 # The stack's state folder, as infra.stack chooses it: STACK_STATE_DIR, else one per database.
 STATE := $(or $(STACK_STATE_DIR),$(if $(filter postgres,$(STACK_SOURCE)),.state-postgres,.state))
 
-.PHONY: help install up down status clean demo loadgen test test-secured test-postgres test-unit test-integration lint format typecheck env bench bench-job bench-table bench-views faults lake-query views-job views-api view
+.PHONY: help install up down status clean demo loadgen test test-secured test-postgres test-unit test-integration lint format typecheck env bench bench-job bench-table bench-versus bench-views faults lake-query views-job views-api view
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -118,6 +118,9 @@ bench: up ## every benchmark, then bench-results/bench.json and bench.png (ARGS=
 
 bench-job: up ## enrichment job figures: fixed-rate latency and saturation throughput (ARGS="--rate 2000")
 	$(BIN)/python -m infra.bench.job $(ARGS)
+
+bench-versus: up ## the job beside the Kafka Streams reference (infra/bench/kstreams), one at a time: start, throughput, p99 (ARGS="--n 300000")
+	$(BIN)/python -m infra.bench.versus $(ARGS)
 
 bench-views: up ## the views beside the job at 5,000/s: job latency, views freshness, pull queries, service restart (ARGS="--in-job")
 	$(BIN)/python -m infra.bench.views $(ARGS)

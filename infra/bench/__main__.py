@@ -2,7 +2,8 @@
 (on a quiet machine: they measure it), then writes bench-results/bench.json and bench.png.
 
 Stages: pipeline (the demo at a low rate: latency from rating to enriched record and to Slack
-post), job (enrichment throughput and latency at 5,000/s), views (the views beside the job at
+post), job (enrichment throughput and latency at 5,000/s), versus (the job beside a Kafka Streams
+reference, one at a time: start, backlog, p99 at 5,000/s), views (the views beside the job at
 5,000/s: freshness, pull queries, restart), es_sink, s3_sink, slack_notifier.
 """
 

@@ -49,6 +49,8 @@ def stages(results: Path) -> list[Stage]:
             ),
             "job.json",
         ),
+        # The job beside the Kafka Streams reference (infra/bench/kstreams), one at a time.
+        Stage("versus", ("infra.bench.versus", "--out", str(results / "versus.json")), "versus.json"),
         Stage(
             "views",
             (

@@ -13,6 +13,7 @@ class Versions:
     kafka: str
     log4j: str
     slf4j: str
+    jackson: str
     debezium: str
     elasticsearch: str
     s3proxy: str
@@ -32,6 +33,7 @@ class Versions:
             "kafka.version": self.kafka,
             "log4j.version": self.log4j,
             "slf4j.version": self.slf4j,
+            "jackson.version": self.jackson,
             "s3proxy.version": self.s3proxy,
             "spark.version": self.spark,
             "delta.version": self.delta,
@@ -48,6 +50,7 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         kafka=maven["kafka"],
         log4j=maven["log4j"],
         slf4j=maven["slf4j"],
+        jackson=maven["jackson"],
         debezium=maven["debezium"],
         elasticsearch=maven["elasticsearch"],
         s3proxy=maven["s3proxy"],
