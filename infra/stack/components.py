@@ -437,14 +437,20 @@ def spark_cluster(settings: StackSettings, installed: Installed) -> list[Compone
     """A Spark standalone master and its workers, from the pyspark package's own jars (the same
     release as the jobs' driver), on the Spark jobs' JDK, bound to the loopback. A worker starts
     each executor as a JVM of its own, with the package as SPARK_HOME."""
+    return spark_daemons(settings, installed.spark_java)
+
+
+def spark_daemons(settings: StackSettings, spark_java: Path) -> list[Component]:
+    """The master and workers of `spark_cluster` on the JDK at `spark_java` (the scale benchmark
+    starts a cluster of its own from these, on other ports)."""
     from infra.stack.artifacts import pyspark_jars_dir  # noqa: PLC0415 - imports pyspark
 
     jars = pyspark_jars_dir()
     state = settings.state_dir / "spark"
-    java = str(installed.spark_java / "bin" / "java")
+    java = str(spark_java / "bin" / "java")
     environment = {
         "SPARK_HOME": str(jars.parent),
-        "JAVA_HOME": str(installed.spark_java),
+        "JAVA_HOME": str(spark_java),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_DIRS": str(state / "tmp"),
         # The launcher that builds an executor's command looks for a source build's folders
