@@ -49,6 +49,13 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         "marker in its own Kafka transaction; the driver folds the CDC only). Once a job name ran "
         "in tasks it stays there",
     )
+    min_executors: int = Field(
+        0,
+        ge=0,
+        description="with the join in tasks: the executors to wait for (up to 120 s) before the "
+        "first batch, so that its partitions spread over all of them rather than move as the "
+        "later ones register; 0 does not wait",
+    )
     max_offsets_per_trigger: int = Field(
         200_000, gt=0, description="records per micro-batch, both topics (the first batch: a quarter)"
     )

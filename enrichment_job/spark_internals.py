@@ -14,12 +14,18 @@ test_spark_internals.py and the integration tests run each of them).
 - `JsonProgressEvents`: the JVM listener wrapper PySpark builds, fed Spark's JSON of a progress
   event instead of PySpark's field-by-field conversion.
 - `java_columns`, `wrap_frame`: a list of columns handed to the JVM once (plans.py).
+- `live_executors`, `placed_rdd`: the join in tasks keeps each ratings partition on the
+  executor that ran it before. PySpark's `parallelize` takes no preferred locations, and no
+  public API lists the executors' ids; Scala's `makeRDD` with locations and the app status
+  store do.
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from pyspark import RDD, SparkContext
+from pyspark.serializers import CPickleSerializer
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.classic.column import _to_java_column, _to_seq
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
@@ -113,6 +119,34 @@ def skip_driver_checksums(spark: SparkSession) -> None:
     jvm: Any = spark.sparkContext._jvm
     local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark.sparkContext._jsc.hadoopConfiguration())
     local.setWriteChecksum(False)
+
+
+def live_executors(sc: SparkContext) -> dict[str, str]:
+    """The live executors, not the driver: id -> host."""
+    jvm: Any = sc._jvm
+    store = sc._jsc.sc().statusStore()
+    found = {}
+    for summary in jvm.scala.jdk.javaapi.CollectionConverters.asJava(store.executorList(True)):
+        if summary.id() != "driver":
+            found[summary.id()] = summary.hostPort().rsplit(":", 1)[0]
+    return found
+
+
+def placed_rdd(sc: SparkContext, items: Sequence[tuple[object, str, str]]) -> RDD[Any]:
+    """An RDD of one partition per (object, executor id, host), each partition preferring that
+    executor (Spark's locality tag `executor_<host>_<id>`); its elements reach the Python
+    workers pickled one by one."""
+    jvm: Any = sc._jvm
+    scala = jvm.scala.jdk.javaapi.CollectionConverters
+    pickled = CPickleSerializer()
+    pairs = jvm.java.util.ArrayList()
+    for item, executor, host in items:
+        where = jvm.java.util.ArrayList()
+        where.add(f"executor_{host}_{executor}")
+        pairs.add(jvm.scala.Tuple2(bytearray(pickled.dumps(item)), scala.asScala(where).toSeq()))  # type: ignore[no-untyped-call]
+    tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+    placed = sc._jsc.sc().makeRDD(scala.asScala(pairs).toSeq(), tag)
+    return RDD(placed.toJavaRDD(), sc, pickled)
 
 
 class JsonProgressEvents:

@@ -3,22 +3,55 @@ that has new ratings or ratings waiting, each committing on its own (see `partit
 
 import functools
 import logging
+import time
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
+from pyspark import RDD
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
 from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.kafka_out import Fenced
 from enrichment_job.settings import JobSettings
+from enrichment_job.spark_internals import live_executors, placed_rdd
 from enrichment_job.tasks.partition import run_plans
 from enrichment_job.tasks.plan import PartitionPlan, TaskOutcome
 from enrichment_job.tasks.tables import TableShipper
 from enrichment_job.versions import VersionStore
 
 log = logging.getLogger("enrichment_job")
+EXECUTORS_WAIT_S = 120.0  # at most, for ENRICH_MIN_EXECUTORS
+
+
+def sticky_placement(
+    placement: dict[int, str], executors: Iterable[str], partitions: list[int]
+) -> dict[int, str]:
+    """Where each ratings partition's tasks should run: where they ran before, while that
+    executor lives; a partition new here, or whose executor is gone, goes to the executor with
+    the fewest. An executor that registered after the others (the first batches of a start, a
+    replacement) then takes partitions over until no executor has two more than another."""
+    load = {executor: 0 for executor in executors}
+    placed = {p: e for p, e in placement.items() if e in load}
+    for executor in placed.values():
+        load[executor] += 1
+    for p in partitions:
+        if p not in placed:
+            executor = min(load, key=lambda e: (load[e], e))
+            placed[p] = executor
+            load[executor] += 1
+    while load:
+        most = max(load, key=lambda e: (load[e], e))
+        least = min(load, key=lambda e: (load[e], e))
+        if load[most] - load[least] <= 1:
+            break
+        moved = max(p for p, e in placed.items() if e == most)
+        placed[moved] = least
+        load[most] -= 1
+        load[least] += 1
+    return placed
 
 
 class TaskJoin:
@@ -41,6 +74,25 @@ class TaskJoin:
         self.cut_over = cut_over or {}
         self.tables = TableShipper(self.sc)
         self.known: dict[int, TaskOutcome] = {}  # partition -> what its last task said
+        self.placement: dict[int, str] = {}  # partition -> the executor its tasks prefer
+        if settings.min_executors:
+            self._wait_for_executors(settings.min_executors)
+
+    def _wait_for_executors(self, count: int, timeout_s: float = EXECUTORS_WAIT_S) -> None:
+        """Until `count` executors have registered, or the time is up (logged either way)."""
+        started = time.monotonic()
+        while (found := len(live_executors(self.sc))) < count and time.monotonic() - started < timeout_s:
+            time.sleep(0.5)
+        waited = time.monotonic() - started
+        if found < count:
+            log.warning(
+                "%d of ENRICH_MIN_EXECUTORS=%d executors after %.0f s: starting with those",
+                found,
+                count,
+                waited,
+            )
+        else:
+            log.info("%d executors registered after %.1f s", found, waited)
 
     def waiting(self) -> int:
         return sum(o.waiting for o in self.known.values())
@@ -95,11 +147,7 @@ class TaskJoin:
             return []
         self.sc.setJobDescription(f"batch {batch_id}: the join, {len(plans)} ratings partitions")
         try:
-            outcomes = (
-                self.sc.parallelize(plans, len(plans))
-                .mapPartitions(functools.partial(run_plans, table))
-                .collect()
-            )
+            outcomes = self._placed(plans).mapPartitions(functools.partial(run_plans, table)).collect()
         except (Py4JJavaError, PythonException) as err:
             # A task's error reaches the driver as text: PySpark raises PythonException for an
             # error in a Python worker (Py4JJavaError for one it did not capture).
@@ -111,6 +159,26 @@ class TaskJoin:
         for outcome in outcomes:
             self.known[outcome.partition] = outcome
         return outcomes
+
+    def _placed(self, plans: list[PartitionPlan]) -> RDD[PartitionPlan]:
+        """The plans as an RDD of a partition each, every one preferring the executor that ran
+        that ratings partition before, as long as the executor lives (Kafka Streams' sticky
+        assignment): a task that moves must fence the last producer and read the marker back
+        (about 1 s), one that stays goes on with its producer and its waiting ratings. With one
+        executor (local mode) there is nothing to choose. The preference is Spark's locality:
+        the scheduler waits up to `spark.locality.wait` for that executor before it runs the
+        task elsewhere, which is correct too, only slower."""
+        executors = live_executors(self.sc)
+        if len(executors) < 2:
+            return self.sc.parallelize(plans, len(plans))
+        self.placement = sticky_placement(self.placement, executors, [plan.partition for plan in plans])
+        return placed_rdd(
+            self.sc,
+            [
+                (plan, self.placement[plan.partition], executors[self.placement[plan.partition]])
+                for plan in plans
+            ],
+        )
 
     def close(self) -> None:
         self.tables.close()

@@ -251,6 +251,7 @@ def run_job(
             "ENRICH_MASTER": cluster.url,
             "SPARK_LOCAL_IP": "127.0.0.1",
             "ENRICH_JOIN_IN": "tasks",
+            "ENRICH_MIN_EXECUTORS": str(workers),  # as on any cluster: start with all of them
             "ENRICH_JOB_NAME": f"scale-{workers}-{uuid.uuid4().hex[:8]}",  # reads the backlog anew
         }
         proc = start_job(env, topics, state, 0, state.with_suffix(".log"), extra=extra)
