@@ -3,7 +3,7 @@
 import logging
 import sys
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -97,19 +97,22 @@ class TopicReader:
             raise KafkaException(meta.error)
         return sorted(meta.partitions)
 
-    def bounds(self) -> dict[int, tuple[int, int]]:
-        """partition -> the first and the next offset of each partition now; empty when the
-        topic does not exist yet."""
-        topic = self.consumer.list_topics(self.topic, timeout=self.timeout_s).topics[self.topic]
-        if topic.error is not None:
-            if topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # nothing written to it yet
-                return {}
-            raise KafkaException(topic.error)
+    def bounds(self, partitions: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
+        """partition -> the first and the next offset of each partition now (of `partitions`
+        only, known to exist, when given: no metadata request); empty when the topic does not
+        exist yet."""
+        if partitions is None:
+            topic = self.consumer.list_topics(self.topic, timeout=self.timeout_s).topics[self.topic]
+            if topic.error is not None:
+                if topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # nothing written to it yet
+                    return {}
+                raise KafkaException(topic.error)
+            partitions = topic.partitions
         return {
             p: self.consumer.get_watermark_offsets(
                 TopicPartition(self.topic, p), timeout=self.timeout_s, cached=False
             )
-            for p in sorted(topic.partitions)
+            for p in sorted(partitions)
         }
 
     def ranges(

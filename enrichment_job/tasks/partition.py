@@ -174,9 +174,8 @@ def _markers(
     partition's last marker there."""
     reader = _reader(settings, settings.commits_topic)
     ranges = {}
-    for where, (low, high) in reader.bounds().items():
-        if starts is not None and where not in starts:
-            continue
+    # A marker check reads one commits partition: its bounds alone, with no metadata request.
+    for where, (low, high) in reader.bounds(None if starts is None else starts.keys()).items():
         first = max(low, starts[where]) if starts is not None else low
         if high > first:
             ranges[where] = (first, high)
