@@ -356,7 +356,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         prog="make bench-scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 3], help="cluster sizes, in order")
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 3], help="cluster sizes, in order")
     parser.add_argument("--peer-instances", type=int, nargs="*", default=[1, 3], help="reference sizes")
     parser.add_argument("--cap", type=float, default=0.3, help="cores each worker (or instance) may use")
     parser.add_argument("--n", type=int, default=1_000_000, help="ratings in the backlog")
@@ -400,7 +400,8 @@ def main() -> int:
                 env, work, backlog, workers=workers, cap=args.cap, n=args.n, partitions=args.partitions
             )
             print(json.dumps(job_runs[str(workers)]), flush=True)
-        results["job"] = summary(job_runs, args.void_idle)
+        if job_runs:
+            results["job"] = summary(job_runs, args.void_idle)
         peer_runs = {}
         for instances in args.peer_instances:
             print(f"Kafka Streams: {instances} instance(s) at {args.cap} of a core each ...", flush=True)

@@ -109,13 +109,16 @@ public final class EnrichJoin {
     }
   }
 
+  /** An enriched record's JSON, and whether it is an alert (decided as it is made). */
+  record Enriched(byte[] json, boolean alert) {}
+
   /** Joins each rating to the store's customer: the enriched record, keyed by user_id. */
-  static final class Enrich extends ContextualFixedKeyProcessor<byte[], byte[], byte[]> {
+  static final class Enrich extends ContextualFixedKeyProcessor<byte[], byte[], Enriched> {
     private KeyValueStore<Integer, byte[]> store;
     private long unreadable;
 
     @Override
-    public void init(FixedKeyProcessorContext<byte[], byte[]> context) {
+    public void init(FixedKeyProcessorContext<byte[], Enriched> context) {
       super.init(context);
       store = context.getStateStore(STORE);
     }
@@ -147,7 +150,11 @@ public final class EnrichJoin {
         out.put("rating_offset", meta.offset());
         out.putNull("cdc_watermark_ms");
         out.put("enriched_ms", System.currentTimeMillis());
-        context().forward(record.withValue(JSON.writeValueAsBytes(out)));
+        boolean alert =
+            rating.path("stars").asInt(5) < 3
+                && customer != null
+                && "platinum".equals(customer.path("club_status").asText());
+        context().forward(record.withValue(new Enriched(JSON.writeValueAsBytes(out), alert)));
       } catch (IOException | RuntimeException e) {
         if (++unreadable % 1000 == 1) {
           LOG.warn("unreadable rating dropped ({} so far): {}", unreadable, e.toString());
@@ -167,15 +174,6 @@ public final class EnrichJoin {
     }
   }
 
-  static boolean isAlert(byte[] enriched) {
-    try {
-      JsonNode record = JSON.readTree(enriched);
-      return record.path("stars").asInt(5) < 3 && "platinum".equals(record.path("club_status").asText());
-    } catch (IOException e) {
-      return false;
-    }
-  }
-
   static Topology topology(Map<String, String> args) {
     StreamsBuilder builder = new StreamsBuilder();
     builder.addGlobalStore(
@@ -184,12 +182,12 @@ public final class EnrichJoin {
         args.get("cdc"),
         Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()),
         CustomerTable::new);
-    KStream<byte[], byte[]> enriched =
+    KStream<byte[], Enriched> enriched =
         builder.stream(args.get("ratings"), Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()))
             .processValues(Enrich::new);
     Produced<byte[], byte[]> bytes = Produced.with(Serdes.ByteArray(), Serdes.ByteArray());
-    enriched.to(args.get("enriched"), bytes);
-    enriched.filter((key, value) -> isAlert(value)).to(args.get("alerts"), bytes);
+    enriched.mapValues(Enriched::json).to(args.get("enriched"), bytes);
+    enriched.filter((key, value) -> value.alert()).mapValues(Enriched::json).to(args.get("alerts"), bytes);
     return builder.build();
   }
 
