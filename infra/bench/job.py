@@ -83,21 +83,27 @@ def trickle_updates(env: dict[str, str], ids: list[int], per_s: float, stop: thr
 RATING_TIME = re.compile(rb'"rating_time":\s*(\d+)')
 
 
+def committed_reader(servers: str, topic: str) -> Consumer:
+    """A consumer of `topic` from its start, seeing committed records only, in a group of its own."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
 class Latencies(threading.Thread):
     """Reads the enriched topic (read_committed) and records, per record, when it became
     readable and now - rating_time. With `timing` off (the saturation phase) it only counts."""
 
     def __init__(self, servers: str, topic: str) -> None:
         super().__init__(daemon=True)
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": servers,
-                "group.id": f"bench-{uuid.uuid4().hex}",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-            }
-        )
-        self.consumer.subscribe([topic])
+        self.consumer = committed_reader(servers, topic)
         self.samples: list[tuple[float, int | None]] = []  # (seen at, latency ms)
         self.timing = True
         self.stop = threading.Event()

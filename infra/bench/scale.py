@@ -34,8 +34,9 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from enrichment_job.settings import JobSettings
 from infra.bench import peer
-from infra.bench.job import seed_customers, start_job
+from infra.bench.job import produce_backlog, seed_customers, start_job
 from infra.bench.results import exit_on_sigterm
 from infra.bench.versus import Arrivals, create, known_ratings, output_topics, stop, tree_cpu_s
 from infra.stack.components import Component, spark_daemons
@@ -268,12 +269,17 @@ def run_job(
 
 
 def run_peer(
-    env: dict[str, str], work: Path, backlog: str, *, instances: int, cap: float, n: int, partitions: int
+    env: dict[str, str],
+    work: Path,
+    backlog: str,
+    *,
+    classpath: str,
+    instances: int,
+    cap: float,
+    n: int,
+    partitions: int,
 ) -> dict[str, Any]:
-    from enrichment_job.settings import JobSettings  # noqa: PLC0415
-
     admin = AdminClient({"bootstrap.servers": env["KAFKA_BOOTSTRAP_SERVERS"]})
-    classpath = peer.build()
     topics = {"ratings": backlog, **output_topics(admin, f"scalepeer{instances}", partitions)}
     arrivals = Arrivals(env["KAFKA_BOOTSTRAP_SERVERS"], topics["enriched"], timing=False)
     groups = [Group(f"ratings-bench-peer-{i}", cap).create() for i in range(1, instances + 1)]
@@ -371,17 +377,16 @@ def main() -> int:
     admin = AdminClient({"bootstrap.servers": env["KAFKA_BOOTSTRAP_SERVERS"]})
     print(f"seeding {args.customers} customers ...", flush=True)
     ids = seed_customers(env, args.customers)
+    classpath = ""
     if args.peer_instances:
         print("building the Kafka Streams reference ...", flush=True)
-        peer.build()
+        classpath = peer.build()
     backlog = f"scale-ratings-{uuid.uuid4().hex[:8]}"
     create(admin, [backlog], args.partitions)
     print(f"producing {args.n:,} ratings into {backlog} ({args.partitions} partitions) ...", flush=True)
     producer = Producer(
         {"bootstrap.servers": env["KAFKA_BOOTSTRAP_SERVERS"], "linger.ms": 20, "compression.type": "lz4"}
     )
-    from infra.bench.job import produce_backlog  # noqa: PLC0415
-
     produce_backlog(producer, backlog, known_ratings(ids, args.n))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="scale-", dir=args.out.parent))
@@ -392,25 +397,21 @@ def main() -> int:
         "partitions": args.partitions,
         "machine_cores": os.cpu_count(),
     }
+    sizes = {"job": args.workers, "peer": args.peer_instances}
     try:
-        job_runs = {}
-        for workers in args.workers:
-            print(f"job: {workers} worker(s) at {args.cap} of a core each ...", flush=True)
-            job_runs[str(workers)] = run_job(
-                env, work, backlog, workers=workers, cap=args.cap, n=args.n, partitions=args.partitions
-            )
-            print(json.dumps(job_runs[str(workers)]), flush=True)
-        if job_runs:
-            results["job"] = summary(job_runs, args.void_idle)
-        peer_runs = {}
-        for instances in args.peer_instances:
-            print(f"Kafka Streams: {instances} instance(s) at {args.cap} of a core each ...", flush=True)
-            peer_runs[str(instances)] = run_peer(
-                env, work, backlog, instances=instances, cap=args.cap, n=args.n, partitions=args.partitions
-            )
-            print(json.dumps(peer_runs[str(instances)]), flush=True)
-        if peer_runs:
-            results["peer"] = summary(peer_runs, args.void_idle)
+        for engine, label, unit in (("job", "job", "worker(s)"), ("peer", "Kafka Streams", "instance(s)")):
+            runs = {}
+            for size in sizes[engine]:
+                print(f"{label}: {size} {unit} at {args.cap} of a core each ...", flush=True)
+                common = {"cap": args.cap, "n": args.n, "partitions": args.partitions}
+                runs[str(size)] = (
+                    run_job(env, work, backlog, workers=size, **common)
+                    if engine == "job"
+                    else run_peer(env, work, backlog, classpath=classpath, instances=size, **common)
+                )
+                print(json.dumps(runs[str(size)]), flush=True)
+            if runs:
+                results[engine] = summary(runs, args.void_idle)
     finally:
         admin.delete_topics([backlog])
     args.out.write_text(json.dumps(results, indent=2))

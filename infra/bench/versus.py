@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from enrichment_job.settings import JobSettings
@@ -41,6 +41,8 @@ from infra.bench import peer
 from infra.bench.job import (
     CHANNELS,
     RATING_JSON,
+    RATING_TIME,
+    committed_reader,
     percentile,
     produce_backlog,
     produce_ratings,
@@ -55,7 +57,6 @@ from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
 
 RATING_ID = re.compile(rb'"rating_id":\s*(\d+)')
-RATING_TIME = re.compile(rb'"rating_time":\s*(\d+)')
 MATCHED = re.compile(rb'"customer_matched":\s*true')
 ENGINES = ("job", "peer")
 
@@ -66,15 +67,7 @@ class Arrivals(threading.Thread):
 
     def __init__(self, servers: str, topic: str, *, timing: bool) -> None:
         super().__init__(daemon=True)
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": servers,
-                "group.id": f"versus-{uuid.uuid4().hex}",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-            }
-        )
-        self.consumer.subscribe([topic])
+        self.consumer = committed_reader(servers, topic)
         self.timing = timing
         self.seen: list[float] = []
         self.ids: set[int] = set()
