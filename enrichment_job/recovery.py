@@ -94,7 +94,7 @@ def starting_offsets(
     cdc_partitions: list[int],
 ) -> dict[str, dict[str, int]]:
     """Where the query starts when its checkpoint is new (Spark ignores it otherwise): the job's
-    first run at ENRICH_STARTING_OFFSETS, a later one where the job's last commit left both
+    first run with the ratings at ENRICH_STARTING_OFFSETS and the CDC topic from its beginning, a later one where the job's last commit left both
     topics (partitions it never read from their start). `ratings`: partition -> its first and
     next offset now. The ratings' offsets are numbers, never "earliest" or "latest": the job
     reads each batch's ratings itself, from where the batch before ended, and the first batch
@@ -102,7 +102,9 @@ def starting_offsets(
     earliest = settings.starting_offsets == "earliest"
     if marker is None:
         ratings_from = {p: low if earliest else high for p, (low, high) in ratings.items()}
-        cdc_from = {p: -2 if earliest else -1 for p in cdc_partitions}
+        # The customer table is the CDC topic's whole history, whichever end the ratings
+        # start at: from its latest end, every customer would be unknown until it changed.
+        cdc_from = dict.fromkeys(cdc_partitions, -2)
     else:
         consumed, cdc_to = partition_offsets(marker, "consumed_to"), partition_offsets(marker, "cdc_to")
         ratings_from = {p: consumed.get(p, low) for p, (low, _) in ratings.items()}

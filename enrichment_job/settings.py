@@ -40,7 +40,8 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
     )
     starting_offsets: Literal["earliest", "latest"] = Field(
         "earliest",
-        description="where a job name's very first run starts; later runs go on from its last commit",
+        description="where a job name's very first run starts reading ratings (the customer table "
+        "is always read from the CDC topic's beginning); later runs go on from its last commit",
     )
     join_in: Literal["driver", "tasks"] = Field(
         "driver",

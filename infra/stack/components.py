@@ -483,12 +483,16 @@ def spark_daemons(settings: StackSettings, spark_java: Path) -> list[Component]:
         "-Dspark.worker.cleanup.interval=600",
         "-Dspark.worker.cleanup.appDataTtl=3600",
     ]
+    # Each worker, and so its executors, on a loopback address of its own (127.0.0.<i>): to
+    # Spark they are hosts apart, as on a real cluster. A speculative copy of a task is only
+    # ever launched on another host than the one that runs it, so with one address for all
+    # there is no speculation. Their web UIs stay on 127.0.0.1 (SPARK_LOCAL_IP).
     workers = [
         daemon(
             f"spark-worker-{i}",
             "org.apache.spark.deploy.worker.Worker",
             "--host",
-            "127.0.0.1",
+            f"127.0.0.{i}",
             "--cores",
             str(settings.spark_worker_cores),
             "--memory",
