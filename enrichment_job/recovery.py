@@ -94,8 +94,9 @@ def starting_offsets(
     cdc_partitions: list[int],
 ) -> dict[str, dict[str, int]]:
     """Where the query starts when its checkpoint is new (Spark ignores it otherwise): the job's
-    first run with the ratings at ENRICH_STARTING_OFFSETS and the CDC topic from its beginning, a later one where the job's last commit left both
-    topics (partitions it never read from their start). `ratings`: partition -> its first and
+    first run with the ratings at ENRICH_STARTING_OFFSETS and the CDC topic from its beginning,
+    a later one where the job's last commit left both topics (partitions it never read from
+    their start). `ratings`: partition -> its first and
     next offset now. The ratings' offsets are numbers, never "earliest" or "latest": the job
     reads each batch's ratings itself, from where the batch before ended, and the first batch
     from here."""

@@ -29,11 +29,13 @@ from infra.stack.settings import REPO_ROOT
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    names = ", ".join(s.name + ("*" if s.quick else "") for s in SCENARIOS)
+    names = ", ".join(
+        s.name + ("*" if s.quick else "") + ("+" if "driver" not in s.join_in else "") for s in SCENARIOS
+    )
     p = argparse.ArgumentParser(
         prog="python -m infra.faults",
         description=__doc__,
-        epilog=f"scenarios (* = in --quick): {names}",
+        epilog=f"scenarios (* = in --quick, + = only with --join-in tasks): {names}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--quick", action="store_true", help="only the quick scenarios (what CI runs)")
@@ -43,6 +45,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="then the rows built to fail (" + ", ".join(s.name for s in SELF_TESTS) + "): each must come out"
         " not met, for its reason, or the judge could not fail",
+    )
+    p.add_argument(
+        "--join-in",
+        choices=("driver", "tasks"),
+        default="driver",
+        help="where the enrichment job joins (ENRICH_JOIN_IN, default driver, in local mode); tasks: "
+        "on the stack's Spark cluster, a job name of its own per run, with the rows of a cluster's "
+        "own faults (" + ", ".join(s.name for s in SCENARIOS if s.join_in == ("tasks",)) + ")",
     )
     p.add_argument("--rate", type=float, default=100, help="ratings per second of the load (default 100)")
     p.add_argument("--customers", type=int, default=3000, help="customers in the table (default 3000)")
@@ -68,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     stack, state = running_stack()
     database = stack.get("CUSTOMER_DB", "mariadb")
+    if args.join_in == "tasks" and not stack.get("SPARK_MASTER_URL"):
+        print(
+            "error: --join-in tasks: the stack runs no Spark cluster (STACK_SPARK_CLUSTER)",
+            file=sys.stderr,
+        )
+        return 2
     if args.only:
         by_name = {s.name: s for s in SCENARIOS}
         chosen = [by_name[n] for n in args.only]
@@ -75,8 +91,16 @@ def main(argv: list[str] | None = None) -> int:
         if other:
             print(f"error: {', '.join(other)}: not a row for a stack on {database}", file=sys.stderr)
             return 2
+        other = [s.name for s in chosen if args.join_in not in s.join_in]
+        if other:
+            print(f"error: {', '.join(other)}: not a row with the join in {args.join_in}", file=sys.stderr)
+            return 2
     else:
-        chosen = [s for s in SCENARIOS if (s.quick or not args.quick) and database in s.databases]
+        chosen = [
+            s
+            for s in SCENARIOS
+            if (s.quick or not args.quick) and database in s.databases and args.join_in in s.join_in
+        ]
     if args.self_test:
         chosen += SELF_TESTS
     run = FaultRun(args, stack, DemoPaths(state / "faults"))

@@ -23,26 +23,53 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from enrichment_job.cli import FENCED_EXIT
+from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
 from infra.demo import views
 from infra.demo.__main__ import Demo
 from infra.demo.figures import TOPICS, read_json
 from infra.demo.pipeline import MODULES, Child, DemoPaths, without_endpoint
 from infra.demo.reconcile import Reconciliation, TopicCounter, es_count, lake_ids
-from infra.faults.scenarios import Scenario, poison_records
+from infra.faults import cluster
+from infra.faults.scenarios import NotInjected, Scenario, poison_records
 from infra.slack.fake import CHANNEL, TOKEN, FakeSlack
 from infra.stack.bootstrap import admin_sql, start_binlog_over
-from infra.stack.clients import app_db
+from infra.stack.clients import app_db, spark_job_on_cluster
 from infra.stack.settings import StackSettings
 from infra.stack.supervise import Supervisor
 
 log = logging.getLogger("faults")
 
 STALL_TIMEOUT_S = 90
+# With the join in tasks (--join-in tasks): the job's Spark UI, for its task attempts, and how
+# soon the driver gives up on an executor that stopped answering (Spark's default is 120 s).
+TASKS_UI_PORT = 4047
+TASKS_SPARK_CONF = {
+    "spark.ui.port": str(TASKS_UI_PORT),
+    "spark.network.timeout": "30s",
+    "spark.network.timeoutInterval": "5s",  # how often the driver looks for silent executors
+    "spark.executor.heartbeatInterval": "3s",
+}
+# Forced speculation: a copy of a task that runs twice as long as the median of its stage's
+# finished half, and at least a second, starts on another host's executor.
+SPECULATION_CONF = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "200ms",
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.multiplier": "2",
+    "spark.speculation.minTaskRuntime": "1s",
+}
+
+
+def submit_args(conf: dict[str, str]) -> str:
+    """PYSPARK_SUBMIT_ARGS that give a PySpark program these Spark settings."""
+    return " ".join(f"--conf {k}={v}" for k, v in conf.items()) + " pyspark-shell"
+
+
 # the services that write their threads' stacks on SIGUSR1 (to others it is deadly)
 STACK_DUMPERS = {MODULES[name] for name in ("slack_notifier", "es_sink", "s3_sink")}
 
@@ -72,6 +99,7 @@ class Row:
     # Exits the fault did not inject: "<process> (<code>): <its last error line>".
     unexpected_exits: list[str] = field(default_factory=list)
     built_to_fail: str = ""  # a self-test of the judge: met when the row is not, for this reason
+    not_injected: str = ""  # why the fault did not happen: the row tested nothing, not met
     notes: list[str] = field(default_factory=list)
     ok: bool = False
 
@@ -95,6 +123,7 @@ class Row:
     def failures(self) -> list[str]:
         """Why the row is not met, in words the self-tests name."""
         why = [f"unexpected exit of {e.split(' ', 1)[0]}" for e in self.unexpected_exits]
+        why += [f"not injected: {self.not_injected}"] if self.not_injected else []
         return why + [f"{v} differs" for v in self.views_differ]
 
     def as_json(self) -> dict[str, Any]:
@@ -154,6 +183,7 @@ class Faults:
         self.paused: dict[str, Child] = {}
         self.injected: Counter[tuple[str, int]] = Counter()  # (process, exit code) this fault caused
         self.forged: list[tuple[str, list[str], dict[str, Any]]] = []  # (view, key columns, row as it was)
+        self.not_injected = ""  # why the row's fault could not be brought about
 
     def note(self, text: str) -> None:
         log.info("note: %s", text)
@@ -320,6 +350,79 @@ class Faults:
         if producer.flush(30):
             raise RuntimeError(f"rows of {view} were not all delivered")
 
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{TASKS_UI_PORT}"
+
+    def attempts(self) -> Counter[str]:
+        """The job's task attempts so far (its Spark UI's count; see cluster.task_attempts)."""
+        return cluster.task_attempts(self.ui_url)
+
+    def note_attempts(self, before: Counter[str]) -> Counter[str]:
+        """Notes the task attempts since `before`, and returns them."""
+        got = self.attempts() - before
+        self.note(
+            f"task attempts during the row: {got['attempts']}, of them {got['FAILED']} failed, "
+            f"{got['KILLED']} killed, {got['speculative']} speculative"
+        )
+        return got
+
+    def kill_worker_in_task(self, timeout_s: float = 30) -> None:
+        """SIGKILL of an executor's Python worker caught running a task (its partition's
+        transaction open)."""
+        found = cluster.worker_in_task(timeout_s)
+        if found is None:
+            raise NotInjected(f"no Python worker was caught in a task within {timeout_s:.0f} s")
+        executor, pid = found
+        cluster.signal_all((pid,), signal.SIGKILL)
+        self.note(f"SIGKILL of Python worker {pid} of executor {executor.executor_id} in a task")
+
+    def freeze_executors(self, timeout_s: float = 120) -> tuple[int, ...]:
+        """SIGSTOP of every executor with its Python workers, at a moment when none of them runs
+        a task (between two batches); returns the processes stopped. Each of the cluster's
+        executors must have run tasks already (a job that just started is not at work yet)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = cluster.executors()
+            at_work = len(found) >= StackSettings().spark_workers and all(e.workers for e in found)
+            if at_work and cluster.all_waiting(found):
+                stopped = cluster.signal_all(tuple(p for e in found for p in e.pids), signal.SIGSTOP)
+                if cluster.all_waiting(found):
+                    self.note(f"{len(found)} executors frozen between two batches ({len(stopped)} processes)")
+                    return tuple(stopped)
+                cluster.signal_all(tuple(stopped), signal.SIGCONT)  # a task began meanwhile
+            time.sleep(0.005)
+        raise NotInjected(
+            f"the executors were never all at work and between two batches within {timeout_s:.0f} s"
+        )
+
+    def thaw(self, pids: tuple[int, ...]) -> None:
+        left = cluster.signal_all(pids, signal.SIGCONT)
+        log.info("SIGCONT to %d of %d frozen processes (the others are gone)", len(left), len(pids))
+
+    def ratings_partitions(self) -> int:
+        admin = AdminClient({"bootstrap.servers": self.run.stack["KAFKA_BOOTSTRAP_SERVERS"]})
+        return len(admin.list_topics(TOPICS["ratings"], timeout=10).topics[TOPICS["ratings"]].partitions)
+
+    def commits(self) -> "Commits":
+        """The job's commit markers from now on (read_committed)."""
+        env = self.run.pipeline.envs["enrichment"]
+        fields = JobSettings.model_fields
+        topic = env.get("ENRICH_COMMITS_TOPIC", fields["commits_topic"].default)
+        name = env.get("ENRICH_JOB_NAME", fields["job_name"].default)
+        return Commits(self.run.stack["KAFKA_BOOTSTRAP_SERVERS"], topic, name)
+
+    def wait_driver_commit(self, timeout_s: float) -> None:
+        """Until the job's driver commits a batch's marker (the CDC outcome) after now."""
+        with contextlib.closing(self.commits()) as commits:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                for key, value in commits.poll():
+                    if key == commits.name:
+                        self.note(f"the driver committed batch {json.loads(value)['batch_id']}'s CDC")
+                        return
+        raise NotInjected(f"the driver committed no batch within {timeout_s:.0f} s")
+
     def take_over_job(self, same_state: bool) -> None:
         """A second enrichment job under the same name; the first must be fenced (exit 3), the
         second takes its place in the pipeline."""
@@ -345,6 +448,64 @@ class Faults:
             pipeline.envs["enrichment"] = env
 
 
+class Commits:
+    """A job's markers in its commits topic, committed from its creation on."""
+
+    def __init__(self, servers: str, topic: str, name: str) -> None:
+        self.name = name
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": servers,
+                "group.id": f"faults-{time.time_ns()}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        meta = self.consumer.list_topics(topic, timeout=10).topics[topic]
+        ends = []
+        for p in sorted(meta.partitions):
+            _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends.append(TopicPartition(topic, p, high))
+        self.consumer.assign(ends)
+
+    def poll(self, timeout_s: float = 0.2) -> list[tuple[str, bytes]]:
+        """(key, value) of the markers committed since the last call: the driver's is keyed by
+        the job's name, a task's by `<name>/ratings/<partition>`."""
+        found = []
+        for msg in self.consumer.consume(1000, timeout_s):
+            key, value = msg.key(), msg.value()
+            if msg.error() is None and key is not None and value is not None:
+                found.append((key.decode(), value))
+        return found
+
+    def partitions(self, timeout_s: float = 0.2) -> set[int]:
+        """The ratings partitions whose task committed since the last call."""
+        prefix = f"{self.name}/ratings/"
+        return {int(k[len(prefix) :]) for k, _ in self.poll(timeout_s) if k.startswith(prefix)}
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def tasks_job_env(stack: dict[str, str], paths: DemoPaths) -> dict[str, str]:
+    """The job's settings for a matrix with the join in tasks on the stack's cluster: a job name
+    of its own for each matrix run (a name that ran in tasks cannot go back to the driver, and
+    the demo's job keeps its own), starting at the ratings' end, with its UI on for the task
+    attempts."""
+    name = f"enrichment-tasks-{time.strftime('%Y%m%d-%H%M%S')}"
+    return {
+        **spark_job_on_cluster(stack),
+        "ENRICH_JOIN_IN": "tasks",
+        "ENRICH_MIN_EXECUTORS": str(StackSettings().spark_workers),
+        "ENRICH_JOB_NAME": name,
+        "ENRICH_STATE_DIR": str(paths.root / name),
+        "ENRICH_METRICS_FILE": str(paths.job_state / "metrics.json"),  # where the demo's screen reads
+        "ENRICH_STARTING_OFFSETS": "latest",
+        "ENRICH_UI_ENABLED": "true",
+        "PYSPARK_SUBMIT_ARGS": submit_args(TASKS_SPARK_CONF),
+    }
+
+
 class FaultRun(Demo):
     """The demo's pipeline, supervised, with a fake Slack behind the notifier."""
 
@@ -365,6 +526,8 @@ class FaultRun(Demo):
             self.pipeline.envs[name][f"{prefix}STALL_TIMEOUT_S"] = str(STALL_TIMEOUT_S)
         # A cap the 10-minute CDC stall reaches: past it, ratings are left in Kafka.
         self.pipeline.envs["enrichment"]["ENRICH_MAX_WAITING_RATINGS"] = "100000"
+        if args.join_in == "tasks":
+            self.pipeline.envs["enrichment"].update(tasks_job_env(stack, paths))
         self.lock = threading.Lock()
         self.final: list[str] = []  # children that ended for good (exit 2 or 3)
         self.exits: list[Exit] = []  # every end of a pipeline process, in order
@@ -483,6 +646,9 @@ class FaultRun(Demo):
     def _inject(self, scn: Scenario, faults: Faults) -> None:
         try:
             scn.inject(faults)
+        except NotInjected as err:  # the row did not test what it says: not met
+            log.error("%s: the fault was not injected: %s", scn.name, err)
+            faults.not_injected = str(err)
         except Exception as err:  # a failed injection is a finding of the row
             log.exception("injection of %s failed", scn.name)
             faults.note(f"the injection failed: {err}")
@@ -553,8 +719,10 @@ class FaultRun(Demo):
                 f"{len(doubled)} alert(s) posted twice"
                 + (", all of the message held at the crash" if slack_ok else ", not only the held message's")
             )
+        row.not_injected = faults.not_injected
         row.notes = [
             *faults.notes,
+            *([f"NOT INJECTED: {faults.not_injected}"] if faults.not_injected else []),
             *[f"{n} ended for good" for n in self.final],
             *[f"not expected: {e}" for e in row.unexpected_exits],
             *[f"{c.name}: {c.got} (expected {c.want})" for c in others],
@@ -567,6 +735,7 @@ class FaultRun(Demo):
             and (dlq is None or dlq.ok)
             and row.views_ok is True
             and not row.unexpected_exits
+            and not row.not_injected
             and not others
             and row.recovered_s is not None
         )

@@ -3,13 +3,16 @@ expected of it. Each `inject` gets a `Faults` handle (see run.py) and returns wh
 over; the run then measures the time to recover and reconciles every stage."""
 
 import base64
+import contextlib
 import json
 import random
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from infra.faults import cluster
 from infra.slack.fake import CHANNEL
 
 if TYPE_CHECKING:
@@ -17,6 +20,10 @@ if TYPE_CHECKING:
 
 ONCE = "each rating enriched, indexed and in the lake once; each alert raised and posted once"
 MS_PER_YEAR = 365 * 86_400_000
+
+
+class NotInjected(Exception):
+    """The row's fault could not be brought about: the row tested nothing and is not met."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,9 @@ class Scenario:
     slack_reposts_held: bool = False
     # The customer databases the row applies to (the stack's STACK_SOURCE).
     databases: tuple[str, ...] = ("mariadb", "postgres")
+    # Where the job's join runs in the matrixes the row is part of (--join-in): the rows of a
+    # cluster's own faults only run with the join in tasks on the stack's cluster.
+    join_in: tuple[str, ...] = ("driver", "tasks")
     # The pipeline's processes the fault kills or stops: an exit of any other, or one beyond
     # what the fault injected, fails the row.
     touches: tuple[str, ...] = ()
@@ -226,6 +236,110 @@ def _poison(f: "Faults") -> None:
     f.produce_poison()
 
 
+def _kill_python_workers(kills: int) -> "Callable[[Faults], None]":
+    def inject(f: "Faults") -> None:
+        before = f.attempts()
+        for _ in range(kills):
+            f.sleep(f.rng.uniform(8, 15))
+            f.kill_worker_in_task()
+        f.sleep(10)
+        if not f.note_attempts(before)["FAILED"]:
+            raise NotInjected("no task attempt failed: no kill hit a worker before it reported")
+
+    return inject
+
+
+def _kill_driver_after_cdc(f: "Faults") -> None:
+    """Every executor frozen between two batches and a customer changed: the driver commits
+    the next batch's CDC outcome, and its tasks cannot run. The driver is killed then, and the
+    executors thawed; the restarted job must run that batch's tasks on the same inputs."""
+    for _ in range(2):
+        f.sleep(f.rng.uniform(10, 15))
+        frozen = f.freeze_executors()
+        try:
+            f.change_customer()
+            f.wait_driver_commit(30)
+            f.kill("enrichment")
+        finally:
+            f.thaw(frozen)
+        f.wait_alive("enrichment")
+
+
+def _freeze_executor(f: "Faults") -> None:
+    """An executor frozen while one of its Python workers runs a task, past the driver's
+    network timeout (30 s): the driver gives up on it and runs its tasks on the other, whose
+    producers fence the frozen ones. As soon as one of its partitions is committed again
+    there, the zombie worker alone is thawed and goes on with its open transaction: its commit
+    must be refused. The whole executor is thawed at 45 s (by then its worker has ended it,
+    ten seconds after the driver asked it to)."""
+    before = f.attempts()
+    f.sleep(10)
+    found = cluster.worker_in_task(30)
+    if found is None:
+        raise NotInjected("no Python worker was caught in a task within 30 s")
+    executor, pid = found
+    with contextlib.closing(f.commits()) as commits:
+        frozen = tuple(cluster.signal_all(executor.pids, signal.SIGSTOP))
+        began = time.monotonic()
+        f.note(f"executor {executor.executor_id} frozen with its worker {pid} in a task")
+        elsewhere: set[int] = set()
+        while time.monotonic() - began < 20:  # which partitions go on: the other executor's
+            elsewhere |= commits.partitions()
+        stalled = set(range(f.ratings_partitions())) - elsewhere
+        rerun: set[int] = set()
+        while not rerun and time.monotonic() - began < 45:
+            rerun = commits.partitions() & stalled
+        if not rerun:
+            cluster.signal_all(frozen, signal.SIGCONT)
+            raise NotInjected(f"partitions {sorted(stalled)} of the frozen executor were not run elsewhere")
+        after = time.monotonic() - began
+        thawed = cluster.signal_all((pid,), signal.SIGCONT)
+        f.note(
+            f"partition(s) {sorted(rerun)} committed on the other executor {after:.1f} s into the freeze; "
+            + ("the zombie worker thawed alone" if thawed else "the zombie worker was already gone")
+        )
+        if not thawed:
+            cluster.signal_all(frozen, signal.SIGCONT)
+            raise NotInjected("the zombie worker was ended before its partition ran elsewhere")
+        f.sleep(max(0.0, 45 - (time.monotonic() - began)))
+        f.thaw(frozen)
+    f.sleep(15)
+    f.note_attempts(before)
+
+
+def _speculation(f: "Faults") -> None:
+    """The job restarted with speculation forced (see SPECULATION_CONF). A Python worker in a
+    task is frozen for 8 s, a straggler: its copy starts on the other host's executor, fences
+    it and commits. Until three copies ran (at most six stragglers); the job's own settings
+    again at the end."""
+    plain = f.run.pipeline.envs["enrichment"]["PYSPARK_SUBMIT_ARGS"]
+    f.reconfigure("enrichment", {"PYSPARK_SUBMIT_ARGS": speculative_args()})
+    try:
+        f.sleep(25)  # the job back on its executors
+        before = f.attempts()
+        for _ in range(6):
+            found = cluster.worker_in_task(30)
+            if found is None:
+                continue
+            cluster.signal_all((found[1],), signal.SIGSTOP)
+            f.sleep(8)
+            cluster.signal_all((found[1],), signal.SIGCONT)
+            f.sleep(f.rng.uniform(4, 8))
+            if (f.attempts() - before)["speculative"] >= 3:
+                break
+        got = f.note_attempts(before)
+        if not got["speculative"]:
+            raise NotInjected("no speculative copy of a task ran")
+    finally:
+        f.reconfigure("enrichment", {"PYSPARK_SUBMIT_ARGS": plain})
+
+
+def speculative_args() -> str:
+    from infra.faults.run import SPECULATION_CONF, TASKS_SPARK_CONF, submit_args  # noqa: PLC0415 - a cycle
+
+    return submit_args({**TASKS_SPARK_CONF, **SPECULATION_CONF})
+
+
 SCENARIOS = [
     Scenario(
         "job-kill",
@@ -367,6 +481,46 @@ SCENARIOS = [
         _schema_change,
         load_s=60,
         databases=("mariadb",),  # MariaDB's DDL
+    ),
+    Scenario(
+        "python-worker-kill",
+        "SIGKILL of an executor's Python worker while it runs a task (its partition's transaction "
+        "open), 3 times, at 1,000 ratings/s",
+        _kill_python_workers(3),
+        load_s=60,
+        rate=1000,
+        quick=True,
+        join_in=("tasks",),
+    ),
+    Scenario(
+        "driver-kill-after-cdc",
+        "every executor frozen between two batches, a customer changed, the driver SIGKILLed once "
+        "it committed the next batch's CDC (its tasks not run), the executors thawed; twice",
+        _kill_driver_after_cdc,
+        load_s=90,
+        quick=True,
+        touches=("enrichment",),
+        join_in=("tasks",),
+    ),
+    Scenario(
+        "executor-freeze",
+        "an executor SIGSTOPped while its Python worker runs a task; past the 30 s network timeout "
+        "its partitions run on the other; once one commits there the zombie worker is thawed alone "
+        "(SIGCONT) and must be fenced; the rest thawed at 45 s",
+        _freeze_executor,
+        load_s=90,
+        quick=True,
+        join_in=("tasks",),
+    ),
+    Scenario(
+        "speculation",
+        "the job restarted with speculation forced; a Python worker in a task frozen for 8 s, a "
+        "straggler whose speculative copy runs on the other executor, until 3 copies ran",
+        _speculation,
+        load_s=150,
+        rate=1000,
+        quick=True,
+        join_in=("tasks",),
     ),
 ]
 

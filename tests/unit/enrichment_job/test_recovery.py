@@ -62,7 +62,7 @@ def test_a_job_name_used_for_other_topics_is_refused_naming_the_setting(tmp_path
         claim_state(_settings(tmp_path), _marker("other", ratings_topic="other-ratings"))
 
 
-def test_a_first_run_starts_the_ratings_at_the_setting_as_numbers_and_the_cdc_at_its_beginning(tmp_path: Path) -> None:
+def test_a_first_run_starts_the_ratings_at_the_setting_and_the_cdc_at_its_beginning(tmp_path: Path) -> None:
     ratings = {0: (5, 120), 1: (0, 7)}  # partition -> first and next offset now
     earliest = starting_offsets(_settings(tmp_path), None, ratings, [0])
     assert earliest == {"ratings": {"0": 5, "1": 0}, "asgard.demo.customers": {"0": -2}}
