@@ -52,7 +52,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="driver",
         help="where the enrichment job joins (ENRICH_JOIN_IN, default driver, in local mode); tasks: "
         "on the stack's Spark cluster, a job name of its own per run, with the rows of a cluster's "
-        "own faults (" + ", ".join(s.name for s in SCENARIOS if s.join_in == ("tasks",)) + ")",
+        "own faults (" + ", ".join(s.name for s in SCENARIOS if "driver" not in s.join_in) + ")",
     )
     p.add_argument("--rate", type=float, default=100, help="ratings per second of the load (default 100)")
     p.add_argument("--customers", type=int, default=3000, help="customers in the table (default 3000)")

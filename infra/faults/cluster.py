@@ -28,6 +28,30 @@ PYTHON_DAEMON = "pyspark.daemon"
 WAITING_SYSCALLS = {"0", "45", "1", "44"}
 PROC = Path("/proc")
 
+# With the join in tasks (--join-in tasks): the job's Spark UI, for its task attempts, and how
+# soon the driver gives up on an executor that stopped answering (Spark's default is 120 s).
+TASKS_UI_PORT = 4047
+TASKS_SPARK_CONF = {
+    "spark.ui.port": str(TASKS_UI_PORT),
+    "spark.network.timeout": "30s",
+    "spark.network.timeoutInterval": "5s",  # how often the driver looks for silent executors
+    "spark.executor.heartbeatInterval": "3s",
+}
+# Forced speculation: a copy of a task that runs twice as long as the median of its stage's
+# finished half, and at least a second, starts on another host's executor.
+SPECULATION_CONF = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "200ms",
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.multiplier": "2",
+    "spark.speculation.minTaskRuntime": "1s",
+}
+
+
+def submit_args(conf: dict[str, str]) -> str:
+    """PYSPARK_SUBMIT_ARGS that give a PySpark program these Spark settings."""
+    return " ".join(f"--conf {k}={v}" for k, v in conf.items()) + " pyspark-shell"
+
 
 @dataclass(frozen=True)
 class Executor:

@@ -45,31 +45,6 @@ from infra.stack.supervise import Supervisor
 log = logging.getLogger("faults")
 
 STALL_TIMEOUT_S = 90
-# With the join in tasks (--join-in tasks): the job's Spark UI, for its task attempts, and how
-# soon the driver gives up on an executor that stopped answering (Spark's default is 120 s).
-TASKS_UI_PORT = 4047
-TASKS_SPARK_CONF = {
-    "spark.ui.port": str(TASKS_UI_PORT),
-    "spark.network.timeout": "30s",
-    "spark.network.timeoutInterval": "5s",  # how often the driver looks for silent executors
-    "spark.executor.heartbeatInterval": "3s",
-}
-# Forced speculation: a copy of a task that runs twice as long as the median of its stage's
-# finished half, and at least a second, starts on another host's executor.
-SPECULATION_CONF = {
-    "spark.speculation": "true",
-    "spark.speculation.interval": "200ms",
-    "spark.speculation.quantile": "0.5",
-    "spark.speculation.multiplier": "2",
-    "spark.speculation.minTaskRuntime": "1s",
-}
-
-
-def submit_args(conf: dict[str, str]) -> str:
-    """PYSPARK_SUBMIT_ARGS that give a PySpark program these Spark settings."""
-    return " ".join(f"--conf {k}={v}" for k, v in conf.items()) + " pyspark-shell"
-
-
 # the services that write their threads' stacks on SIGUSR1 (to others it is deadly)
 STACK_DUMPERS = {MODULES[name] for name in ("slack_notifier", "es_sink", "s3_sink")}
 
@@ -352,7 +327,7 @@ class Faults:
 
     @property
     def ui_url(self) -> str:
-        return f"http://127.0.0.1:{TASKS_UI_PORT}"
+        return f"http://127.0.0.1:{cluster.TASKS_UI_PORT}"
 
     def attempts(self) -> Counter[str]:
         """The job's task attempts so far (its Spark UI's count; see cluster.task_attempts)."""
@@ -367,13 +342,17 @@ class Faults:
         )
         return got
 
-    def kill_worker_in_task(self, timeout_s: float = 30) -> None:
-        """SIGKILL of an executor's Python worker caught running a task (its partition's
-        transaction open)."""
+    def worker_in_task(self, timeout_s: float = 30) -> tuple[cluster.Executor, int]:
+        """A Python worker caught running a task, and its executor (see cluster.worker_in_task)."""
         found = cluster.worker_in_task(timeout_s)
         if found is None:
             raise NotInjected(f"no Python worker was caught in a task within {timeout_s:.0f} s")
-        executor, pid = found
+        return found
+
+    def kill_worker_in_task(self) -> None:
+        """SIGKILL of an executor's Python worker caught running a task (its partition's
+        transaction open)."""
+        executor, pid = self.worker_in_task()
         cluster.signal_all((pid,), signal.SIGKILL)
         self.note(f"SIGKILL of Python worker {pid} of executor {executor.executor_id} in a task")
 
@@ -502,7 +481,7 @@ def tasks_job_env(stack: dict[str, str], paths: DemoPaths) -> dict[str, str]:
         "ENRICH_METRICS_FILE": str(paths.job_state / "metrics.json"),  # where the demo's screen reads
         "ENRICH_STARTING_OFFSETS": "latest",
         "ENRICH_UI_ENABLED": "true",
-        "PYSPARK_SUBMIT_ARGS": submit_args(TASKS_SPARK_CONF),
+        "PYSPARK_SUBMIT_ARGS": cluster.submit_args(cluster.TASKS_SPARK_CONF),
     }
 
 

@@ -274,35 +274,33 @@ def _freeze_executor(f: "Faults") -> None:
     ten seconds after the driver asked it to)."""
     before = f.attempts()
     f.sleep(10)
-    found = cluster.worker_in_task(30)
-    if found is None:
-        raise NotInjected("no Python worker was caught in a task within 30 s")
-    executor, pid = found
+    executor, pid = f.worker_in_task()
     with contextlib.closing(f.commits()) as commits:
         frozen = tuple(cluster.signal_all(executor.pids, signal.SIGSTOP))
-        began = time.monotonic()
-        f.note(f"executor {executor.executor_id} frozen with its worker {pid} in a task")
-        elsewhere: set[int] = set()
-        while time.monotonic() - began < 20:  # which partitions go on: the other executor's
-            elsewhere |= commits.partitions()
-        stalled = set(range(f.ratings_partitions())) - elsewhere
-        rerun: set[int] = set()
-        while not rerun and time.monotonic() - began < 45:
-            rerun = commits.partitions() & stalled
-        if not rerun:
-            cluster.signal_all(frozen, signal.SIGCONT)
-            raise NotInjected(f"partitions {sorted(stalled)} of the frozen executor were not run elsewhere")
-        after = time.monotonic() - began
-        thawed = cluster.signal_all((pid,), signal.SIGCONT)
-        f.note(
-            f"partition(s) {sorted(rerun)} committed on the other executor {after:.1f} s into the freeze; "
-            + ("the zombie worker thawed alone" if thawed else "the zombie worker was already gone")
-        )
-        if not thawed:
-            cluster.signal_all(frozen, signal.SIGCONT)
-            raise NotInjected("the zombie worker was ended before its partition ran elsewhere")
-        f.sleep(max(0.0, 45 - (time.monotonic() - began)))
-        f.thaw(frozen)
+        try:
+            began = time.monotonic()
+            f.note(f"executor {executor.executor_id} frozen with its worker {pid} in a task")
+            elsewhere: set[int] = set()
+            while time.monotonic() - began < 20:  # which partitions go on: the other executor's
+                elsewhere |= commits.partitions()
+            stalled = set(range(f.ratings_partitions())) - elsewhere
+            rerun: set[int] = set()
+            while not rerun and time.monotonic() - began < 45:
+                rerun = commits.partitions() & stalled
+            if not rerun:
+                raise NotInjected(
+                    f"partitions {sorted(stalled)} of the frozen executor were not run elsewhere"
+                )
+            after = time.monotonic() - began
+            if not cluster.signal_all((pid,), signal.SIGCONT):
+                raise NotInjected("the zombie worker was ended before its partition ran elsewhere")
+            f.note(
+                f"partition(s) {sorted(rerun)} committed on the other executor {after:.1f} s into the "
+                "freeze; the zombie worker thawed alone"
+            )
+            f.sleep(max(0.0, 45 - (time.monotonic() - began)))
+        finally:
+            f.thaw(frozen)
     f.sleep(15)
     f.note_attempts(before)
 
@@ -335,9 +333,7 @@ def _speculation(f: "Faults") -> None:
 
 
 def speculative_args() -> str:
-    from infra.faults.run import SPECULATION_CONF, TASKS_SPARK_CONF, submit_args  # noqa: PLC0415 - a cycle
-
-    return submit_args({**TASKS_SPARK_CONF, **SPECULATION_CONF})
+    return cluster.submit_args({**cluster.TASKS_SPARK_CONF, **cluster.SPECULATION_CONF})
 
 
 SCENARIOS = [

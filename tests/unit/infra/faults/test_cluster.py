@@ -8,7 +8,6 @@ import pytest
 
 from infra.faults import cluster
 from infra.faults.__main__ import parse
-from infra.faults.run import SPECULATION_CONF, TASKS_SPARK_CONF, submit_args
 from infra.faults.scenarios import SCENARIOS, speculative_args
 
 
@@ -80,8 +79,11 @@ def test_the_rows_of_a_cluster_s_own_faults_run_only_with_the_join_in_tasks() ->
 
 def test_spark_settings_reach_pyspark_as_submit_arguments() -> None:
     assert (
-        submit_args({"spark.a": "1", "spark.b": "2s"}) == "--conf spark.a=1 --conf spark.b=2s pyspark-shell"
+        cluster.submit_args({"spark.a": "1", "spark.b": "2s"})
+        == "--conf spark.a=1 --conf spark.b=2s pyspark-shell"
     )
     args = speculative_args()
     assert "--conf spark.speculation=true" in args and args.endswith(" pyspark-shell")
-    assert all(f"--conf {k}={v}" in args for k, v in {**TASKS_SPARK_CONF, **SPECULATION_CONF}.items())
+    assert all(
+        f"--conf {k}={v}" in args for k, v in {**cluster.TASKS_SPARK_CONF, **cluster.SPECULATION_CONF}.items()
+    )
