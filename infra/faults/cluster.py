@@ -12,6 +12,7 @@ transaction open from the first record it produces to its commit.
 
 import contextlib
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -171,6 +172,37 @@ def task_attempts(ui_url: str) -> Counter[str]:
             if task.get("speculative"):
                 counts["speculative"] += 1
     return counts
+
+
+@dataclass(frozen=True)
+class Batches:
+    """The job's batches as its driver's Spark jobs show them: how many jobs run now, and the
+    newest batch whose join job succeeded (None before the first)."""
+
+    running: int
+    done: int | None
+
+
+_BATCH_JOB = re.compile(r"^batch (\d+): ")
+
+
+def batches(ui_url: str) -> Batches | None:
+    """The driver's jobs (its REST API), None when it does not answer. Only the driver can
+    tell a Python worker loading its executor's copy of the customer table, in read(2) inside
+    a task, from one waiting for its next; and a job just submitted shows a moment later."""
+    apps = _get(f"{ui_url}/api/v1/applications")
+    if not apps:
+        return None
+    jobs = _get(f"{ui_url}/api/v1/applications/{apps[0]['id']}/jobs")
+    if jobs is None:
+        return None
+    running = sum(1 for job in jobs if job.get("status") == "RUNNING")
+    done = [
+        int(m.group(1))
+        for job in jobs
+        if job.get("status") == "SUCCEEDED" and (m := _BATCH_JOB.match(str(job.get("description", ""))))
+    ]
+    return Batches(running, max(done, default=None))
 
 
 def _get(url: str) -> list[dict[str, Any]] | None:

@@ -356,20 +356,26 @@ class Faults:
         cluster.signal_all((pid,), signal.SIGKILL)
         self.note(f"SIGKILL of Python worker {pid} of executor {executor.executor_id} in a task")
 
-    def freeze_executors(self, timeout_s: float = 120) -> tuple[int, ...]:
+    def freeze_executors(self, timeout_s: float = 120) -> tuple[tuple[int, ...], int | None]:
         """SIGSTOP of every executor with its Python workers, at a moment when none of them runs
-        a task (between two batches); returns the processes stopped. Each of the cluster's
-        executors must have run tasks already (a job that just started is not at work yet)."""
+        a task (between two batches: no worker is inside one, and the driver runs no Spark job);
+        returns the processes stopped and the newest batch whose tasks all ran. Each of the
+        cluster's executors must have run tasks already (a job that just started is not at work
+        yet)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             found = cluster.executors()
             at_work = len(found) >= StackSettings().spark_workers and all(e.workers for e in found)
             if at_work and cluster.all_waiting(found):
                 stopped = cluster.signal_all(tuple(p for e in found for p in e.pids), signal.SIGSTOP)
-                if cluster.all_waiting(found):
-                    self.note(f"{len(found)} executors frozen between two batches ({len(stopped)} processes)")
-                    return tuple(stopped)
-                cluster.signal_all(tuple(stopped), signal.SIGCONT)  # a task began meanwhile
+                batches = cluster.batches(self.ui_url) if cluster.all_waiting(found) else None
+                if batches is not None and batches.running == 0:
+                    self.note(
+                        f"{len(found)} executors frozen between two batches ({len(stopped)} processes),"
+                        f" after batch {batches.done}"
+                    )
+                    return tuple(stopped), batches.done
+                cluster.signal_all(tuple(stopped), signal.SIGCONT)  # a task ran, or began meanwhile
             time.sleep(0.005)
         raise NotInjected(
             f"the executors were never all at work and between two batches within {timeout_s:.0f} s"
@@ -391,16 +397,18 @@ class Faults:
         name = env.get("ENRICH_JOB_NAME", fields["job_name"].default)
         return Commits(self.run.stack["KAFKA_BOOTSTRAP_SERVERS"], topic, name)
 
-    def wait_driver_commit(self, timeout_s: float) -> None:
-        """Until the job's driver commits a batch's marker (the CDC outcome) after now."""
-        with contextlib.closing(self.commits()) as commits:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                for key, value in commits.poll():
-                    if key == commits.name:
-                        self.note(f"the driver committed batch {json.loads(value)['batch_id']}'s CDC")
-                        return
-        raise NotInjected(f"the driver committed no batch within {timeout_s:.0f} s")
+    def wait_driver_commit(self, commits: "Commits", after: int | None, timeout_s: float) -> None:
+        """Until `commits` shows the job's driver committing the marker (the CDC outcome) of a
+        batch after `after`. Opened before the executors froze, `commits` also holds a marker
+        committed a moment before whose job the driver had not shown yet."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for key, value in commits.poll():
+                batch = int(json.loads(value)["batch_id"]) if key == commits.name else None
+                if batch is not None and (after is None or batch > after):
+                    self.note(f"the driver committed batch {batch}'s CDC")
+                    return
+        raise NotInjected(f"the driver committed no batch after {after} within {timeout_s:.0f} s")
 
     def take_over_job(self, same_state: bool) -> None:
         """A second enrichment job under the same name; the first must be fenced (exit 3), the

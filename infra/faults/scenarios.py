@@ -251,17 +251,19 @@ def _kill_python_workers(kills: int) -> "Callable[[Faults], None]":
 
 def _kill_driver_after_cdc(f: "Faults") -> None:
     """Every executor frozen between two batches and a customer changed: the driver commits
-    the next batch's CDC outcome, and its tasks cannot run. The driver is killed then, and the
-    executors thawed; the restarted job must run that batch's tasks on the same inputs."""
+    the next batch's CDC outcome (or had committed it a moment before the freeze, its job not
+    submitted yet), and its tasks cannot run. The driver is killed then, and the executors
+    thawed; the restarted job must run that batch's tasks on the same inputs."""
     for _ in range(2):
         f.sleep(f.rng.uniform(10, 15))
-        frozen = f.freeze_executors()
-        try:
-            f.change_customer()
-            f.wait_driver_commit(30)
-            f.kill("enrichment")
-        finally:
-            f.thaw(frozen)
+        with contextlib.closing(f.commits()) as commits:
+            frozen, done = f.freeze_executors()
+            try:
+                f.change_customer()
+                f.wait_driver_commit(commits, done, 30)
+                f.kill("enrichment")
+            finally:
+                f.thaw(frozen)
         f.wait_alive("enrichment")
 
 

@@ -2,7 +2,12 @@
 waiting for its next, read from a /proc tree laid out as Linux lays it out; and which rows a
 matrix with the join in tasks or on the driver runs."""
 
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -87,3 +92,59 @@ def test_spark_settings_reach_pyspark_as_submit_arguments() -> None:
     assert all(
         f"--conf {k}={v}" in args for k, v in {**cluster.TASKS_SPARK_CONF, **cluster.SPECULATION_CONF}.items()
     )
+
+
+class _SparkRest(BaseHTTPRequestHandler):
+    """Answers like a driver's REST API: one application, with `jobs` (newest first)."""
+
+    jobs: ClassVar[list[dict[str, object]]] = []
+
+    def do_GET(self) -> None:
+        app = "app-20261202080449-0003"
+        if self.path == "/api/v1/applications":
+            body: object = [{"id": app}]
+        elif self.path == f"/api/v1/applications/{app}/jobs":
+            body = self.jobs
+        else:
+            self.send_error(404)
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def spark_ui() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SparkRest)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _job(job_id: int, status: str, description: str | None = None) -> dict[str, object]:
+    job: dict[str, object] = {"jobId": job_id, "name": "collect at launch.py:150", "status": status}
+    if description is not None:
+        job["description"] = description
+    return job
+
+
+def test_the_driver_tells_which_batch_s_tasks_all_ran_and_whether_a_job_runs(spark_ui: str) -> None:
+    _SparkRest.jobs = [
+        _job(9, "RUNNING", "batch 189: the join, 4 ratings partitions"),
+        _job(8, "SUCCEEDED", "batch 188: the join, 4 ratings partitions"),
+        _job(7, "FAILED", "batch 190: the join, 4 ratings partitions"),  # a replaced run's
+        _job(6, "SUCCEEDED"),  # no batch of the join
+    ]
+    assert cluster.batches(spark_ui) == cluster.Batches(running=1, done=188)
+    _SparkRest.jobs = [_job(6, "SUCCEEDED")]
+    assert cluster.batches(spark_ui) == cluster.Batches(running=0, done=None)
+    assert cluster.batches("http://127.0.0.1:9") is None  # nothing listens: not "nothing runs"
