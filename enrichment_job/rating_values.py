@@ -12,6 +12,7 @@ batch with unreadable ratings costs what one without them costs, on the driver o
 """
 
 import json
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +23,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from enrichment_job.json_columns import object_shaped, read_objects, utf8_valid
 from enrichment_job.kafka_in import KAFKA
 from enrichment_job.schemas import RATING_FIELDS, REQUIRED_RATING_FIELDS
-from enrichment_job.transforms import NOT_JSON, NOT_UTF8
+from enrichment_job.transforms import NOT_JSON, NOT_UTF8, future_reason
 
 FIELDS = to_arrow_schema(RATING_FIELDS)
 # A rating as the join takes it: its fields, its Kafka columns and why it is a dead letter (null
@@ -33,8 +34,10 @@ _PARSE = pj.ParseOptions(explicit_schema=FIELDS, unexpected_field_behavior="igno
 ORDER = [("partition", "ascending"), ("offset", "ascending")]
 
 
-def parse(raw: pa.Table, max_future_ms: int, max_bytes: int) -> pa.Table:
-    """`raw` (the Kafka columns) as `PARSED`, in input order (partition, offset)."""
+def parse(raw: pa.Table, max_future_ms: int, max_bytes: int, now_ms: int | None = None) -> pa.Table:
+    """`raw` (the Kafka columns) as `PARSED`, in input order (partition, offset). `now_ms`:
+    the job's clock (default: now), which bounds a rating_time when the record's Kafka
+    timestamp, set by its producer, is later."""
     raw = raw.cast(KAFKA).sort_by(ORDER)
     values = raw.column("value").combine_chunks()
     sizes = pc.fill_null(pc.binary_length(values), 0)
@@ -53,7 +56,8 @@ def parse(raw: pa.Table, max_future_ms: int, max_bytes: int) -> pa.Table:
         reasons = np.full(len(values), None, object)
         reasons[left] = [reason for _, reason in by_python]
         early = pc.coalesce(early, pa.array(reasons, pa.string()))
-    return _checked(raw, fields, early, max_future_ms, max_bytes)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return _checked(raw, fields, early, max_future_ms, max_bytes, now_ms=now_ms)
 
 
 _DECODER = json.JSONDecoder()
@@ -157,7 +161,7 @@ def _bisect(values: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def _checked(
-    raw: pa.Table, fields: pa.Table, early: pa.Array, max_future_ms: int, max_bytes: int
+    raw: pa.Table, fields: pa.Table, early: pa.Array, max_future_ms: int, max_bytes: int, *, now_ms: int
 ) -> pa.Table:
     """`PARSED` from the Kafka columns and the fields Arrow read (`early`: a value's reason
     known without a parse, or null), with each rating's reason: the first failing check, in the
@@ -179,9 +183,8 @@ def _checked(
         (pc.invert(pc.and_(pc.greater_equal(stars, 1), pc.less_equal(stars, 5))), "stars outside 1..5"),
         (pc.less(rating_time, 0), "rating_time before 1970-01-01"),
         (
-            pc.greater(rating_time, pc.add(kafka_ms, max_future_ms)),
-            f"rating_time more than {max_future_ms} ms after the record's Kafka timestamp"
-            " (ENRICH_MAX_FUTURE_MS)",
+            pc.greater(rating_time, pc.add(pc.min_element_wise(kafka_ms, now_ms), max_future_ms)),
+            future_reason(max_future_ms),
         ),
     ]
     for failed, text in reversed(checks):

@@ -105,7 +105,8 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         300_000,
         ge=0,
         le=10 * 365 * 86_400_000,
-        description="a rating_time further ahead of its Kafka record's timestamp goes to the DLQ",
+        description="a rating_time further ahead of its Kafka record's timestamp, or of the job's "
+        "clock when that is earlier (a producer sets CreateTime), goes to the DLQ",
     )
     max_waiting_ratings: int = Field(
         500_000,

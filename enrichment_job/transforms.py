@@ -47,12 +47,24 @@ NOT_UTF8 = "value is not valid UTF-8"
 NOT_JSON = "not a JSON object"
 
 
+def future_reason(max_future_ms: int) -> str:
+    """Why a rating_time too far ahead is a dead letter. The bound starts at the record's Kafka
+    timestamp or at the job's clock, whichever is earlier: a producer sets the timestamp of a
+    topic with CreateTime, and one set ahead would otherwise let its ratings through, each
+    holding its customer's later ratings until that time."""
+    return (
+        f"rating_time more than {max_future_ms} ms after the record's Kafka timestamp or the job's "
+        "clock, the earlier (ENRICH_MAX_FUTURE_MS)"
+    )
+
+
 def parse_ratings(raw: DataFrame, max_future_ms: int, max_bytes: int = MAX_RATING_BYTES) -> DataFrame:
     """Rating fields plus `dlq_reason`: null for a readable rating, else why it is not. A
-    rating_time before 1970 or more than `max_future_ms` after its Kafka record's timestamp is
-    not readable: it would hold back its customer's later ratings until that time, and near the
-    top of the long range it overflows the join's arithmetic. A value over `max_bytes` is not
-    either: its enriched copy would be over Kafka's limit for a record, and fail every retry.
+    rating_time before 1970 or more than `max_future_ms` after its Kafka record's timestamp (or
+    the job's clock, when that is earlier) is not readable: it would hold back its customer's
+    later ratings until that time, and near the top of the long range it overflows the join's
+    arithmetic. A value over `max_bytes` is not either: its enriched copy would be over Kafka's
+    limit for a record, and fail every retry.
 
     One typed parse of each value. Only a value that parse cannot take whole (not JSON, or a
     field of the wrong type) is read a second time, every field as text, to say which fields are
@@ -100,9 +112,10 @@ def _rating_parse(max_future_ms: int, max_bytes: int) -> tuple[Columns, Columns,
     checks.append((F.col("_r.rating_time") < 0, "rating_time before 1970-01-01"))
     checks.append(
         (
-            F.col("_r.rating_time") > F.unix_millis("timestamp") + F.lit(max_future_ms),
-            f"rating_time more than {max_future_ms} ms after the record's Kafka timestamp"
-            " (ENRICH_MAX_FUTURE_MS)",
+            F.col("_r.rating_time")
+            > F.least(F.unix_millis("timestamp"), F.unix_millis(F.current_timestamp()))
+            + F.lit(max_future_ms),
+            future_reason(max_future_ms),
         )
     )
     fields = Columns(

@@ -11,10 +11,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 StackEnv = dict[str, str]
 
 
-def produce(stack_env: StackEnv, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
+def produce(
+    stack_env: StackEnv,
+    topic: str,
+    records: list[tuple[bytes | None, bytes | None]],
+    timestamp_ms: int = 0,  # the records' CreateTime; 0: the producer's clock
+) -> None:
     producer = Producer({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
     for key, value in records:
-        producer.produce(topic, key=key, value=value)
+        producer.produce(topic, key=key, value=value, timestamp=timestamp_ms)
     assert producer.flush(30) == 0
 
 

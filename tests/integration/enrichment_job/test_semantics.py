@@ -44,7 +44,10 @@ from services.slack_notifier.alert import decode_alert
 StackEnv = dict[str, str]
 GRACE_MS = 3000
 TEMPLATE = Path(__file__).parents[3] / "services" / "es_sink" / "ratings-index-template.json"
-FUTURE = "rating_time more than 300000 ms after the record's Kafka timestamp (ENRICH_MAX_FUTURE_MS)"
+FUTURE = (
+    "rating_time more than 300000 ms after the record's Kafka timestamp or the job's clock, the "
+    "earlier (ENRICH_MAX_FUTURE_MS)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +234,32 @@ def test_a_rating_that_is_not_utf8_is_a_dead_letter_with_its_bytes_not_an_alert(
         # json.loads of bytes decodes them strictly: every record the job wrote is UTF-8.
         written = values(read_topic(stack_env, topics.name(role), timeout_s=10))
         assert broken not in {v["rating_id"] for v in written}
+
+
+def test_a_rating_whose_producer_set_its_kafka_timestamp_ahead_is_a_dead_letter_not_a_hold(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    """A producer's CreateTime 55 minutes ahead, and its rating_time with it: bounded by the
+    job's clock, it is dead-lettered. Let through, it would hold its customer's later ratings
+    (and their alerts) for 55 minutes."""
+    customer = insert_customer(db, "platinum")
+    t0 = next_second(db)
+    ahead_ms = int(time.time() * 1000) + 55 * 60_000
+    early, after = next(IDS), next(IDS)
+    produce(stack_env, topics.name("ratings"), [rating(early, customer, 1, ahead_ms)], timestamp_ms=ahead_ms)
+    produce(stack_env, topics.name("ratings"), [rating(after, customer, 1, t0)])
+    by_rating(stack_env, topics.name("alerts"), {after})
+    dlq = read_topic(stack_env, topics.name("dlq"), timeout_s=30)
+    dead = [r for r in dlq if _rating_id(r.value()) == early]
+    assert [dict(r.headers())["dlq.reason"].decode() for r in dead] == [FUTURE]
+
+
+def _rating_id(value: bytes | None) -> object:
+    """A dead letter's rating_id, when its value is a JSON object that has one."""
+    try:
+        return json.loads(value or b"").get("rating_id")
+    except (ValueError, AttributeError):
+        return None
 
 
 def test_a_rating_of_an_aborted_producer_transaction_is_never_enriched_alerted_or_dead_lettered(

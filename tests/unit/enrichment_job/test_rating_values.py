@@ -168,3 +168,22 @@ def test_a_value_that_holds_no_json_object_is_a_dead_letter(spark: Any) -> None:
     reasons = _reasons(parse(raw(values), MAX_FUTURE_MS, MAX_BYTES))
     assert reasons == [None] + ["not a JSON object"] * (len(values) - 1)
     assert reasons == _reasons(parse_spark(raw(values), spark))
+
+
+def test_a_kafka_timestamp_set_ahead_by_its_producer_does_not_move_the_future_bound(spark: Any) -> None:
+    """The bound starts at the job's clock when the record's timestamp is later: a producer
+    with CreateTime 55 minutes ahead, and its rating_time with it, is a dead letter."""
+    ahead = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=55)
+    ahead_ms = int(ahead.timestamp() * 1000)
+    records = raw([rating(rating_time=ahead_ms), rating(rating_time=SENT_MS)]).set_column(
+        5, "timestamp", pa.array([ahead, SENT], pa.timestamp("ms", tz="UTC"))
+    )
+    for parsed in (parse(records, MAX_FUTURE_MS, MAX_BYTES), parse_spark(records, spark)):
+        assert _reasons(parsed)[0] == (
+            "rating_time more than 300000 ms after the record's Kafka timestamp or the job's clock, "
+            "the earlier (ENRICH_MAX_FUTURE_MS)"
+        )
+        assert _reasons(parsed)[1] is None  # a past timestamp is the bound's start, as before
+    # The job's clock is the start only when it is earlier: 55 minutes on, the rating is fine.
+    later = parse(records, MAX_FUTURE_MS, MAX_BYTES, now_ms=ahead_ms)
+    assert _reasons(later) == [None, None]
