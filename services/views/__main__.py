@@ -1,7 +1,8 @@
 """python -m services.views: the materialized views' query service. Loads the views' changelog
 topics into an embedded store and serves them over HTTP on 127.0.0.1:8087 by default:
 GET /views, /views/<name>/<key>, /views/<name>?<column>=<value>&limit=N,
-/views/<name>/changes (Server-Sent Events), /health.
+/views/<name>/changes (Server-Sent Events), /health; and over PostgreSQL's wire protocol, read
+only, on 127.0.0.1:6875 (psql -h 127.0.0.1 -p 6875 -c "SELECT * FROM customer_ratings LIMIT 5").
 
 Settings come from VIEWS_* environment variables or the file named by VIEWS_ENV_FILE. Exit codes:
 0 stopped on request, 1 Kafka or the store failed, 2 a bad setting.
@@ -25,7 +26,9 @@ from services.views.api import Api
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
+from services.views.pgwire import PgServer
 from services.views.protocol import pull_protocol
+from services.views.sql import SqlReader
 from services.views.store import Store
 
 
@@ -34,13 +37,20 @@ class _Server(uvicorn.Server):
     has shut down, which ends the process by that signal instead of with exit code 0. Its event
     loop takes the changelog process's messages."""
 
-    def __init__(self, config: uvicorn.Config, changelog: ChangelogProcess) -> None:
+    def __init__(self, config: uvicorn.Config, changelog: ChangelogProcess, pg: PgServer | None) -> None:
         super().__init__(config)
         self.changelog = changelog
+        self.pg = pg
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         await self.changelog.attach(asyncio.get_running_loop())
-        await super().serve(sockets)
+        if self.pg is not None:
+            await self.pg.start()
+        try:
+            await super().serve(sockets)
+        finally:
+            if self.pg is not None:
+                await self.pg.close()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -65,6 +75,12 @@ def main(argv: list[str]) -> int:
     store, hub = Store(settings.state_dir / "store.sqlite3"), Hub()
     changelog = ChangelogProcess(settings, store, hub)
     api = Api(settings, store, hub, changelog)
+    pg = None
+    if settings.pg_port:
+        sql = SqlReader(
+            store.path, store.infos, max_rows=settings.pg_max_rows, timeout_s=settings.pg_timeout_s
+        )
+        pg = PgServer(sql, settings.pg())
     server = _Server(
         uvicorn.Config(
             api.app(),
@@ -79,6 +95,7 @@ def main(argv: list[str]) -> int:
             timeout_graceful_shutdown=1,
         ),
         changelog,
+        pg,
     )
     changelog.on_end = server.stop
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -6,6 +6,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.views.pgwire import PgSettings
 from services.views.protocol import Access, Bounds
 
 
@@ -55,6 +56,19 @@ class ViewsApiSettings(BaseSettings):
         description="a connection that has not sent a whole request head this long after it opened, or"
         " after its last answer, is refused (408) and closed",
     )
+    pg_port: int = Field(
+        6875,
+        ge=0,
+        lt=65536,
+        description="the PostgreSQL wire protocol's port, read only (psql -h <host> -p <port>); 0: off",
+    )
+    pg_max_rows: int = Field(
+        10_000, gt=0, description="a query over PostgreSQL's protocol that gives more rows is refused"
+    )
+    pg_timeout_s: float = Field(
+        5, gt=0, description="a query over PostgreSQL's protocol that runs longer is ended"
+    )
+    pg_max_connections: int = Field(100, gt=0, description="PostgreSQL clients at once; one more is refused")
     log_level: str = "INFO"
 
     @field_validator("state_dir")
@@ -71,6 +85,12 @@ class ViewsApiSettings(BaseSettings):
         )
         token = self.token.get_secret_value().encode() if self.token is not None else None
         return Access(hosts, token)
+
+    def pg(self) -> PgSettings:
+        token = self.token.get_secret_value().encode() if self.token is not None else None
+        return PgSettings(
+            self.host, self.pg_port, self.pg_max_connections, self.request_head_timeout_s, token
+        )
 
     def consumer_config(self) -> dict[str, str | int | bool]:
         """Committed records only: the views job writes rows and markers in transactions."""

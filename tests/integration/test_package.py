@@ -234,7 +234,11 @@ def _platinum_customer(db: Any) -> int:
 def _views_service(stack_env: StackEnv, python: Path, workdir: Path) -> ServiceProcess:
     """The views query service from the venv, on the stack's changelog topics, until healthy."""
     port = free_port()
-    env = {"VIEWS_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"], "VIEWS_PORT": str(port)}
+    env = {
+        "VIEWS_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+        "VIEWS_PORT": str(port),
+        "VIEWS_PG_PORT": str(free_port()),
+    }
     service = ServiceProcess("services.views", "VIEWS_", env, workdir, python=str(python)).start()
 
     def healthy() -> bool:

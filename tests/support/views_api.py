@@ -2,7 +2,9 @@
 writes them (rows and a marker per transaction), and the service as a child process."""
 
 import json
+import os
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -99,12 +101,13 @@ def free_port() -> int:
 
 class Service(ServiceProcess):
     def __init__(self, stack_env: StackEnv, views: Views, workdir: Path) -> None:
-        self.port = free_port()
+        self.port, self.pg_port = free_port(), free_port()
         env = {
             "VIEWS_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
             "VIEWS_CHANGELOG_TOPICS": json.dumps([views.customers, views.segments]),
             "VIEWS_COMMITS_TOPIC": views.commits,
             "VIEWS_PORT": str(self.port),
+            "VIEWS_PG_PORT": str(self.pg_port),
             "VIEWS_STATE_DIR": str(workdir / "state"),
             "VIEWS_HEARTBEAT_S": "1",
         }
@@ -116,6 +119,19 @@ class Service(ServiceProcess):
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read())
+
+    def psql(self, sql: str) -> subprocess.CompletedProcess[str]:
+        """`sql` asked with psql over the service's PostgreSQL port: rows as `a|b` lines."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        dsn = f"host=127.0.0.1 port={self.pg_port} user=tests dbname=views connect_timeout=5"
+        return subprocess.run(
+            ["psql", dsn, "-X", "-A", "-t", "-F", "|", "-v", "VERBOSITY=verbose", "-w", "-c", sql],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+            check=False,
+        )
 
     def wait_healthy(self, timeout_s: float = 60) -> list[int]:
         """Polls /health until 200; returns every status seen."""

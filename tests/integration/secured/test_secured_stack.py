@@ -190,6 +190,7 @@ def test_the_pipeline_runs_through_the_secured_broker(
                 "views-api",
                 {
                     "VIEWS_PORT": str(views_port),
+                    "VIEWS_PG_PORT": "0",
                     "VIEWS_STATE_DIR": str(tmp_path / "views-api"),
                 },
             ),

@@ -80,6 +80,45 @@ def test_pull_by_key_composite_keys_filters_and_freshness(
     assert service.stop() == 0
 
 
+def test_psql_gives_what_http_gives_for_a_key_a_range_with_a_limit_and_nothing(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    views.write(
+        [customer(i, i, "platinum" if i % 3 == 0 else "gold") for i in range(1, 31)],
+        [{"club_status": "platinum", "channel": "web", "hour": "2026-11-24T03", "ratings": 7}],
+    )
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    _, row = service.get("/views/customer_ratings/7")
+    names = list(row)
+    asked = service.psql(f"SELECT {', '.join(names)} FROM customer_ratings WHERE user_id = 7")  # noqa: S608 (the view's own column names)
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stdout.splitlines() == ["|".join(_pg_text(row[n]) for n in names)]
+    _, scan = service.get("/views/customer_ratings?club_status=platinum&limit=1000")
+    ranged = service.psql(
+        "SELECT user_id FROM customer_ratings WHERE club_status = 'platinum' ORDER BY user_id LIMIT 4"
+    )
+    assert ranged.stdout.split() == [str(u) for u in sorted(r["user_id"] for r in scan["rows"])[:4]]
+    segment = service.psql("SELECT ratings FROM segment_hourly WHERE hour = '2026-11-24T03'")
+    assert segment.stdout.split() == ["7"]
+    assert service.get("/views/customer_ratings/4242")[0] == 404
+    none = service.psql("SELECT * FROM customer_ratings WHERE user_id = 4242")
+    assert none.returncode == 0 and none.stdout == ""
+    write = service.psql("DELETE FROM customer_ratings")
+    assert write.returncode != 0 and "25006" in write.stderr, write.stderr
+    assert service.get("/views/customer_ratings/7") == (200, row)
+    assert service.stop() == 0
+
+
+def _pg_text(value: Any) -> str:
+    """A JSON value as psql prints it unaligned: null empty, booleans t/f."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    return str(value)
+
+
 def test_bad_requests_get_a_4xx_naming_the_problem(stack_env: StackEnv, views: Views, tmp_path: Path) -> None:
     views.write([customer(1, 1)])
     service = Service(stack_env, views, tmp_path).start()

@@ -1,0 +1,241 @@
+"""Read-only SQL over the views, for the PostgreSQL wire protocol (`pgwire`).
+
+Each view is a table of its own: its columns typed as the views job's marker names them, read
+from the store's rows. A query is a single `SELECT` (or `WITH ... SELECT`, or `VALUES`) in
+SQLite's dialect, which shares PostgreSQL's for `WHERE`, `ORDER BY`, `LIMIT`/`OFFSET`,
+`GROUP BY` and the common functions. It runs on a read-only connection whose authorizer
+allows reading the views' rows and nothing else (no write, no `PRAGMA`, no `ATTACH`, no other
+table of the store), for at most `timeout_s`, and gives at most `max_rows` rows: past that it is
+refused, never cut short in silence.
+"""
+
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.core.errors import ServiceError
+
+# PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
+PG_TYPES = {
+    "int": ("int4", 23, 4),
+    "long": ("int8", 20, 8),
+    "double": ("float8", 701, 8),
+    "boolean": ("bool", 16, 1),
+    "string": ("text", 25, -1),
+}
+_CAST = {"int": "INTEGER", "long": "INTEGER", "double": "REAL"}
+_READABLE = {"SELECT", "WITH", "VALUES"}
+_WRITES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "REPLACE", "TRUNCATE", "GRANT"}
+_NOT_SERVED = {
+    "PRAGMA", "ATTACH", "DETACH", "VACUUM", "REINDEX", "ANALYZE", "EXPLAIN", "BEGIN", "COMMIT",
+    "ROLLBACK", "SAVEPOINT", "RELEASE", "END", "SET", "SHOW", "RESET", "COPY", "LISTEN", "PREPARE",
+}  # fmt: skip
+_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+_BLOB_FUNCTIONS = {"randomblob", "zeroblob"}  # a row of a gigabyte in one call
+_MAX_VALUE_BYTES = 1_000_000  # SQLite's limit on one value's length (a view's row is far less)
+_MAX_SQL_BYTES = 100_000
+
+
+class SqlError(ServiceError):
+    """A query refused or failed, with its SQLSTATE (PostgreSQL's error code)."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    pg_type: str  # int4, int8, float8, bool, text
+    oid: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Result:
+    columns: tuple[Column, ...]
+    rows: list[tuple[str | None, ...]]  # each value in PostgreSQL's text format, None for null
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _view_sql(view: str, columns: list[dict[str, str]]) -> str:
+    parts = []
+    for column in columns:
+        name, kind = column["name"], column.get("type", "string")
+        path = "'$.\"" + name.replace("'", "''") + "\"'"
+        extract = f"json_extract(value, {path})"
+        cast = _CAST.get(kind)
+        parts.append(f"{f'CAST({extract} AS {cast})' if cast else extract} AS {_quoted(name)}")
+    literal = "'" + view.replace("'", "''") + "'"
+    return (
+        f"CREATE TEMP VIEW {_quoted(view)} AS SELECT {', '.join(parts)} "  # noqa: S608 (quoted names)
+        f"FROM main.rows WHERE view = {literal}"
+    )
+
+
+def _first_word(sql: str) -> str:
+    text = sql.lstrip()
+    while text.startswith(("--", "/*", "(")):
+        if text.startswith("--"):
+            text = text.split("\n", 1)[1] if "\n" in text else ""
+        elif text.startswith("/*"):
+            text = text.split("*/", 1)[1] if "*/" in text else ""
+        else:
+            text = text[1:]
+        text = text.lstrip()
+    return text.split(None, 1)[0].upper() if text else ""
+
+
+class SqlReader:
+    """Runs queries over the views of `infos()` (the store's descriptions, a new dict whenever
+    one changed): a read-only connection per thread, with a table per view."""
+
+    def __init__(
+        self,
+        path: Path,
+        infos: Callable[[], dict[str, dict[str, Any]]],
+        *,
+        max_rows: int,
+        timeout_s: float,
+    ) -> None:
+        self.path = path
+        self.infos = infos
+        self.max_rows = max_rows
+        self.timeout_s = timeout_s
+        self._local = threading.local()
+
+    def tables(self) -> dict[str, tuple[Column, ...]]:
+        """Each view's columns, as a PostgreSQL client sees them."""
+        return {
+            view: tuple(_column(c["name"], c.get("type", "string")) for c in info.get("columns") or [])
+            for view, info in sorted(self.infos().items())
+        }
+
+    def _connection(self) -> sqlite3.Connection:
+        infos = self.infos()
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and self._local.infos is infos:
+            return conn
+        if conn is not None:
+            conn.close()
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, _MAX_SQL_BYTES)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        for view, info in infos.items():
+            conn.execute(_view_sql(view, info.get("columns") or []))
+        views = set(infos)
+        conn.set_authorizer(lambda action, arg1, arg2, db, inner: _authorize(views, action, arg1, arg2, db))
+        self._local.conn, self._local.infos = conn, infos
+        return conn
+
+    def query(self, sql: str) -> Result:
+        """The rows of one read-only statement; SqlError when it is refused or fails."""
+        word = _first_word(sql)
+        if word in _WRITES:
+            raise SqlError("25006", f"the views are read only: {word} is refused")
+        if word in _NOT_SERVED:
+            raise SqlError("0A000", f"only SELECT, WITH and VALUES are served, not {word}")
+        if word not in _READABLE:
+            raise SqlError("42601", f'syntax error at or near "{word[:40]}"')
+        conn = self._connection()
+        deadline = time.monotonic() + self.timeout_s
+        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        try:
+            cursor = conn.execute(sql)
+            rows = cursor.fetchmany(self.max_rows + 1)
+        except (sqlite3.Warning, sqlite3.ProgrammingError):  # more than one statement
+            raise SqlError("42601", "one statement at a time") from None
+        except sqlite3.DatabaseError as err:
+            raise _translated(err, self.timeout_s) from None
+        finally:
+            conn.set_progress_handler(None, 0)
+        if len(rows) > self.max_rows:
+            raise SqlError(
+                "54000",
+                f"the query gives more than {self.max_rows} rows (VIEWS_PG_MAX_ROWS): add a WHERE or a LIMIT",
+            )
+        names = [d[0] for d in cursor.description or ()]
+        kinds = self._kinds(names)
+        columns = tuple(_column(name, kinds.get(name) or _kind_of(rows, i)) for i, name in enumerate(names))
+        texts = [tuple(_text(v, c.pg_type) for v, c in zip(row, columns, strict=True)) for row in rows]
+        return Result(columns, texts)
+
+    def _kinds(self, names: list[str]) -> dict[str, str]:
+        """The declared type of a result column named as a view's column (the first view's)."""
+        kinds: dict[str, str] = {}
+        for info in self.infos().values():
+            for column in info.get("columns") or []:
+                if column["name"] in names:
+                    kinds.setdefault(column["name"], column.get("type", "string"))
+        return kinds
+
+
+def _authorize(views: set[str], action: int, arg1: str | None, arg2: str | None, db: str | None) -> int:
+    if action == sqlite3.SQLITE_READ:
+        # A view's table reads the store's rows; a common table expression is no database's.
+        allowed = db is None or arg1 == "rows" or arg1 in views
+        return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION:
+        return sqlite3.SQLITE_DENY if (arg2 or "").lower() in _BLOB_FUNCTIONS else sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_OK if action in _ALLOWED else sqlite3.SQLITE_DENY
+
+
+# SQLite's error text -> PostgreSQL's SQLSTATE, by how the text starts (first match).
+_SQLSTATES = (
+    ("no such table", "42P01"),
+    ("no such column", "42703"),
+    ("no such function", "42883"),
+    ("incomplete input", "42601"),
+    ("string or blob too big", "54000"),
+)
+
+
+def _translated(err: sqlite3.DatabaseError, timeout_s: float) -> SqlError:
+    text = str(err)
+    if text == "interrupted":
+        return SqlError("57014", f"the query ran longer than {timeout_s:g} s (VIEWS_PG_TIMEOUT_S)")
+    if text.startswith("not authorized") or text.endswith("is prohibited"):
+        return SqlError("42501", "the query reads something other than the views, or writes: refused")
+    if "syntax error" in text:
+        return SqlError("42601", text)
+    code = next((code for start, code in _SQLSTATES if text.startswith(start)), "42000")
+    return SqlError(code, text.replace("no such table", "no such view"))
+
+
+def _column(name: str, kind: str) -> Column:
+    pg_type, oid, size = PG_TYPES.get(kind, PG_TYPES["string"])
+    return Column(name, pg_type, oid, size)
+
+
+def _kind_of(rows: list[Any], index: int) -> str:
+    """A computed column's type from its first non-null value."""
+    for row in rows:
+        value = row[index]
+        if value is not None:
+            return "long" if isinstance(value, int) else "double" if isinstance(value, float) else "string"
+    return "string"
+
+
+def _text(value: Any, pg_type: str) -> str | None:
+    """A value in PostgreSQL's text format for its column's type."""
+    if value is None:
+        return None
+    if pg_type == "bool":
+        return "t" if value in (1, "true", True) else "f"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        return repr(value) if math.isfinite(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    return str(value)

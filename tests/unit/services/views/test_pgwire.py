@@ -1,0 +1,198 @@
+"""The views over PostgreSQL's wire protocol, asked by the real psql (Debian's postgresql-client,
+which the stack installs) and by a raw socket where psql cannot say what the server sent."""
+
+import asyncio
+import json
+import os
+import socket
+import struct
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from services.views.pgwire import PROTOCOL_V3, PgServer, PgSettings
+from services.views.sql import SqlReader
+from services.views.store import Change, Store, key_of
+
+COLUMNS = [
+    {"name": "user_id", "type": "int"},
+    {"name": "ratings", "type": "long"},
+    {"name": "average_stars", "type": "double"},
+    {"name": "club_status", "type": "string"},
+    {"name": "customer_matched", "type": "boolean"},
+]
+MARKER = {"view": "customer_ratings", "key": ["user_id"], "columns": COLUMNS}
+
+
+def _row(user: int) -> Change:
+    row = {
+        "user_id": user,
+        "ratings": user * 10,
+        "average_stars": 2.5 if user % 2 else 4.0,
+        "club_status": None if user == 3 else ("platinum" if user % 2 else "gold"),
+        "customer_matched": user != 3,
+    }
+    return Change("customer_ratings", key_of([user]), ("user_id",), json.dumps(row))
+
+
+@dataclass
+class Served:
+    port: int
+    store: Store
+
+    def psql(self, sql: str, password: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        if password is not None:
+            env["PGPASSWORD"] = password
+        dsn = f"host=127.0.0.1 port={self.port} user=reader dbname=views sslmode=prefer connect_timeout=5"
+        return subprocess.run(
+            ["psql", dsn, "-X", "-A", "-t", "-F", "|", "-v", "VERBOSITY=verbose", "-w", "-c", sql],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+            check=False,
+        )
+
+    def rows(self, sql: str) -> list[str]:
+        done = self.psql(sql)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    def refused(self, sql: str) -> str:
+        """The SQLSTATE psql reports for a refused query."""
+        done = self.psql(sql)
+        assert done.returncode != 0, done.stdout
+        return done.stderr.split("ERROR:", 1)[1].split(":", 1)[0].strip()
+
+
+def _serve(tmp_path: Path, token: bytes | None = None, max_connections: int = 5) -> Iterator[Served]:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply([_row(u) for u in range(1, 8)], {"customer_ratings": MARKER}, {})
+    reader = SqlReader(store.path, store.infos, max_rows=5, timeout_s=1)
+    server = PgServer(reader, PgSettings("127.0.0.1", 0, max_connections, 5, token))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+    try:
+        yield Served(server.port, store)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    yield from _serve(tmp_path)
+
+
+def test_psql_reads_a_view_by_key_with_its_columns_typed_as_the_marker_names_them(served: Served) -> None:
+    assert served.rows("SELECT * FROM customer_ratings WHERE user_id = 7") == ["7|70|2.5|platinum|t"]
+    nulls = "SELECT club_status, customer_matched FROM customer_ratings WHERE user_id = 3"
+    assert served.rows(nulls) == ["|f"]
+    assert served.rows("SELECT count(*) FROM customer_ratings WHERE average_stars > 3") == ["3"]
+
+
+def test_where_order_by_and_limit_work_and_an_empty_result_is_no_rows(served: Served) -> None:
+    ranged = "SELECT user_id FROM customer_ratings WHERE ratings BETWEEN 20 AND 60 ORDER BY 1 DESC LIMIT 3"
+    assert served.rows(ranged) == ["6", "5", "4"]
+    assert served.rows("SELECT * FROM customer_ratings WHERE user_id = 42;") == []
+
+
+def test_writes_and_reads_of_anything_but_the_views_are_refused_with_an_sqlstate(served: Served) -> None:
+    assert served.refused("INSERT INTO customer_ratings VALUES (9, 1, 1.0, 'gold', 1)") == "25006"
+    assert served.refused("DELETE FROM customer_ratings") == "25006"
+    assert served.refused("CREATE TABLE t (a int)") == "25006"
+    assert served.refused("PRAGMA table_info(rows)") == "0A000"
+    assert served.refused("ATTACH DATABASE '/tmp/x.db' AS x") == "0A000"
+    assert served.refused("SELECT * FROM offsets") == "42501"  # the store's own tables
+    assert served.refused("SELECT length(randomblob(1000000000))") == "42501"
+    assert served.refused("SELECT 1; DELETE FROM rows") == "42601"
+    assert served.rows("SELECT count(*) FROM customer_ratings") == ["7"]  # nothing changed
+
+
+def test_long_or_large_queries_are_refused_not_cut_short(served: Served) -> None:
+    assert served.refused("SELECT * FROM customer_ratings") == "54000"  # 7 rows, at most 5
+    forever = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+    assert served.refused(forever) == "57014"
+    assert served.rows("SELECT user_id FROM customer_ratings LIMIT 5") == ["1", "2", "3", "4", "5"]
+
+
+def test_mistakes_get_postgres_codes(served: Served) -> None:
+    assert served.refused("SELEC * FROM customer_ratings") == "42601"
+    assert served.refused("SELECT * FROM no_such_view") == "42P01"
+    assert served.refused("SELECT stars_given FROM customer_ratings") == "42703"
+
+
+def test_a_view_s_new_columns_are_served_once_its_marker_names_them(served: Served) -> None:
+    marker = {**MARKER, "columns": [*COLUMNS, {"name": "last_channel", "type": "string"}]}
+    row = {"user_id": 1, "ratings": 11, "average_stars": 3.0, "club_status": "gold", "last_channel": "web"}
+    change = Change("customer_ratings", key_of([1]), ("user_id",), json.dumps(row))
+    served.store.apply([change], {"customer_ratings": marker}, {})
+    assert served.rows("SELECT ratings, last_channel FROM customer_ratings WHERE user_id = 1") == ["11|web"]
+
+
+def test_with_a_token_the_client_gives_it_as_its_password(tmp_path: Path) -> None:
+    for served in _serve(tmp_path, token=b"s3cret"):
+        denied = served.psql("SELECT 1", password="wrong")
+        assert denied.returncode != 0 and "password authentication failed" in denied.stderr, denied.stderr
+        assert served.psql("SELECT 1").returncode != 0  # none given
+        assert served.psql("SELECT 1", password="s3cret").stdout.split() == ["1"]
+
+
+def _started(port: int) -> socket.socket:
+    """A raw client past the start-up exchange (ReadyForQuery read)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    params = b"user\0raw\0database\0views\0\0"
+    sock.sendall(struct.pack("!II", len(params) + 8, PROTOCOL_V3) + params)
+    _until(sock, b"Z")
+    return sock
+
+
+def _until(sock: socket.socket, kind: bytes) -> list[tuple[bytes, bytes]]:
+    """Messages read up to and with the first of `kind`."""
+    got: list[tuple[bytes, bytes]] = []
+    buf = b""
+    while not got or got[-1][0] != kind:
+        while len(buf) < 5 or len(buf) < 1 + struct.unpack("!I", buf[1:5])[0]:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {got}"
+            buf += chunk
+        size = struct.unpack("!I", buf[1:5])[0]
+        got.append((buf[:1], buf[5 : 1 + size]))
+        buf = buf[1 + size :]
+    return got
+
+
+def test_the_extended_protocol_is_refused_until_sync_and_the_session_goes_on(served: Served) -> None:
+    with _started(served.port) as sock:
+        parse = b"\0SELECT 1\0\0\0"
+        sock.sendall(b"P" + struct.pack("!I", len(parse) + 4) + parse + b"S\0\0\0\x04")
+        kinds = [k for k, _ in _until(sock, b"Z")]
+        assert kinds == [b"E", b"Z"]
+        query = b"SELECT user_id FROM customer_ratings WHERE user_id = 2\0"
+        sock.sendall(b"Q" + struct.pack("!I", len(query) + 4) + query)
+        answer = _until(sock, b"Z")
+        assert [k for k, _ in answer] == [b"T", b"D", b"C", b"Z"]
+        (oid,) = struct.unpack("!I", answer[0][1][2:].split(b"\0", 1)[1][6:10])
+        assert oid == 23  # int4, as the marker names user_id
+        assert answer[2][1] == b"SELECT 1\0"
+
+
+def test_past_the_connection_cap_a_client_is_refused_with_53300(tmp_path: Path) -> None:
+    for served in _serve(tmp_path, max_connections=2):
+        held = [_started(served.port) for _ in range(2)]
+        try:
+            refused = served.psql("SELECT 1")
+            assert refused.returncode != 0 and "more than 2 connections" in refused.stderr, refused.stderr
+        finally:
+            for sock in held:
+                sock.close()
