@@ -22,6 +22,7 @@ import secrets
 import struct
 from dataclasses import dataclass
 
+from services.views import catalog
 from services.views.sql import Result, SqlError, SqlReader
 
 log = logging.getLogger("views.pgwire")
@@ -205,9 +206,15 @@ class PgServer:
         if not sql.strip().strip(";").strip():
             return _message(b"I") + ready()  # EmptyQueryResponse
         try:
-            result = await asyncio.to_thread(self.reader.query, sql)
+            if "pg_catalog." in sql:  # psql's \d and \d NAME
+                result = catalog.answer(sql, self.reader.tables())
+            else:
+                result = await asyncio.to_thread(self.reader.query, sql)
         except SqlError as err:
             return error(err.sqlstate, str(err)) + ready()
+        except Exception:  # a bug: the client is told, the session goes on
+            log.exception("a PostgreSQL query failed: %.200s", sql)
+            return error("XX000", "internal error: the service's log has it") + ready()
         return result_messages(result) + ready()
 
 

@@ -116,7 +116,7 @@ class SqlReader:
     def tables(self) -> dict[str, tuple[Column, ...]]:
         """Each view's columns, as a PostgreSQL client sees them."""
         return {
-            view: tuple(_column(c["name"], c.get("type", "string")) for c in info.get("columns") or [])
+            view: tuple(pg_column(c["name"], c.get("type", "string")) for c in info.get("columns") or [])
             for view, info in sorted(self.infos().items())
         }
 
@@ -166,7 +166,7 @@ class SqlReader:
             )
         names = [d[0] for d in cursor.description or ()]
         kinds = self._kinds(names)
-        columns = tuple(_column(name, kinds.get(name) or _kind_of(rows, i)) for i, name in enumerate(names))
+        columns = tuple(pg_column(name, kinds.get(name) or _kind_of(rows, i)) for i, name in enumerate(names))
         texts = [tuple(_text(v, c.pg_type) for v, c in zip(row, columns, strict=True)) for row in rows]
         return Result(columns, texts)
 
@@ -212,7 +212,7 @@ def _translated(err: sqlite3.DatabaseError, timeout_s: float) -> SqlError:
     return SqlError(code, text.replace("no such table", "no such view"))
 
 
-def _column(name: str, kind: str) -> Column:
+def pg_column(name: str, kind: str) -> Column:
     pg_type, oid, size = PG_TYPES.get(kind, PG_TYPES["string"])
     return Column(name, pg_type, oid, size)
 

@@ -196,3 +196,31 @@ def test_past_the_connection_cap_a_client_is_refused_with_53300(tmp_path: Path) 
         finally:
             for sock in held:
                 sock.close()
+
+
+def _psql_lines(served: Served, command: str) -> list[str]:
+    done = served.psql(command)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_psql_describe_lists_the_views_and_a_view_s_columns_with_their_types(served: Served) -> None:
+    assert _psql_lines(served, "\\d") == ["public|customer_ratings|view|views"]
+    assert _psql_lines(served, "\\dt") == []  # tables: none, views only
+    columns = _psql_lines(served, "\\d customer_ratings")
+    assert columns == [
+        "user_id|integer|||",
+        "ratings|bigint|||",
+        "average_stars|double precision|||",
+        "club_status|text|||",
+        "customer_matched|boolean|||",
+    ]
+    assert _psql_lines(served, "\\d cust*") == columns  # psql's pattern
+    verbose = _psql_lines(served, "\\d+ customer_ratings")  # its footer, the definition, not in -t
+    assert verbose[0] == "user_id|integer||||plain|" and verbose[3] == "club_status|text||||extended|"
+    definition = _psql_lines(served, "SELECT pg_catalog.pg_get_viewdef('16384'::pg_catalog.oid, true)")
+    assert "kept by the views job" in definition[0]
+    missing = served.psql("\\d no_such_view")
+    assert 'Did not find any relation named "no_such_view"' in missing.stderr
+    other = served.psql("SELECT datname FROM pg_catalog.pg_database")
+    assert other.returncode != 0 and "0A000" in other.stderr

@@ -1,0 +1,130 @@
+"""psql's describe commands over the views: `\\d` lists them, `\\d NAME` gives a view's columns
+and their types. psql asks them with queries on `pg_catalog`, which the store does not have;
+each one psql sends for these commands is told by its shape and answered from the views'
+descriptions. Each view shows as a view of schema `public`, owned by `views`.
+
+Written against psql 15's queries (Debian 12's postgresql-client). Any other query on
+`pg_catalog` is refused with SQLSTATE 0A000: `GET /views` gives the same description.
+"""
+
+import re
+from collections.abc import Sequence
+
+from services.views.sql import Column, Result, SqlError, pg_column
+
+FIRST_OID = 16384  # PostgreSQL's first oid for user objects
+_OWNER = "views"
+_TEXT = pg_column("name", "string")
+
+
+def _result(
+    names: list[str], rows: Sequence[tuple[str | None, ...]], kinds: list[str] | None = None
+) -> Result:
+    kinds = kinds or ["string"] * len(names)
+    return Result(tuple(pg_column(n, k) for n, k in zip(names, kinds, strict=True)), list(rows))
+
+
+_PATTERN = re.compile(r"OPERATOR\(pg_catalog\.~\) '\^\((.*?)\)\$'")
+_VIEWDEF = re.compile(r"SELECT pg_catalog\.pg_get_viewdef\('(\d+)'")
+_OID = re.compile(r"(?:c\.oid|a\.attrelid|attrelid|ev_class|tgrelid|inhrelid|conrelid|polrelid) = '(\d+)'")
+
+
+def answer(sql: str, tables: dict[str, tuple[Column, ...]]) -> Result:
+    """The answer to one of psql's describe queries; SqlError for any other catalog query."""
+    oids = {FIRST_OID + i: name for i, name in enumerate(sorted(tables))}
+    by_name = {name: oid for oid, name in oids.items()}
+    text = " ".join(sql.split())
+    if 'as "Owner"' in text and "FROM pg_catalog.pg_class c" in text and "c.relkind IN" in text:
+        return _listing(text, sorted(tables))
+    found = _PATTERN.search(text)
+    if found and text.startswith("SELECT c.oid, n.nspname, c.relname"):
+        try:
+            pattern = re.compile(_psql_pattern(found.group(1)))
+        except re.error as err:
+            raise SqlError("2201B", f"invalid regular expression: {err}") from None
+        rows = [(str(by_name[n]), "public", n) for n in sorted(tables) if pattern.fullmatch(n)]
+        return _result(["oid", "nspname", "relname"], rows, ["long", "string", "string"])
+    oid = _OID.search(text)
+    name = oids.get(int(oid.group(1))) if oid else None
+    if name is not None and text.startswith("SELECT c.relchecks, c.relkind"):
+        return _table_info(text)
+    if name is not None and "FROM pg_catalog.pg_attribute a" in text and text.startswith("SELECT a.attname"):
+        return _attributes(text, tables[name])
+    viewdef = _VIEWDEF.match(text)
+    if viewdef and int(viewdef.group(1)) in oids:  # \d+ NAME: what the view is
+        definition = " -- kept by the views job from the enriched topic; GET /views gives its freshness"
+        return _result(["pg_get_viewdef"], [(definition,)])
+    if name is not None:  # rules, triggers, policies... of a view: none
+        return Result((_TEXT,), [])
+    raise SqlError(
+        "0A000",
+        "this catalog query is not served; psql's \\d and \\d NAME are, and GET /views describes the views",
+    )
+
+
+def _psql_pattern(pattern: str) -> str:
+    """psql sends `\\d cust*` as the regular expression `^(cust.*)$`: the same in Python's."""
+    return pattern.replace("''", "'")
+
+
+def _listing(text: str, names: list[str]) -> Result:
+    """`\\d` (and `\\dv`): the views; `\\dt`, `\\di`, `\\ds`: none of those kinds."""
+    kinds = text.split("c.relkind IN (", 1)[1].split(")", 1)[0]
+    shown = names if "'v'" in kinds else []
+    rows: list[tuple[str | None, ...]] = [("public", n, "view", _OWNER) for n in shown]
+    if "pg_catalog.obj_description" in text or '"Size"' in text:  # \d+ asks for more columns
+        rows = [(*row, "permanent", "", "0 bytes", "") for row in rows]
+        more = ["Persistence", "Access method", "Size", "Description"]
+        return _result(["Schema", "Name", "Type", "Owner", *more], rows)
+    return _result(["Schema", "Name", "Type", "Owner"], rows)
+
+
+def _table_info(text: str) -> Result:
+    """relchecks, relkind, relhasindex, relhasrules, relhastriggers, relrowsecurity,
+    relforcerowsecurity, relhasoids, relispartition, reloptions, reltablespace, reloftype,
+    relpersistence, relreplident, amname: a view, with none of them."""
+    values = ["0", "v", "f", "f", "f", "f", "f", "f", "f", "", "0", "", "p", "d", None]
+    names = [f"c{i}" for i in range(len(values))]
+    count = _select_items(text)
+    return _result(names[:count], [tuple(values[:count])])
+
+
+def _attributes(text: str, columns: tuple[Column, ...]) -> Result:
+    """attname, format_type, default, attnotnull, attcollation, attidentity, attgenerated
+    (then, for `\\d+`, storage, compression, statistics target, description)."""
+    count = _select_items(text)
+    rows = []
+    for column in columns:
+        storage = "x" if column.pg_type == "text" else "p"  # extended, plain
+        row = [column.name, _format_type(column), None, "f", None, "", "", storage, None, None, None]
+        rows.append(tuple(row[:count]))
+    return _result([f"c{i}" for i in range(count)], rows)
+
+
+def _format_type(column: Column) -> str:
+    return {"int4": "integer", "int8": "bigint", "float8": "double precision", "bool": "boolean"}.get(
+        column.pg_type, "text"
+    )
+
+
+def _select_items(text: str) -> int:
+    """How many items the query's select list has (commas outside parentheses and quotes,
+    before its first top-level FROM)."""
+    depth, count, quoted = 0, 1, False
+    body = text[len("SELECT ") :]
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "'":
+            quoted = not quoted
+        elif not quoted:
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            elif ch == "," and depth == 0:
+                count += 1
+            elif depth == 0 and body.startswith(" FROM ", i):
+                break
+        i += 1
+    return count
