@@ -55,7 +55,7 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         ge=0,
         description="with the join in tasks: the executors to wait for (up to 120 s) before the "
         "first batch, so that its partitions spread over all of them rather than move as the "
-        "later ones register; 0 does not wait",
+        "later ones register; 0 does not wait (nor does local mode, whose driver runs every task)",
     )
     max_offsets_per_trigger: int = Field(
         200_000, gt=0, description="records per micro-batch, both topics (the first batch: a quarter)"

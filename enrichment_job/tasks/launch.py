@@ -75,7 +75,13 @@ class TaskJoin:
         self.tables = TableShipper(self.sc)
         self.known: dict[int, TaskOutcome] = {}  # partition -> what its last task said
         self.placement: dict[int, str] = {}  # partition -> the executor its tasks prefer
-        if settings.min_executors:
+        if settings.min_executors and (self.sc.master or "").startswith("local"):
+            log.warning(
+                "ENRICH_MIN_EXECUTORS=%d ignored: in local mode (%s) the driver runs every task",
+                settings.min_executors,
+                self.sc.master,
+            )
+        elif settings.min_executors:
             self._wait_for_executors(settings.min_executors)
 
     def _wait_for_executors(self, count: int, timeout_s: float = EXECUTORS_WAIT_S) -> None:

@@ -1,6 +1,9 @@
+import logging
+import time
 from collections import Counter
 
-from enrichment_job.tasks.launch import sticky_placement
+from enrichment_job.settings import JobSettings
+from enrichment_job.tasks.launch import EXECUTORS_WAIT_S, TaskJoin, sticky_placement
 
 
 def test_partitions_spread_evenly_over_the_executors():
@@ -33,3 +36,14 @@ def test_an_executor_that_registers_late_takes_partitions_over_until_balanced():
 def test_a_partition_known_from_before_keeps_its_place_when_it_has_no_work():
     before = sticky_placement({}, ["1", "2"], [0, 1, 2, 3])
     assert sticky_placement(before, ["1", "2"], [1]) == before
+
+
+def test_in_local_mode_min_executors_is_ignored_with_a_warning_rather_than_waited_for(spark, caplog):
+    """The driver runs every task in local mode: no executor ever registers, and waiting for
+    ENRICH_MIN_EXECUTORS would hold the first batch 120 s for nothing."""
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="enrichment_job"):
+        join = TaskJoin(spark, JobSettings(join_in="tasks", min_executors=2), "run", {})
+    join.close()
+    assert time.monotonic() - started < EXECUTORS_WAIT_S / 2
+    assert "ENRICH_MIN_EXECUTORS=2 ignored: in local mode" in caplog.text
