@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from services.core.errors import ServiceError
+from services.views.store import column_sql, view_literal
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
 PG_TYPES = {
@@ -28,7 +29,6 @@ PG_TYPES = {
     "boolean": ("bool", 16, 1),
     "string": ("text", 25, -1),
 }
-_CAST = {"int": "INTEGER", "long": "INTEGER", "double": "REAL"}
 _READABLE = {"SELECT", "WITH", "VALUES"}
 _WRITES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "REPLACE", "TRUNCATE", "GRANT"}
 _NOT_SERVED = {
@@ -68,17 +68,10 @@ def _quoted(name: str) -> str:
 
 
 def _view_sql(view: str, columns: list[dict[str, str]]) -> str:
-    parts = []
-    for column in columns:
-        name, kind = column["name"], column.get("type", "string")
-        path = "'$.\"" + name.replace("'", "''") + "\"'"
-        extract = f"json_extract(value, {path})"
-        cast = _CAST.get(kind)
-        parts.append(f"{f'CAST({extract} AS {cast})' if cast else extract} AS {_quoted(name)}")
-    literal = "'" + view.replace("'", "''") + "'"
+    parts = [f"{column_sql(c['name'], c.get('type', 'string'))} AS {_quoted(c['name'])}" for c in columns]
     return (
         f"CREATE TEMP VIEW {_quoted(view)} AS SELECT {', '.join(parts)} "  # noqa: S608 (quoted names)
-        f"FROM main.rows WHERE view = {literal}"
+        f"FROM main.rows WHERE view = {view_literal(view)}"
     )
 
 

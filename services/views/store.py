@@ -11,6 +11,7 @@ writer). Each batch applied gets the next number (`seq`), committed with it: a r
 snapshot says which batch it holds.
 """
 
+import hashlib
 import json
 import sqlite3
 import threading
@@ -42,6 +43,23 @@ class Change:
     value: str | None
 
 
+_CASTS = {"int": "INTEGER", "long": "INTEGER", "double": "REAL"}
+
+
+def column_sql(name: str, kind: str) -> str:
+    """A view's column as an SQL expression over a stored row, typed. The SQL side's tables
+    (`sql`) and the key indexes below use this one text: SQLite uses an index on an expression
+    only for the very same expression."""
+    path = "'$.\"" + name.replace("'", "''") + "\"'"
+    extract = f"json_extract(value, {path})"
+    cast = _CASTS.get(kind)
+    return f"CAST({extract} AS {cast})" if cast else extract
+
+
+def view_literal(view: str) -> str:
+    return "'" + view.replace("'", "''") + "'"
+
+
 def key_of(values: list[Any]) -> str:
     return json.dumps(values, separators=(",", ":"))
 
@@ -68,6 +86,7 @@ class Store:
         self._writer = self._connect()
         self._writer.executescript(SCHEMA)
         self._info = self._load_info()
+        self._indexed: dict[str, str] = {}  # view -> its key index's name, made this run
         row = self._writer.execute("SELECT seq FROM batches").fetchone()
         self.seq: int = int(row[0]) if row else 0  # the last batch applied
 
@@ -137,6 +156,7 @@ class Store:
             for view, change in learned.items():
                 info[view] = self._learn(change, now_ms)
             for view, marker in markers.items():
+                self._index(view, list(marker["key"]), marker["columns"])
                 info[view] = {
                     "key": list(marker["key"]),
                     "columns": marker["columns"],
@@ -170,6 +190,27 @@ class Store:
         if learned or markers:
             self._info = info  # readers see the views' new description once it is committed
         return applied
+
+    def _index(self, view: str, key: list[str], columns: list[dict[str, str]]) -> None:
+        """An index of the view's rows on its key columns' typed values, so that SQL's
+        `WHERE user_id = 42` (or a range, or ORDER BY the key) reads a few rows, not all: made
+        once per key and types (an older one of the view is dropped), in the batch's transaction."""
+        kinds = {c["name"]: c.get("type", "string") for c in columns}
+        exprs = [column_sql(name, kinds.get(name, "string")) for name in key]
+        prefix = f"key_of_{hashlib.sha256(view.encode()).hexdigest()[:12]}_"
+        name = prefix + hashlib.sha256(json.dumps(exprs).encode()).hexdigest()[:12]
+        if self._indexed.get(view) == name:
+            return
+        w = self._writer
+        older = w.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE ? AND name != ?",
+            (prefix + "%", name),
+        ).fetchall()
+        for (old,) in older:
+            w.execute(f'DROP INDEX "{old}"')
+        on = ", ".join(exprs)
+        w.execute(f'CREATE INDEX IF NOT EXISTS "{name}" ON rows ({on}) WHERE view = {view_literal(view)}')
+        self._indexed[view] = name
 
     def _stored(self, idents: set[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
         """The stored value of each (view, key), None where there is no row."""

@@ -2,9 +2,11 @@
 which the stack installs) and by a raw socket where psql cannot say what the server sent."""
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
+import sqlite3
 import struct
 import subprocess
 import threading
@@ -224,3 +226,17 @@ def test_psql_describe_lists_the_views_and_a_view_s_columns_with_their_types(ser
     assert 'Did not find any relation named "no_such_view"' in missing.stderr
     other = served.psql("SELECT datname FROM pg_catalog.pg_database")
     assert other.returncode != 0 and "0A000" in other.stderr
+
+
+def test_a_key_lookup_reads_the_view_s_key_index_not_every_row(served: Served) -> None:
+    reader = SqlReader(served.store.path, served.store.infos, max_rows=5, timeout_s=1)
+    lookup = "EXPLAIN QUERY PLAN SELECT * FROM customer_ratings WHERE user_id = 3"
+    plan = " ".join(str(r[3]) for r in reader._connection().execute(lookup))
+    assert "USING INDEX key_of_" in plan, plan
+    assert served.rows("SELECT ratings FROM customer_ratings WHERE user_id = 3") == ["30"]
+    # The key's type changes: its index is made again, the older one dropped.
+    retyped = {**MARKER, "columns": [{"name": "user_id", "type": "string"}]}
+    served.store.apply([], {"customer_ratings": retyped}, {})
+    with contextlib.closing(sqlite3.connect(served.store.path)) as conn:
+        listed = "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'key_of_%'"
+        assert len(conn.execute(listed).fetchall()) == 1
