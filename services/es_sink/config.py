@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.core.settings import ServiceSettings
+from services.es_sink.documents import DAILY_DAYS
 
 TEMPLATE_RESOURCE = "ratings-index-template.json"
 
@@ -41,6 +42,12 @@ class EsSinkSettings(ServiceSettings):
     api_key: SecretStr | None = None
     request_timeout_s: float = Field(30.0, gt=0, description="per bulk request")
     ratings_index_prefix: str = Field("ratings-", min_length=1, description="+ YYYY.MM.DD of rating_time")
+    daily_index_days: int = Field(
+        DAILY_DAYS,
+        ge=0,
+        description="a rating more than this many days older than its Kafka timestamp goes to the "
+        "yearly index <prefix>YYYY, not a daily one: a replayed history makes an index a year",
+    )
     ratings_alias: str = Field("ratings", min_length=1)
     alerts_index_prefix: str = Field("unhappy-platinum-", min_length=1)
     alerts_alias: str = Field("unhappy-platinum", min_length=1)

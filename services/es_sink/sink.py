@@ -85,7 +85,8 @@ class EsSink:
             self._call(self._install_templates)
             self._templates_installed = True
         # 2. bulk requests of at most bulk_max_bytes each, _id = rating_id
-        operations = bulk_lines([(self._prefix(r.topic), r.value) for r in records])
+        prefixed = [(self._prefix(r.topic), r.value) for r in records]
+        operations = bulk_lines(prefixed, self.settings.daily_index_days)
         items: list[Any] = []
         errors = False
         for part in byte_bounded(operations, self.settings.bulk_max_bytes):

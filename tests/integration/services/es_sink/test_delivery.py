@@ -3,6 +3,7 @@ UTC day, with _id = rating_id: also after duplicates, a replay from the start, a
 
 from support.es_sink import MIDNIGHT_MS, EsSinkCase, alerts_among, ratings_over_midnight
 from support.kafka import committed_total
+from support.services import enriched_record
 
 
 def test_records_of_both_topics_become_one_document_each_in_their_daily_index(case: EsSinkCase) -> None:
@@ -33,6 +34,22 @@ def test_records_of_both_topics_become_one_document_each_in_their_daily_index(ca
 
     assert committed_total(case.stack_env, case.group, case.ratings_topic) == len(ratings)
     assert committed_total(case.stack_env, case.group, case.alerts_topic) == len(alerts)
+    assert service.stop() == 0
+
+
+def test_a_history_replayed_from_1970_makes_an_index_a_year_not_one_a_day(case: EsSinkCase) -> None:
+    """Ratings of 1,000 distinct days, from 1970 on, written now: daily indices would be about
+    1,000 (a node's shard limit), and from then on every new day would be dead-lettered."""
+    day_ms = 86_400_000
+    old = [enriched_record(90_000 + i, rating_time=i * 20 * day_ms) for i in range(1000)]
+    recent = enriched_record(91_000, rating_time=MIDNIGHT_MS - 5 * day_ms)  # late, not history
+    case.produce(case.ratings_topic, [*old, recent])
+    service = case.service()
+    service.wait_for(lambda m: m["written"] == len(old) + 1, f"{len(old) + 1} written")
+    docs = case.docs(case.ratings_alias)
+    assert set(docs) == {str(r["rating_id"]) for r in [*old, recent]}
+    years = {f"{case.ratings_alias}-{year}" for year in range(1970, 2025)}
+    assert {d["_index"] for d in docs.values()} == {*years, f"{case.ratings_alias}-2026.11.18"}
     assert service.stop() == 0
 
 

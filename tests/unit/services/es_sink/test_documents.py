@@ -106,3 +106,17 @@ def test_each_family_gets_its_pattern_and_alias_without_touching_the_shared_file
     assert alerts["template"]["mappings"] == TEMPLATE["template"]["mappings"]
     assert TEMPLATE["index_patterns"] == ["ratings-*"]
     assert TEMPLATE["template"]["aliases"] == {"ratings": {}}
+
+
+def test_a_rating_far_from_its_kafka_timestamp_goes_to_its_year_s_index() -> None:
+    written = "2026-12-02T10:00:00.000Z"  # the rating's Kafka timestamp
+    assert daily_index("ratings-", 0, written) == "ratings-1970"
+    assert daily_index("ratings-", ms("2026-11-02"), written) == "ratings-2026.11.02"  # 30 days: daily
+    assert daily_index("ratings-", ms("2026-11-01T23:59:59"), written) == "ratings-2026"  # 31 days
+    assert daily_index("ratings-", ms("2027-06-01"), written) == "ratings-2027"  # ahead, as far
+    assert daily_index("ratings-", ms("2026-11-01"), written, daily_days=60) == "ratings-2026.11.01"
+    assert daily_index("ratings-", ms("2026-11-01"), None) == "ratings-2026.11.01"  # no timestamp
+    assert daily_index("ratings-", ms("2026-11-01"), "not a date") == "ratings-2026"
+    # 1,000 distinct days from 1970 on: an index a year.
+    days = {daily_index("ratings-", i * 20 * 86_400_000, written) for i in range(1000)}
+    assert days == {f"ratings-{year}" for year in range(1970, 2025)}
