@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from services.core.errors import ConfigError
 
 log = logging.getLogger("enrichment_job")
 Header = tuple[str, str | bytes | None]
@@ -33,6 +36,47 @@ class Records:
 
     def __len__(self) -> int:
         return len(self.values)
+
+
+class CommitsTopicPolicy(ConfigError):
+    """The commits topic would not keep a job's last marker: the job would re-read from its
+    first start, and write every output again."""
+
+
+# Errors that say the job may not read a topic's settings (a least-privilege principal):
+# the check is then left to the operator, with a warning.
+_NOT_ALLOWED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
+
+
+def check_commits_topic(config: dict[str, str], topic: str, timeout_s: float = 30) -> None:
+    """Refuses a commits topic whose records can age out (`cleanup.policy` with `delete`, or
+    without `compact`): the marker is the job's only memory of what it committed. Once it is
+    gone the job starts over from its starting offsets, and the lake, the views and the alerts
+    get every record again."""
+    admin = AdminClient(dict(config.items()))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource])[resource].result(timeout_s)
+    except KafkaException as err:
+        error = err.args[0] if err.args else None
+        if isinstance(error, KafkaError) and error.code() in _NOT_ALLOWED:
+            log.warning(
+                "cannot read the settings of the commits topic %s (%s): make sure its "
+                "cleanup.policy is compact, or its markers age out and the job starts over",
+                topic,
+                error.str(),
+            )
+            return
+        raise
+    policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else "delete"
+    parts = {p.strip() for p in (policy or "").split(",")}
+    if "compact" not in parts or "delete" in parts:
+        raise CommitsTopicPolicy(
+            f"the commits topic {topic} has cleanup.policy={policy}: its markers, the job's only "
+            "record of what it committed, would age out, and the job would then start over and "
+            f"write everything again. Make it compacted: kafka-configs.sh --alter --entity-type "
+            f"topics --entity-name {topic} --add-config cleanup.policy=compact"
+        )
 
 
 def last_marker(config: dict[str, str], topic: str, key: str, timeout_s: float = 30) -> dict[str, Any] | None:
@@ -117,6 +161,7 @@ class TransactionalOutput:
         self.commits_topic = commits_topic
         self.marker_key = transactional_id
         self.run = run
+        check_commits_topic(config, commits_topic)
         self.producer = transactional_producer(config, transactional_id)
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="kafka-out")
         self._early: Future[int] | None = None  # what `begin` produces, in the sender's thread

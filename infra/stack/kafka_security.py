@@ -89,6 +89,9 @@ PRINCIPALS: dict[str, list[Grant]] = {
             "customers",
             "enrichment-commits",
         ),
+        # Its commits topic's cleanup.policy, checked at start (a policy that ages markers out
+        # would make the job start over).
+        Grant(TOPIC, "enrichment-commits", (AclOperation.DESCRIBE_CONFIGS,)),
         _transactions("enrichment"),
         _group("enrichment", prefixed=True),
         _group("marker-reader-", prefixed=True),
@@ -96,6 +99,7 @@ PRINCIPALS: dict[str, list[Grant]] = {
     "views": [
         *_reads("ratings-with-customer-data", "views-commits"),
         *_writes("views-commits", "views-dlq"),
+        Grant(TOPIC, "views-commits", (AclOperation.DESCRIBE_CONFIGS,)),
         Grant(TOPIC, "view.", (W, D), prefixed=True),
         _transactions("views"),
         _group("spark-kafka-source-", prefixed=True),

@@ -58,9 +58,14 @@ def values(records: list[Any]) -> list[dict[str, Any]]:
     return [json.loads(r.value()) for r in records]
 
 
-def make_topics(stack_env: StackEnv, names: list[str], partitions: int = 2) -> None:
+COMPACTED = {"cleanup.policy": "compact"}  # a commits topic's policy: the markers stay
+
+
+def make_topics(
+    stack_env: StackEnv, names: list[str], partitions: int = 2, config: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
-    new = [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+    new = [NewTopic(n, num_partitions=partitions, replication_factor=1, config=config or {}) for n in names]
     for future in admin.create_topics(new).values():
         future.result(30)
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from support.kafka import drop_topics, make_topics, read_topic
+from support.kafka import COMPACTED, drop_topics, make_topics, read_topic
 from support.services import RUNNING, ServiceProcess
 from support.spark import JOB_STOP_S
 
@@ -38,7 +38,8 @@ class ViewTopics:
 
     def create(self, stack_env: StackEnv) -> None:
         make_topics(stack_env, [self.customer_ratings, *([self.enriched] if self.own_enriched else [])], 4)
-        make_topics(stack_env, [self.segment_hourly, self.commits, self.dlq], partitions=1)
+        make_topics(stack_env, [self.segment_hourly, self.dlq], partitions=1)
+        make_topics(stack_env, [self.commits], partitions=1, config=COMPACTED)
 
     def drop(self, stack_env: StackEnv) -> None:
         own = [self.enriched] if self.own_enriched else []

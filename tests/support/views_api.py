@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from support.kafka import drop_topics, make_topics
+from support.kafka import COMPACTED, drop_topics, make_topics
 from support.services import ServiceProcess
 
 StackEnv = dict[str, str]
@@ -51,7 +51,8 @@ class Views:
 
     def create(self) -> None:
         make_topics(self.stack_env, [self.customers], partitions=4)
-        make_topics(self.stack_env, [self.segments, self.commits], partitions=1)
+        make_topics(self.stack_env, [self.segments], partitions=1)
+        make_topics(self.stack_env, [self.commits], partitions=1, config=COMPACTED)
 
     def drop(self) -> None:
         drop_topics(self.stack_env, [self.customers, self.segments, self.commits])

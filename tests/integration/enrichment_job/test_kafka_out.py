@@ -5,15 +5,16 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from support.kafka import StackEnv, drop_topics, make_topics, read_topic
+from support.kafka import COMPACTED, StackEnv, drop_topics, make_topics, read_topic
 
-from enrichment_job.kafka_out import Fenced, Records, TransactionalOutput
+from enrichment_job.kafka_out import CommitsTopicPolicy, Fenced, Records, TransactionalOutput
 
 
 @pytest.fixture
 def topics(stack_env: StackEnv, unique: str) -> Iterator[list[str]]:
     names = [f"out-{unique}", f"side-{unique}", f"commits-{unique}"]
-    make_topics(stack_env, names, partitions=1)
+    make_topics(stack_env, names[:2], partitions=1)
+    make_topics(stack_env, names[2:], partitions=1, config=COMPACTED)
     yield names
     drop_topics(stack_env, names)
 
@@ -85,3 +86,18 @@ def test_an_output_fenced_while_its_transaction_is_open_raises_fenced_at_the_wri
     assert second.write(0, [_records(out_topic, 1, "second")], {}) == 1
     assert [m.value() for m in read_topic(stack_env, out_topic, min_records=1, idle_s=1)] == [b"second0"]
     assert read_topic(stack_env, side_topic, idle_s=1) == [], "the fenced batch's early records never show"
+
+
+@pytest.mark.parametrize("policy", ["delete", "compact,delete"])
+def test_a_commits_topic_whose_markers_can_age_out_is_refused_naming_it_and_the_fix(
+    stack_env: StackEnv, unique: str, policy: str
+) -> None:
+    """Its markers are the job's only memory: aged out, the job would start over and write
+    everything again."""
+    commits = f"commits-{policy.replace(',', '-')}-{unique}"
+    make_topics(stack_env, [commits], partitions=1, config={"cleanup.policy": policy})
+    try:
+        with pytest.raises(CommitsTopicPolicy, match=f"commits topic {commits} has cleanup.policy={policy}"):
+            _output(stack_env, commits, f"tx-{unique}")
+    finally:
+        drop_topics(stack_env, [commits])
