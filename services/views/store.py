@@ -247,10 +247,17 @@ class Store:
         return None if row is None else str(row[0])
 
     def scan(self, view: str, filters: list[tuple[str, Any]], limit: int) -> list[str]:
-        """Rows whose columns equal the values, in key order, at most `limit`."""
+        """Rows whose columns equal the values, in the order of the key's typed values (42
+        before 100; the key index serves it), at most `limit`. `view` is a known view's name."""
         where = "".join(f" AND json_extract(value, '$.\"{column}\"') IS ?" for column, _ in filters)
-        sql = f"SELECT value FROM rows WHERE view = ?{where} ORDER BY key LIMIT ?"  # noqa: S608 (names checked)
-        return [r[0] for r in self._reader.execute(sql, (view, *[v for _, v in filters], limit))]
+        info = self._info.get(view) or {}
+        kinds = {c["name"]: c.get("type", "string") for c in info.get("columns") or []}
+        order = ", ".join(column_sql(k, kinds.get(k, "string")) for k in info.get("key") or []) or "key"
+        sql = (
+            f"SELECT value FROM rows WHERE view = {view_literal(view)}{where} "  # noqa: S608 (names checked)
+            f"ORDER BY {order}, key LIMIT ?"
+        )
+        return [r[0] for r in self._reader.execute(sql, (*[v for _, v in filters], limit))]
 
     def snapshot(self, view: str, key: str | None) -> "Snapshot":
         """The view's rows (or the key's) as of the last batch applied, to read page by page."""

@@ -172,3 +172,12 @@ def _drain(queue: "asyncio.Queue[str]") -> list[str]:
     while not queue.empty():
         out.append(queue.get_nowait())
     return out
+
+
+def test_a_scan_orders_rows_by_the_key_s_typed_values_not_its_text(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    store.apply([_change(i, 1) for i in (100, 3, 42, 7)], {"customer_ratings": marker}, {})
+    users = [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [("ratings", 1)], 10)]
+    assert users == [3, 7, 42, 100]  # as text, "[100]" < "[3]" < "[42]" < "[7]"
+    assert [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [], 2)] == [3, 7]
