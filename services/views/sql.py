@@ -143,21 +143,22 @@ class SqlReader:
         conn = self._connection()
         deadline = time.monotonic() + self.timeout_s
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        cursor = conn.cursor()
         try:
-            cursor = conn.execute(sql)
-            rows = cursor.fetchmany(self.max_rows + 1)
+            rows = cursor.execute(sql).fetchmany(self.max_rows + 1)
+            names = [d[0] for d in cursor.description or ()]
         except (sqlite3.Warning, sqlite3.ProgrammingError):  # more than one statement
             raise SqlError("42601", "one statement at a time") from None
         except sqlite3.DatabaseError as err:
             raise _translated(err, self.timeout_s) from None
         finally:
+            cursor.close()  # a statement left open would hold its read transaction, and the WAL
             conn.set_progress_handler(None, 0)
         if len(rows) > self.max_rows:
             raise SqlError(
                 "54000",
                 f"the query gives more than {self.max_rows} rows (VIEWS_PG_MAX_ROWS): add a WHERE or a LIMIT",
             )
-        names = [d[0] for d in cursor.description or ()]
         kinds = self._kinds(names)
         columns = tuple(pg_column(name, kinds.get(name) or _kind_of(rows, i)) for i, name in enumerate(names))
         texts = [tuple(_text(v, c.pg_type) for v, c in zip(row, columns, strict=True)) for row in rows]
