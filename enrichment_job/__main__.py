@@ -12,6 +12,7 @@ import sys
 
 from enrichment_job.app import JoinMoved, start
 from enrichment_job.cli import CONFIG_EXIT, FENCED_EXIT, load_or_exit, run_until_stopped, stop_on_signals
+from enrichment_job.kafka_in import RecordsDeleted
 from enrichment_job.recovery import TopicsChanged
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
@@ -40,7 +41,10 @@ def main(argv: list[str]) -> int:
     except (TopicsChanged, JoinMoved, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return CONFIG_EXIT
-    code = run_until_stopped(job.spark, job.stop, log, stopping)
+    except RecordsDeleted as err:  # the CDC topic's head, gone before a first read
+        log.error("the job stops: %s", err)
+        return 1
+    code = run_until_stopped(job.spark, job.stop, log, stopping, explain=lambda: job.pipeline.refused)
     if job.pipeline.fenced is not None:
         log.error("%s", job.pipeline.fenced)
         return FENCED_EXIT

@@ -16,7 +16,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from enrichment_job.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable, ingest
 from enrichment_job.enrich import Ratings
 from enrichment_job.jvm import ARCHIVE_LOG, RECORDING, ClassArchive, class_archive
-from enrichment_job.kafka_in import KAFKA, TopicReader
+from enrichment_job.kafka_in import KAFKA, RecordsDeleted, TopicReader
 from enrichment_job.kafka_out import Fenced, Records, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
 from enrichment_job.recovery import PIPELINE_CHECKPOINT, Recovery, claim_state
@@ -190,6 +190,7 @@ class Pipeline:
         self.ratings = Ratings(settings)
         self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
         self.fenced: Fenced | None = None  # another instance took over: stop, do not restart
+        self.refused: RecordsDeleted | None = None  # records it had to read are gone: stop
         self.cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
         self.ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
         self.first_starts: dict[int, int] = {}  # where the ratings start without a commit
@@ -255,6 +256,9 @@ class Pipeline:
             self._run(batch, batch_id)
         except Fenced as err:
             self.fenced = err
+            raise
+        except RecordsDeleted as err:
+            self.refused = err
             raise
         except Exception:
             if not self.stopping.is_set():

@@ -18,14 +18,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 from pyspark.sql import SparkSession
 
 from enrichment_job import change_events
 from enrichment_job.batch_io import concat, to_records
 from enrichment_job.change_events import Position
 from enrichment_job.json_columns import json_objects
-from enrichment_job.kafka_in import KAFKA, TopicReader
+from enrichment_job.kafka_in import KAFKA, RecordsDeleted, TopicReader
 from enrichment_job.kafka_out import Header, Records
 from enrichment_job.schemas import CUSTOMER_COLUMNS, VERSION_FIELDS
 from enrichment_job.settings import JobSettings
@@ -119,7 +119,7 @@ class CdcReader(TopicReader):
                     " on a fresh state would not know the customers created in it"
                 )
                 if not self.accept_partial_history:
-                    raise KafkaException(
+                    raise RecordsDeleted(
                         KafkaError(
                             KafkaError.OFFSET_OUT_OF_RANGE,
                             f"{text}. Start the job on the state folder it had, or snapshot the database"

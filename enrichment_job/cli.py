@@ -56,10 +56,16 @@ def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
 
 
 def run_until_stopped(
-    spark: SparkSession, stop: Callable[[], None], log: logging.Logger, stopping: threading.Event
+    spark: SparkSession,
+    stop: Callable[[], None],
+    log: logging.Logger,
+    stopping: threading.Event,
+    explain: Callable[[], BaseException | None] = lambda: None,
 ) -> int:
     """Waits until a query ends or SIGINT/SIGTERM asks to stop (`stopping`, from
-    `stop_on_signals`), then `stop()`s. Exit code 1 when a query failed, else 0."""
+    `stop_on_signals`), then `stop()`s. Exit code 1 when a query failed, else 0. `explain`: the
+    job's own reason for a failure, when it has one that says all (logged alone: Spark's text
+    holds the whole Python traceback)."""
     stop_on_signals(log, stopping)  # again: starting Spark put its own SIGINT handler in place
     code = 0
     try:
@@ -68,7 +74,11 @@ def run_until_stopped(
                 log.warning("a query stopped; the job stops")
                 break
     except StreamingQueryException as err:
-        log.error("a query failed; the job stops (restart it to resume from the checkpoint): %s", err)
+        reason = explain()
+        if reason is not None:
+            log.error("the job stops: %s", reason)
+        else:
+            log.error("a query failed; the job stops (restart it to resume from the checkpoint): %s", err)
         code = 1
     finally:
         stop()

@@ -35,8 +35,13 @@ FETCH_QUEUE_BACKOFF_MS = 10
 
 class RecordsDeleted(KafkaException):
     """Records the job still had to read were deleted from the topic (retention, delete-records)
-    before it read them: without ENRICH_ACCEPT_DELETED_RATINGS the job stops rather than skip
-    them in silence."""
+    before it read them: without ENRICH_ACCEPT_DELETED_RATINGS (ENRICH_ACCEPT_PARTIAL_CDC_HISTORY
+    for the CDC topic's head) the job stops rather than skip them in silence. Its text says what
+    was lost and what to do: the job's log gives it alone, without Spark's traceback."""
+
+    def __str__(self) -> str:
+        error = self.args[0] if self.args else None
+        return error.str() if isinstance(error, KafkaError) else super().__str__()
 
 
 def partition_offsets(found: dict[str, Any] | None, name: str | None = None) -> dict[int, int]:

@@ -3,17 +3,19 @@ that has new ratings or ratings waiting, each committing on its own (see `partit
 
 import functools
 import logging
+import re
 import time
 from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import KafkaError
 from py4j.protocol import Py4JJavaError
 from pyspark import RDD
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
-from enrichment_job.kafka_in import partition_offsets
+from enrichment_job.kafka_in import RecordsDeleted, partition_offsets
 from enrichment_job.kafka_out import Fenced
 from enrichment_job.settings import JobSettings
 from enrichment_job.spark_internals import live_executors, placed_rdd
@@ -161,6 +163,9 @@ class TaskJoin:
                 raise Fenced(
                     f"a task of batch {batch_id} was fenced: another instance of the job took over"
                 ) from None
+            deleted = re.search(r"RecordsDeleted: (.+)", str(err))
+            if deleted:  # a ratings range gone before the task read it: the job stops, and says so
+                raise RecordsDeleted(KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, deleted.group(1))) from None
             raise
         for outcome in outcomes:
             self.known[outcome.partition] = outcome

@@ -1,0 +1,49 @@
+"""How the job ends when a query fails: with its own reason alone when it has one (records it
+had to read were deleted), else with Spark's."""
+
+import logging
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+from pyspark.errors import StreamingQueryException
+
+from enrichment_job.cli import run_until_stopped
+from enrichment_job.kafka_in import RecordsDeleted
+
+TRACEBACK = "Traceback (most recent call last):\n  File ...\n" * 50
+
+
+def _failing_spark() -> Any:
+    def await_any(_: float) -> bool:
+        raise StreamingQueryException(message=TRACEBACK)
+
+    return SimpleNamespace(streams=SimpleNamespace(awaitAnyTermination=await_any))
+
+
+def test_records_deleted_under_the_job_end_it_with_their_reason_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reason = RecordsDeleted(
+        KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, "ratings[2]: offsets 10..19 (10 records) were deleted")
+    )
+    assert str(reason) == "ratings[2]: offsets 10..19 (10 records) were deleted"
+    stopped: list[bool] = []
+    log = logging.getLogger("test-cli")
+    with caplog.at_level(logging.ERROR, logger="test-cli"):
+        code = run_until_stopped(
+            _failing_spark(), lambda: stopped.append(True), log, threading.Event(), explain=lambda: reason
+        )
+    assert code == 1 and stopped == [True]
+    assert caplog.messages == ["the job stops: ratings[2]: offsets 10..19 (10 records) were deleted"]
+
+
+def test_any_other_failure_ends_it_with_spark_s_text(caplog: pytest.LogCaptureFixture) -> None:
+    log = logging.getLogger("test-cli")
+    with caplog.at_level(logging.ERROR, logger="test-cli"):
+        code = run_until_stopped(_failing_spark(), lambda: None, log, threading.Event())
+    assert code == 1
+    assert caplog.messages[0].startswith("a query failed; the job stops")
+    assert "Traceback" in caplog.messages[0]
