@@ -2,7 +2,8 @@
 folder of its own (another host, say), goes on from the first one's last commit and fences it:
 the first stops with exit code 3 and is not to be restarted, and every rating is enriched once,
 a kill -9 of the second one included.
-j. A name already used for other input topics is refused at start, naming the setting."""
+j. A name already used for other input topics is refused at start, naming the setting.
+k. So is a name that committed with the join in tasks, restarted with it on the driver."""
 
 import subprocess
 import sys
@@ -12,7 +13,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from support.enrichment import Job, StackEnv, Topics, produce, rating, read_topic, values
+from support.enrichment import (
+    Job,
+    StackEnv,
+    Topics,
+    create_topics,
+    delete_topics,
+    produce,
+    rating,
+    read_topic,
+    values,
+)
 
 from enrichment_job.cli import FENCED_EXIT
 
@@ -90,3 +101,43 @@ def test_j_a_job_name_used_for_other_topics_is_refused(
     assert done.returncode == 2, done.stderr[-2000:]
     assert "setting ENRICH_JOB_NAME" in done.stderr
     assert topics.name("ratings") in done.stderr
+
+
+def test_k_a_job_name_that_committed_with_the_join_in_tasks_cannot_go_back_to_the_driver(
+    stack_env: StackEnv, topics: Topics, db: Any, tmp_path: Path
+) -> None:
+    """Its ratings' offsets live in the tasks' own markers, which the join on the driver does
+    not read: it would start the ratings again from the last driver commit (or the start)."""
+    own = Topics()  # a job name of its own: the module's other jobs run on the driver
+    names = create_topics(stack_env, own)
+    try:
+        _commit_in_tasks_then_start_on_the_driver(stack_env, own, db, tmp_path)
+    finally:
+        delete_topics(stack_env, names)
+
+
+def _commit_in_tasks_then_start_on_the_driver(
+    stack_env: StackEnv, own: Topics, db: Any, tmp_path: Path
+) -> None:
+    user = _customer(db)
+    time.sleep(2)
+    in_tasks = Job(stack_env, own, tmp_path / "tasks", GRACE_MS)
+    in_tasks.env["ENRICH_JOIN_IN"] = "tasks"
+    in_tasks.start()
+    try:
+        _ratings(stack_env, own.name("ratings"), user, range(1, 21))
+        read_topic(stack_env, own.name("enriched"), min_records=20, timeout_s=180, idle_s=2)
+    finally:
+        assert in_tasks.stop() == 0, in_tasks.tail()
+    on_driver = Job(stack_env, own, tmp_path / "driver", GRACE_MS)
+    done = subprocess.run(
+        [sys.executable, "-m", "enrichment_job"],
+        env={**on_driver.env, "ENRICH_JOIN_IN": "driver"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "setting ENRICH_JOIN_IN" in done.stderr
+    assert "cannot go back to the driver" in done.stderr
