@@ -2,7 +2,6 @@
 writes them (rows and a marker per transaction), and the service as a child process."""
 
 import json
-import os
 import socket
 import subprocess
 import time
@@ -16,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from support.kafka import COMPACTED, drop_topics, make_topics
+from support.psql import psql
 from support.services import ServiceProcess
 
 StackEnv = dict[str, str]
@@ -123,16 +123,7 @@ class Service(ServiceProcess):
 
     def psql(self, sql: str) -> subprocess.CompletedProcess[str]:
         """`sql` asked with psql over the service's PostgreSQL port: rows as `a|b` lines."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        dsn = f"host=127.0.0.1 port={self.pg_port} user=tests dbname=views connect_timeout=5"
-        return subprocess.run(
-            ["psql", dsn, "-X", "-A", "-t", "-F", "|", "-v", "VERBOSITY=verbose", "-w", "-c", sql],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env=env,
-            check=False,
-        )
+        return psql(self.pg_port, sql)
 
     def wait_healthy(self, timeout_s: float = 60) -> list[int]:
         """Polls /health until 200; returns every status seen."""

@@ -90,15 +90,7 @@ def test_j_a_job_name_used_for_other_topics_is_refused(
     other = Topics()  # its own ratings topic, under the name the module's jobs committed with
     job = Job(stack_env, other, tmp_path / "other", GRACE_MS)
     job.env["ENRICH_JOB_NAME"] = topics.env()["ENRICH_JOB_NAME"]
-    done = subprocess.run(
-        [sys.executable, "-m", "enrichment_job"],
-        env=job.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr[-2000:]
+    done = _refused(job.env)
     assert "setting ENRICH_JOB_NAME" in done.stderr
     assert topics.name("ratings") in done.stderr
 
@@ -130,14 +122,14 @@ def _commit_in_tasks_then_start_on_the_driver(
     finally:
         assert in_tasks.stop() == 0, in_tasks.tail()
     on_driver = Job(stack_env, own, tmp_path / "driver", GRACE_MS)
-    done = subprocess.run(
-        [sys.executable, "-m", "enrichment_job"],
-        env={**on_driver.env, "ENRICH_JOIN_IN": "driver"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr[-2000:]
+    done = _refused({**on_driver.env, "ENRICH_JOIN_IN": "driver"})
     assert "setting ENRICH_JOIN_IN" in done.stderr
     assert "cannot go back to the driver" in done.stderr
+
+
+def _refused(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The job started with `env`, which it must refuse at start: exit code 2 (a setting)."""
+    job = [sys.executable, "-m", "enrichment_job"]
+    done = subprocess.run(job, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    return done

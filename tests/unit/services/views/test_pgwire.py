@@ -4,7 +4,6 @@ which the stack installs) and by a raw socket where psql cannot say what the ser
 import asyncio
 import contextlib
 import json
-import os
 import socket
 import sqlite3
 import struct
@@ -19,6 +18,7 @@ import pytest
 from services.views.pgwire import PROTOCOL_V3, PgServer, PgSettings
 from services.views.sql import SqlReader
 from services.views.store import Change, Store, key_of
+from tests.support.psql import psql
 
 COLUMNS = [
     {"name": "user_id", "type": "int"},
@@ -47,18 +47,7 @@ class Served:
     store: Store
 
     def psql(self, sql: str, password: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        if password is not None:
-            env["PGPASSWORD"] = password
-        dsn = f"host=127.0.0.1 port={self.port} user=reader dbname=views sslmode=prefer connect_timeout=5"
-        return subprocess.run(
-            ["psql", dsn, "-X", "-A", "-t", "-F", "|", "-v", "VERBOSITY=verbose", "-w", "-c", sql],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env=env,
-            check=False,
-        )
+        return psql(self.port, sql, user="reader", password=password)
 
     def rows(self, sql: str) -> list[str]:
         done = self.psql(sql)
