@@ -40,6 +40,13 @@ class ServiceSettings(BaseSettings):
         gt=0,
         description="a consumer left without a group assignment this long is replaced by a new one",
     )
+    session_timeout_ms: int = Field(
+        10_000,
+        ge=6_000,
+        le=300_000,
+        description="a member of the consumer group not heard from this long loses its partitions to"
+        " the others (a killed instance's partitions resume this soon); heartbeats every third of it",
+    )
     stall_timeout_s: float = Field(
         300.0,
         gt=0,
@@ -63,6 +70,8 @@ class ServiceSettings(BaseSettings):
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "max.poll.interval.ms": 300_000,
+            "session.timeout.ms": self.session_timeout_ms,
+            "heartbeat.interval.ms": self.session_timeout_ms // 3,
             **self.kafka_extra,
         }
 

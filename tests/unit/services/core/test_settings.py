@@ -23,6 +23,17 @@ def test_consumers_read_committed_data_and_commit_by_hand() -> None:
     assert config["security.protocol"] == "SSL"
 
 
+def test_a_killed_members_partitions_move_after_the_session_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert DemoSettings().consumer_config()["session.timeout.ms"] == 10_000
+    monkeypatch.setenv("DEMO_SVC_SESSION_TIMEOUT_MS", "30000")
+    config = load_settings(DemoSettings).consumer_config()
+    assert (config["session.timeout.ms"], config["heartbeat.interval.ms"]) == (30_000, 10_000)
+    # Below the broker's group.min.session.timeout.ms the group would refuse to let it join.
+    monkeypatch.setenv("DEMO_SVC_SESSION_TIMEOUT_MS", "5000")
+    with pytest.raises(ConfigError, match="DEMO_SVC_SESSION_TIMEOUT_MS"):
+        load_settings(DemoSettings)
+
+
 def test_dead_letters_are_confirmed_by_every_replica() -> None:
     config = DemoSettings().producer_config()
     assert config["acks"] == "all"
