@@ -6,6 +6,7 @@ earlier runs on the same topics, index and lake do not blur them.
 """
 
 import json
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -54,8 +55,12 @@ class TopicCounter:
         self.headers: list[dict[str, bytes]] = []
         self.not_utf8 = 0  # records whose value is not UTF-8
 
-    def read(self) -> None:
-        while batch := self.consumer.consume(10_000, 1.0):
+    def read(self, budget_s: float | None = None) -> None:
+        """Reads until the topic is quiet for 1 s, or for at most `budget_s` (a caller that
+        also supervises processes must not be held while the load goes on)."""
+        until = None if budget_s is None else time.monotonic() + budget_s
+        wait_s = 1.0 if budget_s is None else min(1.0, budget_s)
+        while batch := self.consumer.consume(10_000, wait_s):
             for msg in batch:
                 if msg.error() is not None:
                     continue
@@ -73,6 +78,8 @@ class TopicCounter:
                 if self.id_range[0] <= value.get("rating_id", -1) <= self.id_range[1]:
                     self.ids[value["rating_id"]] += 1
                     self.records.append(value)
+            if until is not None and time.monotonic() >= until:
+                return
 
     def close(self) -> None:
         self.consumer.close()

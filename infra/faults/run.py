@@ -741,7 +741,7 @@ class Recovery:
         if time.monotonic() < self._next:
             return
         self._next = time.monotonic() + 2
-        self.counter.read()
+        self.counter.read(budget_s=0.5)
         if len(self.counter.ids) < self.want:
             return
         if es_count(self.run.stack["ELASTICSEARCH_URL"], "ratings", self.ids) != self.want:
