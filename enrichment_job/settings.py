@@ -43,12 +43,13 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         description="where a job name's very first run starts reading ratings (the customer table "
         "is always read from the CDC topic's beginning); later runs go on from its last commit",
     )
-    join_in: Literal["driver", "tasks"] = Field(
-        "driver",
-        description="where the join runs: driver (the driver reads, joins and writes every rating) or "
-        "tasks (a Spark task per ratings partition on the executors, each writing its output and "
-        "marker in its own Kafka transaction; the driver folds the CDC only). Once a job name ran "
-        "in tasks it stays there",
+    join_in: Literal["auto", "driver", "tasks"] = Field(
+        "auto",
+        description="where the join runs: tasks (a Spark task per ratings partition on the executors, "
+        "each writing its output and marker in its own Kafka transaction; the driver folds the CDC "
+        "only), driver (the driver reads, joins and writes every rating), or auto: tasks with a "
+        "cluster's master, the driver in local mode (one machine's cores, where the driver's join is "
+        "the quicker). Once a job name ran in tasks it stays there (auto follows it)",
     )
     min_executors: int = Field(
         0,
@@ -133,7 +134,8 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
     driver_memory: str = "2g"
     driver_java_options: str = Field(
         "-XX:+UseParallelGC",
-        description="spark.driver.extraJavaOptions (only with python -m): the driver runs the tasks",
+        description="spark.driver.extraJavaOptions (only with python -m): in local mode the driver runs "
+        "the tasks; with a cluster's master -XX:TieredStopAtLevel=1 is added unless they choose a JIT",
     )
     class_archive_dir: str = Field(
         "~/.cache/ratings-enrichment",

@@ -105,8 +105,8 @@ def crash_run(
         table = s3.locate("customer_versions")
     if request.param in ("cluster", "tasks-cluster"):
         extra |= spark_job_on_cluster(stack_env)
-    if request.param.startswith("tasks"):
-        extra["ENRICH_JOIN_IN"] = "tasks"
+    # Each run says where it joins: on a cluster the default (auto) would take tasks.
+    extra["ENRICH_JOIN_IN"] = "tasks" if request.param.startswith("tasks") else "driver"
     job = Job(stack_env, topics, state, GRACE_MS, extra).start()
     produced: dict[int, int] = {}
     stream = threading.Thread(

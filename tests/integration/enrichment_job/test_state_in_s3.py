@@ -27,7 +27,8 @@ def s3_job(
     folder = tmp_path_factory.mktemp("s3-job") / "job"  # the log and the metrics file only
     extra |= {"ENRICH_METRICS_FILE": str(folder / "metrics.json"), "ENRICH_TABLE_COMMIT_INTERVAL_S": "1"}
     if request.param == "cluster":
-        extra |= spark_job_on_cluster(stack_env)
+        # the driver's join, whose state the driver keeps in the bucket (auto would take tasks)
+        extra |= spark_job_on_cluster(stack_env) | {"ENRICH_JOIN_IN": "driver"}
     job = Job(stack_env, topics, folder, 3000, extra).start()
     yield job, state, folder
     job.stop()

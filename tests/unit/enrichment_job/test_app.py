@@ -1,11 +1,15 @@
-"""The Spark session the job builds: its UI on the loopback with its kill links off, and the
-driver JVM's JSON logs."""
+"""The Spark session the job builds: its UI on the loopback with its kill links off, the driver
+JVM's JSON logs, its JIT on a cluster, and where the join runs."""
 
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from enrichment_job.app import C1_ONLY, driver_archive, driver_jvm_options, join_place
+from enrichment_job.settings import JobSettings
+from enrichment_job.views.settings import ViewsSettings
 
 _SESSION = """
 import json, sys
@@ -76,3 +80,37 @@ def test_with_log_format_json_the_driver_jvm_logs_json_lines_too() -> None:
     native = [line for line in lines if line["logger"] == "NativeCodeLoader"]
     assert native and native[0]["level"] == "WARN", done.stderr
     assert not [line for line in done.stderr.splitlines() if " WARN NativeCodeLoader" in line]
+
+
+def test_a_driver_on_a_cluster_compiles_with_c1_alone_unless_its_options_choose_a_jit() -> None:
+    on_cluster = JobSettings(master="spark://127.0.0.1:7077")
+    assert driver_jvm_options(on_cluster) == f"-XX:+UseParallelGC {C1_ONLY}"
+    # in local mode the driver JVM runs the tasks: both compilers
+    assert driver_jvm_options(JobSettings(master="local[2]")) == "-XX:+UseParallelGC"
+    assert driver_jvm_options(JobSettings(master="")) == "-XX:+UseParallelGC"  # spark-submit's choice
+    chosen = JobSettings(master="spark://h:7077", driver_java_options="-XX:-TieredCompilation")
+    assert driver_jvm_options(chosen) == "-XX:-TieredCompilation"
+    views = ViewsSettings(master="spark://127.0.0.1:7077")
+    assert driver_jvm_options(views).endswith(C1_ONLY)
+
+
+def test_the_class_archive_of_a_driver_on_a_cluster_is_keyed_by_the_options_it_runs_with(
+    tmp_path: Path,
+) -> None:
+    local = driver_archive(JobSettings(master="local[2]", class_archive_dir=str(tmp_path)), "app")
+    cluster = driver_archive(JobSettings(master="spark://h:7077", class_archive_dir=str(tmp_path)), "app")
+    assert local is not None and cluster is not None
+    assert local.path != cluster.path  # an archive is recorded with the JIT flags it is mapped with
+
+
+def test_auto_joins_in_tasks_on_a_cluster_and_where_the_job_name_last_committed_in_tasks() -> None:
+    in_tasks = {"batch_id": 7, "join_in": "tasks"}
+    on_driver = {"batch_id": 7}
+    assert join_place("auto", "spark://127.0.0.1:7077", None) == "tasks"
+    assert join_place("auto", "yarn", on_driver) == "tasks"  # a driver's job name cuts over to tasks
+    assert join_place("auto", "local[2]", None) == "driver"
+    assert join_place("auto", "local[2]", on_driver) == "driver"
+    assert join_place("auto", "local[2]", in_tasks) == "tasks"  # it cannot go back to the driver
+    # as set, whatever the master; the driver after tasks is refused by the pipeline (JoinMoved)
+    assert join_place("driver", "spark://127.0.0.1:7077", in_tasks) == "driver"
+    assert join_place("tasks", "local[2]", None) == "tasks"
