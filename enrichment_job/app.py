@@ -225,7 +225,7 @@ class Pipeline:
         self.prefetch = prefetch if prefetch is not None and prefetch.state == self.state else None
         self._recovery = recovery
         self.tasks: TaskJoin | None = None  # the join in tasks (see `join_place`)
-        master = spark.sparkContext.master
+        master = spark.sparkContext.master or ""
         self.join_in = join_place(settings.join_in, master, out.marker)
         where = "in Spark tasks on the executors" if self.join_in == "tasks" else "on the driver"
         log.info("the join runs %s (ENRICH_JOIN_IN=%s, master %s)", where, settings.join_in, master)

@@ -104,6 +104,7 @@ class Ratings:
             bad = rows.filter(pc.equal(kind, "bad"))
             waiting = rows.filter(pc.equal(kind, "waiting"))
             values = _enriched_values(enriched)
+            enriched, values, bad = _oversized(enriched, values, bad, settings.max_rating_bytes)
             keys = pc.cast(pc.cast(enriched.column("user_id"), pa.string()), pa.binary())
             alert = _alerts(enriched, settings.alert_stars_below, settings.alert_club_status)
             starts = waiting.group_by("partition").aggregate([("offset", "min")])
@@ -231,6 +232,40 @@ def _enriched_values(enriched: pa.Table) -> pa.Array:
         [enriched.column(name).combine_chunks() for name in ENRICHED], names=list(ENRICHED)
     )
     return json_objects(rows, nulls=True).cast(pa.binary())
+
+
+def _oversized(
+    enriched: pa.Table, values: pa.Array, bad: pa.Table, max_bytes: int
+) -> tuple[pa.Table, pa.Array, pa.Table]:
+    """The enriched records over `max_bytes` (a rating under the bound, joined to a customer
+    whose columns are large: a long PostgreSQL `comments`) go to the dead letters with a reason
+    that says why, instead of failing the batch's transaction on Kafka's record limit at every
+    re-run: (enriched, values, bad) without them and with them. A readable rating's bytes are
+    not kept past its parse, so its dead letter carries its fields as JSON again (every field
+    a rating has: it can be produced again as it was)."""
+    sizes = pc.binary_length(values)
+    over = pc.greater(sizes, max_bytes)
+    if not pc.any(over).as_py():
+        return enriched, values, bad
+    reasons = pa.array(
+        [
+            f"enriched record of {size} bytes over ENRICH_MAX_RATING_BYTES ({max_bytes}): "
+            "the customer's columns make it too large for Kafka"
+            for size in sizes.filter(over).to_pylist()
+        ],
+        pa.string(),
+    )
+    big = enriched.filter(over)
+    big = big.set_column(big.schema.get_field_index("dlq_reason"), "dlq_reason", reasons)
+    fields = pa.StructArray.from_arrays(
+        [big.column(f.name).combine_chunks() for f in FIELDS], names=[f.name for f in FIELDS]
+    )
+    big = big.set_column(
+        big.schema.get_field_index("value"), "value", json_objects(fields, nulls=True).cast(pa.binary())
+    )
+    log.error("%d enriched records over ENRICH_MAX_RATING_BYTES went to the DLQ", big.num_rows)
+    keep = pc.invert(over)
+    return enriched.filter(keep), values.filter(keep), pa.concat_tables([bad, big.cast(bad.schema)])
 
 
 def _alerts(enriched: pa.Table, stars_below: int, club_status: str) -> pa.Array:

@@ -120,7 +120,8 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         ge=1_000,
         le=100_000_000,
         description="a rating value larger than this goes to the DLQ (by reference: topic, partition, "
-        "offset), as its enriched copy would be over Kafka's record limit; keep it some kB under "
+        "offset), as its enriched copy would be over Kafka's record limit, and so does a rating "
+        "whose enriched record (with its customer's columns) is larger; keep it some kB under "
         "the producers' message.max.bytes and the topics' max.message.bytes",
     )
     alert_stars_below: int = Field(3, ge=1, le=6)

@@ -11,7 +11,7 @@ from enrichment_job.enrich import Ratings, RatingsResult
 from enrichment_job.settings import JobSettings
 from enrichment_job.versions import VersionStore
 from services.core.enriched import ENRICHED_FIELDS, ENRICHED_NAMES, EnrichedRating
-from tests.support.change_events import ingest_values, pg_change_event, sample_versions
+from tests.support.change_events import change_event, ingest_values, pg_change_event, sample_versions
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 SENT = dt.datetime(2026, 11, 24, 12, tzinfo=dt.UTC)
@@ -172,3 +172,24 @@ def test_the_enriched_json_has_the_declared_fields_in_order_with_their_json_type
             else:  # exactly the JSON type: a bool is not an int, a float not an int
                 assert type(got) is field.kind, (field.name, got)
         EnrichedRating.model_validate_json(value)  # the services read it (no other fields)
+
+
+def test_a_rating_whose_enriched_record_is_too_large_for_kafka_is_a_dead_letter_with_its_bytes(
+    spark: Any,
+) -> None:
+    """A rating under the bound joined to a customer with a long comment (PostgreSQL's
+    `comments TEXT`): its enriched record would fail the batch's transaction at every re-run."""
+    events = [change_event("c", 7, 1_000, 10, club_status="platinum", comments="c" * 3_000)]
+    store = VersionStore(ingest_values(spark, events).versions)
+    small, large = rating(1, 7, 1_500, stars=1), rating(2, 7, 1_500, stars=1, message="m" * 2_000)
+    ratings = Ratings(JobSettings(grace_ms=0, max_rating_bytes=4_000))
+    result = ratings.step(records([small, large]), store, 20_000)
+    assert len(small) < len(large) < 4_000  # each rating alone is under the bound
+    assert [json.loads(v)["rating_id"] for v in result.enriched.values] == [1]
+    assert [json.loads(v)["rating_id"] for v in result.alerts.values] == [1]
+    (dead,) = result.dead.values
+    assert dead is not None and json.loads(dead) == json.loads(large)  # the rating's fields, all of them
+    (headers,) = [dict(h) for h in result.dead.headers or []]
+    assert headers["dlq.reason"].startswith(b"enriched record of ")
+    assert b"over ENRICH_MAX_RATING_BYTES (4000)" in headers["dlq.reason"]
+    assert headers["dlq.offset"] == b"1"
