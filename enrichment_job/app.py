@@ -314,11 +314,12 @@ class Pipeline:
         most ENRICH_MAX_OFFSETS_PER_TRIGGER in all (a quarter of it in the first batch after a
         start: FIRST_BATCH_SHARE). Read from Kafka on the driver, like the CDC events.
 
-        Waiting ratings are held in memory. At ENRICH_MAX_WAITING_RATINGS (the CDC watermark
-        stalled: Connect down, a failed Debezium task) the batch takes no new ones: they stay
-        in Kafka, and `consumed_to` stays where it was; once fewer wait, the batches read on
-        from there. The same covers a restart with ratings left behind."""
-        if self.ratings.waiting_count >= self.settings.max_waiting_ratings:
+        Waiting ratings are held in memory. At ENRICH_MAX_WAITING_RATINGS or
+        ENRICH_MAX_WAITING_BYTES (the CDC watermark stalled: Connect down, a failed Debezium
+        task; or ratings held behind a customer's rating from the future) the batch takes no
+        new ones: they stay in Kafka, and `consumed_to` stays where it was; once fewer wait,
+        the batches read on from there. The same covers a restart with ratings left behind."""
+        if self.ratings.full(self.settings.max_waiting_ratings, self.settings.max_waiting_bytes):
             return KAFKA.empty_table(), dict(self.consumed_to)
         froms = {p: self.consumed_to.get(p, self.first_starts.get(p, end)) for p, end in ends.items()}
         limit = self.settings.max_offsets_per_trigger
@@ -387,7 +388,7 @@ class Pipeline:
                 result = self.ratings.step(ratings_raw, self.table.versions(), watermark, steps)
             outputs += [result.enriched, result.alerts, result.dead]
         deferred = sum(max(0, end - consumed_to.get(p, end)) for p, end in ends.items())
-        if deferred and self.ratings.waiting_count < settings.max_waiting_ratings:
+        if deferred and not self.ratings.full(settings.max_waiting_ratings, settings.max_waiting_bytes):
             log.info(  # a backlog: the batch took ENRICH_MAX_OFFSETS_PER_TRIGGER of it
                 "batch %d: %d ratings left for the next batches (ENRICH_MAX_OFFSETS_PER_TRIGGER %d)",
                 batch_id,
@@ -396,12 +397,14 @@ class Pipeline:
             )
         elif deferred:
             log.warning(
-                "batch %d: %d ratings left in Kafka for later: %d are waiting for the CDC watermark "
-                "(ENRICH_MAX_WAITING_RATINGS %d)",
+                "batch %d: %d ratings left in Kafka for later: %d are waiting for the CDC watermark, "
+                "%d bytes (ENRICH_MAX_WAITING_RATINGS %d, ENRICH_MAX_WAITING_BYTES %d)",
                 batch_id,
                 deferred,
                 self.ratings.waiting_count,
+                self.ratings.waiting_bytes,
                 settings.max_waiting_ratings,
+                settings.max_waiting_bytes,
             )
         waiting_from = result.waiting_from if result is not None else self.waiting_from
         counts = {

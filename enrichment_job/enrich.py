@@ -73,6 +73,15 @@ class Ratings:
     def waiting_count(self) -> int:
         return self.waiting.num_rows if self.waiting is not None else 0
 
+    @property
+    def waiting_bytes(self) -> int:
+        return self.waiting.nbytes if self.waiting is not None else 0
+
+    def full(self, max_count: int, max_bytes: int) -> bool:
+        """Whether as many ratings wait as the caps allow, by count or by bytes: then a batch
+        takes no new ones, and they stay in Kafka."""
+        return self.waiting_count >= max_count or self.waiting_bytes >= max_bytes
+
     def recover(self, marker: dict[str, Any], store: VersionStore, read: Reader) -> None:
         """The ratings waiting after the marker's batch, re-read from the ratings topic and
         decided again against `store`, the customer table as that batch had it."""

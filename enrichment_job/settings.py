@@ -115,6 +115,13 @@ class JobSettings(BaseSettings, ObjectStoreSettings):
         description="ratings held in memory waiting for the CDC watermark; at this many, new "
         "ratings stay in Kafka until fewer wait (memory: about this plus one batch)",
     )
+    max_waiting_bytes: int = Field(
+        268_435_456,
+        ge=1_000_000,
+        description="bytes of ratings held in memory waiting for the CDC watermark (their fields as "
+        "the join holds them); at this many, as at ENRICH_MAX_WAITING_RATINGS, new ratings stay in "
+        "Kafka until fewer wait: a few large ratings held back count as what they weigh",
+    )
     max_rating_bytes: int = Field(
         900_000,
         ge=1_000,

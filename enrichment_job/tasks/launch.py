@@ -113,6 +113,7 @@ class TaskJoin:
         settings = self.settings
         share = max(1, limit // max(1, len(ends)))
         waiting_cap = max(1, settings.max_waiting_ratings // max(1, len(ends)))
+        waiting_bytes = max(1, settings.max_waiting_bytes // max(1, len(ends)))
         cut_consumed = partition_offsets(self.cut_over, "consumed_to")
         cut_waiting = partition_offsets(self.cut_over, "waiting_from")
         plans = []
@@ -131,6 +132,7 @@ class TaskJoin:
                     share=share,
                     max_waiting=waiting_cap,
                     watermark_ms=watermark_ms,
+                    max_waiting_bytes=waiting_bytes,
                     waiting_from=cut_waiting.get(p),
                     start_watermark_ms=self.cut_over.get("watermark_ms"),
                 )

@@ -229,7 +229,7 @@ def _run(plan: PartitionPlan, table: TablePlan, held: _Held, started: float, ste
         store = worker_store(settings.job_name, table)
         ratings = _ratings(plan, store, held)
     upto = consumed
-    if ratings.waiting_count < plan.max_waiting:
+    if not ratings.full(plan.max_waiting, plan.max_waiting_bytes):
         upto = max(consumed, min(plan.end, consumed + plan.share))
     with steps("read"):
         raw = (

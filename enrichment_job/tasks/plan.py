@@ -37,6 +37,7 @@ class PartitionPlan:
     share: int
     max_waiting: int
     watermark_ms: int | None
+    max_waiting_bytes: int = 2**63 - 1  # the partition's share of ENRICH_MAX_WAITING_BYTES
     waiting_from: int | None = None  # with `start`: the driver's last commit, before the cut-over
     start_watermark_ms: int | None = None  # the watermark those waiting ratings were decided at
 

@@ -193,3 +193,20 @@ def test_a_rating_whose_enriched_record_is_too_large_for_kafka_is_a_dead_letter_
     assert headers["dlq.reason"].startswith(b"enriched record of ")
     assert b"over ENRICH_MAX_RATING_BYTES (4000)" in headers["dlq.reason"]
     assert headers["dlq.offset"] == b"1"
+
+
+def test_the_waiting_ratings_are_capped_by_their_bytes_as_well_as_their_count(
+    spark: Any, store: VersionStore
+) -> None:
+    """Ratings held back by their customer's rating from the future weigh what their messages
+    weigh: a few large ones fill the byte cap long before the count cap."""
+    ratings = Ratings(JobSettings(grace_ms=0))
+    ahead = rating(1, 7, 50_000)  # past the watermark: it waits, and so do its customer's later ones
+    large = [rating(n, 7, 1_500, message="m" * 100_000) for n in range(2, 6)]
+    result = ratings.step(records([ahead, *large]), store, 20_000)
+    ratings.waiting = result.waiting
+    assert ratings.waiting_count == 5
+    assert ratings.waiting_bytes >= 400_000
+    assert ratings.full(max_count=500_000, max_bytes=400_000)
+    assert not ratings.full(max_count=500_000, max_bytes=1_000_000)
+    assert ratings.full(max_count=5, max_bytes=1_000_000)
