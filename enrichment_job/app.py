@@ -51,14 +51,19 @@ class JoinMoved(ValueError):
     to the driver (the driver's commit would not know where each task left its partition)."""
 
 
+def on_cluster(master: str) -> bool:
+    """Whether a Spark master is a cluster's (spark://, yarn, k8s://...): the driver runs no
+    task there. Empty (spark-submit's to choose) and local[...] are not."""
+    return bool(master) and not master.startswith("local")
+
+
 def join_place(setting: str, master: str, marker: dict[str, Any] | None) -> str:
     """Where this run joins, `driver` or `tasks`: ENRICH_JOIN_IN as set; for `auto`, tasks when
     the session's master is a cluster's (the executors do the per-rating work, and it grows with
     them) or when the job name last committed in tasks (it cannot go back), else the driver."""
     if setting != "auto":
         return setting
-    on_cluster = bool(master) and not master.startswith("local")
-    return "tasks" if on_cluster or (marker or {}).get("join_in") == "tasks" else "driver"
+    return "tasks" if on_cluster(master) or (marker or {}).get("join_in") == "tasks" else "driver"
 
 
 class SparkSettings(Protocol):
@@ -163,7 +168,7 @@ def driver_jvm_options(settings: SparkSettings) -> str:
     and the options choose no JIT of their own: in local mode the driver JVM runs the tasks too,
     and keeps both compilers."""
     options = settings.driver_java_options
-    if not settings.master or settings.master.startswith("local") or "Tiered" in options:
+    if not on_cluster(settings.master) or "Tiered" in options:
         return options
     return f"{options} {C1_ONLY}".strip()
 
