@@ -15,7 +15,17 @@ from typing import Any
 
 import pytest
 from support.change_events import customer_row
-from support.enrichment import Job, StackEnv, Topics, produce, rating, read_topic, values
+from support.enrichment import (
+    Job,
+    StackEnv,
+    Topics,
+    create_topics,
+    delete_topics,
+    produce,
+    rating,
+    read_topic,
+    values,
+)
 from support.kafka import drop_topics, make_topics
 
 CAP = 50
@@ -58,6 +68,16 @@ class Cdc:
                     self.stack_env, self.topic, [(b"1", self._event("debezium_heartbeat", "u", after, 0))]
                 )
             time.sleep(0.2)
+
+
+@pytest.fixture
+def topics(stack_env: StackEnv) -> Iterator[Topics]:
+    """Topics and a job name of each test's own (the module's would be shared): the caps' runs
+    must not go on from each other's commits, over a CDC topic made anew for each."""
+    topics = Topics()
+    names = create_topics(stack_env, topics)
+    yield topics
+    delete_topics(stack_env, names)
 
 
 @pytest.fixture
