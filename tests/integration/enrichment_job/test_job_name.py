@@ -3,7 +3,8 @@ folder of its own (another host, say), goes on from the first one's last commit 
 the first stops with exit code 3 and is not to be restarted, and every rating is enriched once,
 a kill -9 of the second one included.
 j. A name already used for other input topics is refused at start, naming the setting.
-k. So is a name that committed with the join in tasks, restarted with it on the driver."""
+k. So is a name that committed with the join in tasks, restarted with it on the driver.
+l. A name that committed on the driver goes on in tasks, each rating once."""
 
 import subprocess
 import sys
@@ -133,3 +134,33 @@ def _refused(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(job, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 2, done.stderr[-2000:]
     return done
+
+
+def test_l_a_job_name_that_committed_on_the_driver_goes_on_in_tasks_with_each_rating_once(
+    stack_env: StackEnv, db: Any, tmp_path: Path
+) -> None:
+    """The cut-over a cluster's `auto` makes for a job name that ran the driver's join before:
+    each partition's first task starts where the driver's last commit left it."""
+    own = Topics()
+    names = create_topics(stack_env, own)
+    try:
+        user = _customer(db)
+        time.sleep(2)
+        on_driver = Job(stack_env, own, tmp_path / "driver", GRACE_MS, {"ENRICH_JOIN_IN": "driver"}).start()
+        try:
+            _ratings(stack_env, own.name("ratings"), user, range(1, 21))
+            read_topic(stack_env, own.name("enriched"), min_records=20, timeout_s=180, idle_s=2)
+        finally:
+            assert on_driver.stop() == 0, on_driver.tail()
+        _ratings(stack_env, own.name("ratings"), user, range(21, 41))  # while no job runs
+        in_tasks = Job(stack_env, own, tmp_path / "tasks", GRACE_MS, {"ENRICH_JOIN_IN": "tasks"}).start()
+        try:
+            _ratings(stack_env, own.name("ratings"), user, range(41, 61))
+            enriched = values(read_topic(stack_env, own.name("enriched"), min_records=60, timeout_s=180))
+        finally:
+            assert in_tasks.stop() == 0, in_tasks.tail()
+    finally:
+        delete_topics(stack_env, names)
+    ids = [v["rating_id"] for v in enriched]
+    assert sorted(ids) == list(range(1, 61)), Counter(ids)
+    assert ids == sorted(ids), "one customer's ratings, in the order they went in"
