@@ -131,8 +131,8 @@ class TaskJoin:
                     end=end,
                     share=share,
                     max_waiting=waiting_cap,
-                    watermark_ms=watermark_ms,
                     max_waiting_bytes=waiting_bytes,
+                    watermark_ms=watermark_ms,
                     waiting_from=cut_waiting.get(p),
                     start_watermark_ms=self.cut_over.get("watermark_ms"),
                 )

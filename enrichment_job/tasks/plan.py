@@ -36,8 +36,8 @@ class PartitionPlan:
     end: int
     share: int
     max_waiting: int
+    max_waiting_bytes: int  # the partition's share of ENRICH_MAX_WAITING_BYTES
     watermark_ms: int | None
-    max_waiting_bytes: int = 2**63 - 1  # the partition's share of ENRICH_MAX_WAITING_BYTES
     waiting_from: int | None = None  # with `start`: the driver's last commit, before the cut-over
     start_watermark_ms: int | None = None  # the watermark those waiting ratings were decided at
 
