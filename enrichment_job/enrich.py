@@ -237,9 +237,12 @@ ENRICHED = ENRICHED_NAMES
 
 def _enriched_values(enriched: pa.Table) -> pa.Array:
     """The enriched records as JSON, nulls kept (an unmatched rating says club_status: null)."""
-    rows = pa.StructArray.from_arrays(
-        [enriched.column(name).combine_chunks() for name in ENRICHED], names=list(ENRICHED)
-    )
+    return _json_values(enriched, list(ENRICHED))
+
+
+def _json_values(table: pa.Table, names: list[str]) -> pa.Array:
+    """Each row's `names` columns as a JSON object (binary), nulls kept."""
+    rows = pa.StructArray.from_arrays([table.column(name).combine_chunks() for name in names], names=names)
     return json_objects(rows, nulls=True).cast(pa.binary())
 
 
@@ -266,12 +269,7 @@ def _oversized(
     )
     big = enriched.filter(over)
     big = big.set_column(big.schema.get_field_index("dlq_reason"), "dlq_reason", reasons)
-    fields = pa.StructArray.from_arrays(
-        [big.column(f.name).combine_chunks() for f in FIELDS], names=[f.name for f in FIELDS]
-    )
-    big = big.set_column(
-        big.schema.get_field_index("value"), "value", json_objects(fields, nulls=True).cast(pa.binary())
-    )
+    big = big.set_column(big.schema.get_field_index("value"), "value", _json_values(big, FIELDS.names))
     log.error("%d enriched records over ENRICH_MAX_RATING_BYTES went to the DLQ", big.num_rows)
     keep = pc.invert(over)
     return enriched.filter(keep), values.filter(keep), pa.concat_tables([bad, big.cast(bad.schema)])
