@@ -3,6 +3,9 @@ stopped (customer_ratings, segment_hourly), each in Spark's RocksDB state and in
 changelog topic.
 
 Settings come from VIEWS_JOB_* environment variables or the file named by VIEWS_JOB_ENV_FILE.
+
+python -m enrichment_job.views validate FILE... checks views declared in SQL (see
+`definition`) and creates nothing.
 """
 
 import logging
@@ -11,13 +14,17 @@ import sys
 from pathlib import Path
 
 from enrichment_job.cli import CONFIG_EXIT, load_or_exit, run_until_stopped, stop_on_signals
+from enrichment_job.views import commands
 from enrichment_job.views.background import BackgroundProcess
+from enrichment_job.views.commands import COMMANDS
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from services.core.errors import ConfigError
 from services.core.logs import configure_or_exit
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] in COMMANDS:
+        return commands.main(argv)
     settings = load_or_exit(ViewsSettings, argv, "python -m enrichment_job.views", __doc__ or "")
     configure_or_exit()
     logging.getLogger("py4j").setLevel(logging.WARNING)

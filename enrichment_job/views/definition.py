@@ -1,0 +1,362 @@
+"""A view declared in SQL: a file whose text is a Spark SQL `SELECT ... FROM enriched ... GROUP BY
+...`, with header comments for what SQL cannot say. Read (`read`), checked and compiled against
+a streaming `enriched` relation (`compile_view`) before anything of the view exists: a view
+Spark would run wrongly, or not at all, is refused with one message (`ViewRefused`).
+
+The file, e.g. `views/examples/channel_hourly.sql`:
+
+    -- Ratings per channel and UTC hour.
+    -- watermark: rating_ts 2 hours
+    -- trigger: 5 seconds
+    SELECT channel, window.start AS hour, count(*) AS ratings
+    FROM enriched
+    GROUP BY channel, window(rating_ts, '1 hour')
+
+- The view's name is the file's name without `.sql` (lower case, digits and `_`).
+- `enriched` holds the readable enriched ratings: the fields of the enriched topic's records
+  (`ENRICHED_FIELDS`) and `rating_ts`, `rating_time` as a timestamp.
+- Header lines `-- <key>: <value>` before the SQL (a key spelt close to one of them is refused):
+  `watermark: <timestamp column> <delay>`
+  (Spark's watermark: the state of a window the watermark has passed is dropped, and a rating
+  older than it is no longer counted) and `trigger: <interval>` (how often a batch runs; default
+  the job's VIEWS_JOB_TRIGGER_INTERVAL). Other comment lines are the view's description.
+- The key of the view's rows is its GROUP BY columns, each of which must be selected; a window
+  is selected by its start or end, or an expression of them alone (`window.start AS hour`,
+  `date_format(window.start, 'yyyy-MM-dd HH') AS hour`).
+
+Refused: a syntax error (with its position); what Spark refuses for a streaming query in update
+mode (distinct aggregates, ORDER BY, LIMIT, session windows, an aggregate over an aggregate);
+HAVING (update mode never takes back a row that stops matching it); joins; non-deterministic
+functions (a rebuilt view must give the same rows); a view without GROUP BY, or with a GROUP BY
+column that is not selected.
+"""
+
+import difflib
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from enrichment_job.views.transforms import ENRICHED_FIELDS
+from services.core.errors import ServiceError
+
+BUILT_IN = Path(__file__).parent / "builtin"  # the built-in views' SQL (declarations.py runs them)
+RELATION = "enriched"
+EVENT_TIME = "rating_ts"  # rating_time as a timestamp, beside the enriched fields
+NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+HEADERS = ("trigger", "watermark")
+# pyspark logs every SQL error it raises, with the Java stack; a refusal says it once, plainly.
+logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+_HEADER = re.compile(r"--\s*([a-z][a-z_]*)\s*:\s*(.*)")
+# Functions whose value depends on when a batch runs: a rebuilt view would count otherwise.
+_CLOCKS = {"CurrentTimestamp", "Now", "CurrentDate", "LocalTimestamp", "CurrentBatchTimestamp"}
+# Plan nodes that may stand above the view's aggregation, and what the others above it mean.
+_ABOVE_OK = {"Project", "SubqueryAlias"}
+_ABOVE = {
+    "Filter": "HAVING: update mode never takes back a row that stops matching it; filter in the query",
+    "Sort": "ORDER BY: a view's rows have no order; order them when you query it",
+    "GlobalLimit": "LIMIT: a view keeps every group; limit when you query it",
+    "LocalLimit": "LIMIT: a view keeps every group; limit when you query it",
+    "Distinct": "SELECT DISTINCT: the GROUP BY already makes each key's row unique",
+    "Window": "window functions (OVER): not kept by a streaming aggregation",
+    "Union": "UNION: declare one view per part",
+}
+# Plan nodes refused below it.
+_BELOW = {
+    "Join": "joins: a view reads the enriched stream alone (it is joined to the customers already)",
+    "Aggregate": "an aggregate over an aggregate: Spark keeps one streaming aggregation per view",
+    "Expand": "GROUPING SETS, ROLLUP and CUBE: declare one view per grouping",
+    "Union": "UNION: declare one view per part",
+    "Window": "window functions (OVER): not kept by a streaming aggregation",
+}
+
+
+class ViewRefused(ServiceError):
+    """The view cannot be kept as written; the message says why."""
+
+
+@dataclass(frozen=True)
+class ViewFile:
+    """A view as written: its name, SQL and header settings."""
+
+    name: str
+    sql: str
+    description: str = ""
+    watermark: tuple[str, str] | None = None  # (timestamp column, delay)
+    trigger: str | None = None
+
+
+@dataclass(frozen=True)
+class CompiledView:
+    """A view checked and planned over a streaming `enriched`: its rows (one per group, update
+    mode) and the columns that identify a row."""
+
+    definition: ViewFile
+    rows: DataFrame
+    key: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+
+def read(path: Path) -> ViewFile:
+    """The view in the file at `path`; ViewRefused when its name or header is wrong."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ViewRefused(f"{path}: cannot read it: {err}") from None
+    name = path.name.removesuffix(".sql")
+    return parse(name, text)
+
+
+def parse(name: str, text: str) -> ViewFile:
+    """The view named `name` whose file holds `text`."""
+    if not NAME.fullmatch(name):
+        raise ViewRefused(
+            f"view name {name!r}: use a lower-case letter, then lower-case letters, digits or _ (63 at most)"
+        )
+    headers: dict[str, str] = {}
+    described: list[str] = []
+    lines = text.splitlines()
+    body_from = len(lines)
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("--"):
+            body_from = number
+            break
+        header = _HEADER.fullmatch(stripped)
+        if header is None:
+            described.append(stripped[2:].strip())
+            continue
+        key, value = header.group(1), header.group(2).strip()
+        if key not in HEADERS:
+            close = difflib.get_close_matches(key, HEADERS, n=1, cutoff=0.75)
+            if close:  # a misspelt header would be taken for prose, and silently not apply
+                raise ViewRefused(
+                    f"{name}, line {number + 1}: unknown header {key!r}; did you mean {close[0]!r}?"
+                )
+            described.append(stripped[2:].strip())
+            continue
+        if key in headers:
+            raise ViewRefused(f"{name}, line {number + 1}: header {key!r} given twice")
+        headers[key] = value
+    sql = "\n" * body_from + "\n".join(lines[body_from:])  # line numbers in errors stay the file's
+    if not sql.strip():
+        raise ViewRefused(f"{name}: no SELECT after the header")
+    watermark = None
+    if "watermark" in headers:
+        column, _, delay = headers["watermark"].partition(" ")
+        if not column or not delay.strip():
+            raise ViewRefused(
+                f"{name}: header watermark: give a timestamp column and a delay, e.g. {EVENT_TIME} 2 hours"
+            )
+        watermark = (column, delay.strip())
+    trigger = headers.get("trigger") or None
+    return ViewFile(name, sql.rstrip().rstrip(";"), " ".join(described), watermark, trigger)
+
+
+def enriched_columns(readable: DataFrame) -> DataFrame:
+    """What a view reads as `enriched`: the readable enriched ratings (`transforms.parse_enriched`,
+    `dlq_reason` null), their fields and `rating_ts`."""
+    return readable.select(
+        *[f.name for f in ENRICHED_FIELDS.fields], F.timestamp_millis("rating_time").alias(EVENT_TIME)
+    )
+
+
+def placeholder(spark: SparkSession) -> DataFrame:
+    """A streaming `enriched` that reads nothing anywhere, to check a view without Kafka."""
+    source = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    return enriched_columns(
+        source.select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in ENRICHED_FIELDS.fields])
+    )
+
+
+def compile_view(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> CompiledView:
+    """`view` planned over `enriched` (`enriched_columns` of a stream, or `placeholder`), after
+    every check; ViewRefused says what is wrong. Creates nothing: no query starts."""
+    source = enriched
+    if view.watermark is not None:
+        column, delay = view.watermark
+        types = dict(enriched.dtypes)
+        if types.get(column) != "timestamp":
+            known = ", ".join(n for n, t in enriched.dtypes if t == "timestamp")
+            raise ViewRefused(
+                f"{view.name}: header watermark: {column!r} is not a timestamp column of {RELATION} ({known})"
+            )
+        try:
+            source = enriched.withWatermark(column, delay)
+        except PySparkException as err:
+            raise ViewRefused(
+                f"{view.name}: header watermark: {delay!r} is not an interval ({_first_line(err)})"
+            ) from None
+    if view.trigger is not None and not re.fullmatch(
+        r"\d+(\.\d+)?\s*(milliseconds?|seconds?|minutes?|hours?)", view.trigger
+    ):
+        raise ViewRefused(
+            f"{view.name}: header trigger: {view.trigger!r} is not an interval such as '5 seconds'"
+        )
+    rows = rows_of(spark, view, source)
+    if not rows.isStreaming:
+        raise ViewRefused(f"{view.name}: a view reads FROM {RELATION}")
+    plan = rows._jdf.queryExecution().analyzed()
+    aggregate = _check_shape(view.name, plan)
+    _check_deterministic(view.name, plan)
+    jvm = spark._jvm
+    assert jvm is not None
+    try:
+        jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
+            plan, jvm.org.apache.spark.sql.streaming.OutputMode.Update()
+        )
+    except Exception as err:  # noqa: BLE001 (py4j's error: Spark's AnalysisException inside)
+        raise ViewRefused(
+            f"{view.name}: Spark cannot keep it as a streaming view: {_java_message(err)}"
+        ) from None
+    names = list(rows.columns)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ViewRefused(f"{view.name}: more than one column named {', '.join(twice)}: name each with AS")
+    return CompiledView(view, rows, _key(view.name, aggregate))
+
+
+def rows_of(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> DataFrame:
+    """The view's SQL over `enriched` (a stream, or a batch to recompute a view), unchecked."""
+    enriched.createOrReplaceTempView(RELATION)
+    try:
+        return spark.sql(view.sql)
+    except PySparkException as err:
+        raise ViewRefused(f"{view.name}: {_sql_error(err, view.sql)}") from None
+    finally:
+        spark.catalog.dropTempView(RELATION)
+
+
+def check(spark: SparkSession, view: ViewFile) -> CompiledView:
+    """`compile_view` over `placeholder`: what `validate` and a create run first."""
+    return compile_view(spark, view, placeholder(spark))
+
+
+def _check_shape(name: str, plan: Any) -> Any:
+    """The view's aggregation: the one Aggregate node, with only projections above it."""
+    node = plan
+    while node.nodeName() != "Aggregate":
+        refused = _ABOVE.get(node.nodeName())
+        if refused is not None:
+            raise ViewRefused(f"{name}: {refused}")
+        children = list(_seq(node.children()))
+        if node.nodeName() not in _ABOVE_OK or len(children) != 1:
+            raise ViewRefused(
+                f"{name}: a view is SELECT ... FROM {RELATION} ... GROUP BY ... (found {node.nodeName()})"  # noqa: S608
+            )
+        node = children[0]
+    if not list(_seq(node.groupingExpressions())):
+        raise ViewRefused(f"{name}: a view needs a GROUP BY: its columns are the key of the view's rows")
+    for below in _nodes(list(_seq(node.children()))):
+        refused = _BELOW.get(below.nodeName())
+        if refused is not None:
+            raise ViewRefused(f"{name}: {refused}")
+    return node
+
+
+def _check_deterministic(name: str, plan: Any) -> None:
+    for node in _nodes([plan]):
+        for expression in _expressions(list(_seq(node.expressions()))):
+            # the function itself, not the expressions around it that it makes non-deterministic
+            own = not expression.deterministic() and all(
+                c.deterministic() for c in _seq(expression.children())
+            )
+            if own or expression.nodeName() in _CLOCKS:
+                raise ViewRefused(
+                    f"{name}: {expression.prettyName()}() is not deterministic: a view rebuilt from the"
+                    " topic must give the same rows (use rating_time or rating_ts for time)"
+                )
+
+
+def _key(name: str, aggregate: Any) -> tuple[str, ...]:
+    """The selected columns that are the GROUP BY columns, in GROUP BY order."""
+    outputs = list(_seq(aggregate.aggregateExpressions()))
+    key = []
+    for grouped in _seq(aggregate.groupingExpressions()):
+        window = str(grouped.nodeName()) == "AttributeReference" and str(grouped.name()) in (
+            "window",
+            "session_window",
+        )
+        for output in outputs:
+            value = output.child() if output.nodeName() == "Alias" else output
+            if value.semanticEquals(grouped) or (window and _only_of(value, grouped)):
+                key.append(str(output.name()))
+                break
+        else:
+            shown = "window(...)" if str(grouped.sql()).startswith("window") else str(grouped.sql())
+            shown = shown.replace(f"{RELATION}.", "")
+            raise ViewRefused(
+                f"{name}: GROUP BY {shown} is not selected: a view's key is its GROUP BY columns, so select"
+                " each one (a window by its start or end: window.start AS hour)"
+            )
+    return tuple(key)
+
+
+def _only_of(value: Any, window: Any) -> bool:
+    """Whether `value` is computed from the window alone (its start or end, or of them)."""
+    references = list(_iterate(value.references().iterator()))
+    return bool(references) and all(r.semanticEquals(window) for r in references)
+
+
+def _iterate(iterator: Any) -> Iterator[Any]:
+    while iterator.hasNext():
+        yield iterator.next()
+
+
+def _seq(seq: Any) -> Iterator[Any]:
+    """A Scala Seq's items."""
+    for i in range(seq.size()):
+        yield seq.apply(i)
+
+
+def _nodes(roots: list[Any]) -> Iterator[Any]:
+    for node in roots:
+        yield node
+        yield from _nodes(list(_seq(node.children())))
+
+
+def _expressions(roots: list[Any]) -> Iterator[Any]:
+    for expression in roots:
+        yield expression
+        yield from _expressions(list(_seq(expression.children())))
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _sql_error(err: PySparkException, sql: str) -> str:
+    """Spark's message without the SQL it quotes, and where in the file it points: Spark's
+    position when it gives one, else the token a syntax error names when it stands once."""
+    text = str(err).strip().split("\n== SQL")[0].split("; line ")[0].strip()
+    java = getattr(err, "_origin", None)
+    try:
+        line, position = java.line(), java.startPosition()  # type: ignore[union-attr]
+        if line.isDefined() and position.isDefined():
+            return f"line {line.get()}, column {position.get() + 1}: {text}"
+    except Exception:  # noqa: BLE001, S110 (not an error of Spark's SQL: no position)
+        pass
+    near = re.search(r"at or near '([^']+)'", text)
+    if near is not None and near.group(1) != "end of input":
+        found = [m.start() for m in re.finditer(re.escape(near.group(1)), sql)]
+        if len(found) == 1:
+            before = sql[: found[0]]
+            return f"line {before.count(chr(10)) + 1}, column {found[0] - before.rfind(chr(10))}: {text}"
+    return text
+
+
+def _java_message(err: BaseException) -> str:
+    java = getattr(err, "java_exception", None)
+    text = str(java.getMessage()) if java is not None else str(err)
+    return text.split(";\n")[0].strip()

@@ -1,0 +1,251 @@
+"""Views declared in SQL: reading a view file, the checks that refuse what Spark would keep
+wrongly or not at all (each with its message), the key from the GROUP BY, and the built-in views'
+SQL files giving the rows of their declarations."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from enrichment_job.views.aggregation import aggregate_views, view_rows
+from enrichment_job.views.declarations import declared
+from enrichment_job.views.definition import (
+    BUILT_IN,
+    ViewFile,
+    ViewRefused,
+    check,
+    enriched_columns,
+    parse,
+    read,
+    rows_of,
+)
+from enrichment_job.views.settings import ViewsSettings
+from enrichment_job.views.transforms import parse_enriched
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+HOUR = 1_794_996_000_000  # 2026-11-18T10:00:00Z, an hour boundary
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def _enriched(**fields: Any) -> bytes:
+    record = {
+        "rating_id": 1,
+        "user_id": 7,
+        "stars": 2,
+        "rating_time": HOUR + 1000,
+        "channel": "web",
+        "message": "meh",
+        "club_status": "gold",
+        "full_name": "Ann Lee",
+        "customer_matched": True,
+        "cdc_watermark_ms": HOUR + 2000,
+    }
+    return json.dumps({**record, **fields}).encode()
+
+
+def _readable(spark: SparkSession, records: list[bytes]) -> DataFrame:
+    rows = [(b"k", v, "enriched", 0, i, None) for i, v in enumerate(records)]
+    raw = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
+    return parse_enriched(raw).where(F.col("dlq_reason").isNull())
+
+
+def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+RECORDS = [
+    _enriched(rating_id=1, stars=5, rating_time=HOUR + 3000),
+    _enriched(rating_id=2, stars=1, rating_time=HOUR + 9000, club_status="platinum", message="bad"),
+    _enriched(
+        rating_id=3, stars=2, rating_time=HOUR + 9000, club_status="silver"
+    ),  # a tie: rating_id decides
+    _enriched(rating_id=4, user_id=8, customer_matched=False, club_status=None, full_name=None),
+    _enriched(rating_id=5, user_id=9, channel=None, stars=4),
+    _enriched(
+        rating_id=6,
+        user_id=9,
+        club_status=None,
+        rating_time=HOUR + 3_700_000,
+        cdc_watermark_ms=HOUR + 3_800_000,
+    ),
+    _enriched(rating_id=7, user_id=10, stars=3, channel="app", rating_time=HOUR - 1),
+]
+
+
+@pytest.mark.parametrize("name", ["customer_ratings", "segment_hourly"])
+def test_each_built_in_views_sql_file_gives_the_rows_of_its_declaration(
+    spark: SparkSession, name: str
+) -> None:
+    readable = _readable(spark, RECORDS)
+    views = declared(ViewsSettings())
+    declaration = next(v for v in views if v.name == name)
+    expected = [r.asDict() for r in view_rows(aggregate_views(readable, views), views, declaration).collect()]
+    from_sql = rows_of(spark, read(BUILT_IN / f"{name}.sql"), enriched_columns(readable))
+    assert from_sql.columns == list(declaration.row(F.col))
+    assert _sorted([r.asDict() for r in from_sql.collect()]) == _sorted(expected)
+    assert len(expected) >= 4
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [("customer_ratings", ("user_id",)), ("segment_hourly", ("club_status", "channel", "hour"))],
+)
+def test_the_built_in_views_pass_every_check_with_the_key_of_their_declaration(
+    spark: SparkSession, name: str, key: tuple[str, ...]
+) -> None:
+    compiled = check(spark, read(BUILT_IN / f"{name}.sql"))
+    assert compiled.key == key
+    assert compiled.key == next(v.key for v in declared(ViewsSettings()) if v.name == name)
+    assert compiled.rows.isStreaming
+
+
+def test_a_window_is_selected_by_its_start_and_the_header_gives_the_watermark_and_trigger(
+    spark: SparkSession,
+) -> None:
+    view = parse(
+        "channel_hourly",
+        "-- Ratings per channel and hour.\n-- watermark: rating_ts 2 hours\n-- trigger: 5 seconds\n"
+        "SELECT channel, window.start AS hour, count(*) AS ratings\nFROM enriched\n"
+        "GROUP BY channel, window(rating_ts, '1 hour');\n",
+    )
+    assert view.watermark == ("rating_ts", "2 hours") and view.trigger == "5 seconds"
+    assert view.description == "Ratings per channel and hour."
+    compiled = check(spark, view)
+    assert compiled.key == ("channel", "hour")
+    assert compiled.rows.dtypes == [("channel", "string"), ("hour", "timestamp"), ("ratings", "bigint")]
+    assert "EventTimeWatermark" in compiled.rows._jdf.queryExecution().analyzed().treeString()
+
+
+_BY_USER = "FROM enriched GROUP BY user_id"
+
+
+@pytest.mark.parametrize(
+    ("sql", "refusal"),
+    [
+        (
+            "SELECT user_id, count(*) AS n FROM enriched\nGROUP BY user_id,\n  channel frm",
+            "line 3, column 11: [PARSE_SYNTAX_ERROR]",
+        ),
+        ("SELECT user_id, count(*) AS n, nope " + _BY_USER, "line 1, column 32: [UNRESOLVED_COLUMN"),
+        (
+            "SELECT user_id, count(*) AS n " + _BY_USER + " HAVING count(*) > 2",
+            "HAVING: update mode never takes back",
+        ),
+        (
+            "SELECT user_id, count(*) AS n " + _BY_USER + " ORDER BY n",
+            "ORDER BY: a view's rows have no order",
+        ),
+        ("SELECT user_id, count(*) AS n " + _BY_USER + " LIMIT 5", "LIMIT: a view keeps every group"),
+        (
+            "SELECT user_id, count(DISTINCT channel) AS n " + _BY_USER,
+            "Distinct aggregations are not supported",
+        ),
+        (
+            "SELECT user_id, session_window.start AS s, count(*) AS n FROM enriched"
+            " GROUP BY user_id, session_window(rating_ts, '5 minutes')",
+            "not supported for session window",
+        ),
+        (
+            "SELECT a.user_id, count(*) AS n FROM enriched a JOIN enriched b ON a.user_id = b.user_id"
+            " GROUP BY a.user_id",
+            "joins: a view reads the enriched stream alone",
+        ),
+        (
+            "SELECT user_id, max(n) AS m FROM (SELECT user_id, count(*) AS n FROM enriched GROUP BY user_id)"
+            " GROUP BY user_id",
+            "an aggregate over an aggregate",
+        ),
+        ("SELECT user_id, count(*) AS n, rand() AS r " + _BY_USER, "rand() is not deterministic"),
+        (
+            "SELECT user_id, count(*) AS n FROM enriched WHERE rating_time < unix_millis(now())"
+            " GROUP BY user_id",
+            "now() is not deterministic",
+        ),
+        ("SELECT count(*) AS n " + _BY_USER, "GROUP BY user_id is not selected"),
+        ("SELECT count(*) AS n FROM enriched", "a view needs a GROUP BY"),
+        ("SELECT id, count(*) AS n FROM range(3) GROUP BY id", "a view reads FROM enriched"),
+        ("SELECT user_id, count(*) AS n, sum(stars) AS n " + _BY_USER, "more than one column named n"),
+        ("SELECT user_id, count(*) AS n FROM enriched GROUP BY ROLLUP(user_id)", "ROLLUP"),
+    ],
+)
+def test_a_view_spark_would_keep_wrongly_or_not_at_all_is_refused_with_one_message(
+    spark: SparkSession, sql: str, refusal: str
+) -> None:
+    with pytest.raises(ViewRefused) as refused:
+        check(spark, parse("v", sql))
+    assert str(refused.value).startswith("v: ")
+    assert refusal in str(refused.value)
+    assert "\n" not in str(refused.value) and "Traceback" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "refusal"),
+    [
+        ("Bad-Name", "SELECT 1", "view name 'Bad-Name'"),
+        (
+            "v",
+            "-- watermak: rating_ts 1 hour\nSELECT 1",
+            "line 1: unknown header 'watermak'; did you mean 'watermark'?",
+        ),
+        (
+            "v",
+            "-- trigger: 1 second\n-- trigger: 2 seconds\nSELECT 1",
+            "line 2: header 'trigger' given twice",
+        ),
+        ("v", "-- watermark: rating_ts\nSELECT 1", "give a timestamp column and a delay"),
+        ("v", "-- only a comment\n", "no SELECT after the header"),
+    ],
+)
+def test_a_file_with_a_wrong_name_or_header_is_refused_before_spark(
+    name: str, text: str, refusal: str
+) -> None:
+    with pytest.raises(ViewRefused, match="^" + name if name == "v" else "view name") as refused:
+        parse(name, text)
+    assert refusal in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("header", "refusal"),
+    [
+        (
+            "-- watermark: rating_time 1 hour",
+            "'rating_time' is not a timestamp column of enriched (rating_ts)",
+        ),
+        ("-- watermark: rating_ts an hour", "'an hour' is not an interval"),
+        ("-- trigger: soon", "'soon' is not an interval such as '5 seconds'"),
+    ],
+)
+def test_a_header_spark_cannot_use_is_refused(spark: SparkSession, header: str, refusal: str) -> None:
+    with pytest.raises(ViewRefused) as refused:
+        check(spark, parse("v", f"{header}\nSELECT user_id, count(*) AS n {_BY_USER}"))
+    assert refusal in str(refused.value)
+
+
+def test_prose_in_the_header_is_the_description_not_a_setting() -> None:
+    view = parse("v", "-- rating_time: the newest\n-- Note: kept live\nSELECT 1")
+    assert view == ViewFile("v", "\n\nSELECT 1", "rating_time: the newest Note: kept live")
+
+
+def test_validate_prints_each_valid_views_key_and_columns_and_fails_on_a_refused_one(tmp_path: Path) -> None:
+    good, bad = tmp_path / "by_user.sql", tmp_path / "unkeyed.sql"
+    good.write_text(f"SELECT user_id, count(*) AS ratings {_BY_USER}\n")
+    bad.write_text(f"SELECT count(*) AS ratings {_BY_USER}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "enrichment_job.views", "validate", str(good), str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "by_user: valid; key (user_id); columns: user_id int, ratings bigint" in done.stdout
+    assert "refused: unkeyed: GROUP BY user_id is not selected" in done.stderr
+    assert "Traceback" not in done.stderr
