@@ -61,18 +61,29 @@ def run_until_stopped(
     log: logging.Logger,
     stopping: threading.Event,
     explain: Callable[[], BaseException | None] = lambda: None,
+    *,
+    goes_on: Callable[[], bool] = lambda: False,
 ) -> int:
     """Waits until a query ends or SIGINT/SIGTERM asks to stop (`stopping`, from
     `stop_on_signals`), then `stop()`s. Exit code 1 when a query failed, else 0. `explain`: the
     job's own reason for a failure, when it has one that says all (logged alone: Spark's text
-    holds the whole Python traceback)."""
+    holds the whole Python traceback). `goes_on`, asked when a query ended or failed: whether
+    the job can go on without it (a view dropped, or one that failed alone)."""
     stop_on_signals(log, stopping)  # again: starting Spark put its own SIGINT handler in place
     code = 0
     try:
         while not stopping.is_set():
-            if spark.streams.awaitAnyTermination(1):
+            try:
+                ended = spark.streams.awaitAnyTermination(1)
+            except StreamingQueryException:
+                if not goes_on():
+                    raise
+                ended = False
+            if ended and not goes_on():
                 log.warning("a query stopped; the job stops")
                 break
+            if ended:
+                spark.streams.resetTerminated()
     except StreamingQueryException as err:
         reason = explain()
         if reason is not None:

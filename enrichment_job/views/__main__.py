@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from enrichment_job.cli import CONFIG_EXIT, load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.views import commands
@@ -20,6 +21,10 @@ from enrichment_job.views.commands import COMMANDS
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from services.core.errors import ConfigError
 from services.core.logs import configure_or_exit
+
+if TYPE_CHECKING:
+    from enrichment_job.views.app import RunningViews
+    from enrichment_job.views.user_views import SqlViews
 
 
 def main(argv: list[str]) -> int:
@@ -47,12 +52,37 @@ def main(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         code = CONFIG_EXIT
     else:
-        code = run_until_stopped(views.spark, views.stop, log, stopping)
+        sql_views = _follow_the_catalog(views, settings)
+
+        def goes_on() -> bool:
+            """The built-in views' queries all run: a SQL view's query that ended (dropped, or
+            failed alone) does not stop the job."""
+            if sql_views is not None:
+                sql_views.healthy()
+            return all(q.isActive for q in views.queries)
+
+        def stop() -> None:
+            if sql_views is not None:
+                sql_views.stop()
+            views.stop()
+
+        code = run_until_stopped(views.spark, stop, log, stopping, goes_on=goes_on)
     if background is not None:
         background.stop()
         if background.failed is not None:
             code = code or 1
     return code
+
+
+def _follow_the_catalog(views: "RunningViews", settings: ViewsSettings) -> "SqlViews | None":
+    """The views declared in SQL, kept in this process (the one that keeps customer_ratings,
+    when the queries are shared out), following the catalog; None when there is no catalog."""
+    if not settings.keeps_sql_views():
+        return None
+    from enrichment_job.recovery import run_id  # noqa: PLC0415 (Spark loads only past --help)
+    from enrichment_job.views.user_views import SqlViews  # noqa: PLC0415
+
+    return SqlViews.follow(views.spark, settings, run_id(settings.state))
 
 
 def _session_nice(nice: int, log: logging.Logger) -> None:

@@ -89,7 +89,7 @@ def enriched_stream(
     return parse_enriched(raw.coalesce(tasks) if tasks else raw)
 
 
-class _Sink:
+class BatchSink:
     """foreachBatch handler: a batch's records plus a marker, in one Kafka transaction."""
 
     def __init__(self, settings: ViewsSettings, query: str, run: str) -> None:
@@ -99,7 +99,7 @@ class _Sink:
         )
         self.state, self.checkpoint = settings.state, f"{CHECKPOINTS}/{query}"
 
-    def _write(
+    def write(
         self,
         batch_id: int,
         outputs: list[Records],
@@ -127,7 +127,7 @@ class _Sink:
         self.out.write(batch_id, outputs, marker)
 
 
-class ViewsSink(_Sink):
+class ViewsSink(BatchSink):
     """Writes the rows a batch changed, each to its view's changelog topic (key = the key
     columns as JSON, value = the whole row as JSON), with one marker per view (its key, column
     types, enriched offsets and newest rating time) beside the batch's own. With `dead_letter`
@@ -169,7 +169,7 @@ class ViewsSink(_Sink):
         found = None
         if self.dead_letter is not None and table.column("view").null_count:
             found = partial(self._dead_letters, batch.sparkSession, batch_id)
-        self._write(
+        self.write(
             batch_id, outputs, {"max_rating_time": dict(self.max_rating_time)}, self._view_markers, found
         )
         if table.num_rows:

@@ -1,7 +1,8 @@
 """The views, each declared once: a name, what its rows are grouped by, its measures (an
 aggregate function and its input, over parsed enriched ratings: see `transforms.parse_enriched`)
-and its row (the output columns, from the group columns and the measures). Adding a view is one
-more `View` in `declared`.
+and its row (the output columns, from the group columns and the measures). These are the
+compiled form of the built-in views' SQL files (`builtin/`; a test checks that both give the same
+rows); users' views are SQL files of their own (`definition.py`, `user_views.py`).
 
 The views without an event time are kept by one stateful query (`aggregation.aggregate_views`):
 each rating is read and parsed once for all of them, and one micro-batch updates them all. A

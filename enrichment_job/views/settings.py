@@ -27,6 +27,11 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
     topic_prefix: str = Field("view.", description="a view's changelog topic is this prefix + its name")
     commits_topic: str = Field("views-commits", description="compacted: each view's last committed batch")
     dlq_topic: str = Field("views-dlq", description="records a view cannot count, with the reason")
+    catalog_topic: str = Field(
+        "views-catalog",
+        description="compacted: the views declared in SQL, which the job keeps beside the built-in ones"
+        " (created when the first view is; empty: none)",
+    )
     name: str = Field(
         "views",
         pattern=r"^[A-Za-z0-9._-]+$",
@@ -182,6 +187,12 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
                 f"VIEWS_JOB_QUERIES: unknown {', '.join(unknown)} (the queries: {', '.join(known)})"
             )
         return chosen
+
+    def keeps_sql_views(self) -> bool:
+        """Whether this process keeps the views declared in SQL: with a catalog, in the process
+        that keeps customer_ratings."""
+        names = [q.strip() for q in self.queries.split(",") if q.strip()]
+        return bool(self.catalog_topic) and (not names or KEYED_QUERY in names)
 
     def topic(self, view: str) -> str:
         return f"{self.topic_prefix}{view}"

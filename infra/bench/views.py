@@ -276,6 +276,7 @@ def views_job_env(
         "VIEWS_JOB_COMMITS_TOPIC": views["commits"],
         "VIEWS_JOB_DLQ_TOPIC": views["dlq"],
         "VIEWS_JOB_NAME": f"bench-{state.name}",
+        "VIEWS_JOB_CATALOG_TOPIC": "",  # the built-in views alone
     }
 
 

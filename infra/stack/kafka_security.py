@@ -97,10 +97,13 @@ PRINCIPALS: dict[str, list[Grant]] = {
         _group("marker-reader-", prefixed=True),
     ],
     "views": [
-        *_reads("ratings-with-customer-data", "views-commits"),
+        *_reads("ratings-with-customer-data", "views-commits", "views-catalog"),
         *_writes("views-commits", "views-dlq"),
         Grant(TOPIC, "views-commits", (AclOperation.DESCRIBE_CONFIGS,)),
-        Grant(TOPIC, "view.", (W, D), prefixed=True),
+        # the changelog topics of the views declared in SQL: made with the view, deleted with it
+        Grant(TOPIC, "view.", (W, D, AclOperation.CREATE, AclOperation.DELETE), prefixed=True),
+        _group("views-catalog-reader"),
+        _group("views-backfill-probe"),
         _transactions("views"),
         _group("spark-kafka-source-", prefixed=True),
         _group("marker-reader-", prefixed=True),

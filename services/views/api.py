@@ -63,10 +63,19 @@ class Api:
         self, settings: ViewsApiSettings, store: Store, hub: Hub, changelog: ChangelogProcess
     ) -> None:
         self.settings, self.store, self.hub, self.changelog = settings, store, hub, changelog
-        self.names = [settings.view_name(t) for t in settings.changelog_topics]
-        self.topics = dict(zip(self.names, settings.changelog_topics, strict=True))
+        self.built_in = [settings.view_name(t) for t in settings.changelog_topics]
+        self._topics = dict(zip(self.built_in, settings.changelog_topics, strict=True))
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(ViewsCollector(self.names, store, hub, changelog))
+        self.registry.register(ViewsCollector(lambda: self.names, store, hub, changelog))
+
+    @property
+    def names(self) -> list[str]:
+        """The views: the configured ones, then those declared in SQL that the store knows."""
+        declared = sorted(n for n in self.store.infos() if n not in self._topics)
+        return [*self.built_in, *declared]
+
+    def topic(self, name: str) -> str:
+        return self._topics.get(name) or f"{self.settings.topic_prefix}{name}"
 
     def app(self) -> ASGIApp:
         routes = [
@@ -104,7 +113,7 @@ class Api:
     # what a view is
     def _view(self, name: str) -> dict[str, Any]:
         if name not in self.names:
-            raise BadRequest(404, f"unknown view {name!r}; the views are {', '.join(self.names)}")
+            raise BadRequest(404, f"view {name!r} does not exist; the views are {', '.join(self.names)}")
         info = self.store.view_info(name)
         if info is None:
             raise BadRequest(404, f"view {name!r} has no data yet")
@@ -144,7 +153,7 @@ class Api:
             views.append(
                 {
                     "name": name,
-                    "topic": self.topics[name],
+                    "topic": self.topic(name),
                     "key": info.get("key"),
                     "columns": info.get("columns"),
                     "rows": self.store.count(name),

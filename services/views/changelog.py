@@ -84,11 +84,18 @@ class Changelog:
     def _assign(self, consumer: Consumer) -> None:
         topics = [*self.settings.changelog_topics, self.settings.commits_topic]
         stored = self.store.offsets()
+        # the views declared in SQL that the local copy holds, while their topics exist
+        declared = sorted({t for t, _ in stored} - set(topics))
         assignment, fits = [], True
-        for topic in topics:
+        for topic in topics + declared:
             meta = consumer.list_topics(topic, timeout=30).topics[topic]
+            if meta.error is not None and topic in declared:
+                log.info("%s: gone (its view was dropped); its marker says so", topic)
+                continue
             if meta.error is not None:
                 raise KafkaException(meta.error)
+            if topic in declared:
+                self.views[topic] = topic.removeprefix(self.settings.topic_prefix)
             for part in meta.partitions:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=30)
                 start = stored.get((topic, part))
@@ -119,6 +126,7 @@ class Changelog:
     def _step(self, consumer: Consumer, messages: list[Message]) -> None:
         changes: list[Change] = []
         markers: dict[str, dict[str, Any]] = {}
+        dropped: dict[str, str] = {}  # view -> its topic
         offsets: dict[tuple[str, int], int] = {}
         read = 0  # records, not the end-of-partition events that come with them
         for msg in messages:
@@ -133,14 +141,16 @@ class Changelog:
             read += 1
             if topic == self.settings.commits_topic:
                 marker = _json(msg.value())
-                if isinstance(marker, dict) and marker.get("view") and "columns" in marker:
-                    markers[str(marker["view"])] = marker
+                if isinstance(marker, dict) and marker.get("view"):
+                    self._marker(consumer, marker, markers, dropped)
                 continue
             change = self._change(topic, msg)
             if change is not None:
                 changes.append(change)
+        for topic in dropped.values():
+            offsets = {tp: o for tp, o in offsets.items() if tp[0] != topic}
         if offsets:
-            applied = self.store.apply(changes, markers, offsets)
+            applied = self.store.apply(changes, markers, offsets, dropped)
             self.records += read
             infos = self.store.infos()
             fresh_infos = None if infos is self._infos_sent else infos
@@ -156,6 +166,39 @@ class Changelog:
             log.info("caught up with the changelog topics (%d records applied)", self.records)
             self.caught_up = True
             self.send(("caught_up", self.records))
+
+    def _marker(
+        self,
+        consumer: Consumer,
+        marker: dict[str, Any],
+        markers: dict[str, dict[str, Any]],
+        dropped: dict[str, str],
+    ) -> None:
+        """A view's marker: its key, columns and freshness (the first of a view declared in SQL
+        starts the reading of its topic), or that it was dropped (its topic is no longer read,
+        and the store forgets its rows)."""
+        name = str(marker["view"])
+        topic = next((t for t, v in self.views.items() if v == name), f"{self.settings.topic_prefix}{name}")
+        if marker.get("dropped"):
+            markers.pop(name, None)
+            if topic in self.settings.changelog_topics:
+                return  # a configured view is never dropped
+            dropped[name] = topic
+            if self.views.pop(topic, None) is not None:
+                consumer.incremental_unassign([tp for tp in consumer.assignment() if tp.topic == topic])
+                log.info("view %s dropped: %s is no longer read, its rows are forgotten", name, topic)
+            return
+        if "columns" not in marker:
+            return  # refused or failed: the views job's log says why
+        markers[name] = marker
+        dropped.pop(name, None)
+        if topic not in self.views:
+            meta = consumer.list_topics(topic, timeout=30).topics[topic]
+            if meta.error is not None:
+                raise KafkaException(meta.error)
+            consumer.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+            self.views[topic] = name
+            log.info("view %s declared: reading %s from its start", name, topic)
 
     def _change(self, topic: str, msg: Message) -> Change | None:
         raw, value = msg.key(), msg.value()

@@ -22,6 +22,11 @@ class ViewsApiSettings(BaseSettings):
         description="the views' changelog topics (JSON list); a view's name is the part after the last dot",
     )
     commits_topic: str = Field("views-commits", description="the views job's markers: columns and freshness")
+    topic_prefix: str = Field(
+        "view.",
+        description="a view declared in SQL is read from this prefix + its name, from the marker that"
+        " first names it on; a dropped one is forgotten",
+    )
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8087, gt=0, lt=65536)
     state_dir: Path = Field(

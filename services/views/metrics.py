@@ -3,7 +3,7 @@ freshness per view, the changelog records applied, whether the store has caught 
 SSE subscribers."""
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -14,7 +14,9 @@ from services.views.store import Store
 
 
 class ViewsCollector(Collector):
-    def __init__(self, names: list[str], store: Store, hub: Hub, changelog: ChangelogProcess) -> None:
+    def __init__(
+        self, names: Callable[[], list[str]], store: Store, hub: Hub, changelog: ChangelogProcess
+    ) -> None:
         self.names, self.store, self.hub, self.changelog = names, store, hub, changelog
 
     def collect(self) -> Iterator[Metric]:
@@ -41,7 +43,7 @@ class ViewsCollector(Collector):
             "now minus the newest rating time the view reflects",
             labels=["view"],
         )
-        for name in self.names:
+        for name in self.names():
             rows.add_metric([name], self.store.count(name))
             info = self.store.view_info(name) or {}
             newest = (info.get("marker") or {}).get("max_rating_time")  # ms

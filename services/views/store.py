@@ -120,9 +120,14 @@ class Store:
         self._info = {}
 
     def apply(
-        self, changes: list[Change], markers: dict[str, dict[str, Any]], offsets: dict[tuple[str, int], int]
+        self,
+        changes: list[Change],
+        markers: dict[str, dict[str, Any]],
+        offsets: dict[tuple[str, int], int],
+        dropped: dict[str, str] | None = None,
     ) -> list[Change]:
-        """Writes the changes, the markers and the offsets in one transaction; returns the changes
+        """Writes the changes, the markers and the offsets in one transaction, and forgets the
+        `dropped` views (view -> its topic: rows, description and offsets); returns the changes
         that changed a row (a value equal to the stored one is no change), in order.
 
         The stored values of the batch's keys are read in a few `IN` queries and the rows written
@@ -176,6 +181,12 @@ class Store:
                         now_ms,
                     ),
                 )
+            for view, topic in (dropped or {}).items():
+                w.execute("DELETE FROM rows WHERE view = ?", (view,))
+                w.execute("DELETE FROM views WHERE view = ?", (view,))
+                w.execute("DELETE FROM offsets WHERE topic = ?", (topic,))
+                info.pop(view, None)
+                applied = [c for c in applied if c.view != view]
             w.executemany(
                 "INSERT INTO offsets (topic, part, next) VALUES (?, ?, ?)"
                 " ON CONFLICT (topic, part) DO UPDATE SET next = excluded.next",
@@ -187,7 +198,7 @@ class Store:
                 (self.seq + 1,),
             )
         self.seq += 1
-        if learned or markers:
+        if learned or markers or dropped:
             self._info = info  # readers see the views' new description once it is committed
         return applied
 

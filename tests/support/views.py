@@ -52,6 +52,7 @@ class ViewTopics:
             "VIEWS_JOB_COMMITS_TOPIC": self.commits,
             "VIEWS_JOB_DLQ_TOPIC": self.dlq,
             "VIEWS_JOB_NAME": f"test-views-{self.suffix}",
+            "VIEWS_JOB_CATALOG_TOPIC": f"test-views-catalog-{self.suffix}",
         }
 
 

@@ -101,7 +101,7 @@ def free_port() -> int:
 
 
 class Service(ServiceProcess):
-    def __init__(self, stack_env: StackEnv, views: Views, workdir: Path) -> None:
+    def __init__(self, stack_env: StackEnv, views: Views, workdir: Path, **settings: str) -> None:
         self.port, self.pg_port = free_port(), free_port()
         env = {
             "VIEWS_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
@@ -111,6 +111,7 @@ class Service(ServiceProcess):
             "VIEWS_PG_PORT": str(self.pg_port),
             "VIEWS_STATE_DIR": str(workdir / "state"),
             "VIEWS_HEARTBEAT_S": "1",
+            **settings,
         }
         super().__init__("services.views", "VIEWS_", env, workdir)
 

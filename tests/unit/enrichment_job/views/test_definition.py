@@ -249,3 +249,9 @@ def test_validate_prints_each_valid_views_key_and_columns_and_fails_on_a_refused
     assert "by_user: valid; key (user_id); columns: user_id int, ratings bigint" in done.stdout
     assert "refused: unkeyed: GROUP BY user_id is not selected" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "views" / "examples").glob("*.sql")), ids=lambda p: p.name)
+def test_every_example_view_passes_the_checks(spark: SparkSession, path: Path) -> None:
+    compiled = check(spark, read(path))
+    assert compiled.key and compiled.rows.isStreaming

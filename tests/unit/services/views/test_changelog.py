@@ -142,3 +142,82 @@ def test_the_server_takes_one_frame_a_turn_of_its_event_loop_and_the_rest_before
         return seen
 
     assert asyncio.run(main()) == [[0], [0, 1], [0, 1, 2], [0, 1, 2, 3, "lost"]]
+
+
+class _Marker(_Record):
+    """A views job's marker on the commits topic."""
+
+    def __init__(self, offset: int, body: dict[str, Any]) -> None:
+        super().__init__(offset, 0)
+        self.body = body
+
+    def topic(self) -> str:
+        return "views-commits"
+
+    def key(self) -> bytes:
+        return b"views-sql:" + self.body["view"].encode()
+
+    def value(self) -> bytes:
+        return json.dumps(self.body).encode()
+
+
+class _Row(_Record):
+    def topic(self) -> str:
+        return "view.by_channel"
+
+    def key(self) -> bytes:
+        return b'{"channel":"web"}'
+
+    def value(self) -> bytes:
+        return json.dumps({"channel": "web", "ratings": self.offset()}).encode()
+
+
+class _Assigning:
+    """What the changelog asks of its consumer when a view comes or goes."""
+
+    def __init__(self) -> None:
+        self.assigned: list[tuple[str, int, int]] = []
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        meta = type("Meta", (), {"error": None, "partitions": {0: None, 1: None}})()
+        return type("Cluster", (), {"topics": {topic: meta}})()
+
+    def incremental_assign(self, parts: list[Any]) -> None:
+        self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in parts]
+
+    def assignment(self) -> list[Any]:
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        return [TopicPartition(t, p) for t, p, _ in self.assigned]
+
+    def incremental_unassign(self, parts: list[Any]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in parts}
+        self.assigned = [a for a in self.assigned if (a[0], a[1]) not in gone]
+
+
+def test_a_view_declared_in_sql_is_read_from_its_first_marker_on_and_forgotten_when_dropped(
+    tmp_path: Path,
+) -> None:
+    from confluent_kafka import OFFSET_BEGINNING  # noqa: PLC0415
+
+    store = Store(tmp_path / "s.sqlite3")
+    changelog = Changelog(ViewsApiSettings(), store, lambda _: None)
+    consumer = _Assigning()
+    columns = [{"name": "channel", "type": "string"}, {"name": "ratings", "type": "long"}]
+    live = {"view": "by_channel", "key": ["channel"], "columns": columns, "state": "live"}
+    changelog._step(consumer, [_Marker(0, live)])  # type: ignore[arg-type]
+    assert consumer.assigned == [
+        ("view.by_channel", 0, OFFSET_BEGINNING),
+        ("view.by_channel", 1, OFFSET_BEGINNING),
+    ]
+    changelog._step(consumer, [_Row(3, 0)])  # type: ignore[arg-type]
+    assert json.loads(store.get("by_channel", key_of(["web"])) or "{}") == {"channel": "web", "ratings": 3}
+    refused = {"view": "unkeyed", "state": "refused", "error": "GROUP BY user_id is not selected"}
+    changelog._step(consumer, [_Marker(1, refused)])  # type: ignore[arg-type]
+    assert "unkeyed" not in store.infos() and len(consumer.assigned) == 2
+    changelog._step(consumer, [_Marker(2, {"view": "by_channel", "state": "dropped", "dropped": True})])  # type: ignore[arg-type]
+    assert consumer.assigned == [] and store.count("by_channel") == 0 and "by_channel" not in store.infos()
+    assert ("view.by_channel", 0) not in store.offsets()
+    dropped_built_in = {"view": "customer_ratings", "dropped": True}
+    changelog._step(consumer, [_Marker(3, dropped_built_in), _Record(4, 1)])  # type: ignore[arg-type]
+    assert store.count("customer_ratings") == 1  # a configured view is never dropped

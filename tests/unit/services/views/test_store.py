@@ -181,3 +181,18 @@ def test_a_scan_orders_rows_by_the_key_s_typed_values_not_its_text(tmp_path: Pat
     users = [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [("ratings", 1)], 10)]
     assert users == [3, 7, 42, 100]  # as text, "[100]" < "[3]" < "[42]" < "[7]"
     assert [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [], 2)] == [3, 7]
+
+
+def test_a_dropped_view_loses_its_rows_description_and_offsets_and_the_others_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    by_channel = Change("by_channel", key_of(["web"]), ("channel",), json.dumps({"channel": "web", "n": 3}))
+    marker = {"view": "by_channel", "key": ["channel"], "columns": [{"name": "channel", "type": "string"}]}
+    store.apply([_change(1, 3), by_channel], {"by_channel": marker}, {("view.by_channel", 0): 5, ("t", 0): 1})
+    assert store.count("by_channel") == 1 and "by_channel" in store.infos()
+    store.apply([_change(2, 1)], {}, {("t", 0): 2}, {"by_channel": "view.by_channel"})
+    assert store.count("by_channel") == 0 and store.get("by_channel", key_of(["web"])) is None
+    assert "by_channel" not in store.infos() and "by_channel" not in Store(tmp_path / "s.sqlite3").infos()
+    assert store.offsets() == {("t", 0): 2}
+    assert store.count("customer_ratings") == 2

@@ -1,0 +1,225 @@
+"""Views declared in SQL against the real Kafka: created with the CLI while the views job runs
+(a backfill, then live), served by the query service over HTTP and psql, and dropped (query,
+checkpoint, topic and rows gone), without the built-in views being counted again; a view the
+checks refuse leaves nothing behind."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from support.kafka import produce, read_topic
+from support.services import as_kafka, enriched_record
+from support.views import ViewsJob, ViewTopics, expected_customer_ratings, latest_rows, without
+from support.views_api import Service
+
+StackEnv = dict[str, str]
+ROOT = Path(__file__).resolve().parents[4]
+BY_CHANNEL = """-- Ratings per channel, with their stars and the newest rating time.
+-- trigger: 1 second
+SELECT coalesce(channel, 'none') AS channel, count(*) AS ratings, sum(stars) AS stars,
+       max(rating_time) AS last_rating_time
+FROM enriched
+GROUP BY coalesce(channel, 'none')
+"""
+HAVING = "SELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id HAVING count(*) > 1\n"
+
+
+@pytest.fixture
+def topics(stack_env: StackEnv, unique: str) -> Iterator[ViewTopics]:
+    topics = ViewTopics(unique)
+    topics.create(stack_env)
+    yield topics
+    topics.drop(stack_env)
+    AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]}).delete_topics(
+        [topics.env()["VIEWS_JOB_CATALOG_TOPIC"], f"test-view-{unique}.by_channel"]
+    )
+
+
+def ratings(first: int, count: int) -> list[dict[str, Any]]:
+    channels = ["web", "iOS", "android", None]
+    return [
+        enriched_record(
+            i, user_id=1 + i % 40, stars=1 + i % 5, rating_time=1_795_000_000_000 + i, channel=channels[i % 4]
+        )
+        for i in range(first, first + count)
+    ]
+
+
+def by_channel(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"ratings": 0, "stars": 0, "last_rating_time": 0})
+    for r in records:
+        channel = r["channel"] or "none"
+        row = rows[json.dumps({"channel": channel}, separators=(",", ":"))]
+        row.update(
+            channel=channel,
+            ratings=row["ratings"] + 1,
+            stars=row["stars"] + r["stars"],
+            last_rating_time=max(row["last_rating_time"], r["rating_time"]),
+        )
+    return dict(rows)
+
+
+def views_cli(stack_env: StackEnv, topics: ViewTopics, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "VIEWS_JOB_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+        "VIEWS_JOB_CATALOG_TOPIC": topics.env()["VIEWS_JOB_CATALOG_TOPIC"],
+        "JAVA_HOME": stack_env["JAVA_HOME"],
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "enrichment_job.views", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def wait_for(check: Callable[[], str | None], job: ViewsJob, timeout_s: float = 240) -> None:
+    deadline, diff = time.monotonic() + timeout_s, "never checked"
+    while time.monotonic() < deadline:
+        assert job.proc is not None
+        if job.proc.poll() is not None:
+            pytest.fail(f"views job exited with {job.proc.returncode}:\n{job.tail()}")
+        diff = check()
+        if diff is None:
+            return
+        time.sleep(2)
+    pytest.fail(f"not reached within {timeout_s} s: {diff}\n{job.tail()}")
+
+
+def rows_equal(
+    stack_env: StackEnv, topic: str, expected: dict[str, Any], ignore: str = ""
+) -> Callable[[], str | None]:
+    def check() -> str | None:
+        rows = latest_rows(stack_env, topic)
+        rows = without(rows, ignore) if ignore else rows
+        return None if rows == expected else f"{topic}: {len(rows)} rows, {len(expected)} expected"
+
+    return check
+
+
+def topic_exists(stack_env: StackEnv, topic: str) -> bool:
+    admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
+    return topic in admin.list_topics(timeout=10).topics
+
+
+def served(stack_env: StackEnv, topics: ViewTopics, tmp_path: Path, web: dict[str, Any]) -> Service:
+    """The query service over the job's topics serves the view like the built-in ones."""
+    names = SimpleNamespace(
+        customers=topics.customer_ratings, segments=topics.segment_hourly, commits=topics.commits
+    )
+    service = Service(
+        stack_env, names, tmp_path / "api", VIEWS_TOPIC_PREFIX=topics.env()["VIEWS_JOB_TOPIC_PREFIX"]
+    )  # type: ignore[arg-type]
+    service.start()
+    service.wait_healthy()
+    deadline = time.monotonic() + 60
+    while service.get("/views/by_channel/web")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert service.get("/views/by_channel/web") == (200, web)
+    answer = service.psql("SELECT channel, ratings, stars FROM by_channel WHERE channel = 'web'")
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.strip() == f"web|{web['ratings']}|{web['stars']}"
+    listed = {v["name"]: v for v in service.get("/views")[1]["views"]}
+    assert listed["by_channel"]["key"] == ["channel"] and listed["by_channel"]["rows"] == 4
+
+    return service
+
+
+def dropped_cleanly(
+    stack_env: StackEnv, topics: ViewTopics, job: ViewsJob, service: Service, tmp_path: Path
+) -> None:
+    """Dropped: its query, checkpoint, topic and rows go; the job goes on."""
+    view_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}by_channel"
+    dropped = views_cli(stack_env, topics, "drop", "by_channel")
+    assert dropped.returncode == 0, dropped.stderr[-2000:]
+    checkpoints = tmp_path / "views-state" / "checkpoints"
+    wait_for(
+        lambda: None if not topic_exists(stack_env, view_topic) else f"{view_topic} still exists", job, 60
+    )
+    wait_for(
+        lambda: None if not list(checkpoints.glob("sql-by_channel-*")) else "checkpoint still there", job, 60
+    )
+    deadline = time.monotonic() + 60
+    while service.get("/views/by_channel/web")[0] == 200 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    status, body = service.get("/views/by_channel/web")
+    assert status == 404 and "does not exist" in body["error"]
+    assert "by_channel" not in service.psql(r"\d").stdout
+    assert views_cli(stack_env, topics, "drop", "by_channel").returncode == 1
+
+
+def test_a_view_created_in_sql_while_the_job_runs_backfills_goes_live_is_served_and_is_dropped_cleanly(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
+) -> None:
+    first = ratings(0, 400)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in first])
+    job = ViewsJob(stack_env, topics, tmp_path).start()
+    wait_for(
+        rows_equal(stack_env, topics.customer_ratings, expected_customer_ratings(first), "average_stars"), job
+    )
+    built_in_records = len(read_topic(stack_env, topics.customer_ratings, idle_s=1))
+    view_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}by_channel"
+
+    # refused by the checks: nothing is created
+    (tmp_path / "unhappy_repeaters.sql").write_text(HAVING)
+    refused = views_cli(stack_env, topics, "create", str(tmp_path / "unhappy_repeaters.sql"))
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    assert "refused: unhappy_repeaters: HAVING" in refused.stderr
+    assert views_cli(stack_env, topics, "list").stdout == ""
+    assert not topic_exists(stack_env, f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}unhappy_repeaters")
+
+    # created: a backfill of what the enriched topic holds, then live
+    (tmp_path / "by_channel.sql").write_text(BY_CHANNEL)
+    created = views_cli(stack_env, topics, "create", str(tmp_path / "by_channel.sql"))
+    assert created.returncode == 0, created.stderr[-3000:]
+    assert "created by_channel: key (channel)" in created.stdout
+    assert views_cli(stack_env, topics, "list").stdout.startswith("by_channel\tcreated ")
+    wait_for(rows_equal(stack_env, view_topic, by_channel(first)), job)
+    second = ratings(400, 300)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in second])
+    wait_for(rows_equal(stack_env, view_topic, by_channel(first + second)), job)
+    wait_for(
+        rows_equal(
+            stack_env, topics.customer_ratings, expected_customer_ratings(first + second), "average_stars"
+        ),
+        job,
+    )
+    markers = [json.loads(m.value()) for m in read_topic(stack_env, topics.commits, idle_s=1)]
+    own = [m for m in markers if m.get("view") == "by_channel"]
+    assert own and own[-1]["state"] == "live" and own[-1]["key"] == ["channel"]
+    assert {"name": "ratings", "type": "long"} in own[-1]["columns"]
+    # the built-in views were not counted again: the create added nothing to their changelog
+    # until the second ratings came
+    customers_changed = {str(r["user_id"]) for r in second}
+    assert len(read_topic(stack_env, topics.customer_ratings, idle_s=1)) <= built_in_records + len(
+        customers_changed
+    )
+
+    service = served(stack_env, topics, tmp_path, by_channel(first + second)['{"channel":"web"}'])
+    dropped_cleanly(stack_env, topics, job, service, tmp_path)
+    third = ratings(700, 100)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in third])
+    wait_for(
+        rows_equal(
+            stack_env,
+            topics.customer_ratings,
+            expected_customer_ratings(first + second + third),
+            "average_stars",
+        ),
+        job,
+    )
+    service.stop()
+    assert job.stop() == 0, job.tail()
