@@ -72,7 +72,45 @@ def test_the_visualizations_use_the_expected_aggregations() -> None:
     assert aggs("median-stars-by-region") == [("percentiles", "stars"), ("terms", "region")]
     assert aggs("ratings-by-channel") == [("count", None), ("terms", "channel")]
     assert aggs("unhappy-platinum-count") == [("count", None)]
-    assert used_fields(BY_ID["unhappy-platinum-count"]) == {"stars", "club_status"}
+
+
+def test_the_alert_panels_read_the_alerts_so_they_agree_with_slack_whatever_the_rule() -> None:
+    for panel in ("unhappy-platinum-count", "alerts-live-feed"):
+        obj = BY_ID[panel]
+        assert [r["id"] for r in obj["references"]] == ["unhappy-platinum-data-view"]
+        assert search_source(obj)["query"]["query"] == ""  # no rule recomputed on the ratings
+    feed = BY_ID["alerts-live-feed"]["attributes"]
+    assert feed["columns"] == ["full_name", "email", "stars", "message"]
+    assert feed["sort"] == [["rating_time", "desc"]]
+
+
+def test_the_donut_and_the_metric_use_kibana_8_settings_for_legend_and_label() -> None:
+    donut = json.loads(BY_ID["ratings-by-channel"]["attributes"]["visState"])["params"]
+    assert donut["legendDisplay"] == "show" and "addLegend" not in donut and donut["isDonut"]
+    metric = json.loads(BY_ID["unhappy-platinum-count"]["attributes"]["visState"])["params"]["metric"]
+    assert metric["labels"] == {"show": True}
+
+
+# What each aggregation takes, as the index template maps a field.
+_TAKES = {
+    "terms": {"keyword", "boolean", "integer", "long"},
+    "date_histogram": {"date"},
+    "percentiles": {"integer", "long", "float", "double"},
+}
+
+
+@pytest.mark.parametrize("vis", of_type("visualization"), ids=lambda o: o["id"])
+def test_each_aggregation_s_field_has_a_type_it_takes(vis: dict[str, Any]) -> None:
+    for agg in json.loads(vis["attributes"]["visState"])["aggs"]:
+        field = agg["params"].get("field")
+        if field is None:
+            assert agg["type"] == "count"
+            continue
+        assert PROPERTIES[field]["type"] in _TAKES[agg["type"]], (
+            agg["type"],
+            field,
+            PROPERTIES[field]["type"],
+        )
 
 
 @pytest.mark.parametrize("obj", OBJECTS, ids=lambda o: o["id"])
