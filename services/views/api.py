@@ -2,6 +2,7 @@
 health, and Prometheus metrics. Every refusal is a 4xx with {"error": "..."} that says what is wrong."""
 
 import asyncio
+import base64
 import json
 import logging
 import re
@@ -56,6 +57,46 @@ def parse_value(text: str, kind: str, what: str) -> Any:
             raise BadRequest(400, f"{what}: {text!r} is not true or false")
         return text == "true"
     return text
+
+
+_RANGES = {"gte": ">=", "gt": ">", "lte": "<=", "lt": "<"}
+
+
+def _filters(param: str, text: str, types: dict[str, str], name: str) -> list[tuple[str, str, Any]]:
+    """A scan's filter: `column=v` (equal), `column.gte=v` (also gt, lte, lt) or
+    `column.between=low,high` (both included), each value typed as its column."""
+    column, _, op = param.partition(".")
+    if column not in types:
+        raise BadRequest(400, f"unknown column {column!r}; view {name!r} has {', '.join(types)}")
+    kind = types[column]
+    if not op:
+        return [(column, "=", parse_value(text, kind, f"filter {column}"))]
+    if op == "between":
+        low, comma, high = text.partition(",")
+        if not comma:
+            raise BadRequest(400, f"filter {param}: give low,high (both included)")
+        return [
+            (column, ">=", parse_value(low, kind, f"filter {param}")),
+            (column, "<=", parse_value(high, kind, f"filter {param}")),
+        ]
+    if op not in _RANGES:
+        raise BadRequest(400, f"filter {param}: {op!r} is not one of {', '.join([*_RANGES, 'between'])}")
+    return [(column, _RANGES[op], parse_value(text, kind, f"filter {param}"))]
+
+
+def _encode_cursor(key: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _cursor(text: str, info: dict[str, Any], name: str) -> list[Any]:
+    """The key values a scan's `after` cursor (its `next`) holds."""
+    try:
+        key = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except ValueError:
+        key = None
+    if not isinstance(key, list) or len(key) != len(info["key"]):
+        raise BadRequest(400, f"after: {text!r} is not a cursor of view {name!r} (use the 'next' of a scan)")
+    return key
 
 
 class Api:
@@ -184,22 +225,30 @@ class Api:
         name = request.path_params["name"]
         info = self._view(name)
         types = {c["name"]: c["type"] for c in info["columns"]}
-        limit, filters = self.settings.scan_limit, []
-        for column, text in request.query_params.multi_items():
-            if column == "limit":
+        limit, filters, after, descending = self.settings.scan_limit, [], None, False
+        for param, text in request.query_params.multi_items():
+            if param == "limit":
                 if _INTEGER.fullmatch(text) is None or not 0 < int(text) <= self.settings.scan_limit_max:
                     raise BadRequest(
                         400, f"limit: {text!r} is not a number from 1 to {self.settings.scan_limit_max}"
                     )
                 limit = int(text)
-            elif column not in types:
-                raise BadRequest(400, f"unknown column {column!r}; view {name!r} has {', '.join(types)}")
+            elif param == "order":
+                if text not in ("asc", "desc"):
+                    raise BadRequest(400, f"order: {text!r} is not asc or desc (the key's order)")
+                descending = text == "desc"
+            elif param == "after":
+                after = _cursor(text, info, name)
             else:
-                filters.append((column, parse_value(text, types[column], f"filter {column}")))
+                filters += _filters(param, text, types, name)
         # In a worker thread: a filter that matches few rows reads the whole view (SQLite lets
         # go of the interpreter while it does), and pulls go on meanwhile.
-        rows = await asyncio.to_thread(self.store.scan, name, filters, limit)
-        return Response('{"rows":[' + ",".join(rows) + "]}", media_type=JSON)
+        rows = await asyncio.to_thread(self.store.scan, name, filters, limit, after, descending)
+        following = "null"
+        if len(rows) == limit:
+            last = json.loads(rows[-1])
+            following = json.dumps(_encode_cursor([last.get(k) for k in info["key"]]))
+        return Response('{"rows":[' + ",".join(rows) + '],"next":' + following + "}", media_type=JSON)
 
     async def changes(self, request: Request) -> Response:
         name = request.path_params["name"]

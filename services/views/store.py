@@ -44,6 +44,7 @@ class Change:
 
 
 _CASTS = {"int": "INTEGER", "long": "INTEGER", "double": "REAL"}
+_OPERATORS = ("=", ">=", ">", "<=", "<")
 
 
 def column_sql(name: str, kind: str) -> str:
@@ -257,18 +258,44 @@ class Store:
         ).fetchone()
         return None if row is None else str(row[0])
 
-    def scan(self, view: str, filters: list[tuple[str, Any]], limit: int) -> list[str]:
-        """Rows whose columns equal the values, in the order of the key's typed values (42
-        before 100; the key index serves it), at most `limit`. `view` is a known view's name."""
-        where = "".join(f" AND json_extract(value, '$.\"{column}\"') IS ?" for column, _ in filters)
+    def scan(
+        self,
+        view: str,
+        filters: list[tuple[str, str, Any]],
+        limit: int,
+        after: list[Any] | None = None,
+        descending: bool = False,
+    ) -> list[str]:
+        """Rows whose columns compare as the filters say ((column, op, value); op one of `=`,
+        `>=`, `>`, `<=`, `<`; values typed as their columns), in the order of the key's typed
+        values (42 before 100; the key index serves it), or the reverse, at most `limit`;
+        `after`: the key values of the last row of the page before, to go on after it. `view`
+        is a known view's name."""
         info = self._info.get(view) or {}
         kinds = {c["name"]: c.get("type", "string") for c in info.get("columns") or []}
-        order = ", ".join(column_sql(k, kinds.get(k, "string")) for k in info.get("key") or []) or "key"
+        where, params = "", []
+        for column, op, value in filters:
+            if op not in _OPERATORS:
+                raise ValueError(f"unknown operator {op!r}")
+            expr = column_sql(column, kinds.get(column, "string"))
+            where += f" AND {expr} {'IS' if op == '=' else op} ?"
+            params.append(value)
+        keys = [column_sql(k, kinds.get(k, "string")) for k in info.get("key") or []]
+        ordered = [*keys, "key"]
+        if after is not None:
+            if len(after) != len(keys):
+                raise ValueError("a cursor of another view")
+            where += (
+                f" AND ({', '.join(ordered)}) {'<' if descending else '>'} ({', '.join('?' * len(ordered))})"
+            )
+            params += [*after, key_of(after)]
+        direction = " DESC" if descending else ""
+        order = ", ".join(f"{e}{direction}" for e in ordered)
         sql = (
             f"SELECT value FROM rows WHERE view = {view_literal(view)}{where} "  # noqa: S608 (names checked)
-            f"ORDER BY {order}, key LIMIT ?"
+            f"ORDER BY {order} LIMIT ?"
         )
-        return [r[0] for r in self._reader.execute(sql, (*[v for _, v in filters], limit))]
+        return [r[0] for r in self._reader.execute(sql, (*params, limit))]
 
     def snapshot(self, view: str, key: str | None) -> "Snapshot":
         """The view's rows (or the key's) as of the last batch applied, to read page by page."""

@@ -99,6 +99,22 @@ def test_psql_gives_what_http_gives_for_a_key_a_range_with_a_limit_and_nothing(
         "SELECT user_id FROM customer_ratings WHERE club_status = 'platinum' ORDER BY user_id LIMIT 4"
     )
     assert ranged.stdout.split() == [str(r["user_id"]) for r in scan["rows"]] == ["3", "6", "9", "12"]
+    _, between = service.get("/views/customer_ratings?user_id.between=10,14&order=desc&limit=3")
+    ranged = service.psql(
+        "SELECT user_id FROM customer_ratings WHERE user_id BETWEEN 10 AND 14 ORDER BY 1 DESC LIMIT 3"
+    )
+    assert ranged.stdout.split() == [str(r["user_id"]) for r in between["rows"]] == ["14", "13", "12"]
+    rest = service.get(
+        f"/views/customer_ratings?user_id.between=10,14&order=desc&limit=3&after={between['next']}"
+    )
+    assert [r["user_id"] for r in rest[1]["rows"]] == [11, 10] and rest[1]["next"] is None
+    assert service.get("/views/customer_ratings?ratings.gte=29")[1]["rows"] == [
+        customer(29, 29),
+        customer(30, 30, "platinum"),
+    ]
+    assert service.get("/views/customer_ratings?user_id.gte=5000") == (200, {"rows": [], "next": None})
+    assert service.psql("SELECT * FROM customer_ratings WHERE user_id >= 5000").stdout == ""
+    assert service.get("/views/customer_ratings?limit=100000")[0] == 400
     segment = service.psql("SELECT ratings FROM segment_hourly WHERE hour = '2026-11-24T03'")
     assert segment.stdout.split() == ["7"]
     assert service.get("/views/customer_ratings/4242")[0] == 404

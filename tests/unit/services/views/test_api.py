@@ -8,7 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from services.views.api import Api
+import pytest
+
+from services.views.api import Api, BadRequest, _cursor, _encode_cursor, _filters
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
 from services.views.store import Change, Store, key_of
@@ -77,3 +79,27 @@ def test_a_pull_is_answered_while_a_whole_view_snapshot_is_still_being_sent(tmp_
     snapshot_events = sum(chunk.count(b"event: snapshot\n") for chunk in sent)
     assert status == 200 and snapshot_events == ROWS
     assert pulled_after < chunks / 2, f"the pull waited for {pulled_after} of the snapshot's {chunks} writes"
+
+
+def test_scan_parameters_become_typed_filters_and_a_cursor_round_trips() -> None:
+    types = {"user_id": "int", "hour": "string", "average_stars": "double"}
+    assert _filters("user_id", "42", types, "v") == [("user_id", "=", 42)]
+    assert _filters("user_id.gte", "7", types, "v") == [("user_id", ">=", 7)]
+    assert _filters("average_stars.lt", "2.5", types, "v") == [("average_stars", "<", 2.5)]
+    assert _filters("hour.between", "2026-12-02T00,2026-12-02T12", types, "v") == [
+        ("hour", ">=", "2026-12-02T00"),
+        ("hour", "<=", "2026-12-02T12"),
+    ]
+    for param, text, why in [
+        ("user_id.gte", "x", "is not a int"),
+        ("user_id.ne", "1", "is not one of gte, gt, lte, lt, between"),
+        ("user_id.between", "1", "give low,high"),
+        ("nope.lt", "1", "unknown column 'nope'"),
+    ]:
+        with pytest.raises(BadRequest, match=why):
+            _filters(param, text, types, "v")
+    info = {"key": ["club_status", "hour"]}
+    assert _cursor(_encode_cursor(["gold", "2026-12-02T03"]), info, "v") == ["gold", "2026-12-02T03"]
+    for bad in ("not-a-cursor", _encode_cursor([42])):
+        with pytest.raises(BadRequest, match="is not a cursor of view 'v'"):
+            _cursor(bad, info, "v")

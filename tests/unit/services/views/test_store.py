@@ -3,6 +3,7 @@
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,11 +51,11 @@ def test_columns_come_from_the_first_row_until_a_marker_names_them(tmp_path: Pat
 def test_filtered_scans_compare_typed_values_and_stop_at_the_limit(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.sqlite3")
     store.apply([_change(i, i % 3, "platinum" if i % 2 else "gold") for i in range(20)], {}, {})
-    rows = [json.loads(r) for r in store.scan("customer_ratings", [("club_status", "platinum")], 4)]
+    rows = [json.loads(r) for r in store.scan("customer_ratings", [("club_status", "=", "platinum")], 4)]
     assert len(rows) == 4 and {r["club_status"] for r in rows} == {"platinum"}
-    both = store.scan("customer_ratings", [("club_status", "gold"), ("ratings", 0)], 100)
+    both = store.scan("customer_ratings", [("club_status", "=", "gold"), ("ratings", "=", 0)], 100)
     assert sorted(json.loads(r)["user_id"] for r in both) == [0, 6, 12, 18]
-    assert len(store.scan("customer_ratings", [("customer_matched", True)], 100)) == 20
+    assert len(store.scan("customer_ratings", [("customer_matched", "=", True)], 100)) == 20
 
 
 def test_key_parts_and_filters_parse_as_their_column_types() -> None:
@@ -178,7 +179,7 @@ def test_a_scan_orders_rows_by_the_key_s_typed_values_not_its_text(tmp_path: Pat
     store = Store(tmp_path / "s.sqlite3")
     marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
     store.apply([_change(i, 1) for i in (100, 3, 42, 7)], {"customer_ratings": marker}, {})
-    users = [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [("ratings", 1)], 10)]
+    users = [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [("ratings", "=", 1)], 10)]
     assert users == [3, 7, 42, 100]  # as text, "[100]" < "[3]" < "[42]" < "[7]"
     assert [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [], 2)] == [3, 7]
 
@@ -196,3 +197,30 @@ def test_a_dropped_view_loses_its_rows_description_and_offsets_and_the_others_ke
     assert "by_channel" not in store.infos() and "by_channel" not in Store(tmp_path / "s.sqlite3").infos()
     assert store.offsets() == {("t", 0): 2}
     assert store.count("customer_ratings") == 2
+
+
+def test_a_scan_takes_ranges_reverses_and_pages_after_a_cursor_without_skipping_or_repeating(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    columns = [{"name": "user_id", "type": "int"}, {"name": "ratings", "type": "long"}]
+    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": columns}
+    store.apply([_change(i, i % 7) for i in range(1, 51)], {"customer_ratings": marker}, {})
+
+    def users(filters: list[tuple[str, str, Any]], limit: int = 100, **how: Any) -> list[int]:
+        return [json.loads(r)["user_id"] for r in store.scan("customer_ratings", filters, limit, **how)]
+
+    assert users([("user_id", ">=", 8), ("user_id", "<", 12)]) == [8, 9, 10, 11]
+    assert users([("user_id", ">", 45)], descending=True) == [50, 49, 48, 47, 46]
+    assert users([("ratings", "<=", 0)]) == [7, 14, 21, 28, 35, 42, 49]
+    pages, after = [], None
+    while True:
+        page = users([("ratings", ">=", 3)], 4, after=after)
+        pages += page
+        if len(page) < 4:
+            break
+        after = [page[-1]]
+    assert pages == [i for i in range(1, 51) if i % 7 >= 3]
+    assert users([], 3, after=[10], descending=True) == [9, 8, 7]
+    with pytest.raises(ValueError, match="operator"):
+        store.scan("customer_ratings", [("ratings", "!=", 1)], 10)
