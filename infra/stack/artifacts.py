@@ -279,6 +279,21 @@ def ensure_postgres(versions: Versions) -> None:
             _apt_install([package, "postgresql-client"])
 
 
+def ensure_chromium() -> None:
+    """Debian's Chromium and chromedriver, for the views page's test in headless Chromium; when
+    apt cannot run (not root), that test says what is missing."""
+    if Path("/usr/bin/chromium").exists() and Path("/usr/bin/chromedriver").exists():
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        log.warning(
+            "Chromium is not installed (sudo apt-get install chromium chromium-driver):"
+            " the views page's test needs it"
+        )
+        return
+    with _step("installing Chromium and chromedriver from Debian's packages (the views page's test)"):
+        _apt_install(["chromium", "chromium-driver"])
+
+
 def _apt_install(packages: list[str]) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     _run_as_root(["apt-get", "update", "-q"], "apt-get update", env)
@@ -341,4 +356,5 @@ def install(settings: StackSettings, versions: Versions) -> Installed:
         ensure_mariadb(versions)
     if os.geteuid() == 0:
         ensure_service_user(settings.service_user)
+    ensure_chromium()
     return installed

@@ -3,11 +3,13 @@ health, and Prometheus metrics. Every refusal is a 4xx with {"error": "..."} tha
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import re
 import urllib.parse
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -57,6 +59,23 @@ def parse_value(text: str, kind: str, what: str) -> Any:
             raise BadRequest(400, f"{what}: {text!r} is not true or false")
         return text == "true"
     return text
+
+
+_PAGE = Path(__file__).parent / "page"
+_PAGE_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript", "css": "text/css"}
+# The page's own script and style only: a row's text (what customers typed) never runs.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
+
+
+@functools.cache
+def _page_file(name: str) -> bytes:
+    return (_PAGE / name).read_bytes()
 
 
 _RANGES = {"gte": ">=", "gt": ">", "lte": "<=", "lt": "<"}
@@ -120,6 +139,9 @@ class Api:
 
     def app(self) -> ASGIApp:
         routes = [
+            Route("/", self.page),
+            Route("/page.js", self.page),
+            Route("/page.css", self.page),
             Route("/health", self.health),
             Route("/metrics", self.metrics),
             Route("/views", self.catalog),
@@ -183,6 +205,12 @@ class Api:
             return JSONResponse({"status": "catching up with the changelog topics"}, 503)
         return JSONResponse({"status": "ok"})
 
+    async def page(self, request: Request) -> Response:
+        """The views page (`page/`): the catalog and one view as a live table."""
+        name = request.url.path.lstrip("/") or "index.html"
+        kind = _PAGE_TYPES[name.rsplit(".", 1)[-1]]
+        return Response(_page_file(name), media_type=kind, headers=_PAGE_HEADERS)
+
     async def metrics(self, _: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -195,6 +223,8 @@ class Api:
                 {
                     "name": name,
                     "topic": self.topic(name),
+                    "state": marker.get("state") or ("live" if marker else "loading"),
+                    "sql": marker.get("sql"),
                     "key": info.get("key"),
                     "columns": info.get("columns"),
                     "rows": self.store.count(name),
