@@ -315,6 +315,7 @@ class Api:
                     sse("snapshot", change_data(Change(sub.view, k, key_columns, v))) for k, v in page
                 )
                 await asyncio.sleep(0)  # the pull queries that came meanwhile
+            snapshot.clear()  # sent: not held for as long as the client stays
             yield sse("live", "{}")
             seq = 0
             while not sub.overflowed:
@@ -324,6 +325,8 @@ class Api:
                     yield ": keep-alive\n\n"
                     continue
                 # The changes waiting go out together (a send a change cost too much), a page a write.
+                if sub.overflowed:
+                    break
                 events = []
                 while True:
                     seq += 1

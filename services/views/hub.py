@@ -24,6 +24,7 @@ from services.views.store import Change
 # A change as it reaches subscribers: view, key (the key's values as a JSON array), and the
 # SSE event's data (`change_data`), made in the changelog process.
 Event = tuple[str, str, str]
+OVERFLOWED = ""  # what an overflowed subscriber's queue holds: its stream ends
 
 
 @dataclass(eq=False)
@@ -41,7 +42,12 @@ class Subscriber:
             try:
                 self.queue.put_nowait(data)
             except asyncio.QueueFull:
+                # It gets no more: the changes it holds are dropped now, not when its client
+                # goes (one that stopped reading may never go), and its stream wakes to end.
                 self.overflowed = True
+                while not self.queue.empty():
+                    self.queue.get_nowait()
+                self.queue.put_nowait(OVERFLOWED)
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from services.views.api import BadRequest, parse_value
-from services.views.hub import Hub, Subscriber, events_of
+from services.views.hub import OVERFLOWED, Hub, Subscriber, events_of
 from services.views.store import Change, Snapshot, Store, infer_columns, key_of
 
 
@@ -131,7 +131,9 @@ def test_a_subscriber_whose_queue_fills_is_marked_overflowed_and_gets_no_more() 
     hub.add(sub)
     hub.publish(1, events_of([_change(i, 1) for i in range(5)]))
     assert sub.overflowed
-    assert [json.loads(d)["key"] for d in _drain(sub.queue)] == [{"user_id": 0}, {"user_id": 1}]
+    assert _drain(sub.queue) == [OVERFLOWED]  # what it held is freed; its stream wakes and ends
+    hub.publish(2, events_of([_change(9, 1)]))
+    assert sub.queue.empty()
 
 
 def test_a_snapshot_names_the_last_batch_it_holds_and_the_number_survives_a_reopen(tmp_path: Path) -> None:
