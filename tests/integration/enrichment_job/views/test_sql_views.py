@@ -120,6 +120,7 @@ def served(stack_env: StackEnv, topics: ViewTopics, tmp_path: Path, web: dict[st
     names = SimpleNamespace(
         customers=topics.customer_ratings, segments=topics.segment_hourly, commits=topics.commits
     )
+    (tmp_path / "api").mkdir()
     service = Service(
         stack_env, names, tmp_path / "api", VIEWS_TOPIC_PREFIX=topics.env()["VIEWS_JOB_TOPIC_PREFIX"]
     )  # type: ignore[arg-type]
