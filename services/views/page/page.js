@@ -17,7 +17,9 @@ function cell(row, text) {
 function ago(ms) {
   if (!ms) return "";
   const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
-  return s < 120 ? `${s} s ago` : `${Math.round(s / 60)} min ago`;
+  if (s < 120) return `${s} s ago`;
+  if (s < 7200) return `${Math.round(s / 60)} min ago`;
+  return s < 172800 ? `${Math.round(s / 3600)} h ago` : `${Math.round(s / 86400)} days ago`;
 }
 
 async function loadCatalog() {

@@ -76,7 +76,7 @@ def test_pull_by_key_composite_keys_filters_and_freshness(
         "segment_hourly",
     ]
     missing = subprocess.run([*cli, "show", "nope", "1"], capture_output=True, text=True, check=False)
-    assert missing.returncode == 1 and "unknown view 'nope'" in missing.stderr
+    assert missing.returncode == 1 and "view 'nope' does not exist" in missing.stderr
     assert service.stop() == 0
 
 
@@ -140,8 +140,8 @@ def test_bad_requests_get_a_4xx_naming_the_problem(stack_env: StackEnv, views: V
     service = Service(stack_env, views, tmp_path).start()
     service.wait_healthy()
     cases = {
-        "/views/nope/1": (404, "unknown view 'nope'"),
-        "/views/nope": (404, "unknown view"),
+        "/views/nope/1": (404, "view 'nope' does not exist"),
+        "/views/nope": (404, "view 'nope' does not exist"),
         "/views/customer_ratings/abc": (400, "key column user_id: 'abc' is not a int"),
         "/views/customer_ratings/1/2": (400, "keyed by user_id"),
         "/views/segment_hourly/platinum/web": (400, "keyed by club_status, channel, hour"),
