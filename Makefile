@@ -9,7 +9,7 @@ STACK := $(BIN)/python -m infra.stack
 # The stack's state folder, as infra.stack chooses it: STACK_STATE_DIR, else one per database.
 STATE := $(or $(STACK_STATE_DIR),$(if $(filter postgres,$(STACK_SOURCE)),.state-postgres,.state))
 
-.PHONY: help install up down status clean demo loadgen test test-secured test-postgres test-unit test-integration lint format typecheck env bench bench-job bench-table bench-versus bench-scale bench-views faults lake-query views-job views-api view
+.PHONY: help install up down status clean demo loadgen test test-secured test-postgres test-long test-unit test-integration lint format typecheck env bench bench-job bench-table bench-versus bench-scale bench-views faults lake-query views-job views-api view
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -95,6 +95,9 @@ test-postgres: $(STAMP) ## stops the stack, starts one on PostgreSQL, runs the j
 	$(STACK) down
 	@set -e; trap '$(POSTGRES) $(STACK) down' EXIT; $(POSTGRES) $(STACK) up; \
 	  $(POSTGRES) $(BIN)/pytest $(POSTGRES_TESTS)
+
+test-long: up ## the long fault-matrix runs that make test leaves out (the faults a cluster adds, about 11 minutes)
+	$(BIN)/pytest -m long tests/integration
 
 test-unit: $(STAMP) ## tests that need no running service
 	$(BIN)/pytest tests/unit

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from infra.faults.scenarios import SCENARIOS, SELF_TESTS
 
 StackEnv = dict[str, str]
@@ -61,6 +63,7 @@ def test_every_quick_row_of_the_fault_matrix_is_met(stack_env: StackEnv, tmp_pat
     assert code == 0, report
 
 
+@pytest.mark.long
 def test_the_faults_a_cluster_adds_lose_and_double_nothing_with_the_join_in_tasks(
     stack_env: StackEnv, tmp_path: Path
 ) -> None:

@@ -1,0 +1,34 @@
+"""A SQL view's changed rows as records: one too large for its changelog goes to the views'
+dead-letter topic with the reason, not to Kafka's refusal (which would stop the view on every
+retry)."""
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+
+from enrichment_job.views.settings import ViewsSettings
+from enrichment_job.views.user_views import MAX_RECORD_BYTES, SqlViewSink, marker_key
+
+
+def _sink() -> SqlViewSink:
+    sink = object.__new__(SqlViewSink)
+    sink.settings = ViewsSettings(max_key_bytes=64, topic_prefix="view.", dlq_topic="views-dlq")
+    sink.view = SimpleNamespace(name="by_channel")  # type: ignore[assignment]
+    return sink
+
+
+def test_rows_over_the_key_or_record_bound_are_dead_lettered_with_the_reason_and_the_rest_written() -> None:
+    keys = [b'{"channel":"web"}', b'{"channel":"' + b"x" * 100 + b'"}', b'{"channel":"app"}']
+    values = [b'{"n":1}', b'{"n":2}', b"v" * MAX_RECORD_BYTES]
+    rows, dead = _sink()._split(pa.table({"key": keys, "value": values}))
+    assert (rows.topic, rows.keys, rows.values) == ("view.by_channel", [keys[0]], [values[0]])
+    assert dead.topic == "views-dlq" and len(dead) == 2
+    assert dead.headers is not None
+    reasons = [dict(h or [])["dlq.reason"].decode() for h in dead.headers]  # type: ignore[union-attr]
+    assert reasons[0] == "view by_channel: key of 114 bytes, over VIEWS_JOB_MAX_KEY_BYTES (64)"
+    assert reasons[1].startswith("view by_channel: row of 1000017 bytes, over a Kafka record's")
+    assert dead.keys[0] == keys[1][:64] and len(dead.values[1] or b"") == 65_536
+
+
+def test_a_views_marker_key_is_the_same_for_every_creation_of_its_name() -> None:
+    assert marker_key(ViewsSettings(name="views"), "by_channel") == "views-sql:by_channel"
