@@ -239,10 +239,10 @@ def behind(servers: str, topic: str, view: dict[str, Any]) -> int:
     return sum(max(0, end - int(done.get(str(p), 0))) for p, end in ends.items())
 
 
-def caught_up(servers: str, topic: str) -> bool:
-    """Every view reflects the enriched topic up to its end now."""
+def caught_up(servers: str, topic: str, required: tuple[str, ...] = BUILT_IN) -> bool:
+    """Every view reflects the enriched topic up to its end now, the `required` ones among them."""
     views = catalog()
-    return all(name in views for name in BUILT_IN) and all(
+    return all(name in views for name in required) and all(
         behind(servers, topic, view) == 0 for view in views.values()
     )
 

@@ -49,6 +49,8 @@ def test_the_unattended_demo_reconciles_every_stage(stack_env: StackEnv, tmp_pat
     assert rows["got"] == rows["want"] > 100, "every customer of the run has its exact row in the view"
     segments = checks["segment_hourly rows of the run's records"]
     assert segments["got"] == segments["want"] >= 4, "every segment and hour the run touched, exactly"
+    created = checks["platinum_customers rows of the run's records"]  # the view the demo created in SQL
+    assert created["got"] == created["want"] > 10, "every platinum customer of the run, exactly"
     for name in ("enriched records and alerts not UTF-8", "enriched records not UTF-8 (whole topic)"):
         assert checks[name]["got"] == checks[name]["want"] == 0, name
     assert "reconciled: every stage agrees" in result.stdout
