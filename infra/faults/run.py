@@ -513,6 +513,9 @@ class FaultRun(Demo):
             self.pipeline.envs[name][f"{prefix}STALL_TIMEOUT_S"] = str(STALL_TIMEOUT_S)
         # A cap the 10-minute CDC stall reaches: past it, ratings are left in Kafka.
         self.pipeline.envs["enrichment"]["ENRICH_MAX_WAITING_RATINGS"] = "100000"
+        # The built-in views only: views a demo declared in SQL would each backfill the whole
+        # enriched topic in every row's views job, and no row checks them.
+        self.pipeline.envs["views"]["VIEWS_JOB_CATALOG_TOPIC"] = ""
         if args.join_in == "tasks":
             self.pipeline.envs["enrichment"].update(tasks_job_env(stack, paths))
         self.lock = threading.Lock()
