@@ -2,11 +2,16 @@
 the views recomputed in Python from what the enriched topic holds."""
 
 import json
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
 
 from support.kafka import COMPACTED, drop_topics, make_topics, read_topic
 from support.services import RUNNING, ServiceProcess
@@ -27,6 +32,7 @@ class ViewTopics:
     segment_hourly: str = field(init=False)
     commits: str = field(init=False)
     dlq: str = field(init=False)
+    catalog: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.own_enriched = not self.enriched
@@ -35,6 +41,7 @@ class ViewTopics:
         self.segment_hourly = f"test-view-{self.suffix}.segment_hourly"
         self.commits = f"test-views-commits-{self.suffix}"
         self.dlq = f"test-views-dlq-{self.suffix}"
+        self.catalog = f"test-views-catalog-{self.suffix}"
 
     def create(self, stack_env: StackEnv) -> None:
         make_topics(stack_env, [self.customer_ratings, *([self.enriched] if self.own_enriched else [])], 4)
@@ -42,8 +49,15 @@ class ViewTopics:
         make_topics(stack_env, [self.commits], partitions=1, config=COMPACTED)
 
     def drop(self, stack_env: StackEnv) -> None:
+        """Every topic the test made or its views job made (views declared in SQL, the catalog)."""
         own = [self.enriched] if self.own_enriched else []
-        drop_topics(stack_env, [*own, self.customer_ratings, self.segment_hourly, self.commits, self.dlq])
+        admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
+        existing = admin.list_topics(timeout=10).topics
+        made = [t for t in existing if t.startswith(f"test-view-{self.suffix}.") or t == self.catalog]
+        drop_topics(
+            stack_env,
+            sorted({*own, self.customer_ratings, self.segment_hourly, self.commits, self.dlq, *made}),
+        )
 
     def env(self) -> dict[str, str]:
         return {
@@ -52,7 +66,7 @@ class ViewTopics:
             "VIEWS_JOB_COMMITS_TOPIC": self.commits,
             "VIEWS_JOB_DLQ_TOPIC": self.dlq,
             "VIEWS_JOB_NAME": f"test-views-{self.suffix}",
-            "VIEWS_JOB_CATALOG_TOPIC": f"test-views-catalog-{self.suffix}",
+            "VIEWS_JOB_CATALOG_TOPIC": self.catalog,
         }
 
 
@@ -165,3 +179,17 @@ def expected_segment_hourly(
 def without(rows: dict[str, dict[str, Any]], column: str) -> dict[str, dict[str, Any]]:
     """The rows without one column (the averages, which are checked apart against stars_sum)."""
     return {k: {c: v for c, v in row.items() if c != column} for k, row in rows.items()}
+
+
+def wait_until(check: Callable[[], str | None], job: ViewsJob, timeout_s: float = 240) -> None:
+    """Until check() returns None (it returns what still differs)."""
+    deadline, diff = time.monotonic() + timeout_s, "never checked"
+    while time.monotonic() < deadline:
+        assert job.proc is not None
+        if job.proc.poll() is not None:
+            pytest.fail(f"views job exited with {job.proc.returncode}:\n{job.tail()}")
+        diff = check()
+        if diff is None:
+            return
+        time.sleep(2)
+    pytest.fail(f"views did not reach the expected rows within {timeout_s} s: {diff}\n{job.tail()}")

@@ -10,7 +10,6 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from support.views import (
     expected_segment_hourly,
     late,
     latest_rows,
+    wait_until,
     without,
 )
 
@@ -36,14 +36,6 @@ from infra.stack.clients import spark_job_on_cluster
 StackEnv = dict[str, str]
 LATENESS_S = 60
 START_MS = 1_795_000_000_000 // HOUR_MS * HOUR_MS  # an hour boundary
-
-
-@pytest.fixture
-def topics(stack_env: StackEnv, unique: str) -> Iterator[ViewTopics]:
-    topics = ViewTopics(unique)
-    topics.create(stack_env)
-    yield topics
-    topics.drop(stack_env)
 
 
 def records(first: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -70,20 +62,6 @@ def records(first: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
             )
         )
     return out
-
-
-def wait_until(check: Callable[[], str | None], job: ViewsJob, timeout_s: float = 240) -> None:
-    """Until check() returns None (it returns what still differs)."""
-    deadline, diff = time.monotonic() + timeout_s, "never checked"
-    while time.monotonic() < deadline:
-        assert job.proc is not None
-        if job.proc.poll() is not None:
-            pytest.fail(f"views job exited with {job.proc.returncode}:\n{job.tail()}")
-        diff = check()
-        if diff is None:
-            return
-        time.sleep(2)
-    pytest.fail(f"views did not reach the expected rows within {timeout_s} s: {diff}\n{job.tail()}")
 
 
 def views_match(stack_env: StackEnv, topics: ViewTopics, enriched: list[dict[str, Any]]) -> str | None:

@@ -9,16 +9,15 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from confluent_kafka.admin import AdminClient
 from support.kafka import produce, read_topic
 from support.services import as_kafka, enriched_record
-from support.views import ViewsJob, ViewTopics, expected_customer_ratings, latest_rows, without
+from support.views import ViewsJob, ViewTopics, expected_customer_ratings, latest_rows, wait_until, without
 from support.views_api import Service
 
 StackEnv = dict[str, str]
@@ -31,17 +30,6 @@ FROM enriched
 GROUP BY coalesce(channel, 'none')
 """
 HAVING = "SELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id HAVING count(*) > 1\n"
-
-
-@pytest.fixture
-def topics(stack_env: StackEnv, unique: str) -> Iterator[ViewTopics]:
-    topics = ViewTopics(unique)
-    topics.create(stack_env)
-    yield topics
-    topics.drop(stack_env)
-    AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]}).delete_topics(
-        [topics.env()["VIEWS_JOB_CATALOG_TOPIC"], f"test-view-{unique}.by_channel"]
-    )
 
 
 def ratings(first: int, count: int) -> list[dict[str, Any]]:
@@ -84,19 +72,6 @@ def views_cli(stack_env: StackEnv, topics: ViewTopics, *args: str) -> subprocess
         cwd=ROOT,
         env=env,
     )
-
-
-def wait_for(check: Callable[[], str | None], job: ViewsJob, timeout_s: float = 240) -> None:
-    deadline, diff = time.monotonic() + timeout_s, "never checked"
-    while time.monotonic() < deadline:
-        assert job.proc is not None
-        if job.proc.poll() is not None:
-            pytest.fail(f"views job exited with {job.proc.returncode}:\n{job.tail()}")
-        diff = check()
-        if diff is None:
-            return
-        time.sleep(2)
-    pytest.fail(f"not reached within {timeout_s} s: {diff}\n{job.tail()}")
 
 
 def rows_equal(
@@ -147,10 +122,10 @@ def dropped_cleanly(
     dropped = views_cli(stack_env, topics, "drop", "by_channel")
     assert dropped.returncode == 0, dropped.stderr[-2000:]
     checkpoints = tmp_path / "views-state" / "checkpoints"
-    wait_for(
+    wait_until(
         lambda: None if not topic_exists(stack_env, view_topic) else f"{view_topic} still exists", job, 60
     )
-    wait_for(
+    wait_until(
         lambda: None if not list(checkpoints.glob("sql-by_channel-*")) else "checkpoint still there", job, 60
     )
     deadline = time.monotonic() + 60
@@ -168,7 +143,7 @@ def test_a_view_created_in_sql_while_the_job_runs_backfills_goes_live_is_served_
     first = ratings(0, 400)
     produce(stack_env, topics.enriched, [as_kafka(r) for r in first])
     job = ViewsJob(stack_env, topics, tmp_path).start()
-    wait_for(
+    wait_until(
         rows_equal(stack_env, topics.customer_ratings, expected_customer_ratings(first), "average_stars"), job
     )
     built_in_records = len(read_topic(stack_env, topics.customer_ratings, idle_s=1))
@@ -188,11 +163,11 @@ def test_a_view_created_in_sql_while_the_job_runs_backfills_goes_live_is_served_
     assert created.returncode == 0, created.stderr[-3000:]
     assert "created by_channel: key (channel)" in created.stdout
     assert views_cli(stack_env, topics, "list").stdout.startswith("by_channel\tcreated ")
-    wait_for(rows_equal(stack_env, view_topic, by_channel(first)), job)
+    wait_until(rows_equal(stack_env, view_topic, by_channel(first)), job)
     second = ratings(400, 300)
     produce(stack_env, topics.enriched, [as_kafka(r) for r in second])
-    wait_for(rows_equal(stack_env, view_topic, by_channel(first + second)), job)
-    wait_for(
+    wait_until(rows_equal(stack_env, view_topic, by_channel(first + second)), job)
+    wait_until(
         rows_equal(
             stack_env, topics.customer_ratings, expected_customer_ratings(first + second), "average_stars"
         ),
@@ -213,7 +188,7 @@ def test_a_view_created_in_sql_while_the_job_runs_backfills_goes_live_is_served_
     dropped_cleanly(stack_env, topics, job, service, tmp_path)
     third = ratings(700, 100)
     produce(stack_env, topics.enriched, [as_kafka(r) for r in third])
-    wait_for(
+    wait_until(
         rows_equal(
             stack_env,
             topics.customer_ratings,

@@ -4,7 +4,7 @@ is kept in .state/test-artifacts/ (TEST_ARTIFACTS overrides)."""
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +18,6 @@ ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", ROOT / ".state" / "test-artifa
 ROWS = (
     "return [...document.querySelectorAll('#rows tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
 )
-
-
-@pytest.fixture
-def views(stack_env: StackEnv) -> Iterator[Views]:
-    views = Views(stack_env)
-    views.create()
-    yield views
-    views.drop()
 
 
 def until(check: Callable[[], Any], what: str, timeout_s: float = 30) -> Any:

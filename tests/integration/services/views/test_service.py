@@ -11,7 +11,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
@@ -23,14 +22,6 @@ from support.views_api import SEGMENT_COLUMNS, Service, Views, customer
 from infra.bench.views import changelog_process
 
 StackEnv = dict[str, str]
-
-
-@pytest.fixture
-def views(stack_env: StackEnv) -> Iterator[Views]:
-    views = Views(stack_env)
-    views.create()
-    yield views
-    views.drop()
 
 
 def test_pull_by_key_composite_keys_filters_and_freshness(

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from support.frames import kafka_rows
+from support.services import enriched_record
 
 from enrichment_job.views.aggregation import aggregate_views, view_rows
 from enrichment_job.views.declarations import declared
@@ -32,28 +34,17 @@ HOUR = 1_794_996_000_000  # 2026-11-18T10:00:00Z, an hour boundary
 ROOT = Path(__file__).resolve().parents[4]
 
 
-def _enriched(**fields: Any) -> bytes:
-    record = {
-        "rating_id": 1,
-        "user_id": 7,
-        "stars": 2,
-        "rating_time": HOUR + 1000,
-        "channel": "web",
-        "message": "meh",
-        "club_status": "gold",
-        "full_name": "Ann Lee",
-        "customer_matched": True,
-        "cdc_watermark_ms": HOUR + 2000,
-    }
-    return json.dumps({**record, **fields}).encode()
+def _enriched(rating_id: int, **fields: Any) -> bytes:
+    """Released a second after its rating time: in time for its hour (the job refuses late ones
+    before the aggregation, which the SQL does not say)."""
+    record = enriched_record(rating_id, **{"rating_time": HOUR + 1000, "user_id": 7, **fields})
+    if "cdc_watermark_ms" not in fields:
+        record["cdc_watermark_ms"] = record["rating_time"] + 1000
+    return json.dumps(record).encode()
 
 
 def _readable(spark: SparkSession, records: list[bytes]) -> DataFrame:
-    rows = [(b"k", v, "enriched", 0, i, None) for i, v in enumerate(records)]
-    raw = spark.createDataFrame(
-        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
-    )
-    return parse_enriched(raw).where(F.col("dlq_reason").isNull())
+    return parse_enriched(kafka_rows(spark, list(records))).where(F.col("dlq_reason").isNull())
 
 
 def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -61,13 +52,13 @@ def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 RECORDS = [
-    _enriched(rating_id=1, stars=5, rating_time=HOUR + 3000),
-    _enriched(rating_id=2, stars=1, rating_time=HOUR + 9000, club_status="platinum", message="bad"),
+    _enriched(1, stars=5, rating_time=HOUR + 3000),
+    _enriched(2, stars=1, rating_time=HOUR + 9000, club_status="platinum", message="bad"),
     _enriched(
         rating_id=3, stars=2, rating_time=HOUR + 9000, club_status="silver"
     ),  # a tie: rating_id decides
-    _enriched(rating_id=4, user_id=8, customer_matched=False, club_status=None, full_name=None),
-    _enriched(rating_id=5, user_id=9, channel=None, stars=4),
+    _enriched(4, user_id=8, customer_matched=False, club_status=None, full_name=None),
+    _enriched(5, user_id=9, channel=None, stars=4),
     _enriched(
         rating_id=6,
         user_id=9,
@@ -75,7 +66,7 @@ RECORDS = [
         rating_time=HOUR + 3_700_000,
         cdc_watermark_ms=HOUR + 3_800_000,
     ),
-    _enriched(rating_id=7, user_id=10, stars=3, channel="app", rating_time=HOUR - 1),
+    _enriched(7, user_id=10, stars=3, channel="app", rating_time=HOUR - 1),
 ]
 
 

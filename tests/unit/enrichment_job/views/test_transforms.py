@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from support.frames import kafka_rows as _raw
 
 from enrichment_job.views.aggregation import (
     DEAD_LETTERS,
@@ -23,13 +24,6 @@ from enrichment_job.views.transforms import late_for_hour, parse_enriched
 # py4j leaves the socket of a collect() to the garbage collector (as in the job's own transform tests).
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 HOUR = 1_794_996_000_000  # 2026-11-18T10:00:00Z, an hour boundary
-
-
-def _raw(spark: SparkSession, values: list[bytes | None]) -> DataFrame:
-    rows = [(b"k", v, "enriched", 0, i, None) for i, v in enumerate(values)]
-    return spark.createDataFrame(
-        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
-    )
 
 
 def _enriched(**fields: Any) -> bytes:
