@@ -78,7 +78,8 @@ def run_until_stopped(
             except StreamingQueryException:
                 if not goes_on():
                     raise
-                ended = False
+                spark.streams.resetTerminated()  # else the same failure is raised again at once
+                continue
             if ended and not goes_on():
                 log.warning("a query stopped; the job stops")
                 break

@@ -47,3 +47,44 @@ def test_any_other_failure_ends_it_with_spark_s_text(caplog: pytest.LogCaptureFi
     assert code == 1
     assert caplog.messages[0].startswith("a query failed; the job stops")
     assert "Traceback" in caplog.messages[0]
+
+
+class _Streams:
+    """Spark's query manager as the views job sees it: a view's query fails, another is
+    dropped (it ends), and each is reported until the job resets what ended."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self.outcomes: list[Any] = [StreamingQueryException(message="view failed"), True, False]
+        self.stopping, self.resets, self.asked = stopping, 0, 0
+
+    def awaitAnyTermination(self, _: float) -> bool:
+        self.asked += 1
+        if not self.outcomes or self.asked > 20:  # done, or spinning: stop either way
+            self.stopping.set()
+            return False
+        outcome = self.outcomes[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        if not outcome:  # nothing ended this second
+            self.outcomes.pop(0)
+        return bool(outcome)
+
+    def resetTerminated(self) -> None:
+        self.resets += 1
+        self.outcomes.pop(0)
+
+
+def test_a_query_the_job_can_go_on_without_is_reset_once_and_the_job_goes_on() -> None:
+    stopping = threading.Event()
+    streams = _Streams(stopping)
+    asked: list[bool] = []
+
+    def goes_on() -> bool:
+        asked.append(True)
+        return True
+
+    spark: Any = SimpleNamespace(streams=streams)
+    code = run_until_stopped(spark, lambda: None, logging.getLogger("test-cli"), stopping, goes_on=goes_on)
+    assert code == 0
+    assert streams.resets == 2 and len(asked) == 2  # the failure and the end, each reset once
+    assert streams.asked == 4  # no spin on a failure that was already handled
