@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -96,6 +96,14 @@ class SqlViewSink:
                 time.monotonic() - started,
             )
 
+    def abort(self) -> None:
+        """After its query stopped: a transaction a batch left open is aborted now, rather than
+        holding back read_committed readers of the commits topic until the broker's timeout."""
+        try:
+            self.sink.out.producer.abort_transaction(10)
+        except KafkaException:
+            pass  # none was open
+
     def _split(self, table: pa.Table) -> tuple[Records, Records]:
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
         good_k, good_v, bad_k, bad_v = [], [], [], []
@@ -154,7 +162,7 @@ class SqlViews:
 
     def __init__(self, spark: SparkSession, settings: ViewsSettings, run: str) -> None:
         self.spark, self.settings, self.run = spark, settings, run
-        self.queries: dict[str, tuple[StreamingQuery, str]] = {}  # name -> query, checkpoint folder
+        self.queries: dict[str, tuple[StreamingQuery, str, SqlViewSink]] = {}  # name -> query, folder, sink
         self._lock = threading.Lock()
         self.follower: Follower | None = None
 
@@ -199,7 +207,7 @@ class SqlViews:
             .trigger(processingTime=view.trigger or self.settings.trigger_interval)
             .start()
         )
-        self.queries[entry.name] = (query, folder)
+        self.queries[entry.name] = (query, folder, sink)
         reach = ", ".join(f"{p}: {o}" for p, o in sorted(sink.backfill_to.items()))
         log.info(
             "view %s: key (%s); backfilling from the enriched topic's earliest offsets to its end now (%s)",
@@ -212,8 +220,9 @@ class SqlViews:
         with self._lock:
             running = self.queries.pop(name, None)
             if running is not None:
-                query, folder = running
+                query, folder, sink = running
                 query.stop()
+                sink.abort()
                 self.settings.state.remove(f"{CHECKPOINTS}/{folder}")
             try:
                 delete_topic(self.settings.producer_config(), self.settings.topic(name))
@@ -226,7 +235,7 @@ class SqlViews:
         """Whether every running SQL view's query is active; a failed one is marked and forgotten
         (the others, and the built-in views, go on)."""
         with self._lock:
-            for name, (query, _folder) in list(self.queries.items()):
+            for name, (query, _folder, _sink) in list(self.queries.items()):
                 if query.isActive:
                     continue
                 error = query.exception()
@@ -239,7 +248,7 @@ class SqlViews:
         if self.follower is not None:
             self.follower.stop()
         with self._lock:
-            for query, _folder in self.queries.values():
+            for query, _folder, _sink in self.queries.values():
                 query.stop()
 
     def _announce(self, name: str, body: dict[str, Any]) -> None:
