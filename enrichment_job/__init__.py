@@ -1,2 +1,2 @@
-"""The PySpark enrichment job (issue 3): CDC ingestion into a versioned customer table and the
+"""The PySpark enrichment job: CDC ingestion into a versioned customer table and the
 as-of join of ratings to it. See ../shared/DESIGN.md, "Join semantics"."""

@@ -1,1 +1,1 @@
-"""Consumer services (issue 4): slack_notifier, es_sink, s3_sink, and their shared core."""
+"""Consumer services: slack_notifier, es_sink, s3_sink, and their shared core."""
