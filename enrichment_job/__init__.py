@@ -1,2 +1,2 @@
 """The PySpark enrichment job: CDC ingestion into a versioned customer table and the
-as-of join of ratings to it. See ../shared/DESIGN.md, "Join semantics"."""
+as-of join of ratings to it. docs/reference.md, "What it reads and writes", says how."""
