@@ -17,7 +17,15 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from support.kafka import produce, read_topic
 from support.services import as_kafka, enriched_record
-from support.views import ViewsJob, ViewTopics, expected_customer_ratings, latest_rows, wait_until, without
+from support.views import (
+    ViewsJob,
+    ViewTopics,
+    changes_per_key,
+    expected_customer_ratings,
+    latest_rows,
+    wait_until,
+    without,
+)
 from support.views_api import Service
 
 StackEnv = dict[str, str]
@@ -198,4 +206,32 @@ def test_a_view_created_in_sql_while_the_job_runs_backfills_goes_live_is_served_
         job,
     )
     service.stop()
+    assert job.stop() == 0, job.tail()
+
+
+def test_a_view_whose_job_is_killed_during_its_backfill_is_exact_after_the_restart(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
+) -> None:
+    history = ratings(0, 6_000)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in history])
+    # small batches: the backfill takes several, and the kill falls between two of them
+    job = ViewsJob(stack_env, topics, tmp_path, VIEWS_JOB_MAX_OFFSETS_PER_TRIGGER="400").start()
+    (tmp_path / "by_channel.sql").write_text(BY_CHANNEL)
+    assert views_cli(stack_env, topics, "create", str(tmp_path / "by_channel.sql")).returncode == 0
+    view_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}by_channel"
+
+    def backfilling() -> str | None:
+        markers = [json.loads(m.value()) for m in read_topic(stack_env, topics.commits, idle_s=0.5)]
+        own = [m for m in markers if m.get("view") == "by_channel"]
+        return None if own else "no batch of the view yet"
+
+    wait_until(backfilling, job)
+    job.kill()
+    rows = latest_rows(stack_env, view_topic)
+    assert rows != by_channel(history), "the kill came after the backfill; it should fall inside it"
+    job.start()
+    wait_until(rows_equal(stack_env, view_topic, by_channel(history)), job)
+    for key, values in changes_per_key(stack_env, view_topic).items():
+        counts = [v["ratings"] for v in values]
+        assert counts == sorted(counts) and len(set(counts)) == len(counts), f"{key}: a batch written twice"
     assert job.stop() == 0, job.tail()
