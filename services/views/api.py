@@ -22,7 +22,7 @@ from starlette.types import ASGIApp
 
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
-from services.views.hub import Hub, Subscriber, change_data, sse
+from services.views.hub import Hub, RowFilter, Subscriber, change_data, sse
 from services.views.metrics import ViewsCollector
 from services.views.store import Change, Snapshot, Store, key_of
 
@@ -285,17 +285,25 @@ class Api:
         info = self._view(name)
         key_text = request.query_params.get("key")
         key = None if key_text is None else self._key(info, key_text.split("/"), name)
+        types = {c["name"]: c["type"] for c in info["columns"]}
+        filters = [
+            f
+            for p, t in request.query_params.multi_items()
+            if p != "key"
+            for f in _filters(p, t, types, name)
+        ]
+        rows_filter = RowFilter(filters, tuple(info["key"])) if filters else None
         if self.hub.count() >= self.settings.max_subscribers:
             raise BadRequest(
                 503,
                 f"{self.settings.max_subscribers} subscribers already (VIEWS_MAX_SUBSCRIBERS): try later",
             )
-        sub = Subscriber(name, key, asyncio.Queue(self.settings.subscriber_queue))
+        sub = Subscriber(name, key, asyncio.Queue(self.settings.subscriber_queue), rows=rows_filter)
         self.hub.add(sub)  # first: the changelog process sends changes from now on
         try:
             snapshot = self.store.snapshot(name, key)
             sub.after = snapshot.seq
-            rows = await _read(snapshot)
+            rows = await _read(snapshot, rows_filter)
         except BaseException:  # a client gone while the snapshot is read cancels this
             self.hub.remove(sub)
             raise
@@ -329,11 +337,15 @@ class Api:
                     break
                 events = []
                 while True:
-                    seq += 1
-                    events.append(sse("change", data, seq))
+                    passing = data if sub.rows is None else sub.rows.passing(data)
+                    if passing is not None:
+                        seq += 1
+                        events.append(sse("change", passing, seq))
                     if len(events) == _EVENTS_PER_WRITE or sub.queue.empty():
                         break
                     data = sub.queue.get_nowait()
+                if not events:
+                    continue
                 yield "".join(events)
                 await asyncio.sleep(0)
             yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))
@@ -341,13 +353,19 @@ class Api:
             self.hub.remove(sub)
 
 
-async def _read(snapshot: Snapshot) -> list[tuple[str, str]]:
-    """The snapshot's rows, a page between two turns of the event loop. Read to the end before
-    any is sent: a slow subscriber must not hold the read transaction (the store's log cannot be
-    checkpointed past it)."""
+async def _read(snapshot: Snapshot, rows_filter: RowFilter | None = None) -> list[tuple[str, str]]:
+    """The snapshot's rows (those `rows_filter` lets through, which it then remembers), a page
+    between two turns of the event loop. Read to the end before any is sent: a slow subscriber
+    must not hold the read transaction (the store's log cannot be checkpointed past it)."""
     rows: list[tuple[str, str]] = []
     try:
         while page := snapshot.page(_SNAPSHOT_PAGE):
+            if rows_filter is not None:
+                kept = [(k, v, json.loads(v)) for k, v in page]
+                kept = [(k, v, row) for k, v, row in kept if rows_filter.matches(row)]
+                for _, _, row in kept:
+                    rows_filter.show(row)
+                page = [(k, v) for k, v, _ in kept]
             rows += page
             await asyncio.sleep(0)
     finally:

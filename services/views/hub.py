@@ -18,6 +18,7 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from services.views.store import Change
 
@@ -27,6 +28,47 @@ Event = tuple[str, str, str]
 OVERFLOWED = ""  # what an overflowed subscriber's queue holds: its stream ends
 
 
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "=": lambda a, b: a == b,
+    ">=": lambda a, b: a is not None and a >= b,
+    ">": lambda a, b: a is not None and a > b,
+    "<=": lambda a, b: a is not None and a <= b,
+    "<": lambda a, b: a is not None and a < b,
+}
+
+
+@dataclass
+class RowFilter:
+    """A subscription's filters, (column, op, value) as a scan takes them, and the keys of the
+    rows it has shown that match: a row that stops matching is sent once more, removed."""
+
+    filters: list[tuple[str, str, Any]]
+    key_columns: tuple[str, ...]
+    shown: set[str] = field(default_factory=set)
+
+    def matches(self, row: dict[str, Any]) -> bool:
+        try:
+            return all(_COMPARE[op](row.get(column), value) for column, op, value in self.filters)
+        except TypeError:  # a value of another type than the column's: no match
+            return False
+
+    def show(self, row: dict[str, Any]) -> None:
+        """A snapshot row that matches."""
+        self.shown.add(_compact({c: row.get(c) for c in self.key_columns}))
+
+    def passing(self, data: str) -> str | None:
+        """What a change becomes for this subscriber: itself, a removal, or nothing."""
+        change = json.loads(data)
+        key, row = _compact(change["key"]), change["row"]
+        if row is not None and self.matches(row):
+            self.shown.add(key)
+            return data
+        if key in self.shown:
+            self.shown.discard(key)
+            return f'{{"key":{key},"row":null}}'
+        return None
+
+
 @dataclass(eq=False)
 class Subscriber:
     view: str
@@ -34,6 +76,7 @@ class Subscriber:
     queue: "asyncio.Queue[str]"  # SSE data of the changes, in order
     after: int = 0  # the last batch in the subscriber's snapshot
     overflowed: bool = False
+    rows: RowFilter | None = None  # filters on the rows (all rows without)
 
     def put(self, events: list[Event]) -> None:
         for _, _, data in events:

@@ -203,8 +203,10 @@ def test_sse_sends_the_snapshot_then_each_change_in_order_and_nothing_twice(
     service.wait_healthy()
     everything = Events(service.port, "/views/customer_ratings/changes")
     one = Events(service.port, "/views/customer_ratings/changes?key=2")
+    filtered = Events(service.port, "/views/customer_ratings/changes?ratings.gte=2")  # as a scan filters
     everything.start()
     one.start()
+    filtered.start()
     assert [e for e, _ in everything.wait(3)] == ["snapshot", "snapshot", "live"]
     assert {d["row"]["user_id"] for e, d in everything.events if e == "snapshot"} == {1, 2}
     views.write([customer(2, 2)])
@@ -217,11 +219,20 @@ def test_sse_sends_the_snapshot_then_each_change_in_order_and_nothing_twice(
     assert per_key == {1: [2], 2: [2, 3]}
     mine = [d["row"]["ratings"] for e, d in one.wait(4) if e in ("snapshot", "change")]
     assert mine == [1, 2, 3]
+    views.write([customer(1, 1)])  # back under the filter: removed for the filtered subscriber
+    events = filtered.wait(5)
+    assert events[0][0] == "live", events  # no row matched at first: no snapshot
+    per_user: dict[int, list[int | None]] = {}
+    for e, d in events[1:]:
+        assert e == "change"
+        per_user.setdefault(d["key"]["user_id"], []).append(d["row"] and d["row"]["ratings"])
+    assert per_user == {2: [2, 3], 1: [2, None]}, events
     time.sleep(1.5)
     assert everything.comments >= 1, "a heartbeat comment while nothing changes"
     assert service.stop() == 0  # ends the streams
     everything.close()
     one.close()
+    filtered.close()
 
 
 def _subscribe_status(port: int) -> int:

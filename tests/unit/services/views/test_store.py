@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from services.views.api import BadRequest, parse_value
-from services.views.hub import OVERFLOWED, Hub, Subscriber, events_of
+from services.views.hub import OVERFLOWED, Hub, RowFilter, Subscriber, change_data, events_of
 from services.views.store import Change, Snapshot, Store, infer_columns, key_of
 
 
@@ -226,3 +226,21 @@ def test_a_scan_takes_ranges_reverses_and_pages_after_a_cursor_without_skipping_
     assert users([], 3, after=[10], descending=True) == [9, 8, 7]
     with pytest.raises(ValueError, match="operator"):
         store.scan("customer_ratings", [("ratings", "!=", 1)], 10)
+
+
+def test_a_filtered_subscription_gets_the_rows_that_match_and_a_removal_when_one_stops_matching() -> None:
+    rows = RowFilter([("club_status", "=", "platinum"), ("ratings", ">=", 2)], ("user_id",))
+    assert rows.matches({"user_id": 1, "club_status": "platinum", "ratings": 2})
+    assert not rows.matches({"user_id": 1, "club_status": "platinum", "ratings": None})
+    assert not rows.matches({"user_id": 1, "club_status": "platinum", "ratings": "many"})  # another type
+    rows.show({"user_id": 1, "club_status": "platinum", "ratings": 3})  # from the snapshot
+
+    def event(user: int, ratings: int, status: str) -> str:
+        return change_data(_change(user, ratings, status))
+
+    assert rows.passing(event(2, 1, "platinum")) is None  # never matched: nothing
+    assert rows.passing(event(2, 5, "platinum")) == event(2, 5, "platinum")  # matches now
+    assert rows.passing(event(1, 4, "gold")) == '{"key":{"user_id":1},"row":null}'  # left the filter
+    assert rows.passing(event(1, 5, "gold")) is None  # already removed
+    removed = change_data(Change("customer_ratings", key_of([2]), ("user_id",), None))
+    assert rows.passing(removed) == '{"key":{"user_id":2},"row":null}'
