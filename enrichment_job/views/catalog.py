@@ -184,10 +184,15 @@ class Follower:
         old, new = before.get(name), self.views.get(name)
         if old == new:
             return
-        if old is not None:
-            self.dropped(name)
-        if new is not None:
-            self.created(new)
+        try:
+            if old is not None:
+                self.dropped(name)
+            if new is not None:
+                self.created(new)
+        except BaseException:
+            # Not done: the next reading of the catalog (after 5 s) tries again.
+            self.views = before
+            raise
 
 
 def _apply(views: dict[str, Entry], key: bytes | None, value: bytes | None) -> None:

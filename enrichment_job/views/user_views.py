@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.batch_io import collect
-from enrichment_job.kafka_out import Records
+from enrichment_job.kafka_out import Records, last_marker
 from enrichment_job.recovery import CHECKPOINTS
 from enrichment_job.views.app import BatchSink, column_types, enriched_stream
 from enrichment_job.views.catalog import (
@@ -74,7 +74,16 @@ class SqlViewSink:
         previous = self.sink.out.marker if self.sink.out.committed(0) else None
         self.max_rating_time: int | None = previous.get("max_rating_time") if previous else None
         self.backfill_to = _ends_now(settings)
-        self.live = bool(previous and previous.get("state") == "live")
+        # A restart of a view that was live stays live (its marker says so); a new one backfills.
+        said = last_marker(
+            settings.producer_config(), settings.commits_topic, marker_key(settings, view.name)
+        )
+        self.live = bool(
+            previous
+            and said
+            and said.get("state") == "live"
+            and said.get("created_at_ms") == entry.created_at_ms
+        )
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
