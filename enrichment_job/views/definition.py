@@ -16,6 +16,8 @@ The file, e.g. `views/examples/channel_hourly.sql`:
 - `enriched` holds the readable enriched ratings: the fields of the enriched topic's records
   (`ENRICHED_FIELDS`) and `rating_ts`, `rating_time` as a timestamp.
 - Header lines `-- <key>: <value>` before the SQL (a key spelt close to one of them is refused):
+  `retention: <interval>` (a window's rows leave the view, as tombstones in its changelog, once
+  a window that many ms newer has come; needs the watermark and `window.start` selected),
   `watermark: <timestamp column> <delay>`
   (Spark's watermark: the state of a window the watermark has passed is dropped, and a rating
   older than it is no longer counted) and `trigger: <interval>` (how often a batch runs; default
@@ -50,7 +52,7 @@ BUILT_IN = Path(__file__).parent / "builtin"  # the built-in views' SQL (declara
 RELATION = "enriched"
 EVENT_TIME = "rating_ts"  # rating_time as a timestamp, beside the enriched fields
 NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
-HEADERS = ("trigger", "watermark")
+HEADERS = ("retention", "trigger", "watermark")
 # pyspark logs every SQL error it raises, with the Java stack; a refusal says it once, plainly.
 logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
 _HEADER = re.compile(r"--\s*([a-z][a-z_]*)\s*:\s*(.*)")
@@ -90,6 +92,7 @@ class ViewFile:
     description: str = ""
     watermark: tuple[str, str] | None = None  # (timestamp column, delay)
     trigger: str | None = None
+    retention: str | None = None  # how long a window's rows stay after the newest window's start
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ class CompiledView:
     definition: ViewFile
     rows: DataFrame
     key: tuple[str, ...]
+    window_start: str | None = None  # the key column that is the window's start, when selected
+    retention_ms: int | None = None
 
     @property
     def name(self) -> str:
@@ -161,7 +166,8 @@ def parse(name: str, text: str) -> ViewFile:
             )
         watermark = (column, delay.strip())
     trigger = headers.get("trigger") or None
-    return ViewFile(name, sql.rstrip().rstrip(";"), " ".join(described), watermark, trigger)
+    retention = headers.get("retention") or None
+    return ViewFile(name, sql.rstrip().rstrip(";"), " ".join(described), watermark, trigger, retention)
 
 
 def enriched_columns(readable: DataFrame) -> DataFrame:
@@ -224,7 +230,67 @@ def compile_view(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> Co
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ViewRefused(f"{view.name}: more than one column named {', '.join(twice)}: name each with AS")
-    return CompiledView(view, rows, _key(view.name, aggregate))
+    key, window_start = _key(view.name, aggregate), _window_start(aggregate)
+    return CompiledView(view, rows, key, window_start, _retention_ms(view, window_start))
+
+
+def interval_ms(text: str) -> int | None:
+    """'2 hours', '1 hour 30 minutes', '90 seconds'... in milliseconds; None when it is not one."""
+    if not re.fullmatch(_INTERVAL, text.strip()):
+        return None
+    return sum(int(n) * _UNIT_MS[unit] for n, unit in re.findall(_PART, text))
+
+
+_PART = r"(\d+)\s*(millisecond|second|minute|hour|day)s?"
+_INTERVAL = rf"(?:{_PART}\s*)+"
+_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+
+
+def _retention_ms(view: ViewFile, window_start: str | None) -> int | None:
+    """The retention header in ms, after its checks: a windowed view with a watermark, its window's
+    start selected, and a retention no shorter than the watermark's delay (a window Spark still
+    updates must not have left the view already)."""
+    if view.retention is None:
+        return None
+    retention = interval_ms(view.retention)
+    if retention is None:
+        raise ViewRefused(
+            f"{view.name}: header retention: {view.retention!r} is not an interval such as '7 days'"
+        )
+    if view.watermark is None:
+        raise ViewRefused(
+            f"{view.name}: header retention needs a watermark: Spark keeps every window without one"
+        )
+    if window_start is None:
+        raise ViewRefused(
+            f"{view.name}: header retention needs the window's start selected as is (window.start AS ...):"
+            " a row's window is read from it"
+        )
+    delay = interval_ms(view.watermark[1])
+    if delay is None or retention < delay:
+        raise ViewRefused(
+            f"{view.name}: header retention ({view.retention}) must be at least the watermark's delay"
+            f" ({view.watermark[1]}): a window Spark still updates must not have left the view"
+        )
+    return retention
+
+
+def _window_start(aggregate: Any) -> str | None:
+    """The selected column that is the GROUP BY window's start (`window.start`), if any."""
+    windows = [
+        g
+        for g in _seq(aggregate.groupingExpressions())
+        if str(g.nodeName()) == "AttributeReference" and str(g.name()) == "window"
+    ]
+    for output in _seq(aggregate.aggregateExpressions()):
+        value = output.child() if output.nodeName() == "Alias" else output
+        if (
+            value.nodeName() == "GetStructField"
+            and int(value.ordinal()) == 0
+            and any(value.child().semanticEquals(w) for w in windows)
+        ):
+            return str(output.name())
+    return None
 
 
 def rows_of(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> DataFrame:

@@ -15,11 +15,13 @@ import json
 import logging
 import threading
 import time
+from collections import defaultdict
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -44,6 +46,7 @@ log = logging.getLogger("enrichment_job.views")
 # A changelog record at most: Kafka's default largest record is 1 MiB (message.max.bytes).
 MAX_RECORD_BYTES = 1_000_000
 _DEAD_LETTER_VALUE_BYTES = 65_536  # the start of a row too large to write, kept in its dead letter
+_WINDOW_MS = "__window_start_ms"  # a retention's extra column: the row's window start, in ms
 
 
 def marker_key(settings: ViewsSettings, name: str) -> str:
@@ -71,6 +74,12 @@ class SqlViewSink:
             F.to_json(F.struct(*[F.col(n) for n in names]), {"ignoreNullFields": "false"}).alias("value"),
         ]
         self.newest = "last_rating_time" if "last_rating_time" in names else None
+        # With a retention: each window's keys in the changelog, to write their tombstones once
+        # a window `retention_ms` newer has come (read back from the topic after a restart).
+        self.windows: dict[int, set[bytes]] = defaultdict(set)
+        if view.retention_ms is not None and view.window_start is not None:
+            self.select.append(F.unix_millis(F.col(view.window_start)).alias(_WINDOW_MS))
+            self.windows.update(_windows_in_topic(settings, settings.topic(view.name), view.window_start))
         previous = self.sink.out.marker if self.sink.out.committed(0) else None
         self.max_rating_time: int | None = previous.get("max_rating_time") if previous else None
         self.backfill_to = _ends_now(settings)
@@ -88,13 +97,26 @@ class SqlViewSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         extra = (self.newest,) if self.newest else ()
-        table = collect(batch.select(*self.select, *extra), extra=extra)
+        windowed = (_WINDOW_MS,) if self.view.retention_ms is not None else ()
+        table = collect(batch.select(*self.select, *extra), extra=(*extra, *windowed))
         if self.newest and table.num_rows:
             newest = pc.max(table.column(self.newest)).as_py()
             if newest is not None and (self.max_rating_time is None or newest > self.max_rating_time):
                 self.max_rating_time = newest
         rows, dead = self._split(table)
-        self.sink.write(batch_id, [rows, dead], {"max_rating_time": self.max_rating_time}, self._marker)
+        written = {k for k in rows.keys if k is not None}
+        expired = self._expire(table, written) if self.view.retention_ms is not None else []
+        tombstones = Records(rows.topic, expired, [None] * len(expired))
+        self.sink.write(
+            batch_id, [rows, tombstones, dead], {"max_rating_time": self.max_rating_time}, self._marker
+        )
+        if expired:
+            log.info(
+                "view %s, batch %d: %d rows of windows past the retention removed",
+                self.view.name,
+                batch_id,
+                len(expired),
+            )
         if table.num_rows:
             log.info(
                 "view %s, batch %d: %d rows changed (%d dead letters), %.2f s",
@@ -112,6 +134,21 @@ class SqlViewSink:
             self.sink.out.producer.abort_transaction(10)
         except KafkaException:
             pass  # none was open
+
+    def _expire(self, table: pa.Table, written: set[bytes]) -> list[bytes]:
+        """Adds the batch's written rows to their windows; returns the keys of the windows that
+        are now older than the newest one's start minus the retention (their tombstones)."""
+        for key, start in zip(
+            table.column("key").to_pylist(), table.column(_WINDOW_MS).to_pylist(), strict=True
+        ):
+            if key in written and start is not None:
+                self.windows[int(start)].add(key)
+        if not self.windows:
+            return []
+        assert self.view.retention_ms is not None
+        oldest_kept = max(self.windows) - self.view.retention_ms
+        expired = [start for start in self.windows if start < oldest_kept]
+        return [key for start in sorted(expired) for key in sorted(self.windows.pop(start))]
 
     def _split(self, table: pa.Table) -> tuple[Records, Records]:
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
@@ -274,6 +311,52 @@ class SqlViews:
             log.error(
                 "view %s: the marker %s did not reach %s", name, body["state"], self.settings.commits_topic
             )
+
+
+def _windows_in_topic(settings: ViewsSettings, topic: str, window_start: str) -> dict[int, set[bytes]]:
+    """The keys a view's changelog topic holds now, by the start of their window (ms), read from
+    its start (committed records; a tombstone takes its key out)."""
+    consumer = Consumer(
+        {
+            **settings.producer_config(),
+            "group.id": "views-backfill-probe",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    kept: dict[bytes, int] = {}
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        if meta.error is not None:
+            return {}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+        pending = set(meta.partitions)
+        while pending:
+            msg = consumer.poll(5)
+            if msg is None:
+                raise KafkaException(f"{topic}: no record within 5 s before its end")
+            error = msg.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                pending.discard(int(msg.partition() or 0))
+                continue
+            key = msg.key()
+            if key is None:
+                continue
+            if msg.value() is None:
+                kept.pop(key, None)
+                continue
+            start = json.loads(key).get(window_start)
+            if isinstance(start, str):
+                kept[key] = int(datetime.fromisoformat(start).timestamp() * 1000)
+    finally:
+        consumer.close()
+    windows: dict[int, set[bytes]] = defaultdict(set)
+    for key, start in kept.items():
+        windows[start].add(key)
+    return windows
 
 
 def _ends_now(settings: ViewsSettings) -> dict[int, int]:

@@ -100,8 +100,9 @@ PRINCIPALS: dict[str, list[Grant]] = {
         *_reads("ratings-with-customer-data", "views-commits", "views-catalog"),
         *_writes("views-commits", "views-dlq"),
         Grant(TOPIC, "views-commits", (AclOperation.DESCRIBE_CONFIGS,)),
-        # the changelog topics of the views declared in SQL: made with the view, deleted with it
-        Grant(TOPIC, "view.", (W, D, AclOperation.CREATE, AclOperation.DELETE), prefixed=True),
+        # the changelog topics of the views declared in SQL: made with the view, deleted with it,
+        # read back for a retention's windows after a restart
+        Grant(TOPIC, "view.", (R, W, D, AclOperation.CREATE, AclOperation.DELETE), prefixed=True),
         _group("views-catalog-reader"),
         _group("views-backfill-probe"),
         _transactions("views"),

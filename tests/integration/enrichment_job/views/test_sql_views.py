@@ -235,3 +235,57 @@ def test_a_view_whose_job_is_killed_during_its_backfill_is_exact_after_the_resta
         counts = [v["ratings"] for v in values]
         assert counts == sorted(counts) and len(set(counts)) == len(counts), f"{key}: a batch written twice"
     assert job.stop() == 0, job.tail()
+
+
+HOURLY = """-- Ratings per channel and hour; an hour leaves the view an hour after a newer one came.
+-- watermark: rating_ts 1 hour
+-- retention: 1 hour
+-- trigger: 1 second
+SELECT channel, window.start AS hour, count(*) AS ratings
+FROM enriched
+GROUP BY channel, window(rating_ts, '1 hour')
+"""
+HOUR_MS = 3_600_000
+
+
+def current_rows(stack_env: StackEnv, topic: str) -> dict[str, int]:
+    """Key -> ratings, as a compacted read of the topic leaves them (a tombstone removes its key)."""
+    rows: dict[str, int] = {}
+    for record in read_topic(stack_env, topic, idle_s=1):
+        key = json.loads(record.key())["hour"][:13]
+        if record.value() is None:
+            rows.pop(key, None)
+        else:
+            rows[key] = json.loads(record.value())["ratings"]
+    return rows
+
+
+def test_a_retention_removes_the_rows_of_old_windows_from_the_topic_as_newer_ones_come(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
+) -> None:
+    start = 1_795_000_000_000 // HOUR_MS * HOUR_MS
+
+    def hour(h: int, first: int) -> list[dict[str, Any]]:
+        at = start + h * HOUR_MS
+        return [
+            enriched_record(first + i, rating_time=at + i, cdc_watermark_ms=at + i + 500, channel="web")
+            for i in range(10)
+        ]
+
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in hour(0, 0) + hour(1, 100)])
+    job = ViewsJob(stack_env, topics, tmp_path).start()
+    (tmp_path / "hourly.sql").write_text(HOURLY)
+    created = views_cli(stack_env, topics, "create", str(tmp_path / "hourly.sql"))
+    assert created.returncode == 0, created.stderr[-2000:]
+    view_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}hourly"
+    first, second, fourth = (
+        time.strftime("%Y-%m-%dT%H", time.gmtime((start + h * HOUR_MS) / 1000)) for h in (0, 1, 3)
+    )
+
+    def rows_are(expected: dict[str, int]) -> Callable[[], str | None]:
+        return lambda: None if (seen := current_rows(stack_env, view_topic)) == expected else f"rows {seen}"
+
+    wait_until(rows_are({first: 10, second: 10}), job)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in hour(3, 300)])
+    wait_until(rows_are({fourth: 10}), job)  # the first two hours are past the retention
+    assert job.stop() == 0, job.tail()

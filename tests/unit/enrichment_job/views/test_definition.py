@@ -246,3 +246,32 @@ def test_validate_prints_each_valid_views_key_and_columns_and_fails_on_a_refused
 def test_every_example_view_passes_the_checks(spark: SparkSession, path: Path) -> None:
     compiled = check(spark, read(path))
     assert compiled.key and compiled.rows.isStreaming
+
+
+_HOURLY = (
+    "SELECT channel, window.start AS hour, count(*) AS ratings FROM enriched"
+    " GROUP BY channel, window(rating_ts, '1 hour')"
+)
+
+
+def test_a_retention_needs_a_watermark_the_window_start_and_no_less_than_the_delay(
+    spark: SparkSession,
+) -> None:
+    kept = check(spark, parse("v", f"-- watermark: rating_ts 2 hours\n-- retention: 1 day\n{_HOURLY}"))
+    assert (kept.window_start, kept.retention_ms) == ("hour", 86_400_000)
+    for header, sql, refusal in [
+        ("-- retention: 1 day", _HOURLY, "retention needs a watermark"),
+        ("-- watermark: rating_ts 2 hours\n-- retention: a while", _HOURLY, "'a while' is not an interval"),
+        (
+            "-- watermark: rating_ts 2 hours\n-- retention: 1 hour",
+            _HOURLY,
+            "must be at least the watermark's delay",
+        ),
+        (
+            "-- watermark: rating_ts 2 hours\n-- retention: 1 day",
+            _HOURLY.replace("window.start AS hour", "date_format(window.start, 'HH') AS hour"),
+            "needs the window's start selected as is",
+        ),
+    ]:
+        with pytest.raises(ViewRefused, match=refusal):
+            check(spark, parse("v", f"{header}\n{sql}"))

@@ -2,12 +2,15 @@
 dead-letter topic with the reason, not to Kafka's refusal (which would stop the view on every
 retry)."""
 
+from collections import defaultdict
 from types import SimpleNamespace
 
 import pyarrow as pa
 
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.user_views import MAX_RECORD_BYTES, SqlViewSink, marker_key
+
+HOUR = 3_600_000
 
 
 def _sink() -> SqlViewSink:
@@ -32,3 +35,21 @@ def test_rows_over_the_key_or_record_bound_are_dead_lettered_with_the_reason_and
 
 def test_a_views_marker_key_is_the_same_for_every_creation_of_its_name() -> None:
     assert marker_key(ViewsSettings(name="views"), "by_channel") == "views-sql:by_channel"
+
+
+def test_a_retention_removes_the_rows_of_windows_older_than_the_newest_minus_it_once() -> None:
+    sink = _sink()
+    sink.view = SimpleNamespace(name="hourly", retention_ms=2 * HOUR)  # type: ignore[assignment]
+    sink.windows = defaultdict(set)
+
+    def batch(*rows: tuple[bytes, int]) -> pa.Table:
+        return pa.table({"key": [k for k, _ in rows], "__window_start_ms": [w for _, w in rows]})
+
+    assert sink._expire(batch((b"a0", 0), (b"b0", 0), (b"a1", HOUR)), {b"a0", b"b0", b"a1"}) == []
+    assert sink._expire(batch((b"a2", 2 * HOUR)), {b"a2"}) == []  # 0 is just 2 h before 2 h
+    assert sink._expire(batch((b"a3", 3 * HOUR), (b"big", 0)), {b"a3"}) == [
+        b"a0",
+        b"b0",
+    ]  # b"big": not written
+    assert sink._expire(batch((b"a3", 3 * HOUR)), {b"a3"}) == []  # each window once
+    assert set(sink.windows) == {HOUR, 2 * HOUR, 3 * HOUR}
