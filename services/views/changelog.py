@@ -190,15 +190,18 @@ class Changelog:
             return
         if "columns" not in marker:
             return  # refused or failed: the views job's log says why
-        markers[name] = marker
-        dropped.pop(name, None)
         if topic not in self.views:
-            meta = consumer.list_topics(topic, timeout=30).topics[topic]
-            if meta.error is not None:
-                raise KafkaException(meta.error)
+            meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
+            if meta is None or meta.error is not None:
+                # Its topic is gone: a marker from before a drop, read again before compaction
+                # left only the drop's (which follows). Nothing of the view is kept.
+                log.info("view %s: its topic %s does not exist (dropped since); marker skipped", name, topic)
+                return
             consumer.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
             self.views[topic] = name
             log.info("view %s declared: reading %s from its start", name, topic)
+        markers[name] = marker
+        dropped.pop(name, None)
 
     def _change(self, topic: str, msg: Message) -> Change | None:
         raw, value = msg.key(), msg.value()

@@ -177,9 +177,14 @@ class _Assigning:
 
     def __init__(self) -> None:
         self.assigned: list[tuple[str, int, int]] = []
+        self.gone: set[str] = set()  # topics deleted
 
     def list_topics(self, topic: str, timeout: float) -> Any:
-        meta = type("Meta", (), {"error": None, "partitions": {0: None, 1: None}})()
+        meta = type(
+            "Meta",
+            (),
+            {"error": "unknown topic" if topic in self.gone else None, "partitions": {0: None, 1: None}},
+        )()
         return type("Cluster", (), {"topics": {topic: meta}})()
 
     def incremental_assign(self, parts: list[Any]) -> None:
@@ -218,6 +223,9 @@ def test_a_view_declared_in_sql_is_read_from_its_first_marker_on_and_forgotten_w
     changelog._step(consumer, [_Marker(2, {"view": "by_channel", "state": "dropped", "dropped": True})])  # type: ignore[arg-type]
     assert consumer.assigned == [] and store.count("by_channel") == 0 and "by_channel" not in store.infos()
     assert ("view.by_channel", 0) not in store.offsets()
+    consumer.gone.add("view.by_channel")  # read again from the start before compaction: skipped
+    changelog._step(consumer, [_Marker(5, live)])  # type: ignore[arg-type]
+    assert consumer.assigned == [] and "by_channel" not in store.infos()
     dropped_built_in = {"view": "customer_ratings", "dropped": True}
-    changelog._step(consumer, [_Marker(3, dropped_built_in), _Record(4, 1)])  # type: ignore[arg-type]
+    changelog._step(consumer, [_Marker(6, dropped_built_in), _Record(7, 1)])  # type: ignore[arg-type]
     assert store.count("customer_ratings") == 1  # a configured view is never dropped
