@@ -342,13 +342,13 @@ def _windows_in_topic(settings: ViewsSettings, topic: str, window_start: str) ->
                     raise KafkaException(error)
                 pending.discard(int(msg.partition() or 0))
                 continue
-            key = msg.key()
+            key, value = msg.key(), msg.value()
             if key is None:
                 continue
-            if msg.value() is None:
+            if value is None:
                 kept.pop(key, None)
                 continue
-            start = json.loads(key).get(window_start)
+            start = json.loads(value).get(window_start)  # the row holds it, key column or not
             if isinstance(start, str):
                 kept[key] = int(datetime.fromisoformat(start).timestamp() * 1000)
     finally:
