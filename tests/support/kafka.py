@@ -68,6 +68,18 @@ def make_topics(
     new = [NewTopic(n, num_partitions=partitions, replication_factor=1, config=config or {}) for n in names]
     for future in admin.create_topics(new).values():
         future.result(30)
+    # The controller's answer comes before the broker serves the topics: a client at once could
+    # be told the topic is unknown. Until each partition has a leader in the metadata.
+    deadline = time.monotonic() + 30
+    for name in names:
+        while True:
+            meta = admin.list_topics(name, timeout=10).topics.get(name)
+            ready = meta is not None and meta.error is None and len(meta.partitions) == partitions
+            if ready and all(p.leader >= 0 for p in meta.partitions.values()):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name} has no leader for every partition within 30 s")
+            time.sleep(0.1)
 
 
 def drop_topics(stack_env: StackEnv, names: list[str]) -> None:
