@@ -46,6 +46,7 @@ def _run_matrix(args: list[str], out: Path, timeout_s: float) -> tuple[int, str,
     return matrix.returncode, "\n".join(quiet)[-12000:], rows
 
 
+@pytest.mark.long
 def test_every_quick_row_of_the_fault_matrix_is_met(stack_env: StackEnv, tmp_path: Path) -> None:
     code, report, rows = _run_matrix(["--quick", "--self-test"], tmp_path / "faults.json", 2700)
     quick = [s.name for s in SCENARIOS if s.quick and "driver" in s.join_in]
