@@ -29,13 +29,22 @@ StackEnv = dict[str, str]
 
 
 @pytest.fixture(scope="module")
+def enrichment_topics(stack_env: StackEnv) -> Iterator[Topics]:
+    """The enrichment job's topics, for this module (the views' own `topics` fixture is per test)."""
+    topics = Topics()
+    names = create_topics(stack_env, topics)
+    yield topics
+    delete_topics(stack_env, names)
+
+
+@pytest.fixture(scope="module")
 def jobs(
-    stack_env: StackEnv, topics: Topics, tmp_path_factory: pytest.TempPathFactory
+    stack_env: StackEnv, enrichment_topics: Topics, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Job, ViewsJob, ViewTopics]]:
     workdir = tmp_path_factory.mktemp("views-pipeline")
-    view_topics = ViewTopics(uuid.uuid4().hex[:8], enriched=topics.name("enriched"))
+    view_topics = ViewTopics(uuid.uuid4().hex[:8], enriched=enrichment_topics.name("enriched"))
     view_topics.create(stack_env)
-    job = Job(stack_env, topics, workdir / "enrichment", grace_ms=1000).start()
+    job = Job(stack_env, enrichment_topics, workdir / "enrichment", grace_ms=1000).start()
     views = ViewsJob(stack_env, view_topics, Path(workdir)).start_for_module()
     yield job, views, view_topics
     views.stop()
@@ -57,18 +66,18 @@ def _row(stack_env: StackEnv, views: ViewsJob, topic: str, user: int, ratings: i
 
 
 def test_an_upgrade_in_mariadb_shows_in_customer_ratings_from_the_next_rating_on(
-    stack_env: StackEnv, topics: Topics, jobs: tuple[Job, ViewsJob, ViewTopics], db: Any
+    stack_env: StackEnv, enrichment_topics: Topics, jobs: tuple[Job, ViewsJob, ViewTopics], db: Any
 ) -> None:
     _, views, view_topics = jobs
     customer = insert_customer(db, "gold")
     first = time.time_ns() // 1000
-    produce(stack_env, topics.name("ratings"), [rating(first, customer, 4, next_second(db))])
+    produce(stack_env, enrichment_topics.name("ratings"), [rating(first, customer, 4, next_second(db))])
     row = _row(stack_env, views, view_topics.customer_ratings, customer, 1)
     assert (row["club_status"], row["ratings"], row["unhappy_ratings"]) == ("gold", 1, 0)
 
     with db.cursor() as cur:
         cur.execute("UPDATE customers SET club_status = 'platinum' WHERE id = %s", (customer,))
-    produce(stack_env, topics.name("ratings"), [rating(first + 1, customer, 1, next_second(db))])
+    produce(stack_env, enrichment_topics.name("ratings"), [rating(first + 1, customer, 1, next_second(db))])
     row = _row(stack_env, views, view_topics.customer_ratings, customer, 2)
     assert row["club_status"] == "platinum"
     assert (row["ratings"], row["unhappy_ratings"], row["stars_sum"], row["last_stars"]) == (2, 1, 5, 1)
@@ -76,7 +85,7 @@ def test_an_upgrade_in_mariadb_shows_in_customer_ratings_from_the_next_rating_on
 
 
 def test_counts_are_exact_after_a_burst_through_the_whole_pipeline(
-    stack_env: StackEnv, topics: Topics, jobs: tuple[Job, ViewsJob, ViewTopics], db: Any
+    stack_env: StackEnv, enrichment_topics: Topics, jobs: tuple[Job, ViewsJob, ViewTopics], db: Any
 ) -> None:
     _, views, view_topics = jobs
     customers = [insert_customer(db, status) for status in ("bronze", "silver", "gold", "platinum") * 5]
@@ -86,7 +95,7 @@ def test_counts_are_exact_after_a_burst_through_the_whole_pipeline(
         rating(base + i, (customers + unknown)[i % 25], 1 + i % 5, now + i, message=f"burst {i}")
         for i in range(1_000)
     ]
-    produce(stack_env, topics.name("ratings"), burst)
+    produce(stack_env, enrichment_topics.name("ratings"), burst)
     users = set(customers + unknown)
     ids = {base + i for i in range(1_000)}
     deadline = time.monotonic() + 180
