@@ -11,12 +11,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.core.errors import ServiceError
+
+if TYPE_CHECKING:
+    from enrichment_job.views.settings import ViewsSettings
 
 log = logging.getLogger("enrichment_job.views.catalog")
 
@@ -30,22 +34,51 @@ class CatalogError(ServiceError):
 @dataclass(frozen=True)
 class Entry:
     """A view in the catalog: its name, the text of its SQL file, and when it was created (each
-    creation of a name is a new view: its own checkpoint and transactional id)."""
+    creation of a name is a new view: its own checkpoint and transactional id). `topic`: its
+    changelog topic when not the name's own (a replacement writes to a new one while the version
+    it replaces still serves from its own); `previous`: the version it replaces, which serves
+    until this one has caught up (blue/green)."""
 
     name: str
     sql: str
     created_at_ms: int
+    topic: str = ""
+    previous: "Entry | None" = None
 
     def encode(self) -> bytes:
-        return json.dumps({"name": self.name, "sql": self.sql, "created_at_ms": self.created_at_ms}).encode()
+        return json.dumps(self._body()).encode()
+
+    def _body(self) -> dict[str, object]:
+        body: dict[str, object] = {"name": self.name, "sql": self.sql, "created_at_ms": self.created_at_ms}
+        if self.topic:
+            body["topic"] = self.topic
+        if self.previous is not None:
+            body["previous"] = replace(self.previous, previous=None)._body()
+        return body
 
     @staticmethod
     def decode(name: str, raw: bytes) -> "Entry | None":
         try:
-            body = json.loads(raw)
-            return Entry(name, str(body["sql"]), int(body["created_at_ms"]))
+            return Entry._of(name, json.loads(raw))
         except (ValueError, KeyError, TypeError):
             return None
+
+    @staticmethod
+    def _of(name: str, body: dict[str, object]) -> "Entry":
+        previous = body.get("previous")
+        return Entry(
+            name,
+            str(body["sql"]),
+            int(str(body["created_at_ms"])),
+            str(body.get("topic") or ""),
+            Entry._of(name, previous) if isinstance(previous, dict) else None,
+        )
+
+
+def marker_key(settings: "ViewsSettings", name: str) -> str:
+    """The key of a SQL view's marker in the commits topic: the same for every creation of a name,
+    so that the compacted topic keeps the newest word on it (rows, or dropped)."""
+    return f"{settings.name}-sql:{name}"
 
 
 def ensure_topic(config: dict[str, str], topic: str, partitions: int, timeout_s: float = 30) -> bool:
@@ -117,8 +150,9 @@ def publish(config: dict[str, str], topic: str, name: str, entry: Entry | None) 
 
 class Follower:
     """Reads the catalog from its start and goes on reading it, in a thread of its own: `created`
-    for each view it finds (again after a restart), `dropped` for each tombstone of a view it
-    had. A view whose entry changes is dropped, then created."""
+    for each view it finds (again after a restart) and for each new version of one (a
+    replacement: the entry names the version it replaces), `dropped` for each tombstone of a
+    view it had."""
 
     def __init__(
         self,
@@ -185,9 +219,9 @@ class Follower:
         if old == new:
             return
         try:
-            if old is not None:
+            if new is None:
                 self.dropped(name)
-            if new is not None:
+            else:
                 self.created(new)
         except BaseException:
             # Not done: the next reading of the catalog (after 5 s) tries again.

@@ -1,16 +1,24 @@
-"""python -m enrichment_job.views validate|create|drop|list: the views declared in SQL.
+"""python -m enrichment_job.views validate|create|replace|drop|list|show|follow: the views
+declared in SQL.
 
 validate FILE...   check each file as a create would (a local Spark; no Kafka, creates nothing):
                    a valid view prints its key and columns, a refused one its reason
 create FILE        check it, then add it to the catalog: the running views job starts keeping
                    it (a backfill from the enriched topic's earliest offset, then live)
+replace FILE       check it, then make it the view's new version: it backfills into a topic of
+                   its own while the current version serves, and takes over once it has caught
+                   up (the old version's query, checkpoint and topic then go); refused while an
+                   earlier replacement of the view is still backfilling
 drop NAME          remove it from the catalog: the views job stops keeping it, and deletes its
                    checkpoint, its changelog topic and its rows in the query service
-list               the views in the catalog
+list               the views in the catalog, with their state
+show NAME          a view's SQL, state, topic and freshness, as the views job last said them
+follow NAME        the view's changes as they come, a JSON line each ({"key": .., "row": ..};
+                   row null: removed), from its changelog topic's start; Ctrl-C stops
 
-Exit 0 when done, 1 when a view is refused or does not exist. create, drop and list reach Kafka
-with the views job's settings (VIEWS_JOB_BOOTSTRAP_SERVERS, VIEWS_JOB_KAFKA_EXTRA,
-VIEWS_JOB_CATALOG_TOPIC).
+Exit 0 when done, 1 when a view is refused or does not exist. Every command but validate
+reaches Kafka with the views job's settings (VIEWS_JOB_BOOTSTRAP_SERVERS, VIEWS_JOB_KAFKA_EXTRA,
+VIEWS_JOB_CATALOG_TOPIC, VIEWS_JOB_COMMITS_TOPIC).
 """
 
 import argparse
@@ -19,20 +27,23 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaException
 
 from enrichment_job.cli import CONFIG_EXIT, load_or_exit
-from enrichment_job.views.catalog import BUILT_IN_NAMES, CatalogError, Entry, publish, read_all
+from enrichment_job.kafka_out import last_marker
+from enrichment_job.views.catalog import BUILT_IN_NAMES, CatalogError, Entry, marker_key, publish, read_all
 from enrichment_job.views.definition import ViewRefused, check, read
 from enrichment_job.views.settings import ViewsSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-COMMANDS = ("validate", "create", "drop", "list")
+COMMANDS = ("validate", "create", "replace", "drop", "list", "show", "follow")
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
     parser = argparse.ArgumentParser(
         prog="python -m enrichment_job.views",
         description=__doc__,
@@ -43,9 +54,15 @@ def main(argv: list[str]) -> int:
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
     create = sub.add_parser("create", help="check a view, then add it to the catalog")
     create.add_argument("file", type=Path, metavar="FILE")
-    drop = sub.add_parser("drop", help="remove a view from the catalog")
-    drop.add_argument("name")
-    sub.add_parser("list", help="the views in the catalog")
+    replace = sub.add_parser("replace", help="check a new version of a view, then let it take over")
+    replace.add_argument("file", type=Path, metavar="FILE")
+    for command, text in (
+        ("drop", "remove a view from the catalog"),
+        ("show", "a view's SQL, state and freshness"),
+        ("follow", "a view's changes as they come"),
+    ):
+        sub.add_parser(command, help=text).add_argument("name")
+    sub.add_parser("list", help="the views in the catalog, with their state")
     args = parser.parse_args(argv)
     if args.command == "validate":
         return _validate(args.files)
@@ -56,28 +73,90 @@ def main(argv: list[str]) -> int:
     config, topic = settings.producer_config(), settings.catalog_topic
     try:
         if args.command == "list":
-            for entry in sorted(read_all(config, topic).values(), key=lambda e: e.name):
-                created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(entry.created_at_ms / 1000))
-                print(f"{entry.name}\tcreated {created}")
+            for listed in sorted(read_all(config, topic).values(), key=lambda e: e.name):
+                said = _said(settings, listed.name) or {}
+                state = said.get("state") if said.get("created_at_ms") == listed.created_at_ms else None
+                state = state or ("replacing" if listed.previous else "not started")
+                print(f"{listed.name}\t{state}\tcreated {_time(listed.created_at_ms)}")
             return 0
-        return (
-            _drop(args.name, config, topic) if args.command == "drop" else _create(args.file, config, topic)
-        )
-    except CatalogError as err:
+        if args.command in ("create", "replace"):
+            return _create(args.file, settings, replacing=args.command == "replace")
+        entry = read_all(config, topic).get(args.name)
+        if entry is None:
+            print(f"error: view {args.name} does not exist in the catalog {topic}", file=sys.stderr)
+            return 1
+        if args.command == "drop":
+            publish(config, topic, args.name, None)
+            print(f"dropped {args.name}: the views job stops keeping it and deletes its topic and checkpoint")
+            return 0
+        if args.command == "show":
+            _show(entry, _said(settings, entry.name))
+            return 0
+        return _follow(settings, entry)
+    except (CatalogError, KafkaException, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 
 
-def _drop(name: str, config: dict[str, str], topic: str) -> int:
-    if name not in read_all(config, topic):
-        print(f"error: view {name} does not exist in the catalog {topic}", file=sys.stderr)
-        return 1
-    publish(config, topic, name, None)
-    print(f"dropped {name}: the views job stops keeping it and deletes its topic and checkpoint")
-    return 0
+def _time(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
-def _create(path: Path, config: dict[str, str], topic: str) -> int:
+def _said(settings: ViewsSettings, name: str) -> dict[str, Any] | None:
+    """What the views job last said of the view (its marker in the commits topic)."""
+    return last_marker(settings.producer_config(), settings.commits_topic, marker_key(settings, name))
+
+
+def _show(entry: Entry, said: dict[str, Any] | None) -> None:
+    said = said or {}
+    current = said.get("created_at_ms") == entry.created_at_ms
+    print(f"view {entry.name}, created {_time(entry.created_at_ms)}")
+    if not current:
+        serves = " (its previous version serves)" if entry.previous else ""
+        print(f"state: not started by the views job yet{serves}")
+    else:
+        print(f"state: {said.get('state')}" + (f": {said['error']}" if said.get("error") else ""))
+        print(f"topic: {said.get('topic')}; key: {', '.join(said.get('key') or [])}")
+        if said.get("batch_id") is not None:
+            read_to, newest = said.get("enriched_to"), said.get("max_rating_time")
+            print(f"batch {said['batch_id']}, enriched topic read to {read_to}, newest rating {newest}")
+    print()
+    print(entry.sql.rstrip())
+
+
+def _follow(settings: ViewsSettings, entry: Entry) -> int:
+    """The view's changelog topic from its start, committed records, as JSON lines."""
+    said = _said(settings, entry.name) or {}
+    topic = str(said.get("topic") or entry.topic or settings.topic(entry.name))
+    consumer = Consumer(
+        {
+            **settings.producer_config(),
+            "group.id": f"views-follow-{entry.name}",  # offsets are never committed
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    print(f"following {entry.name} ({topic}); Ctrl-C stops", file=sys.stderr)
+    try:
+        while True:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+            key, value = msg.key(), msg.value()
+            row = "null" if value is None else value.decode(errors="replace")
+            print(f'{{"key":{(key or b"null").decode(errors="replace")},"row":{row}}}', flush=True)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        consumer.close()
+
+
+def _create(path: Path, settings: ViewsSettings, *, replacing: bool) -> int:  # noqa: PLR0911 (a refusal each)
+    config, topic = settings.producer_config(), settings.catalog_topic
     try:
         view = read(path)
     except ViewRefused as err:
@@ -86,8 +165,20 @@ def _create(path: Path, config: dict[str, str], topic: str) -> int:
     if view.name in BUILT_IN_NAMES:
         print(f"refused: {view.name}: a built-in view has that name", file=sys.stderr)
         return 1
-    if view.name in read_all(config, topic):
-        print(f"refused: {view.name}: the view exists; drop it first", file=sys.stderr)
+    current = read_all(config, topic).get(view.name)
+    if current is not None and not replacing:
+        print(f"refused: {view.name}: the view exists; replace it, or drop it first", file=sys.stderr)
+        return 1
+    if current is None and replacing:
+        print(f"refused: {view.name}: no such view to replace; create it", file=sys.stderr)
+        return 1
+    previous = _serving(settings, current) if current is not None else None
+    if current is not None and previous is None:
+        print(
+            f"refused: {view.name}: its version of {_time(current.created_at_ms)} is still backfilling to"
+            " replace the one before it; replace it once it is live (show says), or drop the view",
+            file=sys.stderr,
+        )
         return 1
     spark = _local_spark()
     try:
@@ -97,14 +188,34 @@ def _create(path: Path, config: dict[str, str], topic: str) -> int:
         return 1
     finally:
         spark.stop()
-    publish(
-        config, topic, view.name, Entry(view.name, path.read_text(encoding="utf-8"), int(time.time() * 1000))
-    )
-    print(
-        f"created {view.name}: key ({', '.join(compiled.key)}); the views job backfills it from the enriched"
-        " topic, then keeps it live"
-    )
+    now = int(time.time() * 1000)
+    entry = Entry(view.name, path.read_text(encoding="utf-8"), now)
+    if previous is not None:
+        entry = Entry(view.name, entry.sql, now, f"{settings.topic(view.name)}.{now}", previous)
+    publish(config, topic, view.name, entry)
+    if previous is None:
+        print(
+            f"created {view.name}: key ({', '.join(compiled.key)}); the views job backfills it from the"
+            " enriched topic, then keeps it live"
+        )
+    else:
+        print(
+            f"replacing {view.name}: key ({', '.join(compiled.key)}); the new version backfills into"
+            f" {entry.topic} while the current one serves, then takes over"
+        )
     return 0
+
+
+def _serving(settings: ViewsSettings, current: Entry) -> Entry | None:
+    """The version a replacement of `current`'s view replaces: `current`, unless it is itself a
+    replacement that has not taken over (None then: still backfilling; its previous version
+    when it was refused or failed)."""
+    said = _said(settings, current.name) or {}
+    if current.previous is None or said.get("created_at_ms") != current.created_at_ms:
+        return current if current.previous is None else current.previous
+    if said.get("state") in ("refused", "failed"):
+        return current.previous
+    return current if said.get("state") == "live" else None
 
 
 def _validate(files: list[Path]) -> int:

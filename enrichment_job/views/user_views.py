@@ -7,8 +7,13 @@ in Spark's RocksDB state, and writes each batch's changed rows to its compacted 
 (made through the admin API) with its marker, in one Kafka transaction, as the built-in views do
 (`app.ViewsSink`). A dropped view's query stops, and its checkpoint and topic are deleted; a
 marker tells the query service to forget its rows. A view the job cannot keep (it refuses what
-`definition.compile_view` refuses, or its query fails) is logged and marked refused; the other
-views go on.
+`definition.compile_view` refuses, or its query fails) is logged and marked refused or failed;
+the other views go on.
+
+A replacement (blue/green) is a new version of a view: a query, checkpoint and topic of its own,
+backfilling while the version it replaces goes on serving. Its markers say `backfilling`, then
+`live` once it has read the enriched topic to where it ended at its start; the query service
+then serves it, and the job stops the old version and deletes its checkpoint and topic.
 """
 
 import json
@@ -16,6 +21,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +43,7 @@ from enrichment_job.views.catalog import (
     Follower,
     delete_topic,
     ensure_topic,
+    marker_key,
 )
 from enrichment_job.views.definition import CompiledView, ViewRefused, compile_view, enriched_columns, parse
 from enrichment_job.views.settings import ViewsSettings
@@ -47,12 +54,6 @@ log = logging.getLogger("enrichment_job.views")
 MAX_RECORD_BYTES = 1_000_000
 _DEAD_LETTER_VALUE_BYTES = 65_536  # the start of a row too large to write, kept in its dead letter
 _WINDOW_MS = "__window_start_ms"  # a retention's extra column: the row's window start, in ms
-
-
-def marker_key(settings: ViewsSettings, name: str) -> str:
-    """The key of a SQL view's marker in the commits topic: the same for every creation of a name,
-    so that the compacted topic keeps the newest word on it (rows, or dropped)."""
-    return f"{settings.name}-sql:{name}"
 
 
 class SqlViewSink:
@@ -67,6 +68,7 @@ class SqlViewSink:
     ) -> None:
         self.sink = BatchSink(settings, query, run)
         self.settings, self.view, self.entry = settings, view, entry
+        self.topic = entry.topic or settings.topic(view.name)
         self.columns = column_types(view.rows)
         names = [c["name"] for c in self.columns]
         self.select = [
@@ -79,7 +81,7 @@ class SqlViewSink:
         self.windows: dict[int, set[bytes]] = defaultdict(set)
         if view.retention_ms is not None and view.window_start is not None:
             self.select.append(F.unix_millis(F.col(view.window_start)).alias(_WINDOW_MS))
-            self.windows.update(_windows_in_topic(settings, settings.topic(view.name), view.window_start))
+            self.windows.update(_windows_in_topic(settings, self.topic, view.window_start))
         previous = self.sink.out.marker if self.sink.out.committed(0) else None
         self.max_rating_time: int | None = previous.get("max_rating_time") if previous else None
         self.backfill_to = _ends_now(settings)
@@ -178,7 +180,7 @@ class SqlViewSink:
                 ]
             )
         return (
-            Records(self.settings.topic(self.view.name), good_k, good_v),
+            Records(self.topic, good_k, good_v),
             Records(self.settings.dlq_topic, bad_k, bad_v, bad_h),
         )
 
@@ -194,6 +196,7 @@ class SqlViewSink:
             "state": "live" if self.live else "backfilling",
             "sql": self.entry.sql,
             "created_at_ms": self.entry.created_at_ms,
+            "topic": self.topic,
             "batch_id": marker["batch_id"],
             "enriched_to": marker["enriched_to"],
             "max_rating_time": self.max_rating_time,
@@ -203,18 +206,33 @@ class SqlViewSink:
         return Records(self.settings.commits_topic, [key], [json.dumps(body).encode()])
 
 
+@dataclass
+class _Version:
+    """A running version of a view declared in SQL: its catalog entry, query, checkpoint folder
+    and sink."""
+
+    entry: Entry
+    query: StreamingQuery
+    folder: str
+    sink: SqlViewSink
+
+
 class SqlViews:
-    """The running SQL views of a views job, by name."""
+    """The running SQL views of a views job, by name, each with its running versions (by creation
+    time): one, or two while a replacement backfills beside the version it replaces (blue/green).
+    Once the newest has caught up (`live`), the others stop and their checkpoints and topics
+    are deleted (`healthy`, called every few seconds)."""
 
     def __init__(self, spark: SparkSession, settings: ViewsSettings, run: str) -> None:
         self.spark, self.settings, self.run = spark, settings, run
-        self.queries: dict[str, tuple[StreamingQuery, str, SqlViewSink]] = {}  # name -> query, folder, sink
+        self.versions: dict[str, dict[int, _Version]] = {}
         self._lock = threading.Lock()
         self.follower: Follower | None = None
 
     @classmethod
     def follow(cls, spark: SparkSession, settings: ViewsSettings, run: str) -> "SqlViews":
-        """The SQL views, created and dropped as the catalog (VIEWS_JOB_CATALOG_TOPIC) says."""
+        """The SQL views, created, replaced and dropped as the catalog (VIEWS_JOB_CATALOG_TOPIC)
+        says."""
         views = cls(spark, settings, run)
         views.follower = Follower(
             settings.producer_config(), settings.catalog_topic, views.create, views.drop
@@ -222,95 +240,153 @@ class SqlViews:
         views.follower.start()
         return views
 
-    def create(self, entry: Entry) -> None:
-        with self._lock:
-            try:
-                self._create(entry)
-            except ViewRefused as err:
-                log.error("view %s refused: %s", entry.name, err)
-                self._announce(entry.name, {"state": "refused", "error": str(err), "sql": entry.sql})
-            except CatalogError as err:
-                log.error("view %s cannot start: %s", entry.name, err)
-                self._announce(entry.name, {"state": "failed", "error": str(err), "sql": entry.sql})
+    def topic(self, entry: Entry) -> str:
+        return entry.topic or self.settings.topic(entry.name)
 
-    def _create(self, entry: Entry) -> None:
+    def create(self, entry: Entry) -> None:
+        """Starts `entry`'s version of its view. A new version of a running view (a replacement)
+        backfills while the running one serves. After a restart during a replacement, the
+        version it replaces goes on from its checkpoint until the new one has caught up; after a
+        restart past that point, what is left of it is deleted."""
+        with self._lock:
+            running = self.versions.setdefault(entry.name, {})
+            if entry.created_at_ms in running:
+                return
+            try:
+                version = self._start(entry)
+            except (ViewRefused, CatalogError) as err:
+                state = "refused" if isinstance(err, ViewRefused) else "failed"
+                log.error("view %s (version of %d) %s: %s", entry.name, entry.created_at_ms, state, err)
+                self._announce(entry, {"state": state, "error": str(err), "sql": entry.sql})
+                if not running and entry.previous is not None:
+                    self._resume(entry.previous)
+                return
+            running[entry.created_at_ms] = version
+            previous = entry.previous
+            if previous is None or previous.created_at_ms in running:
+                return
+            if version.sink.live:
+                self._remove(previous, None)  # replaced before a restart; its remnants go
+            else:
+                self._resume(previous)
+
+    def _resume(self, entry: Entry) -> None:
+        """`entry`'s version from its checkpoint, to serve meanwhile; nothing if it has none."""
+        if not self.settings.state.exists(f"{CHECKPOINTS}/{_folder(entry)}"):
+            return
+        try:
+            self.versions.setdefault(entry.name, {})[entry.created_at_ms] = self._start(entry)
+        except (ViewRefused, CatalogError) as err:
+            log.error("view %s: its version of %d cannot go on: %s", entry.name, entry.created_at_ms, err)
+
+    def _start(self, entry: Entry) -> _Version:
         if entry.name in BUILT_IN_NAMES:
             raise ViewRefused(f"{entry.name}: a built-in view has that name")
         view = parse(entry.name, entry.sql)
         readable = enriched_stream(self.spark, self.settings).where(F.col("dlq_reason").isNull())
         compiled = compile_view(self.spark, view, enriched_columns(readable))
-        topic = self.settings.topic(entry.name)
+        topic = self.topic(entry)
         if ensure_topic(self.settings.producer_config(), topic, 1):
             log.info("view %s: created its changelog topic %s", entry.name, topic)
-        folder = f"sql-{entry.name}-{entry.created_at_ms}"
+        folder = _folder(entry)
         sink = SqlViewSink(self.settings, folder, compiled, entry, self.run)
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", "background")
         query = (
-            compiled.rows.writeStream.queryName(f"sql-{entry.name}")
+            compiled.rows.writeStream.queryName(f"sql-{entry.name}-{entry.created_at_ms}")
             .outputMode("update")
             .foreachBatch(sink)
             .option("checkpointLocation", self.settings.state.child(CHECKPOINTS, folder))
             .trigger(processingTime=view.trigger or self.settings.trigger_interval)
             .start()
         )
-        self.queries[entry.name] = (query, folder, sink)
         reach = ", ".join(f"{p}: {o}" for p, o in sorted(sink.backfill_to.items()))
         log.info(
-            "view %s: key (%s); backfilling from the enriched topic's earliest offsets to its end now (%s)",
+            "view %s (version of %d): key (%s), topic %s; %s",
             entry.name,
+            entry.created_at_ms,
             ", ".join(compiled.key),
-            reach,
+            topic,
+            "live" if sink.live else f"backfilling from the enriched topic's start to its end now ({reach})",
         )
+        return _Version(entry, query, folder, sink)
 
     def drop(self, name: str) -> None:
         with self._lock:
-            running = self.queries.pop(name, None)
-            if running is not None:
-                query, folder, sink = running
-                query.stop()
-                sink.abort()
-                self.settings.state.remove(f"{CHECKPOINTS}/{folder}")
+            for version in self.versions.pop(name, {}).values():
+                self._remove(version.entry, version)
             try:
                 delete_topic(self.settings.producer_config(), self.settings.topic(name))
             except CatalogError as err:
                 log.error("view %s: %s", name, err)
-            self._announce(name, {"state": "dropped", "dropped": True})
-            log.info("view %s dropped: its query, checkpoint and topic are gone", name)
+            self._announce(Entry(name, "", 0), {"state": "dropped", "dropped": True})
+            log.info("view %s dropped: its queries, checkpoints and topics are gone", name)
+
+    def _remove(self, entry: Entry, version: _Version | None) -> None:
+        """Stops a version's query (when it runs), deletes its checkpoint and its topic."""
+        if version is not None:
+            version.query.stop()
+            version.sink.abort()
+        self.settings.state.remove(f"{CHECKPOINTS}/{_folder(entry)}")
+        try:
+            delete_topic(self.settings.producer_config(), self.topic(entry))
+        except CatalogError as err:
+            log.error("view %s: %s", entry.name, err)
 
     def healthy(self) -> bool:
         """Whether every running SQL view's query is active; a failed one is marked and forgotten
-        (the others, and the built-in views, go on)."""
+        (the others, and the built-in views, go on). A view's newest version that has caught up
+        takes over from the older ones: they stop, and their checkpoints and topics go."""
         with self._lock:
-            for name, (query, _folder, _sink) in list(self.queries.items()):
-                if query.isActive:
+            for name, running in self.versions.items():
+                for created, version in list(running.items()):
+                    if version.query.isActive:
+                        continue
+                    error = version.query.exception()
+                    log.error("view %s (version of %d): its query stopped: %s", name, created, error)
+                    self._announce(version.entry, {"state": "failed", "error": str(error)[:2000]})
+                    del running[created]
+                newest = max(running, default=None)
+                if newest is None or len(running) == 1 or not running[newest].sink.live:
                     continue
-                error = query.exception()
-                log.error("view %s: its query stopped: %s", name, error)
-                self._announce(name, {"state": "failed", "error": str(error)[:2000]})
-                del self.queries[name]
+                for created in [c for c in running if c != newest]:
+                    old = running.pop(created)
+                    self._remove(old.entry, old)
+                    log.info(
+                        "view %s: its version of %d has caught up and serves; the version of %d is gone",
+                        name,
+                        newest,
+                        created,
+                    )
         return True
 
     def stop(self) -> None:
         if self.follower is not None:
             self.follower.stop()
         with self._lock:
-            for query, _folder, _sink in self.queries.values():
-                query.stop()
+            for running in self.versions.values():
+                for version in running.values():
+                    version.query.stop()
 
-    def _announce(self, name: str, body: dict[str, Any]) -> None:
+    def _announce(self, entry: Entry, body: dict[str, Any]) -> None:
         """A marker for the query service that is not a batch's: refused, failed or dropped."""
-        value = {"view": name, **body, "written_at_ms": int(time.time() * 1000)}
+        value = {"view": entry.name, **body, "written_at_ms": int(time.time() * 1000)}
+        if entry.created_at_ms:
+            value |= {"created_at_ms": entry.created_at_ms, "topic": self.topic(entry)}
         producer = Producer({**self.settings.producer_config(), "enable.idempotence": True})
         producer.produce(
             self.settings.commits_topic,
-            key=marker_key(self.settings, name).encode(),
+            key=marker_key(self.settings, entry.name).encode(),
             value=json.dumps(value).encode(),
             partition=0,
         )
         if producer.flush(30):
-            log.error(
-                "view %s: the marker %s did not reach %s", name, body["state"], self.settings.commits_topic
-            )
+            state, topic = body["state"], self.settings.commits_topic
+            log.error("view %s: the marker %s did not reach %s", entry.name, state, topic)
+
+
+def _folder(entry: Entry) -> str:
+    """A version's checkpoint folder, under the state's checkpoints."""
+    return f"sql-{entry.name}-{entry.created_at_ms}"
 
 
 def _windows_in_topic(settings: ViewsSettings, topic: str, window_start: str) -> dict[int, set[bytes]]:

@@ -22,9 +22,9 @@ from starlette.types import ASGIApp
 
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
-from services.views.hub import Hub, RowFilter, Subscriber, change_data, sse
+from services.views.hub import REPLACED, Hub, RowFilter, Subscriber, change_data, sse
 from services.views.metrics import ViewsCollector
-from services.views.store import Change, Snapshot, Store, key_of
+from services.views.store import STAGED, Change, Snapshot, Store, key_of
 
 log = logging.getLogger("views")
 JSON = "application/json"
@@ -130,12 +130,14 @@ class Api:
 
     @property
     def names(self) -> list[str]:
-        """The views: the configured ones, then those declared in SQL that the store knows."""
-        declared = sorted(n for n in self.store.infos() if n not in self._topics)
+        """The views: the configured ones, then those declared in SQL that the store knows (a
+        new version still backfilling is not one: it shows with the view it replaces)."""
+        declared = sorted(n for n in self.store.infos() if n not in self._topics and STAGED not in n)
         return [*self.built_in, *declared]
 
     def topic(self, name: str) -> str:
-        return self._topics.get(name) or f"{self.settings.topic_prefix}{name}"
+        marker = (self.store.view_info(name) or {}).get("marker") or {}
+        return self._topics.get(name) or marker.get("topic") or f"{self.settings.topic_prefix}{name}"
 
     def app(self) -> ASGIApp:
         routes = [
@@ -180,6 +182,10 @@ class Api:
         info = self.store.view_info(name)
         if info is None:
             raise BadRequest(404, f"view {name!r} has no data yet")
+        if not info.get("columns"):
+            said = info.get("marker") or {}
+            state, error = said.get("state", "not started"), said.get("error", "")
+            raise BadRequest(409, f"view {name!r} is {state}: {error}")
         return info
 
     def _key(self, info: dict[str, Any], parts: list[str], name: str) -> str:
@@ -215,29 +221,39 @@ class Api:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def catalog(self, _: Request) -> Response:
+        infos = self.store.infos()
         views = []
         for name in self.names:
-            info = self.store.view_info(name) or {}
-            marker = info.get("marker") or {}
-            views.append(
-                {
-                    "name": name,
-                    "topic": self.topic(name),
-                    "state": marker.get("state") or ("live" if marker else "loading"),
-                    "sql": marker.get("sql"),
-                    "key": info.get("key"),
-                    "columns": info.get("columns"),
-                    "rows": self.store.count(name),
-                    "freshness": {
-                        "enriched_to": marker.get("enriched_to"),
-                        "max_rating_time": marker.get("max_rating_time"),
-                        "batch_id": marker.get("batch_id"),
-                        "written_at_ms": marker.get("written_at_ms"),
-                        "applied_at_ms": info.get("applied_at_ms") if marker else None,
-                    },
-                }
-            )
+            info = infos.get(name) or {}
+            described = self._described(name, info)
+            staged = [v for v in infos if v.startswith(f"{name}{STAGED}")]
+            if staged:  # a new version: backfilling, or refused or failed
+                newest = max(staged, key=lambda v: int(v.rsplit(STAGED, 1)[1]))
+                described["replacing"] = self._described(name, infos[newest])
+            views.append(described)
         return JSONResponse({"views": views})
+
+    def _described(self, name: str, info: dict[str, Any]) -> dict[str, Any]:
+        marker = info.get("marker") or {}
+        served = STAGED not in name and bool(info.get("columns"))
+        return {
+            "name": name,
+            "topic": marker.get("topic") or self.topic(name),
+            "state": marker.get("state") or ("live" if marker else "loading"),
+            "error": marker.get("error"),
+            "sql": marker.get("sql"),
+            "created_at_ms": marker.get("created_at_ms"),
+            "key": info.get("key"),
+            "columns": info.get("columns"),
+            "rows": self.store.count(name) if served else None,
+            "freshness": {
+                "enriched_to": marker.get("enriched_to"),
+                "max_rating_time": marker.get("max_rating_time"),
+                "batch_id": marker.get("batch_id"),
+                "written_at_ms": marker.get("written_at_ms"),
+                "applied_at_ms": info.get("applied_at_ms") if marker else None,
+            },
+        }
 
     async def row(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -317,40 +333,64 @@ class Api:
         self, sub: Subscriber, snapshot: list[tuple[str, str]], key_columns: tuple[str, ...]
     ) -> AsyncIterator[str]:
         try:
-            for start in range(0, len(snapshot), _EVENTS_PER_WRITE):
-                page = snapshot[start : start + _EVENTS_PER_WRITE]
-                yield "".join(
-                    sse("snapshot", change_data(Change(sub.view, k, key_columns, v))) for k, v in page
-                )
-                await asyncio.sleep(0)  # the pull queries that came meanwhile
-            snapshot.clear()  # sent: not held for as long as the client stays
-            yield sse("live", "{}")
-            seq = 0
-            while not sub.overflowed:
-                try:
-                    data = await asyncio.wait_for(sub.queue.get(), self.settings.heartbeat_s)
-                except TimeoutError:
-                    yield ": keep-alive\n\n"
-                    continue
-                # The changes waiting go out together (a send a change cost too much), a page a write.
-                if sub.overflowed:
+            while True:
+                async for text in self._session(sub, snapshot, key_columns):
+                    yield text
+                if not sub.replaced:
                     break
-                events = []
-                while True:
-                    passing = data if sub.rows is None else sub.rows.passing(data)
-                    if passing is not None:
-                        seq += 1
-                        events.append(sse("change", passing, seq))
-                    if len(events) == _EVENTS_PER_WRITE or sub.queue.empty():
-                        break
-                    data = sub.queue.get_nowait()
-                if not events:
-                    continue
-                yield "".join(events)
-                await asyncio.sleep(0)
-            yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))
+                # The view's new version took over: its snapshot, then its changes, on this stream.
+                try:
+                    info = self._view(sub.view)
+                except BadRequest as err:
+                    yield sse("error", json.dumps({"error": str(err)}))
+                    break
+                self.hub.remove(sub)
+                key_columns = tuple(info["key"])
+                rows = RowFilter(sub.rows.filters, key_columns) if sub.rows is not None else None
+                sub = Subscriber(sub.view, sub.key, asyncio.Queue(self.settings.subscriber_queue), rows=rows)
+                self.hub.add(sub)
+                yield sse("replaced", json.dumps({"view": sub.view, "key": list(key_columns)}))
+                taken = self.store.snapshot(sub.view, sub.key)
+                sub.after = taken.seq
+                snapshot = await _read(taken, rows)
         finally:
             self.hub.remove(sub)
+
+    async def _session(
+        self, sub: Subscriber, snapshot: list[tuple[str, str]], key_columns: tuple[str, ...]
+    ) -> AsyncIterator[str]:
+        """The snapshot, then the changes, until the subscriber overflows or its view is replaced."""
+        for start in range(0, len(snapshot), _EVENTS_PER_WRITE):
+            page = snapshot[start : start + _EVENTS_PER_WRITE]
+            yield "".join(sse("snapshot", change_data(Change(sub.view, k, key_columns, v))) for k, v in page)
+            await asyncio.sleep(0)  # the pull queries that came meanwhile
+        snapshot.clear()  # sent: not held for as long as the client stays
+        yield sse("live", "{}")
+        seq = 0
+        while not sub.overflowed:
+            try:
+                data = await asyncio.wait_for(sub.queue.get(), self.settings.heartbeat_s)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            # The changes waiting go out together (a send a change cost too much), a page a write.
+            if sub.overflowed:
+                break
+            events = []
+            while data != REPLACED:
+                passing = data if sub.rows is None else sub.rows.passing(data)
+                if passing is not None:
+                    seq += 1
+                    events.append(sse("change", passing, seq))
+                if len(events) == _EVENTS_PER_WRITE or sub.queue.empty():
+                    break
+                data = sub.queue.get_nowait()
+            if events:
+                yield "".join(events)
+                await asyncio.sleep(0)
+            if data == REPLACED:
+                return
+        yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))
 
 
 async def _read(snapshot: Snapshot, rows_filter: RowFilter | None = None) -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from services.core.logs import configure_or_exit
 from services.views.config import ViewsApiSettings
-from services.views.hub import Hub, events_of
-from services.views.store import Change, Store, key_of
+from services.views.hub import REPLACED, Event, Hub, events_of
+from services.views.store import STAGED, Change, Store, key_of
 
 log = logging.getLogger("views")
 _CONTEXT = multiprocessing.get_context("spawn")  # the server's process has threads by then
@@ -63,6 +64,8 @@ class Changelog:
     ) -> None:
         self.settings, self.store, self.send, self.subscribers = settings, store, send, subscribers
         self.views = {topic: settings.view_name(topic) for topic in settings.changelog_topics}
+        self._configured = set(settings.changelog_topics)
+        self.versions = dict.fromkeys(self.views.values(), 0)  # view -> the version served
         self.caught_up = False
         self.records = 0
         self._pending: set[tuple[str, int]] = set()
@@ -95,7 +98,7 @@ class Changelog:
             if meta.error is not None:
                 raise KafkaException(meta.error)
             if topic in declared:
-                self.views[topic] = topic.removeprefix(self.settings.topic_prefix)
+                self._declared(topic)
             for part in meta.partitions:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=30)
                 start = stored.get((topic, part))
@@ -124,10 +127,7 @@ class Changelog:
         consumer.assign(assignment)
 
     def _step(self, consumer: Consumer, messages: list[Message]) -> None:
-        changes: list[Change] = []
-        markers: dict[str, dict[str, Any]] = {}
-        dropped: dict[str, str] = {}  # view -> its topic
-        offsets: dict[tuple[str, int], int] = {}
+        batch = _Batch()
         read = 0  # records, not the end-of-partition events that come with them
         for msg in messages:
             error = msg.error()
@@ -136,72 +136,150 @@ class Changelog:
                 if error.code() == KafkaError._PARTITION_EOF:
                     self._pending.discard((topic, part))
                     continue
+                if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART and topic not in self._configured:
+                    # A declared view's topic deleted (dropped, or a version replaced) before its
+                    # marker came: the marker follows.
+                    log.info("%s: deleted; its view's marker follows", topic)
+                    continue
                 raise KafkaException(error)
-            offsets[(topic, part)] = int(msg.offset() or 0) + 1
+            if topic not in self.views and topic != self.settings.commits_topic:
+                continue  # a topic let go in this batch (a view dropped or replaced)
+            batch.offsets[(topic, part)] = int(msg.offset() or 0) + 1
             read += 1
             if topic == self.settings.commits_topic:
                 marker = _json(msg.value())
                 if isinstance(marker, dict) and marker.get("view"):
-                    self._marker(consumer, marker, markers, dropped)
+                    self._marker(consumer, marker, batch)
+                    if batch.promoted:  # the rows after a version's takeover go in after it
+                        self._apply(batch, read)
+                        batch, read = _Batch(), 0
                 continue
             change = self._change(topic, msg)
             if change is not None:
-                changes.append(change)
-        for topic in dropped.values():
-            offsets = {tp: o for tp, o in offsets.items() if tp[0] != topic}
-        if offsets:
-            applied = self.store.apply(changes, markers, offsets, dropped)
-            self.records += read
-            infos = self.store.infos()
-            fresh_infos = None if infos is self._infos_sent else infos
-            self._infos_sent = infos
-            # Read after the commit: a subscriber that came before it gets these changes.
-            events = events_of(applied) if applied and self.subscribers() > 0 else []
-            # In pages: the server's event loop takes a message in one go, and pull queries wait
-            # meanwhile (2,000 changes held it about 2 ms on an idle core).
-            for start in range(0, max(len(events), 1), EVENTS_PER_MESSAGE):
-                page = events[start : start + EVENTS_PER_MESSAGE] or None
-                self.send(("batch", self.store.seq, self.records, fresh_infos if start == 0 else None, page))
+                batch.changes.append(change)
+        self._apply(batch, read)
         if not self._pending and not self.caught_up:
             log.info("caught up with the changelog topics (%d records applied)", self.records)
             self.caught_up = True
             self.send(("caught_up", self.records))
 
-    def _marker(
-        self,
-        consumer: Consumer,
-        marker: dict[str, Any],
-        markers: dict[str, dict[str, Any]],
-        dropped: dict[str, str],
-    ) -> None:
-        """A view's marker: its key, columns and freshness (the first of a view declared in SQL
-        starts the reading of its topic), or that it was dropped (its topic is no longer read,
-        and the store forgets its rows)."""
-        name = str(marker["view"])
-        topic = next((t for t, v in self.views.items() if v == name), f"{self.settings.topic_prefix}{name}")
-        if marker.get("dropped"):
-            markers.pop(name, None)
-            if topic in self.settings.changelog_topics:
-                return  # a configured view is never dropped
-            dropped[name] = topic
-            if self.views.pop(topic, None) is not None:
-                consumer.incremental_unassign([tp for tp in consumer.assignment() if tp.topic == topic])
-                log.info("view %s dropped: %s is no longer read, its rows are forgotten", name, topic)
+    def _apply(self, batch: "_Batch", read: int) -> None:
+        offsets = batch.offsets
+        for topic in [*batch.dropped.values(), *batch.let_go]:
+            offsets = {tp: o for tp, o in offsets.items() if tp[0] != topic}
+        if not offsets and not batch.promoted:
             return
-        if "columns" not in marker:
-            return  # refused or failed: the views job's log says why
-        if topic not in self.views:
+        applied = self.store.apply(batch.changes, batch.markers, offsets, batch.dropped, batch.promoted)
+        self.records += read
+        infos = self.store.infos()
+        fresh_infos = None if infos is self._infos_sent else infos
+        self._infos_sent = infos
+        # Read after the commit: a subscriber that came before it gets these changes.
+        events: list[Event] = []
+        if self.subscribers() > 0:
+            events = events_of(applied) + [(view, "", REPLACED) for view, _ in batch.promoted.values()]
+        # In pages: the server's event loop takes a message in one go, and pull queries wait
+        # meanwhile (2,000 changes held it about 2 ms on an idle core).
+        for start in range(0, max(len(events), 1), EVENTS_PER_MESSAGE):
+            page = events[start : start + EVENTS_PER_MESSAGE] or None
+            self.send(("batch", self.store.seq, self.records, fresh_infos if start == 0 else None, page))
+
+    def _marker(self, consumer: Consumer, marker: dict[str, Any], batch: "_Batch") -> None:
+        """A view's marker: its key, columns and freshness (the first of a view declared in SQL
+        starts the reading of its topic), that it was refused or failed, or dropped (its topic is
+        no longer read, and the store forgets its rows). A marker of a newer version of a served
+        view (a replacement) starts the reading of that version's topic into a staged view of its
+        own; once it says `live`, the staged rows take the view's place."""
+        name = str(marker["view"])
+        if marker.get("dropped"):
+            self._drop(consumer, name, batch)
+            return
+        version = int(marker.get("created_at_ms") or 0)
+        served = self.versions.get(name)
+        if served is not None and version < served:
+            return  # an older version's word, after the newer took over
+        own = name if served is None or version == served else f"{name}{STAGED}{version}"
+        if "columns" not in marker:  # refused or failed: kept with what the view has
+            known = batch.markers.get(own) or (self.store.view_info(own) or {}).get("marker") or {}
+            said = {"key": [], "columns": [], **known, **marker}
+            batch.markers[own] = said
+            if own == name:
+                self.versions[name] = version
+            return
+        topic = str(marker.get("topic") or f"{self.settings.topic_prefix}{name}")
+        if self.views.get(topic) is None:
             meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
             if meta is None or meta.error is not None:
-                # Its topic is gone: a marker from before a drop, read again before compaction
-                # left only the drop's (which follows). Nothing of the view is kept.
+                # Its topic is gone: a marker from before a drop or a takeover, read again before
+                # compaction left only the newer word (which follows). Nothing of it is kept.
                 log.info("view %s: its topic %s does not exist (dropped since); marker skipped", name, topic)
                 return
             consumer.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
-            self.views[topic] = name
-            log.info("view %s declared: reading %s from its start", name, topic)
-        markers[name] = marker
-        dropped.pop(name, None)
+            self.views[topic] = own
+            self.versions.setdefault(name, version)
+            which = "" if own == name else f" (its version of {version})"
+            log.info("view %s%s: reading %s from its start", name, which, topic)
+        batch.markers[own] = marker
+        batch.dropped.pop(own, None)
+        if own != name and marker.get("state") == "live":
+            self._take_over(consumer, own, topic, batch)
+
+    def _take_over(self, consumer: Consumer, staged: str, topic: str, batch: "_Batch") -> None:
+        """The staged version (`<view>@<version>`) has caught up: it is the view from now on; the
+        old version's topic is let go."""
+        name, version = staged.rsplit(STAGED, 1)[0], int(staged.rsplit(STAGED, 1)[1])
+        old = [t for t, v in self.views.items() if v == name]
+        if old:
+            consumer.incremental_unassign([tp for tp in consumer.assignment() if tp.topic in old])
+        for t in old:
+            del self.views[t]
+        batch.let_go.extend(old)
+        self.views[topic] = name
+        self.versions[name] = version
+        batch.markers[name] = batch.markers.pop(staged)
+        batch.promoted[staged] = (name, old[0] if old else None)
+        for other, other_topic in self._staged_of(name).items():  # versions refused or failed before
+            if other != staged:
+                batch.markers.pop(other, None)
+                batch.dropped[other] = other_topic
+        log.info("view %s: its new version (%s) has caught up and serves from now on", name, topic)
+
+    def _drop(self, consumer: Consumer, name: str, batch: "_Batch") -> None:
+        batch.markers.pop(name, None)
+        gone = {t: v for t, v in self.views.items() if v == name or v.startswith(f"{name}{STAGED}")}
+        if any(t in self._configured for t in gone):
+            return  # a configured view is never dropped
+        batch.dropped[name] = f"{self.settings.topic_prefix}{name}"
+        for staged, topic in self._staged_of(name).items():
+            batch.markers.pop(staged, None)
+            batch.dropped[staged] = topic
+        for topic, view in gone.items():
+            batch.markers.pop(view, None)
+            batch.dropped[view] = topic
+            del self.views[topic]
+        self.versions.pop(name, None)
+        if gone:
+            consumer.incremental_unassign([tp for tp in consumer.assignment() if tp.topic in gone])
+            log.info("view %s dropped: %s no longer read, its rows are forgotten", name, ", ".join(gone))
+
+    def _staged_of(self, name: str) -> dict[str, str]:
+        """The view's new versions the store or this batch knows, with their topics ("" for none)."""
+        prefix = f"{name}{STAGED}"
+        staged = dict.fromkeys((v for v in self.store.infos() if v.startswith(prefix)), "")
+        staged |= {v: t for t, v in self.views.items() if v.startswith(prefix)}
+        return staged
+
+    def _declared(self, topic: str) -> None:
+        """A declared view's topic that the local copy reads: its view (or staged version) and
+        version, as its last marker says."""
+        for view, info in self.store.infos().items():
+            marker = info.get("marker") or {}
+            if marker.get("topic") == topic:
+                self.views[topic] = view
+                if STAGED not in view:
+                    self.versions[view] = int(marker.get("created_at_ms") or 0)
+                return
+        self.views[topic] = topic.removeprefix(self.settings.topic_prefix)
 
     def _change(self, topic: str, msg: Message) -> Change | None:
         raw, value = msg.key(), msg.value()
@@ -227,6 +305,18 @@ class Changelog:
 # The key of a view keyed by one integer column, as Spark's to_json writes it: {"user_id":12345}.
 # Parsing it and encoding the store's key took 10.5 us a change here, this 1.4 us.
 _ONE_INT_KEY = re.compile(rb'\{"([A-Za-z_][A-Za-z0-9_]*)":(-?(?:0|[1-9][0-9]*))\}')
+
+
+@dataclass
+class _Batch:
+    """What a step applies to the store in one transaction."""
+
+    changes: list[Change] = field(default_factory=list)
+    markers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)  # view -> its topic
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    promoted: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # see Store.apply
+    let_go: list[str] = field(default_factory=list)  # topics no longer read (a version replaced)
 
 
 def _json(raw: bytes | None) -> Any:

@@ -26,6 +26,7 @@ from services.views.store import Change
 # SSE event's data (`change_data`), made in the changelog process.
 Event = tuple[str, str, str]
 OVERFLOWED = ""  # what an overflowed subscriber's queue holds: its stream ends
+REPLACED = "replaced"  # an event's data: the view's new version took over (key "": every subscriber)
 
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
@@ -77,10 +78,11 @@ class Subscriber:
     after: int = 0  # the last batch in the subscriber's snapshot
     overflowed: bool = False
     rows: RowFilter | None = None  # filters on the rows (all rows without)
+    replaced: bool = False  # the view's new version took over: what follows is its snapshot
 
     def put(self, events: list[Event]) -> None:
         for _, _, data in events:
-            if self.overflowed:
+            if self.overflowed or self.replaced:
                 return
             try:
                 self.queue.put_nowait(data)
@@ -91,6 +93,8 @@ class Subscriber:
                 while not self.queue.empty():
                     self.queue.get_nowait()
                 self.queue.put_nowait(OVERFLOWED)
+                return
+            self.replaced = data == REPLACED
 
 
 @dataclass
@@ -121,7 +125,7 @@ class Hub:
             for sub in subs:
                 if seq <= sub.after:
                     continue
-                picked = of_view if sub.key is None else [e for e in of_view if e[1] == sub.key]
+                picked = of_view if sub.key is None else [e for e in of_view if e[1] in (sub.key, "")]
                 if picked:
                     sub.put(picked)
 

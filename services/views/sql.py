@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from services.core.errors import ServiceError
-from services.views.store import column_sql, view_literal
+from services.views.store import column_sql, served, view_literal
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
 PG_TYPES = {
@@ -108,9 +108,10 @@ class SqlReader:
 
     def tables(self) -> dict[str, tuple[Column, ...]]:
         """Each view's columns, as a PostgreSQL client sees them."""
+        infos = self.infos()
         return {
-            view: tuple(pg_column(c["name"], c.get("type", "string")) for c in info.get("columns") or [])
-            for view, info in sorted(self.infos().items())
+            view: tuple(pg_column(c["name"], c.get("type", "string")) for c in infos[view]["columns"])
+            for view in sorted(served(infos))
         }
 
     def _connection(self) -> sqlite3.Connection:
@@ -124,9 +125,9 @@ class SqlReader:
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, _MAX_SQL_BYTES)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        for view, info in infos.items():
-            conn.execute(_view_sql(view, info.get("columns") or []))
-        views = set(infos)
+        views = set(served(infos))
+        for view in views:
+            conn.execute(_view_sql(view, infos[view]["columns"]))
         conn.set_authorizer(lambda action, arg1, arg2, db, inner: _authorize(views, action, arg1, arg2, db))
         self._local.conn, self._local.infos = conn, infos
         return conn

@@ -47,6 +47,15 @@ _CASTS = {"int": "INTEGER", "long": "INTEGER", "double": "REAL"}
 _OPERATORS = ("=", ">=", ">", "<=", "<")
 
 
+STAGED = "@"  # a view's new version backfilling beside it is stored as <view>@<created_at_ms>
+
+
+def served(infos: dict[str, dict[str, Any]]) -> list[str]:
+    """The views that answer queries: not a new version still backfilling, nor a view refused
+    before it had columns."""
+    return [v for v, info in infos.items() if STAGED not in v and info.get("columns")]
+
+
 def column_sql(name: str, kind: str) -> str:
     """A view's column as an SQL expression over a stored row, typed. The SQL side's tables
     (`sql`) and the key indexes below use this one text: SQLite uses an index on an expression
@@ -126,10 +135,14 @@ class Store:
         markers: dict[str, dict[str, Any]],
         offsets: dict[tuple[str, int], int],
         dropped: dict[str, str] | None = None,
+        promoted: dict[str, tuple[str, str | None]] | None = None,
     ) -> list[Change]:
         """Writes the changes, the markers and the offsets in one transaction, and forgets the
         `dropped` views (view -> its topic: rows, description and offsets); returns the changes
         that changed a row (a value equal to the stored one is no change), in order.
+        `promoted`: a view's new version (staged under a name of its own while it backfilled)
+        that takes over: staged name -> (view, the topic of the version it replaces); the view's
+        rows become the new version's in the same transaction.
 
         The stored values of the batch's keys are read in a few `IN` queries and the rows written
         with one `executemany` per kind: two or three statements a change cost 76 us a change
@@ -162,7 +175,8 @@ class Store:
             for view, change in learned.items():
                 info[view] = self._learn(change, now_ms)
             for view, marker in markers.items():
-                self._index(view, list(marker["key"]), marker["columns"])
+                if marker["key"]:  # none: a view refused before it had rows
+                    self._index(view, list(marker["key"]), marker["columns"])
                 info[view] = {
                     "key": list(marker["key"]),
                     "columns": marker["columns"],
@@ -188,6 +202,14 @@ class Store:
                 w.execute("DELETE FROM offsets WHERE topic = ?", (topic,))
                 info.pop(view, None)
                 applied = [c for c in applied if c.view != view]
+            for staged, (view, old_topic) in (promoted or {}).items():
+                w.execute("DELETE FROM rows WHERE view = ?", (view,))
+                w.execute("UPDATE rows SET view = ? WHERE view = ?", (view, staged))
+                w.execute("DELETE FROM views WHERE view = ?", (staged,))
+                if old_topic is not None:
+                    w.execute("DELETE FROM offsets WHERE topic = ?", (old_topic,))
+                info.pop(staged, None)
+                applied = [c for c in applied if c.view != staged]
             w.executemany(
                 "INSERT INTO offsets (topic, part, next) VALUES (?, ?, ?)"
                 " ON CONFLICT (topic, part) DO UPDATE SET next = excluded.next",
@@ -199,7 +221,7 @@ class Store:
                 (self.seq + 1,),
             )
         self.seq += 1
-        if learned or markers or dropped:
+        if learned or markers or dropped or promoted:
             self._info = info  # readers see the views' new description once it is committed
         return applied
 

@@ -39,7 +39,7 @@ async function loadCatalog() {
     row.dataset.view = view.name;
     if (view.name === chosen) row.classList.add("chosen");
     cell(row, view.name);
-    cell(row, view.state);
+    cell(row, view.replacing ? `${view.state}; new version ${view.replacing.state}` : view.state);
     cell(row, view.rows);
     cell(row, (view.key || []).join(", "));
     cell(row, ago(view.freshness && view.freshness.max_rating_time));
@@ -59,8 +59,9 @@ function describe(view) {
   sql.hidden = !view.sql;
   sql.textContent = view.sql || "";
   const error = document.getElementById("view-error");
-  error.hidden = !view.error;
-  error.textContent = view.error || "";
+  const problem = view.error || (view.replacing && view.replacing.error);
+  error.hidden = !problem;
+  error.textContent = view.error ? view.error : problem ? `its new version: ${problem}` : "";
 }
 
 function choose(view) {
@@ -118,6 +119,13 @@ function follow(view) {
   source.addEventListener("change", (event) => show(event, true));
   source.addEventListener("live", () => {
     document.getElementById("status").textContent = `${view.name}: live`;
+  });
+  // A new version took over; its columns may differ: follow it from its own description.
+  source.addEventListener("replaced", async () => {
+    source.close();
+    const answer = await fetch("/views");
+    const now = (await answer.json()).views.find((v) => v.name === view.name);
+    if (now && chosen === view.name) choose(now);
   });
 }
 

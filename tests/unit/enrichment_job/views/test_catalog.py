@@ -9,6 +9,11 @@ from enrichment_job.views.catalog import Entry, Follower
 def test_an_entry_round_trips_and_an_unreadable_one_is_none() -> None:
     entry = Entry("by_channel", "SELECT 1", 1_796_000_000_000)
     assert Entry.decode("by_channel", entry.encode()) == entry
+    older = Entry("by_channel", "SELECT 0", 1_795_000_000_000, previous=Entry("by_channel", "S", 1))
+    replacing = Entry("by_channel", "SELECT 2", 1_797_000_000_000, "view.by_channel.1797000000000", older)
+    back = Entry.decode("by_channel", replacing.encode())
+    assert back is not None and back.topic == replacing.topic
+    assert back.previous == Entry("by_channel", "SELECT 0", 1_795_000_000_000)  # one version back only
     assert Entry.decode("x", b"not json") is None
     assert Entry.decode("x", b'{"sql": "SELECT 1"}') is None
 
@@ -28,10 +33,10 @@ def test_the_follower_creates_drops_and_changes_views_as_the_records_say_and_ret
     v1, v2 = Entry("a", "SELECT 1", 1), Entry("a", "SELECT 2", 2)
     follower._take(b"a", v1.encode())
     follower._take(b"a", v1.encode())  # read again after a restart: nothing to do
-    follower._take(b"a", v2.encode())  # changed: dropped, then created
+    follower._take(b"a", v2.encode())  # a new version: created (the job replaces the old one)
     follower._take(b"a", None)
     follower._take(b"a", None)  # a tombstone of a view it does not have
-    assert done == ["create a 1", "drop a", "create a 2", "drop a"]
+    assert done == ["create a 1", "create a 2", "drop a"]
     with pytest.raises(RuntimeError):
         follower._take(b"broken", Entry("broken", "SELECT 1", 3).encode())
     assert "broken" not in follower.views  # the next reading tries again

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 
+from enrichment_job.views.catalog import marker_key
 from enrichment_job.views.settings import ViewsSettings
-from enrichment_job.views.user_views import MAX_RECORD_BYTES, SqlViewSink, marker_key
+from enrichment_job.views.user_views import MAX_RECORD_BYTES, SqlViewSink
 
 HOUR = 3_600_000
 
@@ -17,6 +18,7 @@ def _sink() -> SqlViewSink:
     sink = object.__new__(SqlViewSink)
     sink.settings = ViewsSettings(max_key_bytes=64, topic_prefix="view.", dlq_topic="views-dlq")
     sink.view = SimpleNamespace(name="by_channel")  # type: ignore[assignment]
+    sink.topic = "view.by_channel"
     return sink
 
 

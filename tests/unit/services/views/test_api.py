@@ -12,7 +12,7 @@ import pytest
 
 from services.views.api import Api, BadRequest, _cursor, _encode_cursor, _filters
 from services.views.config import ViewsApiSettings
-from services.views.hub import Hub
+from services.views.hub import REPLACED, Hub
 from services.views.store import Change, Store, key_of
 
 ROWS = 12_000
@@ -103,3 +103,65 @@ def test_scan_parameters_become_typed_filters_and_a_cursor_round_trips() -> None
     for bad in ("not-a-cursor", _encode_cursor([42])):
         with pytest.raises(BadRequest, match="is not a cursor of view 'v'"):
             _cursor(bad, info, "v")
+
+
+def test_a_subscriber_gets_the_new_versions_snapshot_on_its_stream_when_a_replacement_takes_over(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    marker = {**MARKER, "view": "by_user", "created_at_ms": 1}
+    store.apply(
+        [Change("by_user", key_of([1]), ("user_id",), '{"user_id":1,"v":1}')],
+        {"by_user": marker},
+        {("t", 0): 1},
+    )
+    hub = Hub()
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    app = Api(ViewsApiSettings(), store, hub, changelog).app()  # type: ignore[arg-type]
+    sent: list[bytes] = []
+
+    async def main() -> None:
+        gone = asyncio.Event()
+
+        async def wait_for_disconnect() -> dict[str, Any]:
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def to_subscriber(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                sent.append(message["body"])
+
+        stream = asyncio.create_task(
+            app(_scope("/views/by_user/changes"), wait_for_disconnect, to_subscriber)
+        )
+        while not sent or b"event: live" not in sent[-1]:
+            await asyncio.sleep(0.01)
+        staged = [Change("by_user@2", key_of([i]), ("user_id",), f'{{"user_id":{i},"v":2}}') for i in (1, 2)]
+        new = {**marker, "created_at_ms": 2, "topic": "view.by_user.2"}
+        store.apply(staged, {"by_user@2": new}, {("u", 0): 2})
+        store.apply([], {"by_user": new}, {("u", 0): 2}, promoted={"by_user@2": ("by_user", "t")})
+        hub.publish(store.seq, [("by_user", "", REPLACED)])
+        while b"event: live" not in b"".join(sent).partition(b"event: replaced")[2]:
+            await asyncio.sleep(0.01)
+        gone.set()
+        stream.cancel()
+
+    asyncio.run(main())
+    before, after = b"".join(sent).split(b"event: replaced\n", 1)
+    assert before.count(b"event: snapshot\n") == 1 and b'"v":1' in before
+    assert after.count(b"event: snapshot\n") == 2 and b'"v":1' not in after
+    assert store.offsets() == {("u", 0): 2}  # the old version's topic is no longer read
+
+
+def test_a_view_refused_before_it_had_rows_is_listed_with_its_reason_and_not_queried(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    refused = {"view": "unkeyed", "state": "refused", "error": "GROUP BY user_id is not selected"}
+    store.apply([], {"unkeyed": {"key": [], "columns": [], **refused}}, {("views-commits", 0): 1})
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    api = Api(ViewsApiSettings(), store, Hub(), changelog)  # type: ignore[arg-type]
+    listed = asyncio.run(api.catalog(None))  # type: ignore[arg-type]
+    described = {v["name"]: v for v in json.loads(bytes(listed.body))["views"]}["unkeyed"]
+    assert (described["state"], described["error"], described["rows"]) == ("refused", refused["error"], None)
+    with pytest.raises(BadRequest) as refusal:
+        api._view("unkeyed")
+    assert refusal.value.status == 409 and "GROUP BY user_id is not selected" in str(refusal.value)

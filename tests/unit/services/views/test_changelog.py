@@ -11,7 +11,8 @@ import pytest
 
 from services.views.changelog import BATCH, EVENTS_PER_MESSAGE, Changelog, _Frames, fetched
 from services.views.config import ViewsApiSettings
-from services.views.store import Store, key_of
+from services.views.hub import REPLACED
+from services.views.store import Store, key_of, served
 
 TOPIC = "view.customer_ratings"
 
@@ -162,8 +163,12 @@ class _Marker(_Record):
 
 
 class _Row(_Record):
+    def __init__(self, offset: int, user: int, topic: str = "view.by_channel") -> None:
+        super().__init__(offset, user)
+        self._topic = topic
+
     def topic(self) -> str:
-        return "view.by_channel"
+        return self._topic
 
     def key(self) -> bytes:
         return b'{"channel":"web"}'
@@ -219,7 +224,8 @@ def test_a_view_declared_in_sql_is_read_from_its_first_marker_on_and_forgotten_w
     assert json.loads(store.get("by_channel", key_of(["web"])) or "{}") == {"channel": "web", "ratings": 3}
     refused = {"view": "unkeyed", "state": "refused", "error": "GROUP BY user_id is not selected"}
     changelog._step(consumer, [_Marker(1, refused)])  # type: ignore[arg-type]
-    assert "unkeyed" not in store.infos() and len(consumer.assigned) == 2
+    assert store.infos()["unkeyed"]["marker"]["error"] == refused["error"]  # shown, with Spark's message
+    assert served(store.infos()) == ["by_channel"] and len(consumer.assigned) == 2  # not queried, no topic
     changelog._step(consumer, [_Marker(2, {"view": "by_channel", "state": "dropped", "dropped": True})])  # type: ignore[arg-type]
     assert consumer.assigned == [] and store.count("by_channel") == 0 and "by_channel" not in store.infos()
     assert ("view.by_channel", 0) not in store.offsets()
@@ -229,3 +235,38 @@ def test_a_view_declared_in_sql_is_read_from_its_first_marker_on_and_forgotten_w
     dropped_built_in = {"view": "customer_ratings", "dropped": True}
     changelog._step(consumer, [_Marker(6, dropped_built_in), _Record(7, 1)])  # type: ignore[arg-type]
     assert store.count("customer_ratings") == 1  # a configured view is never dropped
+
+
+def test_a_new_version_is_staged_while_the_old_serves_and_takes_its_place_once_live(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    sent: list[tuple[Any, ...]] = []
+    changelog = Changelog(ViewsApiSettings(), store, sent.append)
+    consumer = _Assigning()
+    columns = [{"name": "channel", "type": "string"}, {"name": "ratings", "type": "long"}]
+    v1 = {"view": "by_channel", "key": ["channel"], "columns": columns, "state": "live", "created_at_ms": 1}
+    v2 = {**v1, "state": "backfilling", "created_at_ms": 2, "topic": "view.by_channel.2", "sql": "v2"}
+    changelog._step(consumer, [_Marker(0, v1), _Row(1, 0)])  # type: ignore[list-item]
+    changelog._step(consumer, [_Marker(2, v2), _Row(1, 0, "view.by_channel.2")])  # type: ignore[list-item]
+    assert {t for t, _, _ in consumer.assigned} == {"view.by_channel", "view.by_channel.2"}
+    assert json.loads(store.get("by_channel", key_of(["web"])) or "{}")["ratings"] == 1  # v1 serves
+    assert served(store.infos()) == ["by_channel"] and "by_channel@2" in store.infos()
+    changelog._step(consumer, [_Marker(3, {**v1, "batch_id": 9})])  # v1 goes on meanwhile
+    assert store.infos()["by_channel"]["marker"]["batch_id"] == 9
+    sent.clear()
+    changelog._step(
+        consumer,
+        [
+            _Row(5, 0, "view.by_channel.2"),
+            _Marker(4, {**v2, "state": "live"}),
+            _Row(7, 0, "view.by_channel.2"),
+        ],  # type: ignore[list-item]
+    )
+    assert json.loads(store.get("by_channel", key_of(["web"])) or "{}")["ratings"] == 7  # v2's, its last
+    assert served(store.infos()) == ["by_channel"] and "by_channel@2" not in store.infos()
+    assert store.infos()["by_channel"]["marker"]["sql"] == "v2"
+    assert {t for t, _, _ in consumer.assigned} == {"view.by_channel.2"}
+    assert not any(t == "view.by_channel" for t, _ in store.offsets())
+    events = [e for m in sent if m[0] == "batch" and m[4] for e in m[4]]
+    assert ("by_channel", "", REPLACED) in events  # subscribers take the new version's snapshot
+    changelog._step(consumer, [_Marker(8, {**v1, "batch_id": 10})])  # the old version's last word
+    assert store.infos()["by_channel"]["marker"]["created_at_ms"] == 2
