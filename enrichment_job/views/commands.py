@@ -176,7 +176,8 @@ def _create(path: Path, settings: ViewsSettings, *, replacing: bool) -> int:  # 
     if current is not None and previous is None:
         print(
             f"refused: {view.name}: its version of {_time(current.created_at_ms)} is still backfilling to"
-            " replace the one before it; replace it once it is live (show says), or drop the view",
+            " replace the one before it (or the views job has not started it); replace it once it is"
+            " live (show says), or drop the view",
             file=sys.stderr,
         )
         return 1
@@ -208,11 +209,13 @@ def _create(path: Path, settings: ViewsSettings, *, replacing: bool) -> int:  # 
 
 def _serving(settings: ViewsSettings, current: Entry) -> Entry | None:
     """The version a replacement of `current`'s view replaces: `current`, unless it is itself a
-    replacement that has not taken over (None then: still backfilling; its previous version
-    when it was refused or failed)."""
+    replacement that has not taken over (None then: still backfilling, or not started by the
+    views job yet; its previous version when it was refused or failed)."""
+    if current.previous is None:
+        return current
     said = _said(settings, current.name) or {}
-    if current.previous is None or said.get("created_at_ms") != current.created_at_ms:
-        return current if current.previous is None else current.previous
+    if said.get("created_at_ms") != current.created_at_ms:
+        return None
     if said.get("state") in ("refused", "failed"):
         return current.previous
     return current if said.get("state") == "live" else None

@@ -82,6 +82,7 @@ class SqlViewSink:
         if view.retention_ms is not None and view.window_start is not None:
             self.select.append(F.unix_millis(F.col(view.window_start)).alias(_WINDOW_MS))
             self.windows.update(_windows_in_topic(settings, self.topic, view.window_start))
+        self.said: dict[str, Any] | None = None  # the last marker of this version
         previous = self.sink.out.marker if self.sink.out.committed(0) else None
         self.max_rating_time: int | None = previous.get("max_rating_time") if previous else None
         self.backfill_to = _ends_now(settings)
@@ -202,6 +203,7 @@ class SqlViewSink:
             "max_rating_time": self.max_rating_time,
             "written_at_ms": marker["written_at_ms"],
         }
+        self.said = body
         key = marker_key(self.settings, self.view.name).encode()
         return Records(self.settings.commits_topic, [key], [json.dumps(body).encode()])
 
@@ -357,6 +359,9 @@ class SqlViews:
                         newest,
                         created,
                     )
+                said = running[newest].sink.said
+                if said is not None:  # the last word on the view is the new version's, not the old's
+                    self._say(name, said)
         return True
 
     def stop(self) -> None:
@@ -372,16 +377,19 @@ class SqlViews:
         value = {"view": entry.name, **body, "written_at_ms": int(time.time() * 1000)}
         if entry.created_at_ms:
             value |= {"created_at_ms": entry.created_at_ms, "topic": self.topic(entry)}
+        self._say(entry.name, value)
+
+    def _say(self, name: str, value: dict[str, Any]) -> None:
         producer = Producer({**self.settings.producer_config(), "enable.idempotence": True})
         producer.produce(
             self.settings.commits_topic,
-            key=marker_key(self.settings, entry.name).encode(),
+            key=marker_key(self.settings, name).encode(),
             value=json.dumps(value).encode(),
             partition=0,
         )
         if producer.flush(30):
-            state, topic = body["state"], self.settings.commits_topic
-            log.error("view %s: the marker %s did not reach %s", entry.name, state, topic)
+            state, topic = value.get("state"), self.settings.commits_topic
+            log.error("view %s: the marker %s did not reach %s", name, state, topic)
 
 
 def _folder(entry: Entry) -> str:

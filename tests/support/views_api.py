@@ -4,10 +4,12 @@ writes them (rows and a marker per transaction), and the service as a child proc
 import json
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +146,38 @@ class Service(ServiceProcess):
                 return seen
             time.sleep(0.05)
         pytest.fail(f"not healthy within {timeout_s} s:\n{self.tail()}")
+
+
+class Events(threading.Thread):
+    """The events of one SSE stream, as (event, data) pairs."""
+
+    def __init__(self, port: int, path: str) -> None:
+        super().__init__(daemon=True)
+        self.conn = HTTPConnection("127.0.0.1", port, timeout=30)
+        self.conn.request("GET", path)
+        self.response = self.conn.getresponse()
+        assert self.response.status == 200
+        self.events: list[tuple[str, Any]] = []
+        self.comments = 0
+
+    def close(self) -> None:
+        self.join(10)
+        self.response.close()
+        self.conn.close()
+
+    def run(self) -> None:
+        event = ""
+        while line := self.response.readline():
+            text = line.decode().rstrip("\n")
+            if text.startswith(":"):
+                self.comments += 1
+            elif text.startswith("event:"):
+                event = text[6:].strip()
+            elif text.startswith("data:"):
+                self.events.append((event, json.loads(text[5:])))
+
+    def wait(self, count: int, timeout_s: float = 30) -> list[tuple[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        while len(self.events) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return list(self.events)

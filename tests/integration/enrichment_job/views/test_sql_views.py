@@ -26,7 +26,7 @@ from support.views import (
     wait_until,
     without,
 )
-from support.views_api import Service
+from support.views_api import Events, Service
 
 StackEnv = dict[str, str]
 ROOT = Path(__file__).resolve().parents[4]
@@ -234,6 +234,82 @@ def test_a_view_whose_job_is_killed_during_its_backfill_is_exact_after_the_resta
     for key, values in changes_per_key(stack_env, view_topic).items():
         counts = [v["ratings"] for v in values]
         assert counts == sorted(counts) and len(set(counts)) == len(counts), f"{key}: a batch written twice"
+    assert job.stop() == 0, job.tail()
+
+
+BY_CHANNEL_V2 = BY_CHANNEL.replace(
+    "max(rating_time) AS last_rating_time",
+    "max(rating_time) AS last_rating_time,\n       min(stars) AS lowest_stars",
+)
+
+
+def pulls_until_replaced(service: Service, v1: dict[str, Any]) -> tuple[list[tuple[int, bool]], bool]:
+    """Pulls of web's row until the new version answers: (status, from the new version) each, and
+    whether GET /views showed the new version backfilling meanwhile. The old version answers
+    until then."""
+    seen_replacing, answers = False, []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        status, row = service.get("/views/by_channel/web")
+        answers.append((status, "lowest_stars" in row))
+        listed = {v["name"]: v for v in service.get("/views")[1]["views"]}["by_channel"]
+        seen_replacing |= (listed.get("replacing") or {}).get("state") == "backfilling"
+        if "lowest_stars" in row:
+            break
+        assert row == v1
+        time.sleep(0.3)
+    return answers, seen_replacing
+
+
+def test_a_replaced_view_serves_its_old_version_while_the_new_backfills_then_the_new_one(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
+) -> None:
+    history = ratings(0, 4_000)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in history])
+    # small batches: the new version's backfill takes several, and pulls are made during it
+    job = ViewsJob(stack_env, topics, tmp_path, VIEWS_JOB_MAX_OFFSETS_PER_TRIGGER="300").start()
+    (tmp_path / "by_channel.sql").write_text(BY_CHANNEL)
+    assert views_cli(stack_env, topics, "create", str(tmp_path / "by_channel.sql")).returncode == 0
+    old_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}by_channel"
+    wait_until(rows_equal(stack_env, old_topic, by_channel(history)), job, 240)
+    v1 = by_channel(history)['{"channel":"web"}']
+    service = served(stack_env, topics, tmp_path, v1)
+    events = Events(service.port, "/views/by_channel/changes")
+    events.start()
+    checkpoints = tmp_path / "views-state" / "checkpoints"
+    (old_folder,) = checkpoints.glob("sql-by_channel-*")
+
+    (tmp_path / "by_channel.sql").write_text(BY_CHANNEL_V2)
+    replaced = views_cli(stack_env, topics, "replace", str(tmp_path / "by_channel.sql"))
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    assert "replacing by_channel" in replaced.stdout
+    again = views_cli(stack_env, topics, "replace", str(tmp_path / "by_channel.sql"))
+    assert again.returncode == 1 and "still backfilling" in again.stderr  # one replacement at a time
+    answers, seen_replacing = pulls_until_replaced(service, v1)
+    web = [r for r in history if r["channel"] == "web"]
+    assert service.get("/views/by_channel/web") == (200, {**v1, "lowest_stars": min(r["stars"] for r in web)})
+    assert seen_replacing and answers[0] == (200, False), answers[:5]
+    assert all(status == 200 for status, _ in answers)  # never a gap between the versions
+    listed = {v["name"]: v for v in service.get("/views")[1]["views"]}["by_channel"]
+    assert listed["state"] == "live" and "lowest_stars" in listed["sql"] and "replacing" not in listed
+    assert listed["topic"] != old_topic and topic_exists(stack_env, listed["topic"])
+    wait_until(
+        lambda: None if not topic_exists(stack_env, old_topic) else f"{old_topic} still exists", job, 60
+    )
+    wait_until(lambda: None if not old_folder.exists() else "the old checkpoint is still there", job, 60)
+    assert len(list(checkpoints.glob("sql-by_channel-*"))) == 1
+    # the subscriber got the new version's snapshot on its stream, then goes on with its changes
+    after = events.wait(10_000, 5)
+    names = [name for name, _ in after]
+    assert "replaced" in names, names
+    renewed = after[names.index("replaced") + 1 :]
+    assert [n for n, _ in renewed][:5] == ["snapshot"] * 4 + ["live"]
+    assert all("lowest_stars" in data["row"] for name, data in renewed if name == "snapshot")
+    assert "lowest_stars" in service.psql(r"\d by_channel").stdout
+    shown = views_cli(stack_env, topics, "show", "by_channel")
+    assert shown.returncode == 0 and "state: live" in shown.stdout and "lowest_stars" in shown.stdout
+    events.close()
+    service.stop()
     assert job.stop() == 0, job.tail()
 
 

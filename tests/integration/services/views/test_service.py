@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 from support.services import alive, ends_within
-from support.views_api import SEGMENT_COLUMNS, Service, Views, customer
+from support.views_api import SEGMENT_COLUMNS, Events, Service, Views, customer
 
 from infra.bench.views import changelog_process
 
@@ -158,41 +157,6 @@ def test_bad_requests_get_a_4xx_naming_the_problem(stack_env: StackEnv, views: V
     assert refused.value.code == 405 and "error" in json.loads(refused.value.read())
     assert "internal error" not in service.log.read_text()
     assert service.stop() == 0
-
-
-class Events(threading.Thread):
-    """The events of one SSE stream, as (event, data) pairs."""
-
-    def __init__(self, port: int, path: str) -> None:
-        super().__init__(daemon=True)
-        self.conn = HTTPConnection("127.0.0.1", port, timeout=30)
-        self.conn.request("GET", path)
-        self.response = self.conn.getresponse()
-        assert self.response.status == 200
-        self.events: list[tuple[str, Any]] = []
-        self.comments = 0
-
-    def close(self) -> None:
-        self.join(10)
-        self.response.close()
-        self.conn.close()
-
-    def run(self) -> None:
-        event = ""
-        while line := self.response.readline():
-            text = line.decode().rstrip("\n")
-            if text.startswith(":"):
-                self.comments += 1
-            elif text.startswith("event:"):
-                event = text[6:].strip()
-            elif text.startswith("data:"):
-                self.events.append((event, json.loads(text[5:])))
-
-    def wait(self, count: int, timeout_s: float = 30) -> list[tuple[str, Any]]:
-        deadline = time.monotonic() + timeout_s
-        while len(self.events) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return list(self.events)
 
 
 def test_sse_sends_the_snapshot_then_each_change_in_order_and_nothing_twice(
