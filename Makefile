@@ -60,9 +60,9 @@ views-api: up ## the views query service on 127.0.0.1:8087 (pull by key, SSE cha
 
 NAME ?= customer_ratings
 KEY ?=
-view: $(STAMP) ## a view: print it (NAME=, KEY= one row, FOLLOW=1 its changes), or SQL=validate|create|list|drop (FILE= or NAME=)
+view: $(STAMP) ## a view: print it (NAME=, KEY= one row, FOLLOW=1 its changes), or SQL=validate|create|replace|list|show|follow|drop (FILE= or NAME=)
 	@set -a && . $(STATE)/stack.env && set +a && VIEWS_JOB_BOOTSTRAP_SERVERS="$$KAFKA_BOOTSTRAP_SERVERS" \
-	  $(if $(SQL),$(BIN)/python -m enrichment_job.views $(SQL) $(if $(filter drop,$(SQL)),$(NAME),$(FILE)),\
+	  $(if $(SQL),$(BIN)/python -m enrichment_job.views $(SQL) $(if $(filter drop show follow,$(SQL)),$(NAME),$(FILE)),\
 	  $(BIN)/python -m services.views.cli $(if $(FOLLOW),follow $(NAME) $(if $(KEY),--key $(KEY)),show $(NAME) $(KEY)))
 
 test: up ## the whole test suite against the real stack, then the secured stack's and PostgreSQL's (what CI runs)
