@@ -4,8 +4,10 @@ Against the running local stack, on topics of its own: seeds customers in the cu
 database (MariaDB or PostgreSQL), starts the enrichment job (fresh state), the views job (two
 processes of its own: customer_ratings in one, the windowed query (which finds the dead
 letters) at a lower CPU weight in the other; one process with --one-views-process; inside the
-enrichment job's application with --in-job) and the views query service, keeps a trickle of
-customer updates going, then
+enrichment job's application with --in-job) and the views query service, creates the views
+declared in SQL (--sql-views, by default the three of views/examples: five views with the
+built-in ones) with the CLI and waits until they are live, keeps a trickle of customer updates
+going, then
 0. warm-up: ratings at --rate per second for --warmup seconds (the JVMs compile Spark's planning
    code for their first minutes), reported apart;
 1. measured: ratings at --rate per second for --duration seconds, while a second process (in C,
@@ -19,7 +21,11 @@ customer updates going, then
    service have sessions of their own, as clients on other machines would have their own cores;
    the query service's session has about nine times a session's CPU weight (--api-session-nice,
    -10), as an operator gives it on a host it shares with Spark jobs;
-2. restart: the query service stopped and started again; time from its start to /health 200,
+2. measured_pg: the same again, the pulls over the PostgreSQL wire protocol at --pg-pull-rate
+   (infra.bench.pull --kind pg: `SELECT * FROM customer_ratings WHERE user_id = <id>`);
+3. measured_scan: the same for --scan-duration, with range scans of 100 rows over HTTP at
+   --scan-rate (`GET /views/customer_ratings?user_id.gte=<id>&limit=100`);
+4. restart: the query service stopped and started again; time from its start to /health 200,
    with the rows it then serves.
 Prints the figures, and whether each Spark driver mapped its class archive or recorded it (a
 first start with its jars and Java options, which costs CPU in the measured minute too), and
@@ -67,6 +73,8 @@ from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
 
 PORT = 8097  # not the demo's 8087: a demo may be running
+PG_PORT = 6877  # nor its 6875
+EXAMPLES = sorted((REPO_ROOT / "views" / "examples").glob("*.sql"))
 
 
 def stop_follower(follower: subprocess.Popen[bytes], out: Path) -> list[list[int]]:
@@ -212,12 +220,48 @@ def class_archives(log: Path) -> list[str]:
 
 def views_lag(servers: str, enriched: str, port: int) -> int | None:
     """Enriched records the customer_ratings view has not reflected yet."""
+    return (each_views_lag(servers, enriched, port) or {}).get("customer_ratings")
+
+
+def each_views_lag(servers: str, enriched: str, port: int) -> dict[str, int] | None:
+    """Enriched records each view has not reflected yet (the built-in ones and those in SQL)."""
     status, answer = http_get(port, "/views")
     if status != 200:
         return None
-    return behind(
-        servers, enriched, next((v for v in answer["views"] if v["name"] == "customer_ratings"), {})
-    )
+    return {v["name"]: behind(servers, enriched, v) for v in answer["views"]}
+
+
+def create_sql_views(env: dict[str, str], files: list[Path], log: Path) -> dict[str, float]:
+    """Each file created as users do (the CLI: a local Spark checks it, then the catalog takes
+    it); seconds each create took."""
+    took = {}
+    for path in files:
+        started = time.monotonic()
+        with log.open("ab") as out:
+            done = subprocess.run(
+                [sys.executable, "-m", "enrichment_job.views", "create", str(path)],
+                env={**os.environ, **env},
+                stdout=out,
+                stderr=out,
+                check=False,
+                timeout=600,
+            )
+        if done.returncode != 0:
+            raise SystemExit(f"creating the view {path.name} failed: see {log}")
+        took[path.stem] = round(time.monotonic() - started, 1)
+    return took
+
+
+def wait_views_live(port: int, names: list[str], timeout_s: float) -> float | None:
+    """Seconds until every view in `names` says live in GET /views; None if not in time."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        status, answer = http_get(port, "/views")
+        states = {v["name"]: v["state"] for v in answer["views"]} if status == 200 else {}
+        if all(states.get(n) == "live" for n in names):
+            return round(time.monotonic() - started, 1)
+        time.sleep(1)
+    return None
 
 
 def _machine_s() -> tuple[float, float]:
@@ -259,6 +303,7 @@ def topics_for(suffix: str) -> tuple[dict[str, str], dict[str, str]]:
         "segment_hourly": f"{prefix}segment_hourly",
         "commits": f"bench-views-commits-{suffix}",
         "dlq": f"bench-views-dlq-{suffix}",
+        "catalog": f"bench-views-catalog-{suffix}",
     }
     return job, views
 
@@ -276,7 +321,7 @@ def views_job_env(
         "VIEWS_JOB_COMMITS_TOPIC": views["commits"],
         "VIEWS_JOB_DLQ_TOPIC": views["dlq"],
         "VIEWS_JOB_NAME": f"bench-{state.name}",
-        "VIEWS_JOB_CATALOG_TOPIC": "",  # the built-in views alone
+        "VIEWS_JOB_CATALOG_TOPIC": views["catalog"],
     }
 
 
@@ -287,6 +332,8 @@ def service_env(env: dict[str, str], views: dict[str, str], state: Path) -> dict
         "VIEWS_STATE_DIR": str(state),
         "VIEWS_CHANGELOG_TOPICS": json.dumps([views["customer_ratings"], views["segment_hourly"]]),
         "VIEWS_COMMITS_TOPIC": views["commits"],
+        "VIEWS_TOPIC_PREFIX": views["prefix"],  # the views declared in SQL too
+        "VIEWS_PG_PORT": str(PG_PORT),
         # The freshness follower reads the whole view's snapshot (100,000 rows) before it is
         # live: with the default queue it fell behind during it and was cut off, again and again.
         "VIEWS_SUBSCRIBER_QUEUE": "2000000",
@@ -301,6 +348,7 @@ def create_topics(servers: str, job: dict[str, str], views: dict[str, str]) -> l
         NewTopic(views["segment_hourly"], num_partitions=1, replication_factor=1, config=compact),
         NewTopic(views["commits"], num_partitions=1, replication_factor=1, config=compact),
         NewTopic(views["dlq"], num_partitions=1, replication_factor=1),
+        NewTopic(views["catalog"], num_partitions=1, replication_factor=1, config=compact),
     ]
     admin = AdminClient({"bootstrap.servers": servers})  # kept until every future is done
     for future in admin.create_topics(new).values():
@@ -387,6 +435,28 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="the pull client on the real-time round-robin policy too: its latencies then leave out "
         "its own wait for a core, which a client on another machine would not share",
     )
+    parser.add_argument(
+        "--sql-views",
+        type=Path,
+        nargs="*",
+        default=EXAMPLES,
+        help="views declared in SQL, created (with the CLI) beside the built-in ones before the "
+        "warm-up; default: views/examples/*.sql",
+    )
+    parser.add_argument(
+        "--pg-pull-rate",
+        type=float,
+        default=1_000,
+        help="a phase of --duration after the measured one: the same pulls over the PostgreSQL wire "
+        "protocol (infra.bench.pull --kind pg) at this rate (0: none)",
+    )
+    parser.add_argument(
+        "--scan-rate",
+        type=float,
+        default=50,
+        help="then a phase of --scan-duration: range scans of 100 rows over HTTP at this rate (0: none)",
+    )
+    parser.add_argument("--scan-duration", type=float, default=60)
     parser.add_argument("--updates-per-s", type=float, default=5)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "views.json")
     return parser.parse_args(argv)
@@ -465,22 +535,36 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         latencies = Latencies(servers, job_topics["enriched"])
         latencies.start()
         producer = Producer({"bootstrap.servers": servers, "linger.ms": 5, "compression.type": "lz4"})
-        for phase, seconds in (("warm_up", args.warmup), ("measured", args.duration)):
+        if args.sql_views and not args.in_job:
+            print(f"creating {len(args.sql_views)} views declared in SQL ...", flush=True)
+            names = [path.stem for path in args.sql_views]
+            results["sql_views"] = {
+                "create_s": create_sql_views(views_env, args.sql_views, work / "views-cli.log"),
+                "all_live_after_s": wait_views_live(PORT, names, 600),
+            }
+            print(json.dumps(results["sql_views"]), flush=True)
+        pg_client = [sys.executable, "-m", "infra.bench.pull", "--kind", "pg", "--port", str(PG_PORT)]
+        scan_client = [sys.executable, "-m", "infra.bench.pull", "--kind", "scan", "--port", str(PORT)]
+        phases: tuple[tuple[str, float, list[str], float], ...] = (
+            ("warm_up", args.warmup, [], 0.0),
+            ("measured", args.duration, [*pull_command, "--port", str(PORT)], args.pull_rate),
+            ("measured_pg", args.duration if args.pg_pull_rate > 0 else 0, pg_client, args.pg_pull_rate),
+            ("measured_scan", args.scan_duration if args.scan_rate > 0 else 0, scan_client, args.scan_rate),
+        )
+        for phase, seconds, client, client_rate in phases:
             if seconds <= 0:
                 continue
             print(f"{phase}: {int(args.rate * seconds)} ratings at {args.rate:.0f}/s ...", flush=True)
             measured = phase == "measured"
             pull = None
-            if measured and args.pull_rate > 0:
+            if client and client_rate > 0:
                 pull = subprocess.Popen(
                     [
-                        *pull_command,
-                        "--port",
-                        str(PORT),
+                        *client,
                         "--ids",
                         str(work / "ids.json"),
                         "--rate",
-                        str(args.pull_rate),
+                        str(client_rate),
                         "--duration",
                         str(seconds),
                     ],
@@ -518,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 count=int(args.rate * seconds),
                 rate=args.rate,
             )
-            figures["views_lag_at_end"] = views_lag(servers, job_topics["enriched"], PORT)
+            figures["views_lag_at_end"] = each_views_lag(servers, job_topics["enriched"], PORT)
             figures["views_caught_up_after_s"] = wait_views_caught_up(
                 servers, job_topics["enriched"], PORT, 120
             )
