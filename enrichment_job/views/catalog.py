@@ -110,7 +110,7 @@ def delete_topic(config: dict[str, str], topic: str, timeout_s: float = 30) -> N
 def read_all(config: dict[str, str], topic: str, timeout_s: float = 30) -> dict[str, Entry]:
     """The views in the catalog now (an absent topic: none)."""
     views: dict[str, Entry] = {}
-    consumer = _consumer(config)
+    consumer = committed_reader(config)
     try:
         if not _exists(consumer, topic, timeout_s):
             return views
@@ -184,7 +184,7 @@ class Follower:
                 self._stopping.wait(5)
 
     def _read(self) -> None:
-        consumer = _consumer(self.config)
+        consumer = committed_reader(self.config)
         try:
             while not self._stopping.is_set() and not _exists(consumer, self.topic, 30):
                 self._stopping.wait(5)
@@ -243,11 +243,13 @@ def _apply(views: dict[str, Entry], key: bytes | None, value: bytes | None) -> N
     views[name] = entry
 
 
-def _consumer(config: dict[str, str]) -> Consumer:
+def committed_reader(config: dict[str, str], group: str = "views-catalog-reader") -> Consumer:
+    """A consumer of committed records that says where each partition ends, for reads by
+    assignment from a given offset (the group's offsets are never committed)."""
     return Consumer(
         {
             **config,
-            "group.id": "views-catalog-reader",  # offsets are never committed: read from the start
+            "group.id": group,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -41,6 +41,7 @@ from enrichment_job.views.catalog import (
     CatalogError,
     Entry,
     Follower,
+    committed_reader,
     delete_topic,
     ensure_topic,
     marker_key,
@@ -405,15 +406,7 @@ def _folder(entry: Entry) -> str:
 def _windows_in_topic(settings: ViewsSettings, topic: str, window_start: str) -> dict[int, set[bytes]]:
     """The keys a view's changelog topic holds now, by the start of their window (ms), read from
     its start (committed records; a tombstone takes its key out)."""
-    consumer = Consumer(
-        {
-            **settings.producer_config(),
-            "group.id": "views-backfill-probe",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
+    consumer = committed_reader(settings.producer_config(), "views-backfill-probe")
     kept: dict[bytes, int] = {}
     try:
         meta = consumer.list_topics(topic, timeout=30).topics[topic]
@@ -450,14 +443,7 @@ def _windows_in_topic(settings: ViewsSettings, topic: str, window_start: str) ->
 
 def _ends_now(settings: ViewsSettings) -> dict[int, int]:
     """The enriched topic's end offsets now (committed records), per partition."""
-    consumer = Consumer(
-        {
-            **settings.producer_config(),
-            "group.id": "views-backfill-probe",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
+    consumer = committed_reader(settings.producer_config(), "views-backfill-probe")
     try:
         meta = consumer.list_topics(settings.enriched_topic, timeout=30).topics[settings.enriched_topic]
         ends = {}
