@@ -9,8 +9,9 @@ setting, 3 fenced: another instance of the same ENRICH_JOB_NAME took over (do no
 import gc
 import logging
 import sys
+from typing import TYPE_CHECKING
 
-from enrichment_job.app import JoinMoved, start
+from enrichment_job.app import JoinMoved, RunningJob, start
 from enrichment_job.cli import CONFIG_EXIT, FENCED_EXIT, load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.kafka_in import RecordsDeleted
 from enrichment_job.recovery import TopicsChanged
@@ -18,6 +19,9 @@ from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
 from services.core.errors import ConfigError
 from services.core.logs import configure_or_exit
+
+if TYPE_CHECKING:
+    from enrichment_job.views.user_views import SqlViews
 
 GC_THRESHOLD = 50_000  # above what a consume call returns (kafka_in.CONSUME_AT_MOST)
 
@@ -44,11 +48,44 @@ def main(argv: list[str]) -> int:
     except RecordsDeleted as err:  # the CDC topic's head, gone before a first read
         log.error("the job stops: %s", err)
         return 1
-    code = run_until_stopped(job.spark, job.stop, log, stopping, explain=lambda: job.pipeline.refused)
+    sql_views = _follow_the_catalog(job, views)
+
+    def goes_on() -> bool:
+        """The enrichment query and the built-in views run: a view declared in SQL whose query
+        ended (dropped, or failed alone) does not stop the job."""
+        if sql_views is None:
+            return False
+        sql_views.healthy()
+        return job.query.isActive and all(q.isActive for q in job.views)
+
+    def stop() -> None:
+        if sql_views is not None:
+            sql_views.stop()
+        job.stop()
+
+    code = run_until_stopped(
+        job.spark,
+        stop,
+        log,
+        stopping,
+        explain=lambda: job.pipeline.refused,
+        goes_on=goes_on,
+        tick=sql_views.healthy if sql_views is not None else lambda: None,
+    )
     if job.pipeline.fenced is not None:
         log.error("%s", job.pipeline.fenced)
         return FENCED_EXIT
     return code
+
+
+def _follow_the_catalog(job: "RunningJob", views: ViewsSettings | None) -> "SqlViews | None":
+    """With the views in this application: the views declared in SQL too, following the catalog."""
+    if views is None or not views.keeps_sql_views():
+        return None
+    from enrichment_job.recovery import run_id  # noqa: PLC0415 (Spark loads only past --help)
+    from enrichment_job.views.user_views import SqlViews  # noqa: PLC0415
+
+    return SqlViews.follow(job.spark, views, run_id(views.state))
 
 
 if __name__ == "__main__":

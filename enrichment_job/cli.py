@@ -63,16 +63,19 @@ def run_until_stopped(
     explain: Callable[[], BaseException | None] = lambda: None,
     *,
     goes_on: Callable[[], bool] = lambda: False,
+    tick: Callable[[], None] = lambda: None,
 ) -> int:
     """Waits until a query ends or SIGINT/SIGTERM asks to stop (`stopping`, from
     `stop_on_signals`), then `stop()`s. Exit code 1 when a query failed, else 0. `explain`: the
     job's own reason for a failure, when it has one that says all (logged alone: Spark's text
     holds the whole Python traceback). `goes_on`, asked when a query ended or failed: whether
-    the job can go on without it (a view dropped, or one that failed alone)."""
+    the job can go on without it (a view dropped, or one that failed alone). `tick`: called
+    about every second meanwhile."""
     stop_on_signals(log, stopping)  # again: starting Spark put its own SIGINT handler in place
     code = 0
     try:
         while not stopping.is_set():
+            tick()
             try:
                 ended = spark.streams.awaitAnyTermination(1)
             except StreamingQueryException:

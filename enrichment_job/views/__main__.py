@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
                 sql_views.stop()
             views.stop()
 
-        code = run_until_stopped(views.spark, stop, log, stopping, goes_on=goes_on)
+        tick = sql_views.healthy if sql_views is not None else lambda: None
+        code = run_until_stopped(views.spark, stop, log, stopping, goes_on=goes_on, tick=tick)
     if background is not None:
         background.stop()
         if background.failed is not None:

@@ -340,10 +340,10 @@ class SqlViews:
         except CatalogError as err:
             log.error("view %s: %s", entry.name, err)
 
-    def healthy(self) -> bool:
-        """Whether every running SQL view's query is active; a failed one is marked and forgotten
-        (the others, and the built-in views, go on). A view's newest version that has caught up
-        takes over from the older ones: they stop, and their checkpoints and topics go."""
+    def healthy(self) -> None:
+        """Called every second or so: a SQL view's query that failed is marked and forgotten
+        (the others, and the built-in views, go on), and a view's newest version that has caught
+        up takes over from the older ones: they stop, and their checkpoints and topics go."""
         with self._lock:
             for name, running in self.versions.items():
                 for created, version in list(running.items()):
@@ -368,7 +368,6 @@ class SqlViews:
                 said = running[newest].sink.said
                 if said is not None:  # the last word on the view is the new version's, not the old's
                     self._say(name, said)
-        return True
 
     def stop(self) -> None:
         if self.follower is not None:

@@ -88,3 +88,22 @@ def test_a_query_the_job_can_go_on_without_is_reset_once_and_the_job_goes_on() -
     assert code == 0
     assert streams.resets == 2 and len(asked) == 2  # the failure and the end, each reset once
     assert streams.asked == 4  # no spin on a failure that was already handled
+
+
+def test_tick_is_called_every_turn_while_the_queries_run() -> None:
+    stopping, ticks = threading.Event(), []
+
+    def await_any(_: float) -> bool:
+        if len(ticks) == 3:
+            stopping.set()
+        return False  # nothing ended within the second
+
+    spark = SimpleNamespace(streams=SimpleNamespace(awaitAnyTermination=await_any))
+    code = run_until_stopped(
+        spark,  # type: ignore[arg-type]
+        lambda: None,
+        logging.getLogger("test-cli"),
+        stopping,
+        tick=lambda: ticks.append(1),
+    )
+    assert code == 0 and len(ticks) == 3
