@@ -2,6 +2,9 @@
 the views recomputed in Python from what the enriched topic holds."""
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -193,3 +196,21 @@ def wait_until(check: Callable[[], str | None], job: ViewsJob, timeout_s: float 
             return
         time.sleep(2)
     pytest.fail(f"views did not reach the expected rows within {timeout_s} s: {diff}\n{job.tail()}")
+
+
+def views_cli(stack_env: StackEnv, topics: ViewTopics, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "VIEWS_JOB_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
+        "VIEWS_JOB_CATALOG_TOPIC": topics.env()["VIEWS_JOB_CATALOG_TOPIC"],
+        "JAVA_HOME": stack_env["JAVA_HOME"],
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "enrichment_job.views", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+    )

@@ -23,7 +23,15 @@ from support.enrichment import (
     read_topic,
     values,
 )
-from support.views import ViewsJob, ViewTopics, expected_customer_ratings, latest_rows, without
+from support.views import (
+    ViewsJob,
+    ViewTopics,
+    expected_customer_ratings,
+    latest_rows,
+    views_cli,
+    wait_until,
+    without,
+)
 
 StackEnv = dict[str, str]
 
@@ -146,6 +154,21 @@ def test_the_views_can_run_inside_the_enrichment_jobs_application(
             time.sleep(1)
         assert row is not None, job.tail()
         assert (row["ratings"], row["stars_sum"], row["club_status"]) == (3, 9, "silver")
+        # a view declared in SQL, created while the job runs, is kept in the same application
+        (tmp_path / "by_status.sql").write_text(
+            "SELECT club_status, count(*) AS ratings FROM enriched GROUP BY club_status\n"
+        )
+        created = views_cli(stack_env, view_topics, "create", str(tmp_path / "by_status.sql"))
+        assert created.returncode == 0, created.stderr[-3000:]
+        by_status = f"{view_topics.env()['VIEWS_JOB_TOPIC_PREFIX']}by_status"
+        wait_until(
+            lambda: (
+                None
+                if latest_rows(stack_env, by_status).get('{"club_status":"silver"}', {}).get("ratings") == 3
+                else "no row of 3 silver ratings yet"
+            ),
+            job,
+        )
         log = job.log.read_text()
         assert "query views started" in log
         # The views' stages ran in their scheduler pool, behind the enrichment's (Spark's REST API).

@@ -4,9 +4,6 @@ checkpoint, topic and rows gone), without the built-in views being counted again
 checks refuse leaves nothing behind."""
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -23,6 +20,7 @@ from support.views import (
     changes_per_key,
     expected_customer_ratings,
     latest_rows,
+    views_cli,
     wait_until,
     without,
 )
@@ -62,24 +60,6 @@ def by_channel(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             last_rating_time=max(row["last_rating_time"], r["rating_time"]),
         )
     return dict(rows)
-
-
-def views_cli(stack_env: StackEnv, topics: ViewTopics, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "VIEWS_JOB_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
-        "VIEWS_JOB_CATALOG_TOPIC": topics.env()["VIEWS_JOB_CATALOG_TOPIC"],
-        "JAVA_HOME": stack_env["JAVA_HOME"],
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "enrichment_job.views", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=ROOT,
-        env=env,
-    )
 
 
 def rows_equal(
