@@ -201,8 +201,8 @@ def wait_until(check: Callable[[], str | None], job: ViewsJob, timeout_s: float 
 def views_cli(stack_env: StackEnv, topics: ViewTopics, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
+        **topics.env(),
         "VIEWS_JOB_BOOTSTRAP_SERVERS": stack_env["KAFKA_BOOTSTRAP_SERVERS"],
-        "VIEWS_JOB_CATALOG_TOPIC": topics.env()["VIEWS_JOB_CATALOG_TOPIC"],
         "JAVA_HOME": stack_env["JAVA_HOME"],
     }
     return subprocess.run(

@@ -161,11 +161,22 @@ class Events(threading.Thread):
         self.comments = 0
 
     def close(self) -> None:
+        """Ends the stream from this side (the service keeps it open): the reading thread sees
+        the connection end, and stops."""
+        sock = self.conn.sock
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
         self.join(10)
         self.response.close()
         self.conn.close()
 
     def run(self) -> None:
+        try:
+            self._read()
+        except (OSError, ValueError, AttributeError):  # closed by close()
+            pass
+
+    def _read(self) -> None:
         event = ""
         while line := self.response.readline():
             text = line.decode().rstrip("\n")

@@ -150,7 +150,8 @@ def test_a_view_created_in_sql_while_the_job_runs_backfills_goes_live_is_served_
     created = views_cli(stack_env, topics, "create", str(tmp_path / "by_channel.sql"))
     assert created.returncode == 0, created.stderr[-3000:]
     assert "created by_channel: key (channel)" in created.stdout
-    assert views_cli(stack_env, topics, "list").stdout.startswith("by_channel\tcreated ")
+    listed = views_cli(stack_env, topics, "list").stdout
+    assert listed.startswith("by_channel\t") and "\tcreated " in listed, listed
     wait_until(rows_equal(stack_env, view_topic, by_channel(first)), job)
     second = ratings(400, 300)
     produce(stack_env, topics.enriched, [as_kafka(r) for r in second])
