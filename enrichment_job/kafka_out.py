@@ -80,7 +80,8 @@ def check_commits_topic(config: dict[str, str], topic: str, timeout_s: float = 3
 
 
 def last_marker(config: dict[str, str], topic: str, key: str, timeout_s: float = 30) -> dict[str, Any] | None:
-    """The last committed marker for `key` in the (single-partition, compacted) commits topic."""
+    """The last committed marker for `key` in the (single-partition, compacted) commits topic;
+    None when there is none, or its last record is a tombstone."""
     consumer = Consumer(
         {
             **config,
@@ -106,8 +107,8 @@ def last_marker(config: dict[str, str], topic: str, key: str, timeout_s: float =
                 if error.code() == KafkaError._PARTITION_EOF:
                     return marker
                 raise KafkaException(error)
-            if msg.key() == key.encode() and value is not None:
-                marker = json.loads(value)
+            if msg.key() == key.encode():
+                marker = None if value is None else json.loads(value)  # a tombstone: no marker
         raise TimeoutError(f"could not read {topic} to its end within {timeout_s} s")
     finally:
         consumer.close()

@@ -75,10 +75,13 @@ class Entry:
         )
 
 
-def marker_key(settings: "ViewsSettings", name: str) -> str:
+def marker_key(settings: "ViewsSettings", name: str, problem_of: int | None = None) -> str:
     """The key of a SQL view's marker in the commits topic: the same for every creation of a name,
-    so that the compacted topic keeps the newest word on it (rows, or dropped)."""
-    return f"{settings.name}-sql:{name}"
+    so that the compacted topic keeps the newest word on it (rows, or dropped). `problem_of`: a
+    version's own key, for what went wrong with it (refused, failed), which the markers of the
+    version that goes on serving would otherwise hide."""
+    key = f"{settings.name}-sql:{name}"
+    return key if problem_of is None else f"{key}@{problem_of}"
 
 
 def ensure_topic(config: dict[str, str], topic: str, partitions: int, timeout_s: float = 30) -> bool:

@@ -74,9 +74,8 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
     try:
         if args.command == "list":
             for listed in sorted(read_all(config, topic).values(), key=lambda e: e.name):
-                said = _said(settings, listed.name) or {}
-                state = said.get("state") if said.get("created_at_ms") == listed.created_at_ms else None
-                state = state or ("replacing" if listed.previous else "not started")
+                said = _said(settings, listed) or {}
+                state = said.get("state") or ("replacing" if listed.previous else "not started")
                 print(f"{listed.name}\t{state}\tcreated {_time(listed.created_at_ms)}")
             return 0
         if args.command in ("create", "replace"):
@@ -90,7 +89,7 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
             print(f"dropped {args.name}: the views job stops keeping it and deletes its topic and checkpoint")
             return 0
         if args.command == "show":
-            _show(entry, _said(settings, entry.name))
+            _show(entry, _said(settings, entry))
             return 0
         return _follow(settings, entry)
     except (CatalogError, KafkaException, TimeoutError) as err:
@@ -102,16 +101,20 @@ def _time(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
-def _said(settings: ViewsSettings, name: str) -> dict[str, Any] | None:
-    """What the views job last said of the view (its marker in the commits topic)."""
-    return last_marker(settings.producer_config(), settings.commits_topic, marker_key(settings, name))
+def _said(settings: ViewsSettings, entry: Entry) -> dict[str, Any] | None:
+    """What the views job last said of this version of the view: that it was refused or failed
+    (its own marker), else its last batch's marker (the view's, when it is this version's)."""
+    config, topic = settings.producer_config(), settings.commits_topic
+    problem = last_marker(config, topic, marker_key(settings, entry.name, entry.created_at_ms))
+    if problem is not None:
+        return problem
+    said = last_marker(config, topic, marker_key(settings, entry.name))
+    return said if said is not None and said.get("created_at_ms") == entry.created_at_ms else None
 
 
 def _show(entry: Entry, said: dict[str, Any] | None) -> None:
-    said = said or {}
-    current = said.get("created_at_ms") == entry.created_at_ms
     print(f"view {entry.name}, created {_time(entry.created_at_ms)}")
-    if not current:
+    if said is None:
         serves = " (its previous version serves)" if entry.previous else ""
         print(f"state: not started by the views job yet{serves}")
     else:
@@ -126,7 +129,7 @@ def _show(entry: Entry, said: dict[str, Any] | None) -> None:
 
 def _follow(settings: ViewsSettings, entry: Entry) -> int:
     """The view's changelog topic from its start, committed records, as JSON lines."""
-    said = _said(settings, entry.name) or {}
+    said = _said(settings, entry) or {}
     topic = str(said.get("topic") or entry.topic or settings.topic(entry.name))
     consumer = Consumer(
         {
@@ -213,9 +216,7 @@ def _serving(settings: ViewsSettings, current: Entry) -> Entry | None:
     views job yet; its previous version when it was refused or failed)."""
     if current.previous is None:
         return current
-    said = _said(settings, current.name) or {}
-    if said.get("created_at_ms") != current.created_at_ms:
-        return None
+    said = _said(settings, current) or {}
     if said.get("state") in ("refused", "failed"):
         return current.previous
     return current if said.get("state") == "live" else None

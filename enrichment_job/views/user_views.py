@@ -270,6 +270,7 @@ class SqlViews:
                     self._resume(entry.previous)
                 return
             running[entry.created_at_ms] = version
+            self._say(marker_key(self.settings, entry.name, entry.created_at_ms), None)  # started: no problem
             previous = entry.previous
             if previous is None or previous.created_at_ms in running:
                 return
@@ -367,7 +368,7 @@ class SqlViews:
                     )
                 said = running[newest].sink.said
                 if said is not None:  # the last word on the view is the new version's, not the old's
-                    self._say(name, said)
+                    self._say(marker_key(self.settings, name), said)
 
     def stop(self) -> None:
         if self.follower is not None:
@@ -380,21 +381,23 @@ class SqlViews:
     def _announce(self, entry: Entry, body: dict[str, Any]) -> None:
         """A marker for the query service that is not a batch's: refused, failed or dropped."""
         value = {"view": entry.name, **body, "written_at_ms": int(time.time() * 1000)}
+        problem_of = None
         if entry.created_at_ms:
             value |= {"created_at_ms": entry.created_at_ms, "topic": self.topic(entry)}
-        self._say(entry.name, value)
+            problem_of = entry.created_at_ms
+        self._say(marker_key(self.settings, entry.name, problem_of), value)
 
-    def _say(self, name: str, value: dict[str, Any]) -> None:
+    def _say(self, key: str, value: dict[str, Any] | None) -> None:
+        """A marker (None: its key's tombstone) on the commits topic, outside any transaction."""
         producer = Producer({**self.settings.producer_config(), "enable.idempotence": True})
         producer.produce(
             self.settings.commits_topic,
-            key=marker_key(self.settings, name).encode(),
-            value=json.dumps(value).encode(),
+            key=key.encode(),
+            value=None if value is None else json.dumps(value).encode(),
             partition=0,
         )
         if producer.flush(30):
-            state, topic = value.get("state"), self.settings.commits_topic
-            log.error("view %s: the marker %s did not reach %s", name, state, topic)
+            log.error("the marker %s did not reach %s", key, self.settings.commits_topic)
 
 
 def _folder(entry: Entry) -> str:
