@@ -1,0 +1,47 @@
+"""Which version a replace replaces, from what the views job last said (its markers), without
+Kafka: a replacement still backfilling holds a second one back, one refused or failed does not."""
+
+from typing import Any
+
+import pytest
+
+from enrichment_job.views import commands
+from enrichment_job.views.catalog import Entry, marker_key
+from enrichment_job.views.settings import ViewsSettings
+
+SETTINGS = ViewsSettings(name="views")
+V1 = Entry("by_channel", "SELECT 1", 1)
+V2 = Entry("by_channel", "SELECT 2", 2, "view.by_channel.2", V1)
+
+
+def _markers(monkeypatch: pytest.MonkeyPatch, markers: dict[str, dict[str, Any]]) -> None:
+    monkeypatch.setattr(commands, "last_marker", lambda _config, _topic, key: markers.get(key))
+
+
+def test_a_first_version_is_replaced_whatever_its_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    _markers(monkeypatch, {})
+    assert commands._serving(SETTINGS, V1) == V1
+
+
+@pytest.mark.parametrize(
+    ("markers", "replaced"),
+    [
+        ({}, None),  # not started by the job yet
+        ({marker_key(SETTINGS, "by_channel"): {"created_at_ms": 1, "state": "live"}}, None),  # v1's word
+        ({marker_key(SETTINGS, "by_channel"): {"created_at_ms": 2, "state": "backfilling"}}, None),
+        ({marker_key(SETTINGS, "by_channel"): {"created_at_ms": 2, "state": "live"}}, V2),
+        ({marker_key(SETTINGS, "by_channel", 2): {"created_at_ms": 2, "state": "refused"}}, V1),
+        (
+            {
+                marker_key(SETTINGS, "by_channel"): {"created_at_ms": 1, "state": "live"},
+                marker_key(SETTINGS, "by_channel", 2): {"created_at_ms": 2, "state": "failed"},
+            },
+            V1,
+        ),
+    ],
+)
+def test_a_replacement_is_replaced_once_live_its_previous_when_it_went_wrong_else_none(
+    monkeypatch: pytest.MonkeyPatch, markers: dict[str, dict[str, Any]], replaced: Entry | None
+) -> None:
+    _markers(monkeypatch, markers)
+    assert commands._serving(SETTINGS, V2) == replaced
