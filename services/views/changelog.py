@@ -206,7 +206,10 @@ class Changelog:
             if own == name:
                 self.versions[name] = version
             return
-        topic = str(marker.get("topic") or f"{self.settings.topic_prefix}{name}")
+        topic = str(
+            marker.get("topic")
+            or next((t for t, v in self.views.items() if v == own), f"{self.settings.topic_prefix}{name}")
+        )
         if self.views.get(topic) is None:
             meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
             if meta is None or meta.error is not None:

@@ -232,6 +232,9 @@ def test_a_view_declared_in_sql_is_read_from_its_first_marker_on_and_forgotten_w
     consumer.gone.add("view.by_channel")  # read again from the start before compaction: skipped
     changelog._step(consumer, [_Marker(5, live)])  # type: ignore[arg-type]
     assert consumer.assigned == [] and "by_channel" not in store.infos()
+    built_in = {"view": "customer_ratings", "key": ["user_id"], "columns": columns, "batch_id": 1}
+    changelog._step(consumer, [_Marker(6, built_in)])  # type: ignore[list-item]
+    assert consumer.assigned == [] and store.infos()["customer_ratings"]["marker"]["batch_id"] == 1
     dropped_built_in = {"view": "customer_ratings", "dropped": True}
     changelog._step(consumer, [_Marker(6, dropped_built_in), _Record(7, 1)])  # type: ignore[arg-type]
     assert store.count("customer_ratings") == 1  # a configured view is never dropped
@@ -270,3 +273,16 @@ def test_a_new_version_is_staged_while_the_old_serves_and_takes_its_place_once_l
     assert ("by_channel", "", REPLACED) in events  # subscribers take the new version's snapshot
     changelog._step(consumer, [_Marker(8, {**v1, "batch_id": 10})])  # the old version's last word
     assert store.infos()["by_channel"]["marker"]["created_at_ms"] == 2
+
+
+def test_a_configured_views_marker_keeps_it_on_its_own_topic(tmp_path: Path) -> None:
+    topics = ["test-view-1.customer_ratings", "test-view-1.segment_hourly"]
+    settings = ViewsApiSettings(changelog_topics=topics)
+    store = Store(tmp_path / "s.sqlite3")
+    changelog = Changelog(settings, store, lambda _: None)
+    consumer = _Assigning()
+    columns = [{"name": "user_id", "type": "long"}]
+    built_in = {"view": "customer_ratings", "key": ["user_id"], "columns": columns, "batch_id": 1}
+    changelog._step(consumer, [_Marker(0, built_in)])  # type: ignore[list-item]
+    assert consumer.assigned == []  # not view.customer_ratings, another deployment's topic
+    assert changelog.views["test-view-1.customer_ratings"] == "customer_ratings"
