@@ -79,7 +79,8 @@ def marker_key(settings: "ViewsSettings", name: str, problem_of: int | None = No
     """The key of a SQL view's marker in the commits topic: the same for every creation of a name,
     so that the compacted topic keeps the newest word on it (rows, or dropped). `problem_of`: a
     version's own key, for what went wrong with it (refused, failed), which the markers of the
-    version that goes on serving would otherwise hide."""
+    version that goes on serving would otherwise hide (a later batch marker of the version
+    itself says it runs again)."""
     key = f"{settings.name}-sql:{name}"
     return key if problem_of is None else f"{key}@{problem_of}"
 

@@ -102,14 +102,19 @@ def _time(ms: int) -> str:
 
 
 def _said(settings: ViewsSettings, entry: Entry) -> dict[str, Any] | None:
-    """What the views job last said of this version of the view: that it was refused or failed
-    (its own marker), else its last batch's marker (the view's, when it is this version's)."""
+    """What the views job last said of this version of the view: its last batch's marker (the
+    view's, when it is this version's), or that it was refused or failed (its own marker) when
+    that came later."""
     config, topic = settings.producer_config(), settings.commits_topic
     problem = last_marker(config, topic, marker_key(settings, entry.name, entry.created_at_ms))
-    if problem is not None:
-        return problem
     said = last_marker(config, topic, marker_key(settings, entry.name))
-    return said if said is not None and said.get("created_at_ms") == entry.created_at_ms else None
+    if said is not None and said.get("created_at_ms") != entry.created_at_ms:
+        said = None
+    if problem is not None and (
+        said is None or said.get("written_at_ms", 0) < problem.get("written_at_ms", 0)
+    ):
+        return problem
+    return said
 
 
 def _show(entry: Entry, said: dict[str, Any] | None) -> None:

@@ -270,7 +270,6 @@ class SqlViews:
                     self._resume(entry.previous)
                 return
             running[entry.created_at_ms] = version
-            self._say(marker_key(self.settings, entry.name, entry.created_at_ms), None)  # started: no problem
             previous = entry.previous
             if previous is None or previous.created_at_ms in running:
                 return
@@ -387,13 +386,13 @@ class SqlViews:
             problem_of = entry.created_at_ms
         self._say(marker_key(self.settings, entry.name, problem_of), value)
 
-    def _say(self, key: str, value: dict[str, Any] | None) -> None:
-        """A marker (None: its key's tombstone) on the commits topic, outside any transaction."""
+    def _say(self, key: str, value: dict[str, Any]) -> None:
+        """A marker on the commits topic, outside any transaction."""
         producer = Producer({**self.settings.producer_config(), "enable.idempotence": True})
         producer.produce(
             self.settings.commits_topic,
             key=key.encode(),
-            value=None if value is None else json.dumps(value).encode(),
+            value=json.dumps(value).encode(),
             partition=0,
         )
         if producer.flush(30):

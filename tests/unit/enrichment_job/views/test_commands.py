@@ -38,6 +38,17 @@ def test_a_first_version_is_replaced_whatever_its_state(monkeypatch: pytest.Monk
             },
             V1,
         ),
+        (  # failed once, then ran again after a restart of the job: its later batches say so
+            {
+                marker_key(SETTINGS, "by_channel"): {"created_at_ms": 2, "state": "live", "written_at_ms": 9},
+                marker_key(SETTINGS, "by_channel", 2): {
+                    "created_at_ms": 2,
+                    "state": "failed",
+                    "written_at_ms": 5,
+                },
+            },
+            V2,
+        ),
     ],
 )
 def test_a_replacement_is_replaced_once_live_its_previous_when_it_went_wrong_else_none(
