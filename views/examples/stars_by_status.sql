@@ -1,7 +1,7 @@
--- Per region and club status: ratings, the star distribution, and the unmatched ones.
+-- Per club status and channel: ratings, the star distribution, and the unmatched ones.
 SELECT
-  coalesce(region, 'unknown') AS region,
   coalesce(club_status, 'none') AS club_status,
+  coalesce(channel, 'unknown') AS channel,
   count(*) AS ratings,
   round(avg(stars), 3) AS average_stars,
   count_if(stars = 1) AS one_star,
@@ -9,4 +9,4 @@ SELECT
   count_if(NOT customer_matched) AS unmatched,
   max(rating_time) AS last_rating_time
 FROM enriched
-GROUP BY coalesce(region, 'unknown'), coalesce(club_status, 'none')
+GROUP BY coalesce(club_status, 'none'), coalesce(channel, 'unknown')
