@@ -584,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
             }
             cpu_before = {name: thread_cpu_s(pid) for name, pid in jvms.items()}
             pythons = {f"{name}_python": pid for name, pid in top.items()}
-            pythons["freshness_client"] = follower.pid
+            if follower.poll() is None:  # it follows until the first measured phase ends
+                pythons["freshness_client"] = follower.pid
             if "api" in procs and (changelog := changelog_process(procs["api"].pid)):
                 pythons["api_changelog"] = changelog
             python_before = {name: thread_cpu_s(pid) for name, pid in pythons.items()}
