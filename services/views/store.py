@@ -56,6 +56,12 @@ def served(infos: dict[str, dict[str, Any]]) -> list[str]:
     return [v for v, info in infos.items() if STAGED not in v and info.get("columns")]
 
 
+def _index_name(view: str, exprs: list[str]) -> tuple[str, str]:
+    """The prefix of a view's key indexes, and the name of the one on these expressions."""
+    prefix = f"key_of_{hashlib.sha256(view.encode()).hexdigest()[:12]}_"
+    return prefix, prefix + hashlib.sha256(json.dumps(exprs).encode()).hexdigest()[:12]
+
+
 def column_sql(name: str, kind: str) -> str:
     """A view's column as an SQL expression over a stored row, typed. The SQL side's tables
     (`sql`) and the key indexes below use this one text: SQLite uses an index on an expression
@@ -231,8 +237,7 @@ class Store:
         once per key and types (an older one of the view is dropped), in the batch's transaction."""
         kinds = {c["name"]: c.get("type", "string") for c in columns}
         exprs = [column_sql(name, kinds.get(name, "string")) for name in key]
-        prefix = f"key_of_{hashlib.sha256(view.encode()).hexdigest()[:12]}_"
-        name = prefix + hashlib.sha256(json.dumps(exprs).encode()).hexdigest()[:12]
+        prefix, name = _index_name(view, exprs)
         if self._indexed.get(view) == name:
             return
         w = self._writer
@@ -303,20 +308,31 @@ class Store:
             where += f" AND {expr} {'IS' if op == '=' else op} ?"
             params.append(value)
         keys = [column_sql(k, kinds.get(k, "string")) for k in info.get("key") or []]
-        ordered = [*keys, "key"]
+        # The key's typed values alone: they tell rows apart (the stored key is made of them),
+        # and the key index then serves a range with a limit a page at a time. With the stored
+        # key as a last column too, every row of the range was read and sorted (50,000 for a
+        # range from a random id: 0.2 s a scan).
+        ordered = keys or ["key"]
         if after is not None:
             if len(after) != len(keys):
                 raise ValueError("a cursor of another view")
             where += (
                 f" AND ({', '.join(ordered)}) {'<' if descending else '>'} ({', '.join('?' * len(ordered))})"
             )
-            params += [*after, key_of(after)]
+            params += list(after)
         direction = " DESC" if descending else ""
         order = ", ".join(f"{e}{direction}" for e in ordered)
-        sql = (
-            f"SELECT value FROM rows WHERE view = {view_literal(view)}{where} "  # noqa: S608 (names checked)
-            f"ORDER BY {order} LIMIT ?"
-        )
+        tail = f" WHERE view = {view_literal(view)}{where} ORDER BY {order} LIMIT ?"
+        if keys:
+            # Without statistics SQLite reads the view through the primary key and sorts the
+            # whole range (0.1 s a scan of 100,000 rows here); the key index reads just the page.
+            indexed = f'SELECT value FROM rows INDEXED BY "{_index_name(view, keys)[1]}"{tail}'  # noqa: S608
+            try:
+                return [r[0] for r in self._reader.execute(indexed, (*params, limit))]
+            except sqlite3.OperationalError as err:
+                if "no such index" not in str(err) and "no query solution" not in str(err):
+                    raise
+        sql = f"SELECT value FROM rows{tail}"  # noqa: S608 (names checked)
         return [r[0] for r in self._reader.execute(sql, (*params, limit))]
 
     def snapshot(self, view: str, key: str | None) -> "Snapshot":

@@ -165,7 +165,10 @@ class Events(threading.Thread):
         the connection end, and stops."""
         sock = self.conn.sock
         if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # the service ended it already
+                pass
         self.join(10)
         self.response.close()
         self.conn.close()
