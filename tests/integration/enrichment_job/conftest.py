@@ -10,11 +10,17 @@ from infra.stack.clients import app_db
 
 
 @pytest.fixture(scope="module")
-def topics(stack_env: StackEnv) -> Iterator[Topics]:
+def enrichment_topics(stack_env: StackEnv) -> Iterator[Topics]:
+    """The enrichment job's topics, for the module (`topics` too, where no folder names its own)."""
     topics = Topics()
     names = create_topics(stack_env, topics)
     yield topics
     delete_topics(stack_env, names)
+
+
+@pytest.fixture(scope="module")
+def topics(enrichment_topics: Topics) -> Topics:
+    return enrichment_topics
 
 
 @pytest.fixture(scope="module")

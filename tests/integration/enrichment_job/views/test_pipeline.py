@@ -37,15 +37,6 @@ StackEnv = dict[str, str]
 
 
 @pytest.fixture(scope="module")
-def enrichment_topics(stack_env: StackEnv) -> Iterator[Topics]:
-    """The enrichment job's topics, for this module (the views' own `topics` fixture is per test)."""
-    topics = Topics()
-    names = create_topics(stack_env, topics)
-    yield topics
-    delete_topics(stack_env, names)
-
-
-@pytest.fixture(scope="module")
 def jobs(
     stack_env: StackEnv, enrichment_topics: Topics, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Job, ViewsJob, ViewTopics]]:

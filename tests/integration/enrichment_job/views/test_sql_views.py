@@ -190,16 +190,24 @@ def test_a_view_created_in_sql_while_the_job_runs_backfills_goes_live_is_served_
     assert job.stop() == 0, job.tail()
 
 
+def by_channel_over_history(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path, count: int, batch: int
+) -> tuple[list[dict[str, Any]], ViewsJob, str]:
+    """`count` enriched ratings, a views job that reads `batch` records a batch, and by_channel
+    created over them: the ratings, the job and the view's topic."""
+    history = ratings(0, count)
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in history])
+    job = ViewsJob(stack_env, topics, tmp_path, VIEWS_JOB_MAX_OFFSETS_PER_TRIGGER=str(batch)).start()
+    (tmp_path / "by_channel.sql").write_text(BY_CHANNEL)
+    assert views_cli(stack_env, topics, "create", str(tmp_path / "by_channel.sql")).returncode == 0
+    return history, job, f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}by_channel"
+
+
 def test_a_view_whose_job_is_killed_during_its_backfill_is_exact_after_the_restart(
     stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
 ) -> None:
-    history = ratings(0, 6_000)
-    produce(stack_env, topics.enriched, [as_kafka(r) for r in history])
     # small batches: the backfill takes several, and the kill falls between two of them
-    job = ViewsJob(stack_env, topics, tmp_path, VIEWS_JOB_MAX_OFFSETS_PER_TRIGGER="400").start()
-    (tmp_path / "by_channel.sql").write_text(BY_CHANNEL)
-    assert views_cli(stack_env, topics, "create", str(tmp_path / "by_channel.sql")).returncode == 0
-    view_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}by_channel"
+    history, job, view_topic = by_channel_over_history(stack_env, topics, tmp_path, 6_000, 400)
 
     def backfilling() -> str | None:
         markers = [json.loads(m.value()) for m in read_topic(stack_env, topics.commits, idle_s=0.5)]
@@ -245,13 +253,8 @@ def pulls_until_replaced(service: Service, v1: dict[str, Any]) -> tuple[list[tup
 def test_a_replaced_view_serves_its_old_version_while_the_new_backfills_then_the_new_one(
     stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
 ) -> None:
-    history = ratings(0, 4_000)
-    produce(stack_env, topics.enriched, [as_kafka(r) for r in history])
     # small batches: the new version's backfill takes several, and pulls are made during it
-    job = ViewsJob(stack_env, topics, tmp_path, VIEWS_JOB_MAX_OFFSETS_PER_TRIGGER="300").start()
-    (tmp_path / "by_channel.sql").write_text(BY_CHANNEL)
-    assert views_cli(stack_env, topics, "create", str(tmp_path / "by_channel.sql")).returncode == 0
-    old_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}by_channel"
+    history, job, old_topic = by_channel_over_history(stack_env, topics, tmp_path, 4_000, 300)
     wait_until(rows_equal(stack_env, old_topic, by_channel(history)), job, 240)
     v1 = by_channel(history)['{"channel":"web"}']
     service = served(stack_env, topics, tmp_path, v1)

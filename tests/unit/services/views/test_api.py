@@ -33,6 +33,20 @@ def _scope(path: str) -> dict[str, Any]:
     }
 
 
+def _subscribe(app: Any, path: str, sent: list[bytes], gone: asyncio.Event) -> "asyncio.Task[None]":
+    """A subscriber of `path` in a task: its body chunks go to `sent` until `gone` is set."""
+
+    async def wait_for_disconnect() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def to_subscriber(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            sent.append(message["body"])
+
+    return asyncio.create_task(app(_scope(path), wait_for_disconnect, to_subscriber))
+
+
 def test_a_pull_is_answered_while_a_whole_view_snapshot_is_still_being_sent(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.sqlite3")
     rows = [
@@ -44,21 +58,10 @@ def test_a_pull_is_answered_while_a_whole_view_snapshot_is_still_being_sent(tmp_
     sent: list[bytes] = []  # the subscriber's body chunks, in order
 
     async def main() -> tuple[int, int, int]:
-        first_chunk, gone = asyncio.Event(), asyncio.Event()
-
-        async def wait_for_disconnect() -> dict[str, Any]:
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        async def to_subscriber(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.body" and message.get("body"):
-                sent.append(message["body"])
-                first_chunk.set()
-
-        stream = asyncio.create_task(
-            app(_scope("/views/customer_ratings/changes"), wait_for_disconnect, to_subscriber)
-        )
-        await first_chunk.wait()
+        gone = asyncio.Event()
+        stream = _subscribe(app, "/views/customer_ratings/changes", sent, gone)
+        while not sent:
+            await asyncio.sleep(0)
         answers: list[dict[str, Any]] = []
 
         async def request() -> dict[str, Any]:
@@ -122,18 +125,7 @@ def test_a_subscriber_gets_the_new_versions_snapshot_on_its_stream_when_a_replac
 
     async def main() -> None:
         gone = asyncio.Event()
-
-        async def wait_for_disconnect() -> dict[str, Any]:
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        async def to_subscriber(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.body" and message.get("body"):
-                sent.append(message["body"])
-
-        stream = asyncio.create_task(
-            app(_scope("/views/by_user/changes"), wait_for_disconnect, to_subscriber)
-        )
+        stream = _subscribe(app, "/views/by_user/changes", sent, gone)
         while not sent or b"event: live" not in sent[-1]:
             await asyncio.sleep(0.01)
         staged = [Change("by_user@2", key_of([i]), ("user_id",), f'{{"user_id":{i},"v":2}}') for i in (1, 2)]
