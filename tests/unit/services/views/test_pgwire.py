@@ -229,3 +229,36 @@ def test_a_key_lookup_reads_the_view_s_key_index_not_every_row(served: Served) -
     with contextlib.closing(sqlite3.connect(served.store.path)) as conn:
         listed = "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'key_of_%'"
         assert len(conn.execute(listed).fetchall()) == 1
+
+
+def test_a_key_lookup_from_the_stored_row_gives_what_sqlite_gives(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    odd = {"user_id": 9, "ratings": 2.7, "average_stars": 4, "club_status": True, "customer_matched": "true"}
+    nested = {
+        "user_id": 10,
+        "ratings": 1,
+        "average_stars": 1,
+        "club_status": ["a"],
+        "customer_matched": False,
+    }
+    changes = [_row(u) for u in range(1, 8)]
+    changes += [
+        Change("customer_ratings", key_of([r["user_id"]]), ("user_id",), json.dumps(r)) for r in (odd, nested)
+    ]
+    store.apply(changes, {"customer_ratings": MARKER}, {})
+    reader = SqlReader(store.path, store.infos, max_rows=5, timeout_s=1)
+    spellings = (
+        "SELECT * FROM customer_ratings WHERE user_id = %d",
+        "select *  from customer_ratings where user_id=%d;",
+    )
+    for user in (1, 2, 3, 7, 9, 42):
+        for spelling in spellings:
+            sql = spelling % user
+            fast = reader.key_lookup(sql)
+            assert fast is not None, sql
+            assert fast == reader._run(sql), sql
+    nested_sql = "SELECT * FROM customer_ratings WHERE user_id = 10"
+    assert reader.key_lookup(nested_sql) is None  # left to SQLite
+    assert reader.query(nested_sql).rows == [("10", "1", "1.0", '["a"]', "f")]
+    assert reader.key_lookup("SELECT * FROM customer_ratings WHERE ratings = 10") is None  # not the key
+    assert reader.key_lookup("SELECT * FROM nothing WHERE user_id = 1") is None
