@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType
+from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType, StructType
 
 from enrichment_job.app import build_session, driver_archive
 from enrichment_job.batch_io import collect, kafka_records, to_records
@@ -44,7 +44,7 @@ from enrichment_job.transforms import dead_letters
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, dead_letter_reason, view_rows
 from enrichment_job.views.declarations import View, declared
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
-from enrichment_job.views.transforms import parse_enriched
+from enrichment_job.views.transforms import ENRICHED_FIELDS, parse_enriched
 from services.core.prometheus import MetricsServer, serve
 
 log = logging.getLogger("enrichment_job.views")
@@ -71,11 +71,15 @@ def column_types(df: DataFrame) -> list[dict[str, str]]:
 
 
 def enriched_stream(
-    spark: SparkSession, settings: ViewsSettings, min_partitions: int = 0, tasks: int = 0
+    spark: SparkSession,
+    settings: ViewsSettings,
+    min_partitions: int = 0,
+    tasks: int = 0,
+    fields: StructType = ENRICHED_FIELDS,
 ) -> DataFrame:
-    """The enriched topic, committed records only, parsed (`dlq_reason` null = readable), in at
-    least `min_partitions` tasks a batch (0: one per topic partition), or in `tasks` tasks when
-    it is set (the topic's partitions read together)."""
+    """The enriched topic, committed records only, parsed (`dlq_reason` null = readable; the
+    enriched `fields`), in at least `min_partitions` tasks a batch (0: one per topic partition),
+    or in `tasks` tasks when it is set (the topic's partitions read together)."""
     reader = (
         spark.readStream.format("kafka")
         .options(**settings.kafka_options())
@@ -86,7 +90,7 @@ def enriched_stream(
     if min_partitions:
         reader = reader.option("minPartitions", min_partitions)
     raw = reader.load()
-    return parse_enriched(raw.coalesce(tasks) if tasks else raw)
+    return parse_enriched(raw.coalesce(tasks) if tasks else raw, fields)
 
 
 class BatchSink:

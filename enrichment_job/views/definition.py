@@ -14,7 +14,7 @@ The file, e.g. `views/examples/channel_hourly.sql`:
 
 - The view's name is the file's name without `.sql` (lower case, digits and `_`).
 - `enriched` holds the readable enriched ratings: the fields of the enriched topic's records
-  (`ENRICHED_FIELDS`) and `rating_ts`, `rating_time` as a timestamp.
+  (`transforms.EVERY_FIELD`) and `rating_ts`, `rating_time` as a timestamp.
 - Header lines `-- <key>: <value>` before the SQL (a key spelt close to one of them is refused):
   `retention: <interval>` (a window's rows leave the view, as tombstones in its changelog, once
   a window that many ms newer has come; needs the watermark and `window.start` selected),
@@ -45,7 +45,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from enrichment_job.views.transforms import ENRICHED_FIELDS
+from enrichment_job.views.transforms import EVERY_FIELD
 from services.core.errors import ServiceError
 
 BUILT_IN = Path(__file__).parent / "builtin"  # the built-in views' SQL (declarations.py runs them)
@@ -172,17 +172,17 @@ def parse(name: str, text: str) -> ViewFile:
 
 def enriched_columns(readable: DataFrame) -> DataFrame:
     """What a view reads as `enriched`: the readable enriched ratings (`transforms.parse_enriched`,
-    `dlq_reason` null), their fields and `rating_ts`."""
-    return readable.select(
-        *[f.name for f in ENRICHED_FIELDS.fields], F.timestamp_millis("rating_time").alias(EVENT_TIME)
-    )
+    `dlq_reason` null), the fields they were parsed with, and `rating_ts`."""
+    present = [f.name for f in EVERY_FIELD.fields if f.name in readable.columns]
+    return readable.select(*present, F.timestamp_millis("rating_time").alias(EVENT_TIME))
 
 
 def placeholder(spark: SparkSession) -> DataFrame:
-    """A streaming `enriched` that reads nothing anywhere, to check a view without Kafka."""
+    """A streaming `enriched` of every field that reads nothing anywhere, to check a view
+    without Kafka."""
     source = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
     return enriched_columns(
-        source.select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in ENRICHED_FIELDS.fields])
+        source.select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in EVERY_FIELD.fields])
     )
 
 

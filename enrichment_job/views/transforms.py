@@ -7,6 +7,7 @@ from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, St
 
 from enrichment_job.schemas import CORRUPT
 from enrichment_job.transforms import KAFKA_META, PARSE_OPTIONS
+from services.core.enriched import ENRICHED_FIELDS as RECORD_FIELDS
 
 HOUR_MS = 3_600_000
 
@@ -27,17 +28,27 @@ ENRICHED_FIELDS = StructType(
 )
 REQUIRED = ("rating_id", "user_id", "stars", "rating_time", "customer_matched", "cdc_watermark_ms")
 FIELDS = tuple(f.name for f in ENRICHED_FIELDS.fields)
-_PARSE_SCHEMA = StructType([*ENRICHED_FIELDS.fields, StructField(CORRUPT, StringType())])
+_SPARK_TYPES = {int: LongType(), str: StringType(), bool: BooleanType()}
+# Every field of the enriched record, for the views declared in SQL (users select any of them);
+# those the built-in views read keep their types here.
+EVERY_FIELD = StructType(
+    [
+        next((f for f in ENRICHED_FIELDS.fields if f.name == field.name), None)
+        or StructField(field.name, _SPARK_TYPES[field.kind])
+        for field in RECORD_FIELDS
+    ]
+)
 
 
-def parse_enriched(raw: DataFrame) -> DataFrame:
-    """Kafka rows -> their Kafka columns, the enriched fields, and `dlq_reason` (null when the
-    record is readable).
+def parse_enriched(raw: DataFrame, fields: StructType = ENRICHED_FIELDS) -> DataFrame:
+    """Kafka rows -> their Kafka columns, the enriched `fields` (the built-in views' by default;
+    `EVERY_FIELD`), and `dlq_reason` (null when the record is readable).
 
     The value is parsed once, inside a generator (`inline`): as a projection, the optimizer
     inlines the parse into every field and every check that reads it, and into the filters
     pushed down to it, which parsed each record about six times (22 us a record instead of 4)."""
-    parsed = F.from_json(F.col("value").cast("string"), _PARSE_SCHEMA, PARSE_OPTIONS)
+    schema = StructType([*fields.fields, StructField(CORRUPT, StringType())])
+    parsed = F.from_json(F.col("value").cast("string"), schema, PARSE_OPTIONS)
     checks: list[tuple[Column, str]] = [
         (F.col("value").isNull(), "empty value"),
         (F.col(CORRUPT).isNotNull(), "not an enriched rating (JSON)"),
@@ -47,7 +58,7 @@ def parse_enriched(raw: DataFrame) -> DataFrame:
     for failed, text in reversed(checks):
         reason = F.when(failed, F.lit(text)).otherwise(reason)
     return raw.select(*KAFKA_META, F.inline(F.array(parsed))).select(
-        *KAFKA_META, *FIELDS, reason.alias("dlq_reason")
+        *KAFKA_META, *(f.name for f in fields.fields), reason.alias("dlq_reason")
     )
 
 

@@ -48,6 +48,7 @@ from enrichment_job.views.catalog import (
 )
 from enrichment_job.views.definition import CompiledView, ViewRefused, compile_view, enriched_columns, parse
 from enrichment_job.views.settings import ViewsSettings
+from enrichment_job.views.transforms import EVERY_FIELD
 
 log = logging.getLogger("enrichment_job.views")
 
@@ -291,7 +292,8 @@ class SqlViews:
         if entry.name in BUILT_IN_NAMES:
             raise ViewRefused(f"{entry.name}: a built-in view has that name")
         view = parse(entry.name, entry.sql)
-        readable = enriched_stream(self.spark, self.settings).where(F.col("dlq_reason").isNull())
+        every_field = enriched_stream(self.spark, self.settings, fields=EVERY_FIELD)
+        readable = every_field.where(F.col("dlq_reason").isNull())
         compiled = compile_view(self.spark, view, enriched_columns(readable))
         topic = self.topic(entry)
         if ensure_topic(self.settings.producer_config(), topic, 1):

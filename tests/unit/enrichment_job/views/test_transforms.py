@@ -19,7 +19,8 @@ from enrichment_job.views.aggregation import (
 )
 from enrichment_job.views.declarations import View, customer_ratings, declared, segment_hourly
 from enrichment_job.views.settings import ViewsSettings
-from enrichment_job.views.transforms import late_for_hour, parse_enriched
+from enrichment_job.views.transforms import EVERY_FIELD, late_for_hour, parse_enriched
+from services.core.enriched import ENRICHED_FIELDS as RECORD_FIELDS
 
 # py4j leaves the socket of a collect() to the garbage collector (as in the job's own transform tests).
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -60,6 +61,22 @@ def test_unreadable_records_get_a_reason_and_readable_ones_none(spark: SparkSess
         "missing user_id",
         "missing cdc_watermark_ms",
     ]
+
+
+def test_every_field_parses_each_field_of_the_enriched_record_for_views_declared_in_sql(
+    spark: SparkSession,
+) -> None:
+    record = _enriched(region="north", email="ann@example.com", customer_version="b:1:0", rating_offset=9)
+    row = parse_enriched(_raw(spark, [record]), EVERY_FIELD).collect()[0].asDict()
+    assert [f.name for f in EVERY_FIELD.fields] == [f.name for f in RECORD_FIELDS]
+    assert (row["region"], row["email"], row["customer_version"], row["rating_offset"]) == (
+        "north",
+        "ann@example.com",
+        "b:1:0",
+        9,
+    )
+    assert row["user_id"] == 7 and row["dlq_reason"] is None
+    assert "region" not in parse_enriched(_raw(spark, [record])).columns  # the built-in views' parse
 
 
 @pytest.mark.parametrize(
