@@ -165,8 +165,10 @@ class Changelog:
 
     def _apply(self, batch: "_Batch", read: int) -> None:
         offsets = batch.offsets
-        for topic in [*batch.dropped.values(), *batch.let_go]:
-            offsets = {tp: o for tp, o in offsets.items() if tp[0] != topic}
+        gone = {*batch.dropped.values(), *batch.let_go}
+        if gone:  # no longer read: neither stored nor waited for before health says caught up
+            offsets = {tp: o for tp, o in offsets.items() if tp[0] not in gone}
+            self._pending = {tp for tp in self._pending if tp[0] not in gone}
         if not offsets and not batch.promoted:
             return
         applied = self.store.apply(batch.changes, batch.markers, offsets, batch.dropped, batch.promoted)
