@@ -82,10 +82,21 @@ def check_commits_topic(config: dict[str, str], topic: str, timeout_s: float = 3
 def last_marker(config: dict[str, str], topic: str, key: str, timeout_s: float = 30) -> dict[str, Any] | None:
     """The last committed marker for `key` in the (single-partition, compacted) commits topic;
     None when there is none, or its last record is a tombstone."""
+    return last_markers(config, topic, (key,), timeout_s)[key]
+
+
+def last_markers(
+    config: dict[str, str], topic: str, keys: Sequence[str], timeout_s: float = 30
+) -> dict[str, dict[str, Any] | None]:
+    """`last_marker` of each of `keys`, from one read of the commits topic."""
+    markers: dict[str, dict[str, Any] | None] = dict.fromkeys(keys)
+    wanted = {key.encode(): key for key in keys}
+    if not wanted:
+        return markers
     consumer = Consumer(
         {
             **config,
-            "group.id": f"marker-reader-{key}",
+            "group.id": f"marker-reader-{keys[0]}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
@@ -94,9 +105,8 @@ def last_marker(config: dict[str, str], topic: str, key: str, timeout_s: float =
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
         if high <= low:
-            return None
+            return markers
         consumer.assign([TopicPartition(topic, 0, low)])
-        marker = None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             msg = consumer.poll(1.0)
@@ -105,10 +115,11 @@ def last_marker(config: dict[str, str], topic: str, key: str, timeout_s: float =
             error, value = msg.error(), msg.value()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    return marker
+                    return markers
                 raise KafkaException(error)
-            if msg.key() == key.encode():
-                marker = None if value is None else json.loads(value)  # a tombstone: no marker
+            key = wanted.get(msg.key() or b"")
+            if key is not None:
+                markers[key] = None if value is None else json.loads(value)  # a tombstone: none
         raise TimeoutError(f"could not read {topic} to its end within {timeout_s} s")
     finally:
         consumer.close()
@@ -154,11 +165,17 @@ class TransactionalOutput:
     """One transactional producer per streaming query; `write` is called once per batch."""
 
     def __init__(
-        self, config: dict[str, str], transactional_id: str, commits_topic: str, run: str | None = None
+        self,
+        config: dict[str, str],
+        transactional_id: str,
+        commits_topic: str,
+        run: str | None = None,
+        other_markers: Sequence[str] = (),
     ) -> None:
         """`run`, when given, goes into every marker, and only a marker of the same run counts as
         committed: a new checkpoint (a new run) under the same transactional id starts its batch
-        ids again from 0 and must not take the old run's batches for its own."""
+        ids again from 0 and must not take the old run's batches for its own. `other_markers`:
+        keys of the commits topic read in the same pass as this output's own (`others`)."""
         self.commits_topic = commits_topic
         self.marker_key = transactional_id
         self.run = run
@@ -166,7 +183,8 @@ class TransactionalOutput:
         self.producer = transactional_producer(config, transactional_id)
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="kafka-out")
         self._early: Future[int] | None = None  # what `begin` produces, in the sender's thread
-        self.marker = last_marker(config, commits_topic, transactional_id)
+        self.others = last_markers(config, commits_topic, (transactional_id, *other_markers))
+        self.marker = self.others.pop(transactional_id)
         log.info("%s: last committed batch %s", transactional_id, self.marker and self.marker["batch_id"])
 
     def partitions(self, topic: str) -> list[int]:

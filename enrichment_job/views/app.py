@@ -22,7 +22,7 @@ that counted any reads its own offsets again for them and writes them in the sam
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -96,10 +96,16 @@ def enriched_stream(
 class BatchSink:
     """foreachBatch handler: a batch's records plus a marker, in one Kafka transaction."""
 
-    def __init__(self, settings: ViewsSettings, query: str, run: str) -> None:
+    def __init__(
+        self, settings: ViewsSettings, query: str, run: str, other_markers: Sequence[str] = ()
+    ) -> None:
         self.settings, self.query = settings, query
         self.out = TransactionalOutput(
-            settings.producer_config(), f"{settings.name}-{query}", settings.commits_topic, run=run
+            settings.producer_config(),
+            f"{settings.name}-{query}",
+            settings.commits_topic,
+            run=run,
+            other_markers=other_markers,
         )
         self.state, self.checkpoint = settings.state, f"{CHECKPOINTS}/{query}"
 

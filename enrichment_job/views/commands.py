@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaException
 
 from enrichment_job.cli import CONFIG_EXIT, load_or_exit
-from enrichment_job.kafka_out import last_marker
+from enrichment_job.kafka_out import last_markers
 from enrichment_job.views.catalog import BUILT_IN_NAMES, CatalogError, Entry, marker_key, publish, read_all
 from enrichment_job.views.definition import ViewRefused, check, read
 from enrichment_job.views.settings import ViewsSettings
@@ -73,8 +73,10 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
     config, topic = settings.producer_config(), settings.catalog_topic
     try:
         if args.command == "list":
-            for listed in sorted(read_all(config, topic).values(), key=lambda e: e.name):
-                said = _said(settings, listed) or {}
+            listed_all = sorted(read_all(config, topic).values(), key=lambda e: e.name)
+            said_of = _said_of(settings, listed_all)
+            for listed in listed_all:
+                said = said_of[listed.name] or {}
                 state = said.get("state") or ("replacing" if listed.previous else "not started")
                 print(f"{listed.name}\t{state}\tcreated {_time(listed.created_at_ms)}")
             return 0
@@ -105,16 +107,29 @@ def _said(settings: ViewsSettings, entry: Entry) -> dict[str, Any] | None:
     """What the views job last said of this version of the view: its last batch's marker (the
     view's, when it is this version's), or that it was refused or failed (its own marker) when
     that came later."""
-    config, topic = settings.producer_config(), settings.commits_topic
-    problem = last_marker(config, topic, marker_key(settings, entry.name, entry.created_at_ms))
-    said = last_marker(config, topic, marker_key(settings, entry.name))
-    if said is not None and said.get("created_at_ms") != entry.created_at_ms:
-        said = None
-    if problem is not None and (
-        said is None or said.get("written_at_ms", 0) < problem.get("written_at_ms", 0)
-    ):
-        return problem
-    return said
+    return _said_of(settings, [entry])[entry.name]
+
+
+def _said_of(settings: ViewsSettings, entries: list[Entry]) -> dict[str, dict[str, Any] | None]:
+    """`_said` of each entry, by view name, from one read of the commits topic."""
+    keys = {
+        e.name: (marker_key(settings, e.name, e.created_at_ms), marker_key(settings, e.name)) for e in entries
+    }
+    markers = last_markers(
+        settings.producer_config(), settings.commits_topic, [k for pair in keys.values() for k in pair]
+    )
+    said_of = {}
+    for entry in entries:
+        problem_key, batch_key = keys[entry.name]
+        problem, said = markers[problem_key], markers[batch_key]
+        if said is not None and said.get("created_at_ms") != entry.created_at_ms:
+            said = None
+        if problem is not None and (
+            said is None or said.get("written_at_ms", 0) < problem.get("written_at_ms", 0)
+        ):
+            said = problem
+        said_of[entry.name] = said
+    return said_of
 
 
 def _show(entry: Entry, said: dict[str, Any] | None) -> None:

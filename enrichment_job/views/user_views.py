@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.batch_io import collect
-from enrichment_job.kafka_out import Records, last_marker
+from enrichment_job.kafka_out import Records
 from enrichment_job.recovery import CHECKPOINTS
 from enrichment_job.views.app import BatchSink, column_types, enriched_stream
 from enrichment_job.views.catalog import (
@@ -68,7 +68,7 @@ class SqlViewSink:
     def __init__(
         self, settings: ViewsSettings, query: str, view: CompiledView, entry: Entry, run: str
     ) -> None:
-        self.sink = BatchSink(settings, query, run)
+        self.sink = BatchSink(settings, query, run, other_markers=(marker_key(settings, view.name),))
         self.settings, self.view, self.entry = settings, view, entry
         self.topic = entry.topic or settings.topic(view.name)
         self.columns = column_types(view.rows)
@@ -89,9 +89,7 @@ class SqlViewSink:
         self.max_rating_time: int | None = previous.get("max_rating_time") if previous else None
         self.backfill_to = _ends_now(settings)
         # A restart of a view that was live stays live (its marker says so); a new one backfills.
-        said = last_marker(
-            settings.producer_config(), settings.commits_topic, marker_key(settings, view.name)
-        )
+        said = self.sink.out.others[marker_key(settings, view.name)]
         self.live = bool(
             previous
             and said

@@ -5,9 +5,9 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from support.kafka import COMPACTED, StackEnv, drop_topics, make_topics, read_topic
+from support.kafka import COMPACTED, StackEnv, drop_topics, make_topics, produce, read_topic
 
-from enrichment_job.kafka_out import CommitsTopicPolicy, Fenced, Records, TransactionalOutput
+from enrichment_job.kafka_out import CommitsTopicPolicy, Fenced, Records, TransactionalOutput, last_markers
 
 
 @pytest.fixture
@@ -101,3 +101,25 @@ def test_a_commits_topic_whose_markers_can_age_out_is_refused_naming_it_and_the_
             _output(stack_env, commits, f"tx-{unique}")
     finally:
         drop_topics(stack_env, [commits])
+
+
+def test_one_read_of_the_commits_topic_gives_the_last_marker_of_each_key_a_tombstone_none(
+    stack_env: StackEnv, topics: list[str]
+) -> None:
+    commits = topics[2]
+    produce(
+        stack_env,
+        commits,
+        [
+            (b"a", b'{"batch_id": 1}'),
+            (b"b", b'{"batch_id": 1}'),
+            (b"a", b'{"batch_id": 2}'),
+            (b"b", None),
+            (b"c", b'{"batch_id": 5}'),
+        ],
+    )
+    config = {"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]}
+    assert last_markers(config, commits, ["a", "b", "d"]) == {"a": {"batch_id": 2}, "b": None, "d": None}
+    assert last_markers(config, commits, []) == {}
+    output = TransactionalOutput(config, "c", commits, other_markers=("a", "b"))
+    assert (output.marker, output.others) == ({"batch_id": 5}, {"a": {"batch_id": 2}, "b": None})

@@ -15,7 +15,9 @@ V2 = Entry("by_channel", "SELECT 2", 2, "view.by_channel.2", V1)
 
 
 def _markers(monkeypatch: pytest.MonkeyPatch, markers: dict[str, dict[str, Any]]) -> None:
-    monkeypatch.setattr(commands, "last_marker", lambda _config, _topic, key: markers.get(key))
+    monkeypatch.setattr(
+        commands, "last_markers", lambda _config, _topic, keys: {key: markers.get(key) for key in keys}
+    )
 
 
 def test_a_first_version_is_replaced_whatever_its_state(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,3 +58,24 @@ def test_a_replacement_is_replaced_once_live_its_previous_when_it_went_wrong_els
 ) -> None:
     _markers(monkeypatch, markers)
     assert commands._serving(SETTINGS, V2) == replaced
+
+
+def test_the_list_reads_what_the_job_said_of_every_view_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[list[str]] = []
+    markers = {
+        marker_key(SETTINGS, "by_channel"): {"created_at_ms": 1, "state": "live"},
+        marker_key(SETTINGS, "by_region", 3): {"created_at_ms": 3, "state": "refused", "error": "HAVING"},
+    }
+
+    def last_markers(_config: Any, _topic: str, keys: list[str]) -> dict[str, Any]:
+        reads.append(list(keys))
+        return {key: markers.get(key) for key in keys}
+
+    monkeypatch.setattr(commands, "last_markers", last_markers)
+    said = commands._said_of(SETTINGS, [V1, Entry("by_region", "SELECT 3", 3), Entry("fresh", "SELECT 4", 4)])
+    assert said == {
+        "by_channel": {"created_at_ms": 1, "state": "live"},
+        "by_region": {"created_at_ms": 3, "state": "refused", "error": "HAVING"},
+        "fresh": None,
+    }
+    assert len(reads) == 1 and len(reads[0]) == 6
