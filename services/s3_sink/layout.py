@@ -6,10 +6,11 @@ named after the first and last Kafka offsets of that group's rows.
 Offsets are zero-padded to 20 digits (a Kafka offset is a signed 64-bit number: at most 19
 digits) so that names sort in offset order as text, the way S3 lists them. An object holds every
 row of its partition and hour between its two offsets, and no other: the sink keeps the ranges
-of one folder apart (see `overlapping` and the sink), so no row is in the lake twice.
+of one folder apart (see `uncovered` and the sink), so no row is in the lake twice.
 """
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -52,14 +53,47 @@ def offsets_of(key: str) -> tuple[int, int] | None:
     return (int(match["first"]), int(match["last"])) if match else None
 
 
-def overlapping(target: LakeObject, first: int, last: int) -> str:
-    """What to do with a sibling holding offsets first..last once `target` is written: 'keep' it
-    (disjoint ranges), 'delete' it (all its rows are in `target`), or 'trim' it (some are)."""
-    if last < target.first_offset or first > target.last_offset:
-        return "keep"
-    if target.first_offset <= first and last <= target.last_offset:
-        return "delete"
-    return "trim"
+def merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Offset ranges (first, last), sorted and joined where they meet: disjoint."""
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return out
+
+
+def uncovered(
+    target: LakeObject, rows: pa.Table, ranges: Iterable[tuple[int, int]]
+) -> list[tuple[LakeObject, pa.Table]]:
+    """The rows of `target` whose offsets no range of `ranges` (its siblings') holds, as objects
+    of their own: one per stretch between two ranges, so that no object's range meets another's."""
+    spans = merged(ranges)
+    rows = rows.sort_by("kafka_offset")
+    if not spans:
+        return [(target, rows)]
+    offsets = rows.column("kafka_offset")
+    covered = pa.array([False] * rows.num_rows)
+    gap = pa.array([0] * rows.num_rows, pa.int32())  # how many spans start at or before each row
+    for first, last in spans:
+        after = pc.greater_equal(offsets, first)
+        covered = pc.or_(covered, pc.and_(after, pc.less_equal(offsets, last)))
+        gap = pc.add(gap, pc.cast(after, pa.int32()))
+    pieces = []
+    for stretch in pc.unique(pc.filter(gap, pc.invert(covered))).to_pylist():
+        part = rows.filter(pc.and_(pc.equal(gap, stretch), pc.invert(covered)))
+        got = part.column("kafka_offset")
+        pieces.append((target.with_offsets(int(got[0].as_py()), int(got[-1].as_py())), part))
+    return pieces
+
+
+def contains(outer: tuple[int, int], inner: tuple[int, int]) -> bool:
+    return outer[0] <= inner[0] and inner[1] <= outer[1]
+
+
+def meets(one: tuple[int, int], other: tuple[int, int]) -> bool:
+    return not (one[1] < other[0] or other[1] < one[0])
 
 
 def split_into_objects(table: pa.Table) -> list[tuple[LakeObject, pa.Table]]:

@@ -1,9 +1,9 @@
 """The writer: a batch of enriched ratings becomes Parquet objects in S3, each PUT whole (S3 PUTs
 are atomic), named after the offsets they hold. Written again from any offset (a replay after a
-crash, an offset reset, a rebalance), the rows land once: an object's older siblings whose
-offsets it also holds are deleted, or rewritten without those rows."""
+crash, an offset reset, a rebalance), the rows land once: the rows whose offsets an object of the
+folder holds already are not written again, and an object that another writer wrote at the same
+time inside a larger one is deleted by its own writer."""
 
-import io
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +11,6 @@ from typing import Any
 
 import boto3
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -19,7 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from services.core.errors import ConfigError, FatalSinkError
 from services.core.records import Incoming, Rejected
 from services.s3_sink.config import S3SinkSettings
-from services.s3_sink.layout import LakeObject, offsets_of, overlapping, split_into_objects
+from services.s3_sink.layout import LakeObject, contains, meets, offsets_of, split_into_objects, uncovered
 from services.s3_sink.rows import parse_values
 from services.s3_sink.s3_errors import classify
 from services.s3_sink.schema import to_lake_table
@@ -96,46 +95,61 @@ class S3Sink:
         return [Rejected(records[i].message, reason) for i, reason in parsed.rejected]
 
     def _put(self, target: LakeObject, rows: pa.Table) -> None:
-        key = target.key(self.prefix)
-        body = parquet_bytes(rows, self.settings.compression)
-        self._s3(key, self.client.put_object, Key=key, Body=body)
-        log.debug("wrote s3://%s/%s: %d rows, %d bytes", self.settings.bucket, key, rows.num_rows, len(body))
-        self._settle(target, key)
-
-    def _settle(self, target: LakeObject, key: str) -> None:
-        """Siblings (same topic, partition and hour) holding offsets `target` holds lose those
-        rows: deleted when all their rows are in `target`, otherwise rewritten with the rest
-        (one object per side of `target`'s range), then deleted. Done after `target` is written,
-        so a crash in between leaves rows twice until the replay settles again, never lost."""
-        for other in list(self._siblings(target)):  # listed before any change to the folder
-            span = offsets_of(other)
-            if other == key or span is None or overlapping(target, *span) == "keep":
-                continue
-            kept = 0
-            if overlapping(target, *span) == "trim":
-                got = self._s3(other, self.client.get_object, Key=other)
-                rows = pq.read_table(io.BytesIO(got["Body"].read()))
-                offsets = rows.column("kafka_offset")
-                for side in (pc.less(offsets, target.first_offset), pc.greater(offsets, target.last_offset)):
-                    piece = rows.filter(side)
-                    if piece.num_rows:
-                        first, last = (
-                            pc.min(piece.column("kafka_offset")),
-                            pc.max(piece.column("kafka_offset")),
-                        )
-                        part = target.with_offsets(int(first.as_py()), int(last.as_py())).key(self.prefix)
-                        body = parquet_bytes(piece, self.settings.compression)
-                        self._s3(part, self.client.put_object, Key=part, Body=body)
-                        kept += piece.num_rows
-            self._s3(other, self.client.delete_object, Key=other)
+        """The rows of `target` that no sibling holds yet, written; then its siblings settled."""
+        before = self._ranges(target)
+        pieces = uncovered(target, rows, before.values())
+        if (held := rows.num_rows - sum(part.num_rows for _, part in pieces)) > 0:
             log.info(
-                "s3://%s/%s held offsets of %s (written again from another offset): replaced, %d of its "
-                "rows kept in objects of their own",
-                self.settings.bucket,
-                other,
-                key.rsplit("/", 1)[-1],
-                kept,
+                "%d rows of %s are in the lake already (written from another offset): not written again",
+                held,
+                target.key(self.prefix).rsplit("/", 1)[-1],
             )
+        for piece, part in pieces:
+            key = piece.key(self.prefix)
+            body = parquet_bytes(part, self.settings.compression)
+            self._s3(key, self.client.put_object, Key=key, Body=body)
+            log.debug(
+                "wrote s3://%s/%s: %d rows, %d bytes", self.settings.bucket, key, part.num_rows, len(body)
+            )
+        if pieces:
+            self._settle(target, [piece for piece, _ in pieces])
+
+    def _settle(self, target: LakeObject, written: list[LakeObject]) -> None:
+        """Another writer of the same folder (a member of the group that lost the partition and
+        has not noticed yet) may have written the same rows between this one's listing and its
+        write. Both started from the offset the group committed, so one object's range holds the
+        other's: the object held by a larger one is deleted, by whichever writer sees it first.
+        An object is only ever deleted for one whose range is strictly larger, which is kept, so
+        two writers can never each delete the rows the other relies on."""
+        after = self._ranges(target)
+        for key, span in after.items():
+            holders = [k for k, other in after.items() if other != span and contains(other, span)]
+            if holders:
+                self._s3(key, self.client.delete_object, Key=key)
+                log.info(
+                    "s3://%s/%s: its rows were written at the same time by another writer, in %s: deleted",
+                    self.settings.bucket,
+                    key,
+                    holders[0].rsplit("/", 1)[-1],
+                )
+        for piece in written:
+            key, span = piece.key(self.prefix), (piece.first_offset, piece.last_offset)
+            for other_key, other in after.items():
+                if meets(other, span) and not (contains(span, other) or contains(other, span)):
+                    log.warning(
+                        "s3://%s/%s and %s both hold offsets %d..%d of their partition and hour: two "
+                        "writers wrote them at the same time from different offsets; readers that "
+                        "de-duplicate on (kafka_partition, kafka_offset) see them once",
+                        self.settings.bucket,
+                        key,
+                        other_key.rsplit("/", 1)[-1],
+                        max(span[0], other[0]),
+                        min(span[1], other[1]),
+                    )
+
+    def _ranges(self, target: LakeObject) -> dict[str, tuple[int, int]]:
+        """The offset range of each object of `target`'s topic, partition and hour, by key."""
+        return {key: span for key in self._siblings(target) if (span := offsets_of(key)) is not None}
 
     def _siblings(self, target: LakeObject) -> Iterator[str]:
         prefix, token = target.siblings(self.prefix), None

@@ -2,6 +2,7 @@
 pyarrow, and emptied afterwards."""
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,3 +36,33 @@ class Lake:
     def empty(self) -> None:
         for key in self.keys():
             self.s3.delete_object(Bucket=self.bucket, Key=key)
+
+
+class Interleaved:
+    """An S3 client (any: boto3's or a test's) that runs `other` once, the whole write of another
+    writer of the same folder: at this writer's first PUT (`at="put"`: between its listing and
+    its write) or at its first listing after a PUT (`at="settle"`: between its write and its
+    settling). Every call goes to `client`."""
+
+    def __init__(self, client: Any, other: Callable[[], Any], at: str) -> None:
+        self._client, self._other, self._at, self._put = client, other, at, False
+
+    def _run_other(self) -> None:
+        if self._other is not None:
+            run, self._other = self._other, None
+            run()
+
+    def put_object(self, **kwargs: Any) -> Any:
+        if self._at == "put":
+            self._run_other()
+        got = self._client.put_object(**kwargs)
+        self._put = True
+        return got
+
+    def list_objects_v2(self, **kwargs: Any) -> Any:
+        if self._at == "settle" and self._put:
+            self._run_other()
+        return self._client.list_objects_v2(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)

@@ -7,16 +7,17 @@ from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 from support.kafka import committed_total, produce
-from support.lake import Lake
+from support.lake import Interleaved, Lake
 from support.proxy import proxy_to
 from support.services import ServiceProcess, as_kafka, enriched_record
 
 from services.core.records import Incoming
 from services.s3_sink.config import S3SinkSettings
 from services.s3_sink.layout import offsets_of
-from services.s3_sink.sink import S3Sink
+from services.s3_sink.sink import S3Sink, s3_client
 
 StackEnv = dict[str, str]
 HOUR_MS = 3_600_000
@@ -179,3 +180,33 @@ def test_s3_outage_pauses_commits_nothing_more_and_everything_lands_once_after(
     rows = lake.rows()
     assert sorted(r["rating_id"] for r in rows) == list(range(300))
     assert len({(r["kafka_partition"], r["kafka_offset"]) for r in rows}) == 300
+
+
+@pytest.mark.parametrize("at", ["put", "settle"])
+def test_two_sinks_writing_one_folder_at_the_same_time_leave_every_rating_once(
+    stack_env: StackEnv,
+    topics: Callable[..., tuple[str, str]],
+    sink_env: Callable[..., dict[str, str]],
+    lake: Lake,
+    at: str,
+) -> None:
+    """A member that lost its partitions without noticing (frozen past the session timeout) and
+    the new owner both write from the committed offset, with other batch bounds, one inside the
+    other's write. Before, each trimmed or deleted the other's object and rows were lost."""
+    names = topics(1)
+    produce(stack_env, names[0], ratings(400))
+    env = sink_env(names)
+    s3_fields = ("endpoint_url", "region", "access_key", "secret_key", "bucket", "prefix")
+    settings = S3SinkSettings(**{f: env[f"S3_SINK_{f.upper()}"] for f in s3_fields})
+    records = [Incoming(m.value() or b"", m) for m in uncommitted(env, names[0], 400)]
+    zombie = S3Sink.from_settings(settings)
+    owner = S3Sink(settings, Interleaved(s3_client(settings), lambda: zombie.write(records[:250]), at))
+    try:
+        owner.write(records[:150])
+        owner.write(records[150:])
+        zombie.write(records[250:])
+    finally:
+        owner.close()
+        zombie.close()
+    rows = lake.rows()
+    assert sorted((r["kafka_offset"], r["rating_id"]) for r in rows) == [(i, i) for i in range(400)]

@@ -7,7 +7,7 @@ from datetime import datetime
 import pyarrow as pa
 import pytest
 
-from services.s3_sink.layout import HOUR_MS, LakeObject, offsets_of, overlapping, split_into_objects
+from services.s3_sink.layout import HOUR_MS, LakeObject, merged, offsets_of, split_into_objects, uncovered
 from services.s3_sink.rows import parse_values
 from services.s3_sink.schema import to_lake_table
 
@@ -46,24 +46,6 @@ def test_offsets_are_padded_to_20_digits_so_names_sort_by_offset() -> None:
     assert offsets_of("p/dt=1970-01-01/hour=00/t+0+00000000000000000007.parquet") is None  # not ours
 
 
-@pytest.mark.parametrize(
-    ("sibling", "action"),
-    [
-        ((0, 9), "keep"),
-        ((21, 30), "keep"),
-        ((10, 20), "delete"),
-        ((12, 18), "delete"),
-        ((5, 10), "trim"),
-        ((20, 25), "trim"),
-        ((5, 25), "trim"),
-    ],
-)
-def test_a_sibling_is_kept_deleted_or_trimmed_by_how_its_range_meets_the_new_one(
-    sibling: tuple[int, int], action: str
-) -> None:
-    assert overlapping(LakeObject("t", 0, 0, 10, 20), *sibling) == action
-
-
 def lake_rows(rows: list[tuple[str, int, int, int]]) -> pa.Table:
     """(topic, partition, offset, rating_time) -> a LAKE_SCHEMA table."""
     values = [
@@ -100,3 +82,31 @@ def test_a_batch_splits_by_partition_and_hour_named_by_each_groups_offsets() -> 
 
 def test_an_empty_batch_has_no_objects() -> None:
     assert split_into_objects(lake_rows([])) == []
+
+
+def test_ranges_are_joined_where_they_meet() -> None:
+    assert merged([(30, 40), (0, 9), (10, 12), (35, 50), (60, 60)]) == [(0, 12), (30, 50), (60, 60)]
+    assert merged([]) == []
+
+
+@pytest.mark.parametrize(
+    ("siblings", "pieces"),
+    [
+        ([], [[10, 12, 15, 20]]),
+        ([(0, 9), (21, 30)], [[10, 12, 15, 20]]),  # ranges that do not meet it
+        ([(10, 20)], []),  # all held
+        ([(5, 12)], [[15, 20]]),
+        ([(13, 14)], [[10, 12], [15, 20]]),  # a range between two rows splits it, holding none
+        ([(12, 12), (16, 30)], [[10], [15]]),
+        ([(0, 100)], []),
+    ],
+)
+def test_only_the_rows_no_sibling_holds_are_written_in_stretches_that_meet_no_sibling(
+    siblings: list[tuple[int, int]], pieces: list[list[int]]
+) -> None:
+    hour = ms("2026-11-22T10:00:00+00:00")
+    rows = lake_rows([("t", 0, o, hour) for o in (20, 10, 12, 15)])  # not in offset order
+    got = uncovered(LakeObject("t", 0, hour // HOUR_MS, 10, 20), rows, siblings)
+    assert [part.column("kafka_offset").to_pylist() for _, part in got] == pieces
+    assert [(o.first_offset, o.last_offset) for o, _ in got] == [(p[0], p[-1]) for p in pieces]
+    assert all(o.hour == hour // HOUR_MS and o.partition == 0 for o, _ in got)

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 from confluent_kafka import Message
+from support.lake import Interleaved
 from support.services import enriched_record
 
 from services.core.errors import ConfigError, FatalSinkError, SinkUnavailable
@@ -161,3 +162,24 @@ def test_records_written_again_from_any_offset_land_once() -> None:
         writer.write(by_partition[p])
         writer.write(by_partition[p][10:20])
     assert lake_offsets(client) == [(p, o) for p in (0, 1) for o in range(60)]
+
+
+@pytest.mark.parametrize("at", ["put", "settle"])
+@pytest.mark.parametrize(("mine", "theirs"), [(100, 150), (150, 100), (100, 100)])
+def test_two_writers_of_one_folder_at_the_same_time_leave_every_row_once(
+    mine: int, theirs: int, at: str
+) -> None:
+    """A member that lost its partition without noticing, and the new owner: both write from the
+    committed offset, with other batch bounds, one inside the other's write. Before, each
+    trimmed or deleted the other's object, and rows of both were lost."""
+    hour = 1_795_000_000_000 // 3_600_000 * 3_600_000
+    stream = [
+        incoming(0, o, json.dumps(enriched_record(o, rating_time=hour + o)).encode()) for o in range(200)
+    ]
+    shared = RecordingClient()
+    other = sink(shared)
+    writer = S3Sink(other.settings, Interleaved(shared, lambda: other.write(stream[:theirs]), at))
+    writer.write(stream[:mine])
+    writer.write(stream[mine:])  # the next batches of both go on from where each left off
+    other.write(stream[theirs:])
+    assert lake_offsets(shared) == [(0, o) for o in range(200)]
