@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from enrichment_job.app import JoinMoved, RunningJob, start
 from enrichment_job.cli import CONFIG_EXIT, FENCED_EXIT, load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.kafka_in import RecordsDeleted
+from enrichment_job.kafka_out import ForeignMarker
 from enrichment_job.recovery import TopicsChanged
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
@@ -45,7 +46,7 @@ def main(argv: list[str]) -> int:
     except (TopicsChanged, JoinMoved, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return CONFIG_EXIT
-    except RecordsDeleted as err:  # the CDC topic's head, gone before a first read
+    except (RecordsDeleted, ForeignMarker) as err:  # the CDC topic's head gone; a forged marker
         log.error("the job stops: %s", err)
         return 1
     sql_views = _follow_the_catalog(job, views)

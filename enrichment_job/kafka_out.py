@@ -125,6 +125,11 @@ def last_markers(
         consumer.close()
 
 
+class ForeignMarker(ValueError):
+    """A marker in the commits topic names the job's run and a batch the job never planned: the
+    job did not write it. Going on would take every batch up to it as written."""
+
+
 class Fenced(RuntimeError):
     """Another instance took over the transactional id: this one must stop, not retry."""
 

@@ -18,7 +18,9 @@ from pyspark.sql import SparkSession
 from enrichment_job.cdc import CdcReader, fill_unavailable, ingest_ranges
 from enrichment_job.enrich import Ratings, Reader
 from enrichment_job.kafka_in import TopicReader, partition_offsets
+from enrichment_job.kafka_out import ForeignMarker
 from enrichment_job.settings import TABLE, JobSettings
+from enrichment_job.spark_internals import last_planned_batch
 from enrichment_job.state_dir import StateDir
 from enrichment_job.table import CdcState, CustomerTable
 
@@ -44,6 +46,26 @@ class TopicsChanged(ValueError):
     """The job name's last commit was made reading other topics: a name per set of topics."""
 
 
+def check_planned(
+    marker: dict[str, Any] | None, run: str, state: StateDir, checkpoint: str, *, key: str, topic: str
+) -> None:
+    """Refuses a marker (the last one of `key` in the commits topic `topic`) that names this run
+    and a batch the run's checkpoint never planned: Spark writes a batch to the checkpoint's
+    offset log before the batch runs, so the job cannot have written it."""
+    if marker is None or marker.get("run") != run:
+        return
+    planned = last_planned_batch(state, checkpoint)
+    if planned is None or int(marker.get("batch_id", -1)) > planned:
+        raise ForeignMarker(
+            f"the last marker of {key!r} in {topic} names this state folder's run {run} and batch "
+            f"{marker.get('batch_id')}, but the checkpoint {checkpoint} planned batches only up to "
+            f"{planned}: the job did not write that marker (or the checkpoint was deleted without the "
+            "state folder's checkpoints/run_id), and going on would take the batches up to it as "
+            f"written. Find who wrote it, and let only the job's own principal write to {topic} "
+            "(the secured stack's ACLs do)"
+        )
+
+
 def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
     """This state folder's run id, once the folder is known to continue the job's last commit.
 
@@ -58,6 +80,10 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
         # start again at 0 and be taken for batches already written. A new run it is.
         state.remove(f"{CHECKPOINTS}/run_id")
         run = run_id(state)
+    if state.exists(PIPELINE_CHECKPOINT):
+        check_planned(
+            marker, run, state, PIPELINE_CHECKPOINT, key=settings.job_name, topic=settings.commits_topic
+        )
     if marker is None or marker.get("run") == run:
         return run
     for name, topic in (("ratings_topic", settings.ratings_topic), ("cdc_topic", settings.cdc_topic)):

@@ -5,6 +5,8 @@ test_spark_internals.py and the integration tests run each of them).
 - `batch_ends`: the views' markers record the enriched offsets a batch covered. The offset log
   in the query's checkpoint is the only place a running foreachBatch can learn them (progress
   events come after the batch). Read through the state folder's file system, so s3a:// works.
+- `last_planned_batch`: the newest batch of a checkpoint's offset log, to tell a marker in the
+  commits topic that this checkpoint never planned (written by someone else) from its own.
 - `batch_starts`: where a batch's records begin, for the views' dead letters, which read a
   batch's records again: the previous batch's offset log file, or for the first batch the
   source's initial offsets in the checkpoint.
@@ -24,6 +26,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import pyarrow.fs as pafs
 from pyspark import RDD, SparkContext
 from pyspark.serializers import CPickleSerializer
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -60,6 +63,19 @@ def batch_ends(state: StateDir, checkpoint: str, batch_id: int, topic: str) -> d
         return {}
 
     return _versioned_file(state, f"{checkpoint}/offsets/{batch_id}", f"batch {batch_id}'s offsets", ends)
+
+
+def last_planned_batch(state: StateDir, checkpoint: str) -> int | None:
+    """The newest batch id in the offset log of the query checkpointed at `checkpoint`: Spark
+    writes a batch's file there before the batch runs, so no batch of this checkpoint past it
+    has been written anywhere. None when the log is empty or missing."""
+    fs, path = state.locate(f"{checkpoint}/offsets")
+    try:
+        found = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except FileNotFoundError:
+        return None
+    ids = [int(f.base_name) for f in found if f.base_name.isdigit()]
+    return max(ids) if ids else None
 
 
 def batch_starts(state: StateDir, checkpoint: str, batch_id: int, topic: str) -> dict[int, int]:

@@ -26,7 +26,15 @@ from confluent_kafka import KafkaException, Producer
 
 from enrichment_job.enrich import Ratings
 from enrichment_job.kafka_in import KAFKA, TopicReader
-from enrichment_job.kafka_out import Fenced, Records, is_fenced, produce, produce_all, transactional_config
+from enrichment_job.kafka_out import (
+    Fenced,
+    ForeignMarker,
+    Records,
+    is_fenced,
+    produce,
+    produce_all,
+    transactional_config,
+)
 from enrichment_job.metrics import Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.tasks.plan import PartitionMarker, PartitionPlan, TablePlan, TaskOutcome
@@ -222,7 +230,15 @@ def _cut_over(plan: PartitionPlan) -> dict[str, object] | None:
 def _run(plan: PartitionPlan, table: TablePlan, held: _Held, started: float, steps: Steps) -> TaskOutcome:
     settings = plan.settings
     marker = held.marker
-    if marker is not None and marker.run == plan.run and marker.batch_id >= plan.batch_id:
+    if marker is not None and marker.run == plan.run and marker.batch_id > plan.batch_id:
+        # Batches run in order, and batch n + 1 is planned only once batch n is in Kafka.
+        raise ForeignMarker(
+            f"the marker of ratings partition {plan.partition} in {settings.commits_topic} names this "
+            f"run and batch {marker.batch_id}, ahead of the batch being run ({plan.batch_id}): the job "
+            "did not write it, and going on would take the batches up to it as written. Find who "
+            f"wrote it, and let only the job's own principal write to {settings.commits_topic}"
+        )
+    if marker is not None and marker.run == plan.run and marker.batch_id == plan.batch_id:
         return TaskOutcome(plan.partition, True, marker.consumed_to, marker.waiting)
     consumed = marker.consumed_to if marker is not None else plan.start
     with steps("table"):

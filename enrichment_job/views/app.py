@@ -38,7 +38,7 @@ from enrichment_job.batch_io import collect, kafka_records, to_records
 from enrichment_job.jvm import ClassArchive
 from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener
-from enrichment_job.recovery import CHECKPOINTS, run_id
+from enrichment_job.recovery import CHECKPOINTS, check_planned, run_id
 from enrichment_job.spark_internals import batch_ends, batch_starts
 from enrichment_job.transforms import dead_letters
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, dead_letter_reason, view_rows
@@ -108,6 +108,15 @@ class BatchSink:
             other_markers=other_markers,
         )
         self.state, self.checkpoint = settings.state, f"{CHECKPOINTS}/{query}"
+        if self.state.exists(self.checkpoint) or self.out.marker is not None:
+            check_planned(
+                self.out.marker,
+                run,
+                self.state,
+                self.checkpoint,
+                key=self.out.marker_key,
+                topic=settings.commits_topic,
+            )
 
     def write(
         self,

@@ -105,6 +105,11 @@ def test_each_principal_reaches_its_own_topics_and_no_others(stack_env: StackEnv
     assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     refused = _read_error(client(stack_env, "views-api"), "ratings-with-customer-data", "views-api")
     assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # The job's memory, its markers, can be written by the job alone: a forged marker could
+    # make it take batches as written (a reader of the markers may not write one).
+    for principal, commits in (("views-api", "views-commits"), ("loadgen", "enrichment-commits")):
+        forged = _delivery(client(stack_env, principal), commits)
+        assert forged is not None and forged.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, principal
     # A group another program owns is refused too.
     refused = _read_error(client(stack_env, "es-sink"), "ratings-with-customer-data", "s3-sink")
     assert refused is not None and refused.code() == KafkaError.GROUP_AUTHORIZATION_FAILED

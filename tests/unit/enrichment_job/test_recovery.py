@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from enrichment_job.kafka_out import ForeignMarker
 from enrichment_job.recovery import (
     PIPELINE_CHECKPOINT,
     TopicsChanged,
@@ -34,8 +35,27 @@ def test_a_folder_goes_on_with_its_own_run_when_the_last_commit_is_its_own(tmp_p
     settings = _settings(tmp_path)
     first = claim_state(settings, None)
     settings.state.write_text(f"{PIPELINE_CHECKPOINT}/metadata", "{}")
+    for batch in (40, 41):  # Spark's offset log: a file per batch planned
+        settings.state.write_text(f"{PIPELINE_CHECKPOINT}/offsets/{batch}", "v1")
     assert claim_state(settings, _marker(first)) == first
     assert settings.state.exists(PIPELINE_CHECKPOINT)
+
+
+@pytest.mark.parametrize("planned", [[], [40], [7, 8]])
+def test_a_marker_of_its_own_run_for_a_batch_its_checkpoint_never_planned_stops_the_job(
+    tmp_path: Path, planned: list[int]
+) -> None:
+    """Anyone who can write to the commits topic could otherwise make the job take every batch
+    up to a forged batch id as written, and skip them."""
+    settings = _settings(tmp_path)
+    run = claim_state(settings, None)
+    settings.state.write_text(f"{PIPELINE_CHECKPOINT}/metadata", "{}")
+    for batch in planned:
+        settings.state.write_text(f"{PIPELINE_CHECKPOINT}/offsets/{batch}", "v1")
+    with pytest.raises(
+        ForeignMarker, match=f"names this state folder's run {run} and batch 41, but the checkpoint"
+    ):
+        claim_state(settings, _marker(run))
 
 
 def test_a_folder_behind_another_runs_commit_is_rebuilt_under_a_new_run(
