@@ -1,7 +1,11 @@
 """The enriched rating as the enrichment job writes it (to `ratings-with-customer-data`, and the
 same shape to the alert topic), read strictly: a record that does not fit is a RecordError."""
 
+import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Message
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -54,6 +58,9 @@ ENRICHED_FIELDS: tuple[EnrichedField, ...] = (
     EnrichedField("enriched_ms", int, False, "epoch ms the job enriched it"),
 )
 ENRICHED_NAMES = tuple(f.name for f in ENRICHED_FIELDS)
+# What the rating itself says: two records alike in these are one rating (a producer's retry, a
+# replay); two with one rating_id that differ in them are two ratings that share an id.
+RATING_NAMES = tuple(f.name for f in ENRICHED_FIELDS if f.doc.startswith(_RATING))
 REQUIRED_NAMES = tuple(f.name for f in ENRICHED_FIELDS if f.required)
 
 
@@ -114,3 +121,20 @@ def decode_enriched(message: Message) -> EnrichedRating:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "record"
         raise RecordError(f"{where}: {first['msg']}") from None
+
+
+def differs_from(one: "EnrichedRating", other: Mapping[str, Any]) -> str | None:
+    """How `other` (a stored record of the same rating_id) is another rating than `one`: the
+    first field of RATING_NAMES in which they differ, with both values; None when they agree."""
+    for name in RATING_NAMES:
+        mine, theirs = getattr(one, name), other.get(name)
+        if mine != theirs:
+            return f"{name} {theirs!r} there, {mine!r} here"
+    return None
+
+
+def rating_digest(record: "EnrichedRating") -> str:
+    """A short digest of what the rating says (RATING_NAMES): alike for the same rating again,
+    different for another rating under the same id."""
+    said = json.dumps([getattr(record, name) for name in RATING_NAMES])
+    return hashlib.sha256(said.encode()).hexdigest()[:32]

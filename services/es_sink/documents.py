@@ -52,13 +52,14 @@ def document(record: EnrichedRating) -> Document:
 
 
 def bulk_lines(records: list[tuple[str, EnrichedRating]], daily_days: int = DAILY_DAYS) -> list[bytes]:
-    """NDJSON lines of a bulk request: an `index` action and the source per (index prefix,
-    record), `_id` = rating_id, so indexing twice overwrites the same document. Serialized by
-    pydantic-core straight to bytes (the client passes bytes through untouched)."""
+    """NDJSON lines of a bulk request: a `create` action and the source per (index prefix,
+    record), `_id` = rating_id: a document is written once, and a second one with its id is
+    answered 409 (the sink then tells a replay from another rating under the same id).
+    Serialized by pydantic-core straight to bytes (the client passes bytes through untouched)."""
     lines: list[bytes] = []
     for prefix, record in records:
         index = daily_index(prefix, record.rating_time, record.rating_kafka_ts, daily_days)
-        action = {"index": {"_index": index, "_id": str(record.rating_id)}}
+        action = {"create": {"_index": index, "_id": str(record.rating_id)}}
         lines += [json.dumps(action).encode(), record.model_dump_json().encode()]
     return lines
 

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from services.core.enriched import EnrichedRating
+from services.core.enriched import RATING_NAMES, EnrichedRating, differs_from
 from services.core.errors import ConfigError, FatalSinkError, SinkUnavailable
 from services.core.records import Incoming, Rejected
 from services.es_sink.config import TEMPLATE_RESOURCE, EsSinkSettings, packaged_template
@@ -17,8 +17,10 @@ from services.es_sink.outcomes import CREDENTIALS, Outcome, outcome, raise_for_r
 
 log = logging.getLogger(__name__)
 
+CONFLICT = "version_conflict_engine_exception"  # a `create` of an _id the index holds
+
 # only what classification needs: the answer of a 2,000-item bulk stays small
-BULK_FILTER = ["errors", "items.*.status", "items.*.error"]
+BULK_FILTER = ["errors", "items.*._index", "items.*.status", "items.*.error"]
 
 
 def load_template(settings: EsSinkSettings) -> Document:
@@ -118,8 +120,12 @@ class EsSink:
     def _classify(self, records: list[Incoming[EnrichedRating]], items: list[Any]) -> list[Rejected]:
         rejected: list[Rejected] = []
         retry: list[str] = []
+        existing: list[tuple[Incoming[EnrichedRating], str]] = []  # (record, its index): a 409
         for record, item in zip(records, items, strict=True):
             result = next(iter(item.values()))
+            if result["status"] == 409 and (result.get("error") or {}).get("type") == CONFLICT:
+                existing.append((record, result["_index"]))
+                continue
             kind = outcome(int(result["status"]))
             why = reason(result.get("error"))
             if kind is Outcome.FATAL:
@@ -131,6 +137,33 @@ class EsSink:
                 rejected.append(Rejected(record.message, why))
         if retry:
             raise SinkUnavailable(f"{len(retry)} of {len(records)} documents not indexed, e.g. {retry[0]}")
+        return rejected + self._another_rating(existing)
+
+    def _another_rating(self, existing: list[tuple[Incoming[EnrichedRating], str]]) -> list[Rejected]:
+        """Of the records whose _id an index holds already, those that are another rating than
+        the stored one (two ratings given one id: dead letters, the first stays indexed). The
+        others are the same rating again (a replay, a producer's retry): written already."""
+        if not existing:
+            return []
+        docs = [{"_index": index, "_id": str(r.value.rating_id)} for r, index in existing]
+        answer = self._call(partial(self.client.mget, docs=docs, source_includes=list(RATING_NAMES)))
+        rejected = []
+        for (record, index), doc in zip(existing, answer.body["docs"], strict=True):
+            if not doc.get("found"):
+                raise SinkUnavailable(f"{index}/{record.value.rating_id} answered 409, then was not found")
+            differs = differs_from(record.value, doc["_source"])
+            if differs is not None:
+                rejected.append(
+                    Rejected(
+                        record.message,
+                        f"rating_id {record.value.rating_id} is indexed already in {index} for another "
+                        f"rating ({differs}): two ratings share one id; the first stays indexed",
+                    )
+                )
+        if len(rejected) < len(existing):
+            log.info(
+                "%d document(s) indexed already (a replay): not written again", len(existing) - len(rejected)
+            )
         return rejected
 
     @staticmethod

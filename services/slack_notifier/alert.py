@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Message
 
-from services.core.enriched import decode_enriched
+from services.core.enriched import decode_enriched, rating_digest
 from services.core.errors import RecordError
 
 NO_NAME = "(no name on file)"
@@ -25,6 +25,7 @@ class Alert:
     message: str
     channel: str
     rating_time_ms: int
+    rating: str = ""  # a digest of what the rating says (RATING_NAMES): another rating, another digest
 
 
 def decode_alert(message: Message) -> Alert:
@@ -43,4 +44,5 @@ def decode_alert(message: Message) -> Alert:
         message=record.message or "",
         channel=record.channel or "",
         rating_time_ms=record.rating_time,
+        rating=rating_digest(record),
     )

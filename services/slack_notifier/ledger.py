@@ -4,11 +4,13 @@ posted, so a replayed alert is never posted twice.
 An id is written `pending` before its message is sent and `posted` (with the message's channel
 and ts) once Slack confirmed it; both are committed before the Kafka offset. A `pending` id after a
 crash means "Slack may or may not have it": the sink looks in the channel's history to decide.
+Each id keeps a digest of its rating (`Alert.rating`), so that another rating under the same id
+is told from a replay.
 """
 
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 SCHEMA = """
@@ -17,7 +19,8 @@ CREATE TABLE IF NOT EXISTS alerts (
     state TEXT NOT NULL CHECK (state IN ('pending', 'posted')),
     channel TEXT,
     ts TEXT,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    rating TEXT
 )
 """
 CHUNK = 500
@@ -42,6 +45,9 @@ class Ledger:
         self.conn.execute("PRAGMA synchronous=FULL")
         with self.conn:
             self.conn.execute(SCHEMA)
+            columns = {row[1] for row in self.conn.execute("PRAGMA table_info(alerts)")}
+            if "rating" not in columns:  # a ledger from before the digests: its ids have none
+                self.conn.execute("ALTER TABLE alerts ADD COLUMN rating TEXT")
 
     def _select(self, state: str, ids: Iterable[int]) -> dict[int, float]:
         found: dict[int, float] = {}
@@ -57,6 +63,19 @@ class Ledger:
     def posted(self, ids: Iterable[int]) -> set[int]:
         return set(self._select("posted", ids))
 
+    def ratings(self, ids: Iterable[int]) -> dict[int, str | None]:
+        """The posted ids among `ids`, with the digest of the rating each was posted for (None:
+        posted before the ledger kept digests)."""
+        found: dict[int, str | None] = {}
+        for chunk in _chunks(ids):
+            marks = ",".join("?" * len(chunk))
+            rows = self.conn.execute(
+                f"SELECT rating_id, rating FROM alerts WHERE state = 'posted' AND rating_id IN ({marks})",  # noqa: S608
+                chunk,
+            )
+            found.update((int(r[0]), r[1]) for r in rows)
+        return found
+
     def posted_between(self, low: int, high: int) -> dict[int, float]:
         """Posted ids within [low, high] with when they were posted (epoch s): how `make demo`
         counts this run's Slack posts and measures alert latency."""
@@ -71,18 +90,24 @@ class Ledger:
         rows = self.conn.execute("SELECT rating_id, updated_at FROM alerts WHERE state = 'pending'")
         return {int(r[0]): float(r[1]) for r in rows}
 
-    def mark_pending(self, ids: Iterable[int]) -> None:
-        now = time.time()
+    def mark_pending(self, ids: Iterable[int], ratings: Mapping[int, str] | None = None) -> None:
+        """`ratings`: the digest of each id's rating, kept with it."""
+        now, digests = time.time(), ratings or {}
         with self.conn:
             self.conn.executemany(
-                "INSERT OR REPLACE INTO alerts VALUES (?, 'pending', NULL, NULL, ?)", [(i, now) for i in ids]
+                "INSERT OR REPLACE INTO alerts (rating_id, state, channel, ts, updated_at, rating) "
+                "VALUES (?, 'pending', NULL, NULL, ?, ?)",
+                [(i, now, digests.get(i)) for i in ids],
             )
 
     def mark_posted(self, ids: Iterable[int], channel: str | None, ts: str | None) -> None:
+        """Posted, keeping the digest the id was marked pending with."""
         now = time.time()
         with self.conn:
             self.conn.executemany(
-                "INSERT OR REPLACE INTO alerts VALUES (?, 'posted', ?, ?, ?)",
+                "INSERT INTO alerts (rating_id, state, channel, ts, updated_at) "
+                "VALUES (?, 'posted', ?, ?, ?) ON CONFLICT (rating_id) DO UPDATE SET state = 'posted', "
+                "channel = excluded.channel, ts = excluded.ts, updated_at = excluded.updated_at",
                 [(i, channel, ts, now) for i in ids],
             )
 

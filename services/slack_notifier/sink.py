@@ -49,14 +49,13 @@ class SlackSink:
             log.info("%s mode; ledger %s (%d old ids pruned)", self.transport.mode, self.ledger.path, pruned)
             self._started = True
         self._reconcile()
-        todo = self._not_posted(records)
+        todo, rejected = self._not_posted(records)
         alerts = [a for a, _ in todo.values()]
         histories = self.history.rows(alerts) if self.history is not None and alerts else {}
         messages = fold(alerts, self.bucket.available(), self.settings.summary_max_lines, histories)
-        rejected: list[Rejected] = []
         for message in messages:
             try:
-                self._post(message)
+                self._post(message, {i: todo[i][0].rating for i in message.rating_ids})
             except MessageRejected as err:
                 self.ledger.forget(message.rating_ids)
                 rejected += [Rejected(r.message, str(err)) for i in message.rating_ids for r in todo[i][1]]
@@ -92,19 +91,37 @@ class SlackSink:
         )
 
     # 2. what is left to post
-    def _not_posted(self, records: list[Incoming[Alert]]) -> dict[int, tuple[Alert, list[Incoming[Alert]]]]:
-        done = self.ledger.posted(r.value.rating_id for r in records)
+    def _not_posted(
+        self, records: list[Incoming[Alert]]
+    ) -> tuple[dict[int, tuple[Alert, list[Incoming[Alert]]]], list[Rejected]]:
+        """The alerts to post, by rating id, each with its records (the same rating more than
+        once), and the dead letters: another rating under an id already posted or in the batch."""
+        done = self.ledger.ratings(r.value.rating_id for r in records)
         todo: dict[int, tuple[Alert, list[Incoming[Alert]]]] = {}
+        rejected: list[Rejected] = []
         for r in records:
-            if r.value.rating_id not in done:
-                todo.setdefault(r.value.rating_id, (r.value, []))[1].append(r)
+            alert = r.value
+            said = done[alert.rating_id] if alert.rating_id in done else None
+            if alert.rating_id in todo:
+                said = todo[alert.rating_id][0].rating
+            if said is not None and said != alert.rating:
+                where = "" if alert.rating_id in done else " in this batch"
+                rejected.append(
+                    Rejected(
+                        r.message,
+                        f"rating_id {alert.rating_id} was alerted already{where} for another rating (its "
+                        "user, stars, time, channel or message differ): two ratings share one id",
+                    )
+                )
+            elif alert.rating_id not in done:
+                todo.setdefault(alert.rating_id, (alert, []))[1].append(r)
         if done:
             log.info("skipped %d alert(s) already posted (a replay)", len(done))
-        return todo
+        return todo, rejected
 
     # 4. one message, recorded before and after
-    def _post(self, message: SlackMessage) -> None:
-        self.ledger.mark_pending(message.rating_ids)
+    def _post(self, message: SlackMessage, ratings: dict[int, str]) -> None:
+        self.ledger.mark_pending(message.rating_ids, ratings)
         self.bucket.take()
         started = time.monotonic()
         receipt = self.transport.post(message)

@@ -61,3 +61,26 @@ def test_refused_documents_become_dead_letters_and_the_rest_is_indexed(case: EsS
     assert service.stop() == 0
     assert set(case.docs(case.ratings_alias)) == {str(r["rating_id"]) for r in good}
     assert committed_total(case.stack_env, case.group, case.ratings_topic) == 103
+
+
+def test_a_second_rating_under_an_id_already_indexed_is_a_dead_letter_and_the_first_stays(
+    case: EsSinkCase,
+) -> None:
+    """Two producers gave one id to two ratings: before, the second overwrote the first without a
+    word. The same rating again (a producer's retry, its customer fields joined anew) is not."""
+    first = enriched_record(7001, stars=5, message="great trip")
+    other = enriched_record(7001, stars=1, message="awful trip")  # the same id, another rating
+    again = enriched_record(7002) | {"enriched_ms": 1}  # 7002 retried: only the job's stamps differ
+    case.produce(case.ratings_topic, [first, enriched_record(7002)])
+    case.produce(case.ratings_topic, [other, again])
+    service = case.service()
+    service.wait_for(lambda m: m["written"] + m["dead_letters"] == 4, "4 handled")
+    dead = read_topic(case.stack_env, case.dlq_topic, min_records=1, timeout_s=30)
+    assert [m.value() for m in dead] == [as_kafka(other)[1]]
+    reason = dict(dead[0].headers())["dlq.reason"].decode()
+    assert reason.startswith("rating_id 7001 is indexed already in ")
+    assert "another rating (stars 5 there, 1 here): two ratings share one id" in reason
+    assert service.stop() == 0
+    docs = case.docs(case.ratings_alias)
+    assert set(docs) == {"7001", "7002"}
+    assert (docs["7001"]["stars"], docs["7001"]["message"]) == (5, "great trip")

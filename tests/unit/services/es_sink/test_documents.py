@@ -38,9 +38,9 @@ def test_each_record_is_indexed_under_its_rating_id() -> None:
     first = EnrichedRating.model_validate(enriched_record(41, rating_time=ms("2026-11-22T23:59:59.999")))
     second = EnrichedRating.model_validate(enriched_record(42, rating_time=ms("2026-11-23")))
     ops = [json.loads(line) for line in bulk_lines([("ratings-", first), ("unhappy-platinum-", second)])]
-    assert ops[0] == {"index": {"_index": "ratings-2026.11.22", "_id": "41"}}
+    assert ops[0] == {"create": {"_index": "ratings-2026.11.22", "_id": "41"}}
     assert ops[1]["rating_id"] == 41
-    assert ops[2] == {"index": {"_index": "unhappy-platinum-2026.11.23", "_id": "42"}}
+    assert ops[2] == {"create": {"_index": "unhappy-platinum-2026.11.23", "_id": "42"}}
     assert ops[3]["stars"] == second.stars
 
 

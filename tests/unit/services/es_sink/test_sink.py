@@ -135,13 +135,13 @@ def test_a_clean_batch_installs_the_templates_once_and_indexes_everything() -> N
     assert es.write(incoming(3)) == []
     assert set(client.indices.templates) == {"ratings", "unhappy-platinum"}
     assert client.indices.templates["unhappy-platinum"]["index_patterns"] == ["unhappy-platinum-*"]
-    assert [op["index"]["_id"] for op in client.requests[0][::2]] == ["0", "1", "2"]
+    assert [op["create"]["_id"] for op in client.requests[0][::2]] == ["0", "1", "2"]
 
 
 def test_alerts_go_to_the_alert_indices() -> None:
     client = FakeClient({"errors": False})
     sink(client).write(incoming(1, topic="unhappy-platinum-customers"))
-    assert client.requests[0][0]["index"]["_index"].startswith("unhappy-platinum-")
+    assert client.requests[0][0]["create"]["_index"].startswith("unhappy-platinum-")
 
 
 @pytest.mark.parametrize(

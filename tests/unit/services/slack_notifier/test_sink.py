@@ -4,6 +4,8 @@ dead letter, and alerts beyond the rate folded into a summary."""
 
 import json
 import socket
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,3 +170,40 @@ def test_print_mode_prints_the_message(tmp_path: Path, capsys: pytest.CaptureFix
     body = json.loads(out[1])
     assert body["metadata"]["event_payload"]["rating_ids"] == ["5"]
     assert "&lt;!channel&gt; awful" in out[1] and "<!channel>" not in out[1]
+
+
+def test_another_rating_under_an_alerted_id_is_a_dead_letter_and_the_same_one_a_replay(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    """Two producers gave one id to two ratings: before, the second was skipped as a replay."""
+    notifier = sink(slack, tmp_path)
+    assert notifier.write(alerts(1, message="the bus was late")) == []
+    again = alerts(1, message="the bus was late", enriched_ms=5)  # the same rating, joined anew
+    other = alerts(1, message="the driver was rude")
+    rejected = notifier.write([*again, *other])
+    assert [r.message.value() for r in rejected] == [other[0].message.value()]
+    assert rejected[0].reason.startswith("rating_id 1 was alerted already for another rating")
+    # ... and within one batch: the first rating under the id is posted, the second is a dead letter
+    first, second = alerts(2, message="cold"), alerts(2, message="dirty")
+    rejected = notifier.write([*first, *second, *first])
+    assert [r.message.value() for r in rejected] == [second[0].message.value()]
+    assert "was alerted already in this batch" in rejected[0].reason
+    assert slack.covered() == {1: 1, 2: 1}
+
+
+def test_a_ledger_from_before_the_digests_is_read_and_its_ids_still_skip_replays(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    path = tmp_path / "state" / "ledger.sqlite3"
+    path.parent.mkdir(parents=True)
+    with sqlite3.connect(path) as old:
+        old.execute(
+            "CREATE TABLE alerts (rating_id INTEGER PRIMARY KEY, state TEXT NOT NULL, channel TEXT, "
+            "ts TEXT, updated_at REAL NOT NULL)"
+        )
+        old.execute("INSERT INTO alerts VALUES (1, 'posted', 'C1', '1.0', ?)", (time.time(),))
+    old.close()
+    notifier = sink(slack, tmp_path)
+    assert notifier.write(alerts(1, 2)) == []
+    assert slack.covered() == {2: 1}
+    assert notifier.ledger.ratings([1, 2]) == {1: None, 2: alerts(2)[0].value.rating}
