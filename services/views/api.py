@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import re
+import sqlite3
 import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,7 +33,6 @@ JSON = "application/json"
 # are answered between two writes: a whole view's snapshot (100,000 rows) written in one go held
 # the event loop for 2 s, and a batch of 2,000 changes for several milliseconds.
 _EVENTS_PER_WRITE = 500
-_SNAPSHOT_PAGE = 5_000  # rows read from the store between two turns of the event loop
 
 
 class BadRequest(Exception):
@@ -319,18 +319,17 @@ class Api:
         try:
             snapshot = self.store.snapshot(name, key)
             sub.after = snapshot.seq
-            rows = await _read(snapshot, rows_filter)
-        except BaseException:  # a client gone while the snapshot is read cancels this
+        except BaseException:
             self.hub.remove(sub)
             raise
         return StreamingResponse(
-            self._stream(sub, rows, tuple(info["key"])),
+            self._stream(sub, snapshot, tuple(info["key"])),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
     async def _stream(
-        self, sub: Subscriber, snapshot: list[tuple[str, str]], key_columns: tuple[str, ...]
+        self, sub: Subscriber, snapshot: Snapshot, key_columns: tuple[str, ...]
     ) -> AsyncIterator[str]:
         try:
             while True:
@@ -350,21 +349,38 @@ class Api:
                 sub = Subscriber(sub.view, sub.key, asyncio.Queue(self.settings.subscriber_queue), rows=rows)
                 self.hub.add(sub)
                 yield sse("replaced", json.dumps({"view": sub.view, "key": list(key_columns)}))
-                taken = self.store.snapshot(sub.view, sub.key)
-                sub.after = taken.seq
-                snapshot = await _read(taken, rows)
+                snapshot = self.store.snapshot(sub.view, sub.key)
+                sub.after = snapshot.seq
         finally:
+            snapshot.close()
             self.hub.remove(sub)
 
     async def _session(
-        self, sub: Subscriber, snapshot: list[tuple[str, str]], key_columns: tuple[str, ...]
+        self, sub: Subscriber, snapshot: Snapshot, key_columns: tuple[str, ...]
     ) -> AsyncIterator[str]:
-        """The snapshot, then the changes, until the subscriber overflows or its view is replaced."""
-        for start in range(0, len(snapshot), _EVENTS_PER_WRITE):
-            page = snapshot[start : start + _EVENTS_PER_WRITE]
-            yield "".join(sse("snapshot", change_data(Change(sub.view, k, key_columns, v))) for k, v in page)
-            await asyncio.sleep(0)  # the pull queries that came meanwhile
-        snapshot.clear()  # sent: not held for as long as the client stays
+        """The snapshot, then the changes, until the subscriber overflows or its view is replaced.
+
+        The snapshot is read from the store a page at a time as the client takes it: a
+        subscriber holds one page, not the view. Its read transaction keeps the store's log from
+        being checkpointed past it, so a client that has not taken the whole snapshot within
+        VIEWS_SNAPSHOT_TIMEOUT_S is cut off (the transaction ends at that moment, even while the
+        client reads nothing at all)."""
+        timer = asyncio.get_running_loop().call_later(self.settings.snapshot_timeout_s, snapshot.close)
+        try:
+            while page := snapshot.page(_EVENTS_PER_WRITE):
+                if kept := _passing(page, sub.rows):
+                    yield "".join(
+                        sse("snapshot", change_data(Change(sub.view, k, key_columns, v))) for k, v in kept
+                    )
+                await asyncio.sleep(0)  # the pull queries that came meanwhile
+        except sqlite3.ProgrammingError:  # closed by the timer
+            log.warning("an SSE subscriber of %s took longer than the snapshot timeout: cut off", sub.view)
+            error = f"the snapshot was not read within {self.settings.snapshot_timeout_s:g} s"
+            yield sse("error", json.dumps({"error": f"{error} (VIEWS_SNAPSHOT_TIMEOUT_S); subscribe again"}))
+            return
+        finally:
+            timer.cancel()
+            snapshot.close()
         yield sse("live", "{}")
         seq = 0
         while not sub.overflowed:
@@ -393,24 +409,15 @@ class Api:
         yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))
 
 
-async def _read(snapshot: Snapshot, rows_filter: RowFilter | None = None) -> list[tuple[str, str]]:
-    """The snapshot's rows (those `rows_filter` lets through, which it then remembers), a page
-    between two turns of the event loop. Read to the end before any is sent: a slow subscriber
-    must not hold the read transaction (the store's log cannot be checkpointed past it)."""
-    rows: list[tuple[str, str]] = []
-    try:
-        while page := snapshot.page(_SNAPSHOT_PAGE):
-            if rows_filter is not None:
-                kept = [(k, v, json.loads(v)) for k, v in page]
-                kept = [(k, v, row) for k, v, row in kept if rows_filter.matches(row)]
-                for _, _, row in kept:
-                    rows_filter.show(row)
-                page = [(k, v) for k, v, _ in kept]
-            rows += page
-            await asyncio.sleep(0)
-    finally:
-        snapshot.close()
-    return rows
+def _passing(page: list[tuple[str, str]], rows_filter: RowFilter | None) -> list[tuple[str, str]]:
+    """The snapshot rows of `page` that `rows_filter` lets through (which it then remembers)."""
+    if rows_filter is None:
+        return page
+    kept = [(k, v, json.loads(v)) for k, v in page]
+    kept = [(k, v, row) for k, v, row in kept if rows_filter.matches(row)]
+    for _, _, row in kept:
+        rows_filter.show(row)
+    return [(k, v) for k, v, _ in kept]
 
 
 async def _refused(_: Request, err: Exception) -> Response:

@@ -41,6 +41,12 @@ class ViewsApiSettings(BaseSettings):
         10_000, gt=0, description="changes a slow SSE subscriber may fall behind before it is cut off"
     )
     heartbeat_s: float = Field(15, gt=0, description="SSE comment line this often while nothing changes")
+    snapshot_timeout_s: float = Field(
+        30,
+        gt=0,
+        description="an SSE subscriber that has not read its snapshot this long after it began is cut off"
+        " (the snapshot is read from the store as the client takes it, in one read transaction)",
+    )
     max_subscribers: int = Field(100, gt=0, description="SSE subscribers at once; one more gets 503")
     max_connections: int = Field(
         1000, gt=0, description="open connections and requests in progress at once; past it, 503 (uvicorn's)"

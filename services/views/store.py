@@ -390,7 +390,14 @@ class Snapshot:
         return rows
 
     def close(self) -> None:
-        self._conn.close()  # ends the read transaction
+        """Ends the read transaction, also in the middle of the rows (a connection closed with a
+        statement still open would keep it)."""
+        try:
+            self._rows.close()
+            self._conn.rollback()
+        except sqlite3.ProgrammingError:  # closed already
+            pass
+        self._conn.close()
 
 
 class _Transaction:

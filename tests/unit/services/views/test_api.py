@@ -157,3 +157,59 @@ def test_a_view_refused_before_it_had_rows_is_listed_with_its_reason_and_not_que
     with pytest.raises(BadRequest) as refusal:
         api._view("unkeyed")
     assert refusal.value.status == 409 and "GROUP BY user_id is not selected" in str(refusal.value)
+
+
+def test_a_subscriber_that_stops_reading_its_snapshot_holds_a_page_and_is_cut_off_at_the_timeout(
+    tmp_path: Path,
+) -> None:
+    """The snapshot is read as the client takes it: one that takes nothing holds one write, and
+    its read transaction (which keeps the store's log from being checkpointed) ends at
+    VIEWS_SNAPSHOT_TIMEOUT_S, while the client still reads nothing."""
+    store = Store(tmp_path / "s.sqlite3")
+    rows = [
+        Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in range(ROWS)
+    ]
+    store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): ROWS})
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    app = Api(ViewsApiSettings(snapshot_timeout_s=0.5), store, Hub(), changelog).app()  # type: ignore[arg-type]
+    sent: list[bytes] = []
+
+    def checkpointed() -> bool:
+        """A later write's log frames all copied into the database (no reader holds them back)."""
+        store.apply([rows[0]], {"customer_ratings": MARKER}, {("t", 0): ROWS + 1})
+        _, log_frames, copied = store._writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return bool(log_frames == copied)
+
+    async def main() -> tuple[bool, bool]:
+        reads = asyncio.Event()  # set: the client reads again
+        gone = asyncio.Event()
+
+        async def wait_for_disconnect() -> dict[str, Any]:
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def slow_client(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                sent.append(message["body"])
+                await reads.wait()  # the socket's buffer is full: the server's send waits
+
+        stream = asyncio.create_task(
+            app(_scope("/views/customer_ratings/changes"), wait_for_disconnect, slow_client)
+        )
+        while not sent:
+            await asyncio.sleep(0.01)
+        held = not checkpointed()
+        await asyncio.sleep(0.8)  # past the timeout, the client still reading nothing
+        released = checkpointed()
+        reads.set()
+        while not any(b"event: error" in chunk for chunk in sent):
+            await asyncio.sleep(0.01)
+        gone.set()
+        stream.cancel()
+        return held, released
+
+    held, released = asyncio.run(main())
+    assert held, "the snapshot's read transaction holds the log while the client reads"
+    assert released, "the timeout ended the read transaction"
+    assert len(sent) == 2 and sent[0].count(b"event: snapshot\n") == 500  # one write, then the end
+    assert b"VIEWS_SNAPSHOT_TIMEOUT_S" in sent[1] and b"subscribe again" in sent[1]
