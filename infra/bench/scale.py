@@ -22,6 +22,7 @@ short of CPU and the capped groups are not what limited the rate.
 import argparse
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -39,7 +40,7 @@ from infra.bench import peer
 from infra.bench.job import produce_backlog, seed_customers, start_job
 from infra.bench.results import exit_on_sigterm
 from infra.bench.versus import Arrivals, create, known_ratings, output_topics, stop, tree_cpu_s
-from infra.stack.components import Component, spark_daemons
+from infra.stack.components import Component, spark_conf_dir, spark_daemons
 from infra.stack.health import http_json
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
@@ -123,7 +124,8 @@ class Cluster:
             spark_workers=workers,
             spark_worker_cores=1,
         )
-        self.components = spark_daemons(settings, Path(java_home))
+        self.components = spark_daemons(settings, Path(java_home), secrets.token_urlsafe(24))
+        self.conf_dir = str(spark_conf_dir(settings))
         self.groups = [Group(f"ratings-bench-worker-{i}", cap).create() for i in range(1, workers + 1)]
         self.procs: list[subprocess.Popen[bytes]] = []
         self.work = work
@@ -251,6 +253,7 @@ def run_job(
         extra = {
             "ENRICH_MASTER": cluster.url,
             "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_CONF_DIR": cluster.conf_dir,
             "ENRICH_JOIN_IN": "tasks",
             "ENRICH_MIN_EXECUTORS": str(workers),  # as on any cluster: start with all of them
             "ENRICH_JOB_NAME": f"scale-{workers}-{uuid.uuid4().hex[:8]}",  # reads the backlog anew

@@ -18,6 +18,7 @@ from pathlib import Path
 from infra.stack import kafka_security
 from infra.stack.artifacts import Installed
 from infra.stack.errors import ComponentFailed
+from infra.stack.secrets import SPARK_SECRET
 from infra.stack.settings import INFRA_DIR, StackSettings
 
 
@@ -433,20 +434,49 @@ def s3(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -
     )
 
 
-def spark_cluster(settings: StackSettings, installed: Installed) -> list[Component]:
+def spark_cluster(settings: StackSettings, installed: Installed, secret: str) -> list[Component]:
     """A Spark standalone master and its workers, from the pyspark package's own jars (the same
     release as the jobs' driver), on the Spark jobs' JDK, bound to the loopback. A worker starts
     each executor as a JVM of its own, with the package as SPARK_HOME."""
-    return spark_daemons(settings, installed.spark_java)
+    return spark_daemons(settings, installed.spark_java, secret)
 
 
-def spark_daemons(settings: StackSettings, spark_java: Path) -> list[Component]:
+def spark_conf_dir(settings: StackSettings) -> Path:
+    """The cluster's SPARK_CONF_DIR: its spark-defaults.conf holds the shared secret. A job
+    started with it (stack.env's SPARK_CONF_DIR) authenticates to the cluster; others are refused."""
+    return settings.state_dir / "spark" / "conf"
+
+
+def write_spark_defaults(settings: StackSettings, secret: str) -> Path:
+    """`spark_conf_dir`'s spark-defaults.conf (0600, in a 0700 folder): authentication on
+    (`spark.authenticate`, the secret from the stack's secrets), and no application killed
+    from the master's web UI (which takes no credentials)."""
+    folder = spark_conf_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    path = folder / "spark-defaults.conf"
+    tmp = path.with_suffix(".tmp")
+    tmp.touch(mode=0o600)
+    tmp.chmod(0o600)
+    tmp.write_text(
+        "# Written by infra.stack: the local cluster's shared secret. Do not commit.\n"
+        "spark.authenticate true\n"
+        f"spark.authenticate.secret {secret}\n"
+        "spark.ui.killEnabled false\n"
+    )
+    tmp.replace(path)
+    return path
+
+
+def spark_daemons(settings: StackSettings, spark_java: Path, secret: str) -> list[Component]:
     """The master and workers of `spark_cluster` on the JDK at `spark_java` (the scale benchmark
-    starts a cluster of its own from these, on other ports)."""
+    starts a cluster of its own from these, on other ports), authenticating with `secret`: the
+    properties file of `write_spark_defaults`, so the secret is on no command line."""
     from infra.stack.artifacts import pyspark_jars_dir  # noqa: PLC0415 - imports pyspark
 
     jars = pyspark_jars_dir()
     state = settings.state_dir / "spark"
+    defaults = str(write_spark_defaults(settings, secret))
     java = str(spark_java / "bin" / "java")
     environment = {
         "SPARK_HOME": str(jars.parent),
@@ -469,6 +499,8 @@ def spark_daemons(settings: StackSettings, spark_java: Path) -> list[Component]:
     master = daemon(
         "spark-master",
         "org.apache.spark.deploy.master.Master",
+        "--properties-file",
+        defaults,
         "--host",
         "127.0.0.1",
         "--port",
@@ -491,6 +523,8 @@ def spark_daemons(settings: StackSettings, spark_java: Path) -> list[Component]:
         daemon(
             f"spark-worker-{i}",
             "org.apache.spark.deploy.worker.Worker",
+            "--properties-file",
+            defaults,
             "--host",
             f"127.0.0.{i}",
             "--cores",
@@ -520,5 +554,5 @@ def prepare_components(
         s3(settings, installed, secrets),
         elasticsearch(settings, installed),
         connect(settings, installed, secrets),
-        *(spark_cluster(settings, installed) if settings.spark_cluster else []),
+        *(spark_cluster(settings, installed, secrets[SPARK_SECRET]) if settings.spark_cluster else []),
     ]

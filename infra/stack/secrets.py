@@ -7,6 +7,8 @@ import secrets
 from pathlib import Path
 
 SECRET_NAMES = ("DEBEZIUM_DB_PASSWORD", "APP_DB_PASSWORD", "S3_ACCESS_KEY", "S3_SECRET_KEY")
+# The name of the Spark cluster's shared secret (spark.authenticate), made when there is a cluster.
+SPARK_SECRET = "SPARK_AUTH_SECRET"  # noqa: S105 - a name, not a value
 
 
 def read_env_file(path: Path) -> dict[str, str]:

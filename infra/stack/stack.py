@@ -10,10 +10,16 @@ from pathlib import Path
 
 from infra.stack import bootstrap, kafka_security
 from infra.stack.artifacts import Installed, install
-from infra.stack.components import component_ports, prepare_components, spark_master_url, spark_worker_ids
+from infra.stack.components import (
+    component_ports,
+    prepare_components,
+    spark_conf_dir,
+    spark_master_url,
+    spark_worker_ids,
+)
 from infra.stack.errors import ComponentFailed, PortInUse
 from infra.stack.health import CHECKS, http_json, spark_ui_url
-from infra.stack.secrets import ensure_secrets, read_env_file, write_env_file
+from infra.stack.secrets import SPARK_SECRET, ensure_secrets, read_env_file, write_env_file
 from infra.stack.settings import SERVICE_ROOT, StackSettings
 from infra.stack.supervise import FAILED_STATES, Supervisor, render_config
 from infra.stack.versions import load_versions
@@ -159,7 +165,11 @@ def up(settings: StackSettings) -> None:
         _private_state(settings)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     secured = settings.kafka_security == "scram"
-    secrets = ensure_secrets(settings.state_dir, kafka_security.SECRET_NAMES if secured else ())
+    extra = (
+        *(kafka_security.SECRET_NAMES if secured else ()),
+        *((SPARK_SECRET,) if settings.spark_cluster else ()),
+    )
+    secrets = ensure_secrets(settings.state_dir, extra)
     _source_mode(settings)
     sup = Supervisor(settings)
     check_ports(settings, sup)
@@ -222,6 +232,9 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
         "S3_SECRET_KEY": secrets["S3_SECRET_KEY"],
         "SPARK_JARS": ",".join(str(p) for p in installed.spark_jars()),
         "SPARK_MASTER_URL": spark_master_url(settings) if settings.spark_cluster else "",
+        # A job on the cluster starts with it: spark-defaults.conf there holds the shared secret.
+        "SPARK_CONF_DIR": str(spark_conf_dir(settings)) if settings.spark_cluster else "",
+        "SPARK_MASTER_UI_URL": f"http://127.0.0.1:{settings.spark_ui_port}" if settings.spark_cluster else "",
         "JAVA_HOME": str(installed.spark_java),  # who reads it starts a Spark job
         "KAFKA_SECURITY": settings.kafka_security,
     }

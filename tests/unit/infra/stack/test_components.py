@@ -89,3 +89,18 @@ def test_postgres_runs_with_logical_decoding_on_loopback_and_its_admin_only_over
     assert all(row[0] == "local" or (row[3] == "127.0.0.1/32" and row[4] == "scram-sha-256") for row in hba)
     ident = (folder / "pg_ident.conf").read_text()
     assert re.search(rf"^admin\s+{components.os_user()}\s+postgres$", ident, re.M)
+
+
+def test_the_spark_daemons_authenticate_with_a_secret_on_no_command_line(tmp_path: Path) -> None:
+    settings = StackSettings(state_dir=tmp_path)
+    daemons = components.spark_daemons(settings, Path("/jdk"), "s3cr3t-value")
+    defaults = components.spark_conf_dir(settings) / "spark-defaults.conf"
+    assert defaults.stat().st_mode & 0o777 == 0o600
+    assert defaults.parent.stat().st_mode & 0o777 == 0o700
+    lines = defaults.read_text().splitlines()
+    assert "spark.authenticate true" in lines and "spark.authenticate.secret s3cr3t-value" in lines
+    assert [d.name for d in daemons] == ["spark-master", "spark-worker-1", "spark-worker-2"]
+    for daemon in daemons:
+        assert daemon.command[daemon.command.index("--properties-file") + 1] == str(defaults)
+        assert not any("s3cr3t" in part for part in daemon.command)
+        assert not any("s3cr3t" in value for value in daemon.environment.values())
