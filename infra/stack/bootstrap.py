@@ -18,6 +18,7 @@ from infra.stack.components import POSTGRES_ADMIN, mariadb_socket, os_user, post
 from infra.stack.errors import ComponentFailed
 from infra.stack.health import http_json, s3_client
 from infra.stack.kafka_security import admin_config
+from infra.stack.secrets import connect_rest_auth
 from infra.stack.settings import INFRA_DIR, REPO_ROOT, StackSettings
 
 log = logging.getLogger("stack")
@@ -165,6 +166,7 @@ def register_connector(settings: StackSettings) -> None:
         f"{settings.connect_url}/connectors/{settings.connector_name}/config",
         connector_config(settings.connector_name, settings),
         timeout=30,
+        auth=connect_rest_auth(settings.state_dir),
     )
 
 
@@ -183,7 +185,7 @@ def admin_sql(settings: StackSettings, sql: str) -> None:
 
 def _connector(settings: StackSettings, method: str, action: str = "") -> Any:
     url = f"{settings.connect_url}/connectors/{settings.connector_name}{action}"
-    return http_json(method, url, timeout=30)
+    return http_json(method, url, timeout=30, auth=connect_rest_auth(settings.state_dir))
 
 
 def wait_connector(settings: StackSettings, state: str, timeout_s: float = 120) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from infra.stack import kafka_security
 from infra.stack.artifacts import Installed
 from infra.stack.errors import ComponentFailed
-from infra.stack.secrets import SPARK_SECRET
+from infra.stack.secrets import CONNECT_REST_USER, CONNECT_SECRET, SPARK_SECRET
 from infra.stack.settings import INFRA_DIR, StackSettings
 
 
@@ -188,6 +188,10 @@ def _allowlist(properties: Path) -> str:
     raise ComponentFailed(f"{properties} has no {ALLOWLIST}")
 
 
+BASIC_AUTH_EXTENSION = "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension"
+PROPERTY_FILE_LOGIN = "org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule"
+
+
 def connect(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> Component:
     state = settings.state_dir / "connect"
     shared = INFRA_DIR / "connect" / "connect-distributed.properties"
@@ -217,13 +221,20 @@ def connect(settings: StackSettings, installed: Installed, secrets: dict[str, st
         variable = kafka_security.CONNECT_JAAS_VARIABLE
         environment[variable] = signed_in["sasl.jaas.config"]
         overrides[ALLOWLIST] = _allowlist(shared).replace(")$", f"|{variable})$")
+    # The REST API takes one user's HTTP basic credentials (Kafka's basic-auth extension): no
+    # other local user can delete the connector, or register one that resolves the database
+    # password from the worker's environment and sends it elsewhere.
+    overrides["rest.extension.classes"] = BASIC_AUTH_EXTENSION
+    users, jaas = state / "rest-users.properties", state / "rest-jaas.conf"
+    _write_private(users, f"{CONNECT_REST_USER}: {secrets[CONNECT_SECRET]}\n")
+    _write_private(jaas, f'KafkaConnect {{\n  {PROPERTY_FILE_LOGIN} required\n  file="{users}";\n}};\n')
     _write_private(config, render_properties(shared, overrides))
     log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
     return Component(
         name="connect",
         ports=component_ports(settings)["connect"],
         command=[
-            *_jvm(installed, settings.connect_heap, log4j),
+            *_jvm(installed, settings.connect_heap, log4j, f"-Djava.security.auth.login.config={jaas}"),
             "-cp",
             f"{installed.kafka_lib}/*",
             "org.apache.kafka.connect.cli.ConnectDistributed",

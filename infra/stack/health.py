@@ -3,6 +3,7 @@
 Each check returns a short detail on success and raises (any exception) when not usable.
 """
 
+import base64
 import json
 import urllib.request
 from collections.abc import Callable
@@ -15,13 +16,19 @@ from confluent_kafka.admin import AdminClient
 
 from infra.stack.components import spark_ports
 from infra.stack.kafka_security import admin_config
+from infra.stack.secrets import CONNECT_REST_USER, CONNECT_SECRET
 from infra.stack.settings import StackSettings
 from services.core import customer_db
 
 
-def http_json(method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
+def http_json(
+    method: str, url: str, body: Any = None, timeout: float = 5.0, auth: tuple[str, str] | None = None
+) -> Any:
+    """A JSON request; `auth`: HTTP basic credentials (user, password)."""
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json"}
+    if auth is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(":".join(auth).encode()).decode()
     req = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310 - http URLs from settings
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http URLs from settings
         raw = resp.read()
@@ -74,7 +81,11 @@ def check_postgres(settings: StackSettings, secrets: dict[str, str]) -> str:
 
 
 def check_connect(settings: StackSettings, secrets: dict[str, str]) -> str:
-    status = http_json("GET", f"{settings.connect_url}/connectors/{settings.connector_name}/status")
+    status = http_json(
+        "GET",
+        f"{settings.connect_url}/connectors/{settings.connector_name}/status",
+        auth=(CONNECT_REST_USER, secrets[CONNECT_SECRET]),
+    )
     states = [status["connector"]["state"], *(t["state"] for t in status["tasks"])]
     if not status["tasks"] or any(s != "RUNNING" for s in states):
         trace = next((t.get("trace", "") for t in status["tasks"] if t["state"] == "FAILED"), "")

@@ -9,6 +9,14 @@ from pathlib import Path
 SECRET_NAMES = ("DEBEZIUM_DB_PASSWORD", "APP_DB_PASSWORD", "S3_ACCESS_KEY", "S3_SECRET_KEY")
 # The name of the Spark cluster's shared secret (spark.authenticate), made when there is a cluster.
 SPARK_SECRET = "SPARK_AUTH_SECRET"  # noqa: S105 - a name, not a value
+# Connect's REST API: its one user, and the name of that user's password.
+CONNECT_REST_USER = "stack"
+CONNECT_SECRET = "CONNECT_REST_PASSWORD"  # noqa: S105 - a name, not a value
+
+
+def connect_rest_auth(state_dir: Path) -> tuple[str, str]:
+    """The user and password of the stack's Connect REST API, from the state folder's secrets."""
+    return CONNECT_REST_USER, read_env_file(state_dir / "secrets.env")[CONNECT_SECRET]
 
 
 def read_env_file(path: Path) -> dict[str, str]:

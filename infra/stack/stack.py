@@ -19,7 +19,14 @@ from infra.stack.components import (
 )
 from infra.stack.errors import ComponentFailed, PortInUse
 from infra.stack.health import CHECKS, http_json, spark_ui_url
-from infra.stack.secrets import SPARK_SECRET, ensure_secrets, read_env_file, write_env_file
+from infra.stack.secrets import (
+    CONNECT_REST_USER,
+    CONNECT_SECRET,
+    SPARK_SECRET,
+    ensure_secrets,
+    read_env_file,
+    write_env_file,
+)
 from infra.stack.settings import SERVICE_ROOT, StackSettings
 from infra.stack.supervise import FAILED_STATES, Supervisor, render_config
 from infra.stack.versions import load_versions
@@ -166,6 +173,7 @@ def up(settings: StackSettings) -> None:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     secured = settings.kafka_security == "scram"
     extra = (
+        CONNECT_SECRET,
         *(kafka_security.SECRET_NAMES if secured else ()),
         *((SPARK_SECRET,) if settings.spark_cluster else ()),
     )
@@ -192,7 +200,14 @@ def up(settings: StackSettings) -> None:
     # 3. Connect, then the connector, until it and its task are RUNNING.
     sup.start("connect")
     rest = f"{settings.connect_url}/connector-plugins"
-    _wait(settings, sup, "connect", lambda: http_json("GET", rest), what="Kafka Connect REST API")
+    signed_in = (CONNECT_REST_USER, secrets[CONNECT_SECRET])
+    _wait(
+        settings,
+        sup,
+        "connect",
+        lambda: http_json("GET", rest, auth=signed_in),
+        what="Kafka Connect REST API",
+    )
     bootstrap.register_connector(settings)
     _wait(settings, sup, "connect", check("connect"), what=f"connector {settings.connector_name}")
     # 4. The lake bucket, and Elasticsearch.
@@ -214,6 +229,8 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
     values = {
         "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "CONNECT_URL": settings.connect_url,
+        "CONNECT_USER": CONNECT_REST_USER,  # its REST API takes HTTP basic credentials
+        "CONNECT_PASSWORD": secrets[CONNECT_SECRET],
         "CUSTOMER_DB": settings.source,
         "CUSTOMER_DB_HOST": "127.0.0.1",
         "CUSTOMER_DB_PORT": str(settings.database_port),

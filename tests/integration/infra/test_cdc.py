@@ -3,6 +3,7 @@
 import itertools
 import json
 import time
+import urllib.error
 import urllib.request
 from datetime import datetime
 from typing import Any
@@ -11,6 +12,7 @@ import pymysql
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from infra.stack.health import http_json
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import StackSettings
 
@@ -121,14 +123,13 @@ def _hostname_errors(stack_env: StackEnv, hostname: str) -> list[str]:
         "database.hostname": hostname,
         "topic.prefix": "validate-only",
     }
-    request = urllib.request.Request(  # noqa: S310 (the stack's own http URL)
+    configs = http_json(
+        "PUT",
         f"{stack_env['CONNECT_URL']}/connector-plugins/MariaDbConnector/config/validate",
-        data=json.dumps(config).encode(),
-        headers={"Content-Type": "application/json"},
-        method="PUT",
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-        configs = json.load(response)["configs"]
+        config,
+        timeout=30,
+        auth=(stack_env["CONNECT_USER"], stack_env["CONNECT_PASSWORD"]),
+    )["configs"]
     (field,) = [c["value"] for c in configs if c["value"]["name"] == "database.hostname"]
     return list(field["errors"])
 
@@ -163,3 +164,20 @@ def test_the_debezium_user_reads_only_the_captured_tables(stack_env: StackEnv) -
         "GRANT SELECT ON `demo`.`customers`",
         "GRANT SELECT ON `demo`.`debezium_heartbeat`",
     ]
+
+
+@pytest.mark.parametrize("password", [None, "wrong"])
+def test_connect_s_rest_api_refuses_a_client_without_its_credentials(
+    stack_env: StackEnv, password: str | None
+) -> None:
+    """Anyone on the host could otherwise delete the connector, or register one that resolves
+    the database password from the worker's environment and sends it elsewhere."""
+    auth = None if password is None else (stack_env["CONNECT_USER"], password)
+    for method, path in (("GET", "/connectors"), ("DELETE", "/connectors/a-connector")):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            http_json(method, f"{stack_env['CONNECT_URL']}{path}", auth=auth)
+        assert refused.value.code == 401
+    signed_in = (stack_env["CONNECT_USER"], stack_env["CONNECT_PASSWORD"])
+    assert StackSettings().connector_name in http_json(
+        "GET", f"{stack_env['CONNECT_URL']}/connectors", auth=signed_in
+    )

@@ -14,6 +14,7 @@ SECRETS = {name: f"pw-{name.lower()}" for name in kafka_security.SECRET_NAMES} |
     "S3_ACCESS_KEY": "a",
     "S3_SECRET_KEY": "s",
     "APP_DB_PASSWORD": "app",
+    "CONNECT_REST_PASSWORD": "rest",
 }
 
 
@@ -133,3 +134,17 @@ def test_stack_env_gets_every_client_password_but_the_controllers() -> None:
     names = kafka_security.client_secret_names()
     assert "KAFKA_PASSWORD_ADMIN" in names and "KAFKA_PASSWORD_ES_SINK" in names
     assert "KAFKA_PASSWORD_CONTROLLER" not in names
+
+
+def test_connect_s_rest_api_takes_one_user_s_basic_credentials_in_both_modes(tmp_path: Path) -> None:
+    settings = StackSettings(state_dir=tmp_path)
+    component = components.connect(settings, _installed(tmp_path), SECRETS)
+    props = _properties((tmp_path / "connect" / "worker.properties").read_text())
+    assert props["rest.extension.classes"].endswith(".BasicAuthSecurityRestExtension")
+    jaas = tmp_path / "connect" / "rest-jaas.conf"
+    assert f"-Djava.security.auth.login.config={jaas}" in component.command
+    users = tmp_path / "connect" / "rest-users.properties"
+    assert users.read_text() == "stack: rest\n"
+    assert f'file="{users}"' in jaas.read_text() and "PropertyFileLoginModule required" in jaas.read_text()
+    assert all(path.stat().st_mode & 0o077 == 0 for path in (users, jaas))
+    assert not any("rest" == part or ": rest" in part for part in component.command)
