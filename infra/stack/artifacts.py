@@ -4,6 +4,7 @@ JVM artifacts: Maven (infra/maven/*.xml, Maven Central only) into ~/.m2, then st
 <cache>/<component>-<version>/. MariaDB: Debian's package. Nothing is downloaded at run time.
 """
 
+import hashlib
 import logging
 import os
 import re
@@ -169,7 +170,10 @@ def _copy_dependencies(pom: str, versions: Versions, out: Path, strip_version: b
 
 
 def _stage_lib(cache: Path, name: str, pom: str, versions: Versions) -> Path:
-    target = cache / name / "lib"
+    """The jars `pom` resolves to, in a folder named after `name` and the POM's content: a
+    dependency added to the POM is resolved on the next install, not missed by a cache."""
+    digest = hashlib.sha256((MAVEN_DIR / pom).read_bytes()).hexdigest()[:8]
+    target = cache / f"{name}-{digest}" / "lib"
     if not _staged(target):
         with _step(f"resolving {name} jars from Maven Central"):
             tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=cache))
