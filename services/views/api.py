@@ -317,7 +317,7 @@ class Api:
         sub = Subscriber(name, key, asyncio.Queue(self.settings.subscriber_queue), rows=rows_filter)
         self.hub.add(sub)  # first: the changelog process sends changes from now on
         try:
-            snapshot = self.store.snapshot(name, key)
+            snapshot = self._snapshot(name, key)
             sub.after = snapshot.seq
         except BaseException:
             self.hub.remove(sub)
@@ -349,11 +349,18 @@ class Api:
                 sub = Subscriber(sub.view, sub.key, asyncio.Queue(self.settings.subscriber_queue), rows=rows)
                 self.hub.add(sub)
                 yield sse("replaced", json.dumps({"view": sub.view, "key": list(key_columns)}))
-                snapshot = self.store.snapshot(sub.view, sub.key)
+                snapshot = self._snapshot(sub.view, sub.key)
                 sub.after = snapshot.seq
         finally:
             snapshot.close()
             self.hub.remove(sub)
+
+    def _snapshot(self, view: str, key: str | None) -> Snapshot:
+        """The view's snapshot, closed at VIEWS_SNAPSHOT_TIMEOUT_S whatever happens to its
+        stream (also one the server never starts: its client went at once)."""
+        snapshot = self.store.snapshot(view, key)
+        asyncio.get_running_loop().call_later(self.settings.snapshot_timeout_s, snapshot.close)
+        return snapshot
 
     async def _session(
         self, sub: Subscriber, snapshot: Snapshot, key_columns: tuple[str, ...]
@@ -365,7 +372,6 @@ class Api:
         being checkpointed past it, so a client that has not taken the whole snapshot within
         VIEWS_SNAPSHOT_TIMEOUT_S is cut off (the transaction ends at that moment, even while the
         client reads nothing at all)."""
-        timer = asyncio.get_running_loop().call_later(self.settings.snapshot_timeout_s, snapshot.close)
         try:
             while page := snapshot.page(_EVENTS_PER_WRITE):
                 if kept := _passing(page, sub.rows):
@@ -373,13 +379,12 @@ class Api:
                         sse("snapshot", change_data(Change(sub.view, k, key_columns, v))) for k, v in kept
                     )
                 await asyncio.sleep(0)  # the pull queries that came meanwhile
-        except sqlite3.ProgrammingError:  # closed by the timer
+        except sqlite3.ProgrammingError:  # closed at the timeout (`_snapshot`)
             log.warning("an SSE subscriber of %s took longer than the snapshot timeout: cut off", sub.view)
             error = f"the snapshot was not read within {self.settings.snapshot_timeout_s:g} s"
             yield sse("error", json.dumps({"error": f"{error} (VIEWS_SNAPSHOT_TIMEOUT_S); subscribe again"}))
             return
         finally:
-            timer.cancel()
             snapshot.close()
         yield sse("live", "{}")
         seq = 0
