@@ -176,6 +176,7 @@ def test_connect_s_rest_api_refuses_a_client_without_its_credentials(
     for method, path in (("GET", "/connectors"), ("DELETE", "/connectors/a-connector")):
         with pytest.raises(urllib.error.HTTPError) as refused:
             http_json(method, f"{stack_env['CONNECT_URL']}{path}", auth=auth)
+        refused.value.close()  # its response, read or not
         assert refused.value.code == 401
     signed_in = (stack_env["CONNECT_USER"], stack_env["CONNECT_PASSWORD"])
     assert StackSettings().connector_name in http_json(

@@ -27,14 +27,14 @@ def _application(stack_env: StackEnv, name: str, tmp_path: Path, with_secret: bo
     env |= {"JAVA_HOME": stack_env["JAVA_HOME"], "SPARK_LOCAL_IP": "127.0.0.1"}
     if with_secret:
         env["SPARK_CONF_DIR"] = stack_env["SPARK_CONF_DIR"]
-    log = (tmp_path / f"{name}.log").open("w")
-    return subprocess.Popen(
-        [sys.executable, "-c", APPLICATION, stack_env["SPARK_MASTER_URL"], name],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    with (tmp_path / f"{name}.log").open("w") as log:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, "-c", APPLICATION, stack_env["SPARK_MASTER_URL"], name],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
 
 def _registered(stack_env: StackEnv, name: str) -> bool:
@@ -50,12 +50,15 @@ def test_the_cluster_runs_an_application_with_its_secret_and_refuses_one_without
     assert Path(stack_env["SPARK_CONF_DIR"], "spark-defaults.conf").stat().st_mode & 0o077 == 0
     outsider = f"outsider-{uuid.uuid4().hex[:8]}"
     refused = _application(stack_env, outsider, tmp_path, with_secret=False)
+    log = tmp_path / f"{outsider}.log"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and refused.poll() is None and not _registered(stack_env, outsider):
-            time.sleep(1)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and "Failed to connect to master" not in log.read_text():
+            assert refused.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+        assert "Expected SaslMessage" in log.read_text(), log.read_text()[-3000:]  # the master's refusal
         assert not _registered(stack_env, outsider), "an application without the secret registered"
-        assert "sum 45" not in (tmp_path / f"{outsider}.log").read_text()
+        assert "sum 45" not in log.read_text()
     finally:
         refused.kill()
         refused.wait(30)
