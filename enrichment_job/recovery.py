@@ -80,10 +80,9 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
         # start again at 0 and be taken for batches already written. A new run it is.
         state.remove(f"{CHECKPOINTS}/run_id")
         run = run_id(state)
-    if state.exists(PIPELINE_CHECKPOINT):
-        check_planned(
-            marker, run, state, PIPELINE_CHECKPOINT, key=settings.job_name, topic=settings.commits_topic
-        )
+    check_planned(
+        marker, run, state, PIPELINE_CHECKPOINT, key=settings.job_name, topic=settings.commits_topic
+    )
     if marker is None or marker.get("run") == run:
         return run
     for name, topic in (("ratings_topic", settings.ratings_topic), ("cdc_topic", settings.cdc_topic)):

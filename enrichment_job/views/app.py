@@ -108,15 +108,14 @@ class BatchSink:
             other_markers=other_markers,
         )
         self.state, self.checkpoint = settings.state, f"{CHECKPOINTS}/{query}"
-        if self.state.exists(self.checkpoint) or self.out.marker is not None:
-            check_planned(
-                self.out.marker,
-                run,
-                self.state,
-                self.checkpoint,
-                key=self.out.marker_key,
-                topic=settings.commits_topic,
-            )
+        check_planned(
+            self.out.marker,
+            run,
+            self.state,
+            self.checkpoint,
+            key=self.out.marker_key,
+            topic=settings.commits_topic,
+        )
 
     def write(
         self,

@@ -466,16 +466,13 @@ def write_spark_defaults(settings: StackSettings, secret: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     path = folder / "spark-defaults.conf"
-    tmp = path.with_suffix(".tmp")
-    tmp.touch(mode=0o600)
-    tmp.chmod(0o600)
-    tmp.write_text(
+    _write_private(
+        path,
         "# Written by infra.stack: the local cluster's shared secret. Do not commit.\n"
         "spark.authenticate true\n"
         f"spark.authenticate.secret {secret}\n"
-        "spark.ui.killEnabled false\n"
+        "spark.ui.killEnabled false\n",
     )
-    tmp.replace(path)
     return path
 
 

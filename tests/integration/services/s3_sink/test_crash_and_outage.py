@@ -32,6 +32,12 @@ def ratings(count: int, start: int = 0) -> list[tuple[bytes, bytes]]:
     ]
 
 
+def s3_settings(env: dict[str, str]) -> S3SinkSettings:
+    """The S3 part of the service's environment, as settings for a sink made in the test."""
+    fields = ("endpoint_url", "region", "access_key", "secret_key", "bucket", "prefix")
+    return S3SinkSettings(**{f: env[f"S3_SINK_{f.upper()}"] for f in fields})
+
+
 def uncommitted(env: dict[str, str], topic: str, count: int) -> list[Message]:
     """The next `count` records after the group's committed offsets, without committing."""
     consumer = Consumer(
@@ -78,8 +84,7 @@ def test_kill_9_and_restart_leave_every_rating_exactly_once(
 
     # What a crash between writing and committing leaves: objects for a batch larger than the
     # ones the restarted service will make, starting at the committed offsets.
-    s3_fields = ("endpoint_url", "region", "access_key", "secret_key", "bucket", "prefix")
-    settings = S3SinkSettings(**{f: env[f"S3_SINK_{f.upper()}"] for f in s3_fields})
+    settings = s3_settings(env)
     crashed = S3Sink.from_settings(settings)
     batch = uncommitted(env, names[0], min(500, total - committed))
     crashed.write([Incoming(m.value(), m) for m in batch])
@@ -196,8 +201,7 @@ def test_two_sinks_writing_one_folder_at_the_same_time_leave_every_rating_once(
     names = topics(1)
     produce(stack_env, names[0], ratings(400))
     env = sink_env(names)
-    s3_fields = ("endpoint_url", "region", "access_key", "secret_key", "bucket", "prefix")
-    settings = S3SinkSettings(**{f: env[f"S3_SINK_{f.upper()}"] for f in s3_fields})
+    settings = s3_settings(env)
     records = [Incoming(m.value() or b"", m) for m in uncommitted(env, names[0], 400)]
     zombie = S3Sink.from_settings(settings)
     owner = S3Sink(settings, Interleaved(s3_client(settings), lambda: zombie.write(records[:250]), at))
