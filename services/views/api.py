@@ -23,7 +23,7 @@ from starlette.types import ASGIApp
 
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
-from services.views.hub import REPLACED, Hub, RowFilter, Subscriber, change_data, sse
+from services.views.hub import REPLACED, Hub, RowFilter, Subscriber, Turns, change_data, sse
 from services.views.metrics import ViewsCollector
 from services.views.store import STAGED, Change, Snapshot, Store, key_of
 
@@ -123,6 +123,7 @@ class Api:
         self, settings: ViewsApiSettings, store: Store, hub: Hub, changelog: ChangelogProcess
     ) -> None:
         self.settings, self.store, self.hub, self.changelog = settings, store, hub, changelog
+        self.turns = Turns()  # subscribers' writes, a few between two polls for I/O
         self.built_in = [settings.view_name(t) for t in settings.changelog_topics]
         self._topics = dict(zip(self.built_in, settings.changelog_topics, strict=True))
         self.registry = CollectorRegistry(auto_describe=False)
@@ -373,12 +374,14 @@ class Api:
         VIEWS_SNAPSHOT_TIMEOUT_S is cut off (the transaction ends at that moment, even while the
         client reads nothing at all)."""
         try:
-            while page := snapshot.page(_EVENTS_PER_WRITE):
+            while True:
+                await self.turns.take()  # the pull queries that came meanwhile first
+                if not (page := snapshot.page(_EVENTS_PER_WRITE)):
+                    break
                 if kept := _passing(page, sub.rows):
                     yield "".join(
                         sse("snapshot", change_data(Change(sub.view, k, key_columns, v))) for k, v in kept
                     )
-                await asyncio.sleep(0)  # the pull queries that came meanwhile
         except sqlite3.ProgrammingError:  # closed at the timeout (`_snapshot`)
             log.warning("an SSE subscriber of %s took longer than the snapshot timeout: cut off", sub.view)
             error = f"the snapshot was not read within {self.settings.snapshot_timeout_s:g} s"
@@ -387,6 +390,12 @@ class Api:
         finally:
             snapshot.close()
         yield sse("live", "{}")
+        async for text in self._changes(sub):
+            yield text
+
+    async def _changes(self, sub: Subscriber) -> AsyncIterator[str]:
+        """The subscriber's changes after its snapshot, numbered, until it overflows or its view
+        is replaced."""
         seq = 0
         while not sub.overflowed:
             try:
@@ -397,6 +406,7 @@ class Api:
             # The changes waiting go out together (a send a change cost too much), a page a write.
             if sub.overflowed:
                 break
+            await self.turns.take()
             events = []
             while data != REPLACED:
                 passing = data if sub.rows is None else sub.rows.passing(data)
@@ -408,7 +418,6 @@ class Api:
                 data = sub.queue.get_nowait()
             if events:
                 yield "".join(events)
-                await asyncio.sleep(0)
             if data == REPLACED:
                 return
         yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))

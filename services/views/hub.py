@@ -16,6 +16,7 @@ changes.
 import asyncio
 import functools
 import json
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +132,54 @@ class Hub:
 
     def count(self) -> int:
         return sum(len(subs) for subs in self.subscribers.values())
+
+
+class Turns:
+    """Subscribers' writes take turns with everything else on the event loop: at most
+    `per_turn` of them (a page of a snapshot, or of changes, each) between two polls for I/O,
+    the waiting subscribers in the order they asked.
+
+    A loop turn runs every task that is ready. With 15 subscribers reading their snapshots at
+    once, each turn formatted 15 pages (40 ms here), and each pull on a connection waited a
+    whole turn: pulls over 8 connections went at 200 a second, and a client sending 1,000 a
+    second saw answers 4 to 8 s late until the snapshots were out. Now a pull waits for
+    `per_turn` pages at most; the subscribers still share every turn the loop has to spare."""
+
+    def __init__(self, per_turn: int = 1) -> None:
+        self.per_turn = per_turn
+        self._left = per_turn
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._scheduled = False
+
+    async def take(self) -> None:
+        """Returns when a turn has room for this write: at once, or after the writes that asked
+        before it."""
+        if self._left > 0 and not self._waiting:
+            self._use()
+            return
+        granted = asyncio.get_running_loop().create_future()
+        self._waiting.append(granted)
+        try:
+            await granted
+        except asyncio.CancelledError:  # its client went: it leaves the line
+            if granted in self._waiting:
+                self._waiting.remove(granted)
+            raise
+
+    def _use(self) -> None:
+        self._left -= 1
+        if not self._scheduled:  # the next turn starts afresh (call_soon: after the next poll)
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._new_turn)
+
+    def _new_turn(self) -> None:
+        self._scheduled = False
+        self._left = self.per_turn
+        while self._left > 0 and self._waiting:
+            granted = self._waiting.popleft()
+            if not granted.done():
+                granted.set_result(None)
+                self._use()
 
 
 def sse(event: str, data: str, event_id: int | None = None) -> str:

@@ -84,6 +84,48 @@ def test_a_pull_is_answered_while_a_whole_view_snapshot_is_still_being_sent(tmp_
     assert pulled_after < chunks / 2, f"the pull waited for {pulled_after} of the snapshot's {chunks} writes"
 
 
+def test_subscribers_reading_snapshots_at_once_write_one_page_between_two_polls_for_io(
+    tmp_path: Path,
+) -> None:
+    """Each turn of the event loop polls for I/O (the pulls that came) and then runs every ready
+    task: when every subscriber wrote a page each turn, a pull waited for all their pages."""
+    store = Store(tmp_path / "s.sqlite3")
+    rows = [
+        Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in range(ROWS)
+    ]
+    store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): ROWS})
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    app = Api(ViewsApiSettings(), store, Hub(), changelog).app()  # type: ignore[arg-type]
+    subscribers = 4
+    sent: list[list[bytes]] = [[] for _ in range(subscribers)]
+    turns_of_writes: list[int] = []
+    turn = [0]
+
+    def count_turns(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        turn[0] += 1  # a callback scheduled with call_soon runs in the next turn
+        if not stop.is_set():
+            loop.call_soon(count_turns, loop, stop)
+
+    async def main() -> None:
+        gone, stop = asyncio.Event(), asyncio.Event()
+        count_turns(asyncio.get_running_loop(), stop)
+        streams = [_subscribe(app, "/views/customer_ratings/changes", chunks, gone) for chunks in sent]
+        while not all(chunks and b"event: live" in chunks[-1] for chunks in sent):
+            before = sum(map(len, sent))
+            await asyncio.sleep(0)
+            turns_of_writes.extend([turn[0]] * (sum(map(len, sent)) - before))
+        gone.set()
+        stop.set()
+        for stream in streams:
+            stream.cancel()
+
+    asyncio.run(main())
+    for chunks in sent:
+        assert sum(chunk.count(b"event: snapshot\n") for chunk in chunks) == ROWS
+    busiest = max(turns_of_writes.count(t) for t in set(turns_of_writes))
+    assert busiest == 1, f"{busiest} subscribers' writes in one turn of the event loop"
+
+
 def test_scan_parameters_become_typed_filters_and_a_cursor_round_trips() -> None:
     types = {"user_id": "int", "hour": "string", "average_stars": "double"}
     assert _filters("user_id", "42", types, "v") == [("user_id", "=", 42)]
