@@ -336,7 +336,10 @@ class Store:
     def snapshot(self, view: str, key: str | None) -> "Snapshot":
         """The view's rows (or the key's) as of the last batch applied, to read page by page."""
         conn = self._connect()
-        conn.execute("PRAGMA cache_size=-8192")  # one pass over the table: no use for a large cache
+        # One pass over the table, each page read once: a cache holds little more than the path
+        # from the root. 1 MiB, not 8: with 20 subscribers reading snapshots at once, their
+        # caches were half of the service's memory (160 of 315 MB).
+        conn.execute("PRAGMA cache_size=-1024")
         return Snapshot(conn, view, key)
 
     def count(self, view: str) -> int:
