@@ -5,7 +5,12 @@ The service's app over 100,000 customer_ratings rows is served by uvicorn in a p
 own, twice: with the service's HTTP protocol (pulls answered by the protocol), then with
 uvicorn's own httptools protocol (every request through the ASGI app). Each is pulled at a fixed
 rate by `infra.bench.pull` (keep-alive connections, random keys) while the server process's CPU
-is read from /proc. One JSON line per protocol. Run it on a quiet machine: it measures it.
+is read from /proc, and its largest resident memory. One JSON line per protocol. Run it on a
+quiet machine: it measures it.
+
+--hostile: with the clients of `infra.bench.hostile` beside the pulls (50 idle connections, 20
+SSE subscribers of the whole view, 5 of which never read, a 10 MB URL sent slowly), and what
+they saw.
 """
 
 import argparse
@@ -22,6 +27,7 @@ from typing import Any
 import uvicorn
 
 from infra.bench.job import thread_cpu_s
+from infra.bench.memory import PeakRss
 from infra.bench.store import ROWS, CaughtUp, customer_ratings_store, customer_rows
 from services.views.api import Api
 from services.views.config import ViewsApiSettings
@@ -62,6 +68,21 @@ def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, 
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"the {protocol} server did not start") from None
                 time.sleep(0.2)
+        hostile = None
+        if args.hostile:
+            hostile = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "infra.bench.hostile",
+                    "--port",
+                    str(port),
+                    "--duration",
+                    str(args.duration),
+                ],
+                stdout=subprocess.PIPE,
+            )
+        memory = PeakRss(server.pid)
         before = _cpu_s(server.pid)
         pull = ["infra.bench.pull", "--port", str(port), "--ids", str(folder / "ids.json")]
         client = subprocess.run(
@@ -71,6 +92,8 @@ def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, 
             text=True,
         )
         spent = _cpu_s(server.pid) - before
+        peak_mb = memory.stop()
+        hostile_seen = json.loads(hostile.communicate(timeout=120)[0]) if hostile is not None else None
     finally:
         server.terminate()
         server.wait(30)
@@ -80,7 +103,12 @@ def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, 
         "server_cpu_us_per_pull": round(1e6 * spent / pulled["requests"], 1),
         "server_cores": round(spent / args.duration, 3),
         "client_cpu_us_per_pull": round(1e6 * pulled["cpu_s"] / pulled["requests"], 1),  # with its start
-        **{k: pulled[k] for k in ("requests", "achieved_per_s", "statuses", "p50_ms", "p99_ms", "max_ms")},
+        **{
+            k: pulled[k]
+            for k in ("requests", "achieved_per_s", "statuses", "p50_ms", "p99_ms", "max_ms", "worst_seconds")
+        },
+        "server_rss_mb_max": peak_mb,
+        **({"hostile": hostile_seen} if hostile_seen is not None else {}),
     }
 
 
@@ -92,12 +120,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.bench.server", description=__doc__)
     parser.add_argument("--rate", type=float, default=1000, help="pulls a second (default %(default)s)")
     parser.add_argument("--duration", type=float, default=20, help="seconds each (default %(default)s)")
+    parser.add_argument(
+        "--hostile",
+        action="store_true",
+        help="with the hostile clients of infra.bench.hostile beside the pulls",
+    )
+    parser.add_argument(
+        "--protocols", nargs="+", choices=("service", "uvicorn"), default=["service", "uvicorn"]
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         customer_ratings_store(folder / "store.sqlite3", customer_rows())
         (folder / "ids.json").write_text(json.dumps(list(range(ROWS))))
-        for protocol in ("service", "uvicorn"):
+        for protocol in args.protocols:
             print(json.dumps(measure(folder, protocol, args)), flush=True)
     return 0
 

@@ -25,8 +25,14 @@ going, then
    (infra.bench.pull --kind pg: `SELECT * FROM customer_ratings WHERE user_id = <id>`);
 3. measured_scan: the same for --scan-duration, with range scans of 100 rows over HTTP at
    --scan-rate (`GET /views/customer_ratings?user_id.gte=<id>&limit=100`);
-4. restart: the query service stopped and started again; time from its start to /health 200,
+4. measured_hostile (--hostile): the HTTP pulls of the measured phase again, for --duration,
+   while `infra.bench.hostile` holds 50 idle connections, 20 SSE subscribers of the whole
+   customer_ratings view (5 of which never read) and one client sending a 10 MB URL slowly;
+   what those clients saw, and the pulls' figures beside them;
+5. restart: the query service stopped and started again; time from its start to /health 200,
    with the rows it then serves.
+Each phase also gives the query service's largest resident memory (its processes together,
+sampled every 0.2 s).
 Prints the figures, and whether each Spark driver mapped its class archive or recorded it (a
 first start with its jars and Java options, which costs CPU in the measured minute too), and
 writes them as JSON (--out).
@@ -66,6 +72,7 @@ from infra.bench.job import (
     wait_caught_up,
     waited_per_s,
 )
+from infra.bench.memory import PeakRss
 from infra.bench.results import exit_on_sigterm
 from infra.demo.views import behind
 from infra.stack.secrets import read_env_file
@@ -457,6 +464,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="then a phase of --scan-duration: range scans of 100 rows over HTTP at this rate (0: none)",
     )
     parser.add_argument("--scan-duration", type=float, default=60)
+    parser.add_argument(
+        "--hostile",
+        action="store_true",
+        help="a last phase of --duration: the HTTP pulls again beside hostile clients (infra.bench.hostile)",
+    )
     parser.add_argument("--updates-per-s", type=float, default=5)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "views.json")
     return parser.parse_args(argv)
@@ -550,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
             ("measured", args.duration, [*pull_command, "--port", str(PORT)], args.pull_rate),
             ("measured_pg", args.duration if args.pg_pull_rate > 0 else 0, pg_client, args.pg_pull_rate),
             ("measured_scan", args.scan_duration if args.scan_rate > 0 else 0, scan_client, args.scan_rate),
+            (
+                "measured_hostile",
+                args.duration if args.hostile else 0,
+                [*pull_command, "--port", str(PORT)],
+                args.pull_rate,
+            ),
         )
         for phase, seconds, client, client_rate in phases:
             if seconds <= 0:
@@ -574,6 +592,23 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 session_nice(pull.pid, args.client_session_nice, "--client-session-nice")
                 if args.client_realtime:
                     realtime(pull.pid)
+            hostile = None
+            if phase == "measured_hostile":
+                hostile = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "infra.bench.hostile",
+                        "--port",
+                        str(PORT),
+                        "--duration",
+                        str(seconds),
+                    ],
+                    stdout=subprocess.PIPE,
+                    start_new_session=True,
+                )
+                session_nice(hostile.pid, args.client_session_nice, "--client-session-nice")
+            api_memory = PeakRss(procs["api"].pid)
             top = {name: proc.pid for name, proc in procs.items()}
             if background_pid is not None:
                 top["views_background"] = background_pid
@@ -647,6 +682,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 figures["runqueue_wait_per_s"]["pull_client"] = round(
                     figures["pull"]["runqueue_wait_s"] / elapsed, 3
                 )
+            if hostile is not None:
+                out, _ = hostile.communicate(timeout=seconds + 60)
+                figures["hostile"] = json.loads(out.decode().strip().splitlines()[-1])
+            figures["api_rss_mb_max"] = api_memory.stop()
             figures["cores"] = {
                 **processes,
                 "machine": round(machine, 2),

@@ -262,7 +262,7 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
     )
 
 
-def _rss_kib(pid: int) -> int:
+def tree_rss_kib(pid: int) -> int:
     """Resident memory of a process and all its descendants."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -298,7 +298,7 @@ def status(settings: StackSettings) -> bool:
         state = str(info["statename"]) if info else "STOPPED"
         detail, rss = "-", "-"
         if state == "RUNNING" and info:
-            rss = f"{_rss_kib(int(info['pid'])) / 1024:.0f} MiB"
+            rss = f"{tree_rss_kib(int(info['pid'])) / 1024:.0f} MiB"
             try:
                 detail = "ok: " + CHECKS[name](settings, secrets)
             except Exception as exc:  # noqa: BLE001 - shown to the user as the health
