@@ -53,21 +53,30 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, Any]:
+def start_server(folder: Path, protocol: str) -> tuple[subprocess.Popen[bytes], int]:
+    """The server process over the store in `folder`, once it answers a pull; and its port."""
     port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "infra.bench.server", "--serve", str(folder), str(port), protocol]
-    )
+    log = folder / f"server-{protocol}.log"  # a warning for each refused request of the hostile clients
+    with log.open("ab") as err:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "infra.bench.server", "--serve", str(folder), str(port), protocol],
+            stderr=err,
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/views/customer_ratings/1", timeout=5):
+                return server, port
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise SystemExit(f"the {protocol} server did not start: see {log}") from None
+            time.sleep(0.2)
+
+
+def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, Any]:
+    server, port = start_server(folder, protocol)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/views/customer_ratings/1", timeout=5):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"the {protocol} server did not start") from None
-                time.sleep(0.2)
         hostile = None
         if args.hostile:
             hostile = subprocess.Popen(

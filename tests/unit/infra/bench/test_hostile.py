@@ -3,43 +3,23 @@ small store (infra.bench.server's server process): each kind does what it says, 
 reports is what the service did to it."""
 
 import json
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from infra.bench.server import start_server
 from infra.bench.store import customer_ratings_store, customer_rows
 
 ROWS = 2_000
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[int]:
     customer_ratings_store(tmp_path / "store.sqlite3", customer_rows()[:ROWS])
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "infra.bench.server", "--serve", str(tmp_path), str(port), "service"],
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/views/customer_ratings/1", timeout=5):
-                break
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.2)
+    server, port = start_server(tmp_path, "service")
     yield port
     server.terminate()
     server.wait(30)

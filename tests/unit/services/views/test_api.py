@@ -47,14 +47,19 @@ def _subscribe(app: Any, path: str, sent: list[bytes], gone: asyncio.Event) -> "
     return asyncio.create_task(app(_scope(path), wait_for_disconnect, to_subscriber))
 
 
-def test_a_pull_is_answered_while_a_whole_view_snapshot_is_still_being_sent(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.sqlite3")
+def _app_over_rows(folder: Path) -> Any:
+    """The service's app over a store holding ROWS rows of customer_ratings."""
+    store = Store(folder / "s.sqlite3")
     rows = [
         Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in range(ROWS)
     ]
     store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): ROWS})
     changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
-    app = Api(ViewsApiSettings(), store, Hub(), changelog).app()  # type: ignore[arg-type]
+    return Api(ViewsApiSettings(), store, Hub(), changelog).app()  # type: ignore[arg-type]
+
+
+def test_a_pull_is_answered_while_a_whole_view_snapshot_is_still_being_sent(tmp_path: Path) -> None:
+    app = _app_over_rows(tmp_path)
     sent: list[bytes] = []  # the subscriber's body chunks, in order
 
     async def main() -> tuple[int, int, int]:
@@ -89,13 +94,7 @@ def test_subscribers_reading_snapshots_at_once_write_one_page_between_two_polls_
 ) -> None:
     """Each turn of the event loop polls for I/O (the pulls that came) and then runs every ready
     task: when every subscriber wrote a page each turn, a pull waited for all their pages."""
-    store = Store(tmp_path / "s.sqlite3")
-    rows = [
-        Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in range(ROWS)
-    ]
-    store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): ROWS})
-    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
-    app = Api(ViewsApiSettings(), store, Hub(), changelog).app()  # type: ignore[arg-type]
+    app = _app_over_rows(tmp_path)
     subscribers = 4
     sent: list[list[bytes]] = [[] for _ in range(subscribers)]
     turns_of_writes: list[int] = []
