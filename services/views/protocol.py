@@ -11,8 +11,11 @@ order of answers on a connection is kept and the app's routes say every refusal.
 import asyncio
 import hmac
 import json
+import logging
+import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
@@ -55,6 +58,53 @@ class Access:
         return None
 
 
+log = logging.getLogger("views")
+
+
+@dataclass
+class RefusalLog:
+    """Refused requests in the log: the first at once, then one line a minute at most with how
+    many of each status came meanwhile. A client sending bad requests in a loop (a 10 MB URL
+    5 KB at a time: about ten a second here) would otherwise write a line for each, and uvicorn
+    wrote one more for each ("Invalid HTTP request received.", which they were not)."""
+
+    every_s: float = 60.0
+    counts: Counter[int] = field(default_factory=Counter)
+    reasons: dict[int, str] = field(default_factory=dict)  # the last reason of each status
+    last_s: float = float("-inf")
+
+    def refused(self, status: int, reason: str) -> None:
+        self.counts[status] += 1
+        self.reasons[status] = reason
+        now = time.monotonic()
+        if now - self.last_s < self.every_s:
+            return
+        log.warning(
+            "refused %d request(s)%s: %s",
+            self.counts.total(),
+            "" if self.last_s == float("-inf") else f" in the last {now - self.last_s:.0f} s",
+            "; ".join(f"{n}x {status} ({self.reasons[status]})" for status, n in sorted(self.counts.items())),
+        )
+        self.counts.clear()
+        self.last_s = now
+
+
+REFUSALS = RefusalLog()
+
+
+class _QuietRefusals(logging.Filter):
+    """Drops uvicorn's warning for a request the protocol refused and answered itself: the
+    refusal stops its parser with an exception, which uvicorn takes for an invalid request."""
+
+    answering = False  # set by a refusal until uvicorn's send_400_response, right after its warning
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.answering and record.getMessage() == "Invalid HTTP request received.")
+
+
+_QUIET = _QuietRefusals()
+
+
 class _Refused(Exception):
     """Raised in a parser callback to stop parsing a request that was refused and answered."""
 
@@ -94,6 +144,7 @@ class PullProtocol(HttpToolsProtocol):
             super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
+        _QUIET.answering = False
         if not self._refused:  # a refusal of ours stopped the parser: it is answered already
             super().send_400_response(msg)
 
@@ -152,7 +203,10 @@ class PullProtocol(HttpToolsProtocol):
             + body
         )
         self.transport.close()
+        if status != 408:  # a keep-alive connection left idle: routine
+            REFUSALS.refused(status, reason)
         if raise_:
+            _QUIET.answering = True
             raise _Refused(reason)
 
     def on_headers_complete(self) -> None:
@@ -198,4 +252,6 @@ def pull_protocol(
     """The protocol class for uvicorn's `http` setting, answering pulls with `pull`, refusing
     requests past `bounds` and those `access` does not let in."""
     attributes = {"pull": staticmethod(pull), "bounds": bounds or Bounds(), "access": access or Access()}
+    if _QUIET not in logging.getLogger("uvicorn.error").filters:
+        logging.getLogger("uvicorn.error").addFilter(_QUIET)
     return type("PullProtocol", (PullProtocol,), attributes)

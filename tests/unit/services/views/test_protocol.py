@@ -2,6 +2,7 @@
 the answers on a connection keep the order of its requests."""
 
 import json
+import logging
 import socket
 import sqlite3
 import threading
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from services.views import protocol
 from services.views.api import Api
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub
@@ -227,3 +229,32 @@ def test_with_a_token_every_request_but_health_needs_it(tmp_path: Path) -> None:
         assert _ask(server, pull + b"Authorization: Bearer s3cret\r\n\r\n")[0] == b"200"
         assert _ask(server, get("/health"))[0] in (b"200", b"503")  # answered without a token
         assert server.app_paths == ["/health"]
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_refusals_are_logged_once_with_their_count_and_not_as_invalid_requests(
+    bounded: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(protocol, "REFUSALS", protocol.RefusalLog(every_s=60))
+    uvicorn_said = _Records()
+    logging.getLogger("uvicorn").addHandler(uvicorn_said)  # uvicorn's loggers do not reach the root's
+    try:
+        with caplog.at_level(logging.WARNING, logger="views"):
+            for _ in range(3):
+                with socket.create_connection(("127.0.0.1", bounded.port), timeout=10) as conn:
+                    conn.sendall(b"GET /views/customer_ratings/" + b"1" * 1_200)
+                    assert _refusal(conn)[0] == b"414"
+    finally:
+        logging.getLogger("uvicorn").removeHandler(uvicorn_said)
+    assert "Invalid HTTP request received." not in uvicorn_said.messages
+    refused = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
+    assert refused == ["refused 1 request(s): 1x 414 (the request target is over 1000 bytes)"]
+    assert protocol.REFUSALS.counts == {414: 2}  # the next line, a minute on, says them
