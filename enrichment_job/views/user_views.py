@@ -35,6 +35,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from enrichment_job.batch_io import collect
 from enrichment_job.kafka_out import Records
 from enrichment_job.recovery import CHECKPOINTS
+from enrichment_job.state_dir import StateDir
 from enrichment_job.views.app import BatchSink, column_types, enriched_stream
 from enrichment_job.views.catalog import (
     BUILT_IN_NAMES,
@@ -55,6 +56,11 @@ log = logging.getLogger("enrichment_job.views")
 # A changelog record at most: Kafka's default largest record is 1 MiB (message.max.bytes).
 MAX_RECORD_BYTES = 1_000_000
 _DEAD_LETTER_VALUE_BYTES = 65_536  # the start of a row too large to write, kept in its dead letter
+# How long a deleted checkpoint folder is watched for files written after its query stopped: the
+# RocksDB state store uploads its snapshots in a maintenance thread, every
+# spark.sql.streaming.stateStore.maintenanceInterval (60 s by default), and one that was under
+# way as the query stopped wrote its snapshot into the folder after it was deleted.
+_LINGER_S = 150.0
 _WINDOW_MS = "__window_start_ms"  # a retention's extra column: the row's window start, in ms
 
 
@@ -224,6 +230,30 @@ class _Version:
     sink: SqlViewSink
 
 
+class Leftovers:
+    """Checkpoint folders deleted with their query, deleted again when they come back within
+    `linger_s` (a snapshot the state store was still uploading), then forgotten."""
+
+    def __init__(self, state: StateDir, linger_s: float = _LINGER_S) -> None:
+        self.state, self.linger_s = state, linger_s
+        self.watched: dict[str, float] = {}  # folder -> until when (monotonic)
+
+    def remove(self, relative: str) -> None:
+        self.state.remove(relative)
+        self.watched[relative] = time.monotonic() + self.linger_s
+
+    def sweep(self) -> None:
+        now = time.monotonic()
+        for relative, until in list(self.watched.items()):
+            if self.state.exists(relative):
+                log.info(
+                    "%s was written after its query stopped (a state store snapshot): deleted again", relative
+                )
+                self.state.remove(relative)
+            if now > until:
+                del self.watched[relative]
+
+
 class SqlViews:
     """The running SQL views of a views job, by name, each with its running versions (by creation
     time): one, or two while a replacement backfills beside the version it replaces (blue/green).
@@ -235,6 +265,7 @@ class SqlViews:
         self.versions: dict[str, dict[int, _Version]] = {}
         self._lock = threading.Lock()
         self.follower: Follower | None = None
+        self._leftovers = Leftovers(settings.state)
 
     @classmethod
     def follow(cls, spark: SparkSession, settings: ViewsSettings, run: str) -> "SqlViews":
@@ -334,7 +365,7 @@ class SqlViews:
         if version is not None:
             version.query.stop()
             version.sink.abort()
-        self.settings.state.remove(f"{CHECKPOINTS}/{_folder(entry)}")
+        self._leftovers.remove(f"{CHECKPOINTS}/{_folder(entry)}")
         try:
             delete_topic(self.settings.producer_config(), self.topic(entry))
         except CatalogError as err:
@@ -345,6 +376,7 @@ class SqlViews:
         (the others, and the built-in views, go on), and a view's newest version that has caught
         up takes over from the older ones: they stop, and their checkpoints and topics go."""
         with self._lock:
+            self._leftovers.sweep()
             for name, running in self.versions.items():
                 for created, version in list(running.items()):
                     if version.query.isActive:

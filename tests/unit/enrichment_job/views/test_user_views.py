@@ -2,14 +2,17 @@
 dead-letter topic with the reason, not to Kafka's refusal (which would stop the view on every
 retry)."""
 
+import time
 from collections import defaultdict
+from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow as pa
 
+from enrichment_job.state_dir import ObjectStoreSettings, StateDir
 from enrichment_job.views.catalog import marker_key
 from enrichment_job.views.settings import ViewsSettings
-from enrichment_job.views.user_views import MAX_RECORD_BYTES, SqlViewSink
+from enrichment_job.views.user_views import MAX_RECORD_BYTES, Leftovers, SqlViewSink
 
 HOUR = 3_600_000
 
@@ -55,3 +58,24 @@ def test_a_retention_removes_the_rows_of_windows_older_than_the_newest_minus_it_
     ]  # b"big": not written
     assert sink._expire(batch((b"a3", 3 * HOUR)), {b"a3"}) == []  # each window once
     assert set(sink.windows) == {HOUR, 2 * HOUR, 3 * HOUR}
+
+
+def test_a_deleted_checkpoint_written_again_by_a_late_snapshot_is_deleted_again_until_it_is_forgotten(
+    tmp_path: Path,
+) -> None:
+    state = StateDir(tmp_path.as_uri(), ObjectStoreSettings())
+    folder = tmp_path / "checkpoints" / "sql-by_channel-1"
+    (folder / "state" / "0" / "0").mkdir(parents=True)
+    leftovers = Leftovers(state, linger_s=0.5)
+    leftovers.remove("checkpoints/sql-by_channel-1")
+    assert not folder.exists()
+    (folder / "state" / "0" / "0").mkdir(parents=True)  # the state store's snapshot, after the stop
+    (folder / "state" / "0" / "0" / "10.zip").write_bytes(b"snapshot")
+    leftovers.sweep()
+    assert not folder.exists()
+    time.sleep(0.6)
+    leftovers.sweep()  # past the linger: the last look
+    assert leftovers.watched == {}
+    folder.mkdir(parents=True)  # a folder of that name made later is another's
+    leftovers.sweep()
+    assert folder.exists()
