@@ -260,39 +260,44 @@ def test_a_replaced_view_serves_its_old_version_while_the_new_backfills_then_the
     service = served(stack_env, topics, tmp_path, v1)
     events = Events(service.port, "/views/by_channel/changes")
     events.start()
-    checkpoints = tmp_path / "views-state" / "checkpoints"
-    (old_folder,) = checkpoints.glob("sql-by_channel-*")
+    try:
+        checkpoints = tmp_path / "views-state" / "checkpoints"
+        (old_folder,) = checkpoints.glob("sql-by_channel-*")
 
-    (tmp_path / "by_channel.sql").write_text(BY_CHANNEL_V2)
-    replaced = views_cli(stack_env, topics, "replace", str(tmp_path / "by_channel.sql"))
-    assert replaced.returncode == 0, replaced.stderr[-3000:]
-    assert "replacing by_channel" in replaced.stdout
-    again = views_cli(stack_env, topics, "replace", str(tmp_path / "by_channel.sql"))
-    assert again.returncode == 1 and "still backfilling" in again.stderr  # one replacement at a time
-    answers, seen_replacing = pulls_until_replaced(service, v1)
-    web = [r for r in history if r["channel"] == "web"]
-    assert service.get("/views/by_channel/web") == (200, {**v1, "lowest_stars": min(r["stars"] for r in web)})
-    assert seen_replacing and answers[0] == (200, False), answers[:5]
-    assert all(status == 200 for status, _ in answers)  # never a gap between the versions
-    listed = {v["name"]: v for v in service.get("/views")[1]["views"]}["by_channel"]
-    assert listed["state"] == "live" and "lowest_stars" in listed["sql"] and "replacing" not in listed
-    assert listed["topic"] != old_topic and topic_exists(stack_env, listed["topic"])
-    wait_until(
-        lambda: None if not topic_exists(stack_env, old_topic) else f"{old_topic} still exists", job, 60
-    )
-    wait_until(lambda: None if not old_folder.exists() else "the old checkpoint is still there", job, 60)
-    assert len(list(checkpoints.glob("sql-by_channel-*"))) == 1
-    # the subscriber got the new version's snapshot on its stream, then goes on with its changes
-    after = events.wait(10_000, 5)
-    names = [name for name, _ in after]
-    assert "replaced" in names, names
-    renewed = after[names.index("replaced") + 1 :]
-    assert [n for n, _ in renewed][:5] == ["snapshot"] * 4 + ["live"]
-    assert all("lowest_stars" in data["row"] for name, data in renewed if name == "snapshot")
-    assert "lowest_stars" in service.psql(r"\d by_channel").stdout
-    shown = views_cli(stack_env, topics, "show", "by_channel")
-    assert shown.returncode == 0 and "state: live" in shown.stdout and "lowest_stars" in shown.stdout
-    events.close()
+        (tmp_path / "by_channel.sql").write_text(BY_CHANNEL_V2)
+        replaced = views_cli(stack_env, topics, "replace", str(tmp_path / "by_channel.sql"))
+        assert replaced.returncode == 0, replaced.stderr[-3000:]
+        assert "replacing by_channel" in replaced.stdout
+        again = views_cli(stack_env, topics, "replace", str(tmp_path / "by_channel.sql"))
+        assert again.returncode == 1 and "still backfilling" in again.stderr  # one replacement at a time
+        answers, seen_replacing = pulls_until_replaced(service, v1)
+        web = [r for r in history if r["channel"] == "web"]
+        assert service.get("/views/by_channel/web") == (
+            200,
+            {**v1, "lowest_stars": min(r["stars"] for r in web)},
+        )
+        assert seen_replacing and answers[0] == (200, False), answers[:5]
+        assert all(status == 200 for status, _ in answers)  # never a gap between the versions
+        listed = {v["name"]: v for v in service.get("/views")[1]["views"]}["by_channel"]
+        assert listed["state"] == "live" and "lowest_stars" in listed["sql"] and "replacing" not in listed
+        assert listed["topic"] != old_topic and topic_exists(stack_env, listed["topic"])
+        wait_until(
+            lambda: None if not topic_exists(stack_env, old_topic) else f"{old_topic} still exists", job, 60
+        )
+        wait_until(lambda: None if not old_folder.exists() else "the old checkpoint is still there", job, 60)
+        assert len(list(checkpoints.glob("sql-by_channel-*"))) == 1
+        # the subscriber got the new version's snapshot on its stream, then goes on with its changes
+        after = events.wait(10_000, 5)
+        names = [name for name, _ in after]
+        assert "replaced" in names, names
+        renewed = after[names.index("replaced") + 1 :]
+        assert [n for n, _ in renewed][:5] == ["snapshot"] * 4 + ["live"]
+        assert all("lowest_stars" in data["row"] for name, data in renewed if name == "snapshot")
+        assert "lowest_stars" in service.psql(r"\d by_channel").stdout
+        shown = views_cli(stack_env, topics, "show", "by_channel")
+        assert shown.returncode == 0 and "state: live" in shown.stdout and "lowest_stars" in shown.stdout
+    finally:
+        events.close()  # also when an assertion failed: its socket is not left to a later test
     service.stop()
     assert job.stop() == 0, job.tail()
 
