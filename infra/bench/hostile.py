@@ -18,6 +18,7 @@ The service under test must let --idle + --subscribers + 1 connections in, plus 
 import argparse
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from typing import Any, cast
@@ -193,6 +194,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "longest_s": max((a["seconds"] for a in figures.url_attempts), default=0),
         },
     }
+
+
+def start(port: int, seconds: float, **popen: Any) -> "subprocess.Popen[bytes]":
+    """This program in a process of its own against the service on `port`, for `seconds`."""
+    command = [sys.executable, "-m", "infra.bench.hostile", "--port", str(port), "--duration", str(seconds)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, **popen)
+
+
+def seen(process: "subprocess.Popen[bytes]", timeout_s: float) -> dict[str, Any]:
+    """What a process of `start` printed, once it ended."""
+    out, _ = process.communicate(timeout=timeout_s)
+    figures: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 import uvicorn
 
+from infra.bench import hostile
 from infra.bench.job import thread_cpu_s
 from infra.bench.memory import PeakRss
 from infra.bench.store import ROWS, CaughtUp, customer_ratings_store, customer_rows
@@ -77,20 +78,7 @@ def start_server(folder: Path, protocol: str) -> tuple[subprocess.Popen[bytes], 
 def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, Any]:
     server, port = start_server(folder, protocol)
     try:
-        hostile = None
-        if args.hostile:
-            hostile = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "infra.bench.hostile",
-                    "--port",
-                    str(port),
-                    "--duration",
-                    str(args.duration),
-                ],
-                stdout=subprocess.PIPE,
-            )
+        clients = hostile.start(port, args.duration) if args.hostile else None
         memory = PeakRss(server.pid)
         before = _cpu_s(server.pid)
         pull = ["infra.bench.pull", "--port", str(port), "--ids", str(folder / "ids.json")]
@@ -102,7 +90,7 @@ def measure(folder: Path, protocol: str, args: argparse.Namespace) -> dict[str, 
         )
         spent = _cpu_s(server.pid) - before
         peak_mb = memory.stop()
-        hostile_seen = json.loads(hostile.communicate(timeout=120)[0]) if hostile is not None else None
+        hostile_seen = hostile.seen(clients, 120) if clients is not None else None
     finally:
         server.terminate()
         server.wait(30)

@@ -56,6 +56,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from enrichment_job.jvm import ARCHIVE_LOG, RECORDING
+from infra.bench import hostile
 from infra.bench.freshness import in_window
 from infra.bench.job import (
     Latencies,
@@ -592,22 +593,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 session_nice(pull.pid, args.client_session_nice, "--client-session-nice")
                 if args.client_realtime:
                     realtime(pull.pid)
-            hostile = None
+            clients = None
             if phase == "measured_hostile":
-                hostile = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "infra.bench.hostile",
-                        "--port",
-                        str(PORT),
-                        "--duration",
-                        str(seconds),
-                    ],
-                    stdout=subprocess.PIPE,
-                    start_new_session=True,
-                )
-                session_nice(hostile.pid, args.client_session_nice, "--client-session-nice")
+                clients = hostile.start(PORT, seconds, start_new_session=True)
+                session_nice(clients.pid, args.client_session_nice, "--client-session-nice")
             api_memory = PeakRss(procs["api"].pid)
             top = {name: proc.pid for name, proc in procs.items()}
             if background_pid is not None:
@@ -682,9 +671,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
                 figures["runqueue_wait_per_s"]["pull_client"] = round(
                     figures["pull"]["runqueue_wait_s"] / elapsed, 3
                 )
-            if hostile is not None:
-                out, _ = hostile.communicate(timeout=seconds + 60)
-                figures["hostile"] = json.loads(out.decode().strip().splitlines()[-1])
+            if clients is not None:
+                figures["hostile"] = hostile.seen(clients, seconds + 60)
             figures["api_rss_mb_max"] = api_memory.stop()
             figures["cores"] = {
                 **processes,
