@@ -12,14 +12,20 @@ import sys
 from typing import TYPE_CHECKING
 
 from enrichment_job.app import JoinMoved, RunningJob, start
-from enrichment_job.cli import CONFIG_EXIT, FENCED_EXIT, load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.kafka_in import RecordsDeleted
 from enrichment_job.kafka_out import ForeignMarker
 from enrichment_job.recovery import TopicsChanged
+from enrichment_job.runtime.cli import (
+    CONFIG_EXIT,
+    FENCED_EXIT,
+    load_or_exit,
+    run_until_stopped,
+    stop_on_signals,
+)
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
-from services.core.errors import ConfigError
-from services.core.logs import configure_or_exit
+from foundation.errors import ConfigError
+from foundation.logs import configure_or_exit
 
 if TYPE_CHECKING:
     from enrichment_job.views.user_views import SqlViews

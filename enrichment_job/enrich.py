@@ -38,7 +38,7 @@ from enrichment_job.rating_values import FIELDS, PARSED
 from enrichment_job.schemas import CUSTOMER_COLUMNS
 from enrichment_job.settings import JobSettings
 from enrichment_job.versions import Picks, VersionStore
-from services.core.enriched import ENRICHED_NAMES
+from foundation.enriched import ENRICHED_NAMES
 
 log = logging.getLogger("enrichment_job")
 STAGE = "enrichment"
@@ -231,7 +231,7 @@ def _joined(parsed: pa.Table, picks: Picks, watermark_ms: int | None, enriched_m
 
 
 # The enriched record's fields, in order: declared once, with their JSON types, in
-# services/core/enriched.py (a unit test holds the JSON written here to those types).
+# foundation/enriched.py (a unit test holds the JSON written here to those types).
 ENRICHED = ENRICHED_NAMES
 
 

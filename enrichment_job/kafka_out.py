@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from services.core.errors import ConfigError
+from foundation.errors import ConfigError
 
 log = logging.getLogger("enrichment_job")
 Header = tuple[str, str | bytes | None]

@@ -15,8 +15,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamil
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from enrichment_job.spark_internals import JsonProgressEvents
-from services.core.prometheus import counters
+from enrichment_job.runtime.spark_internals import JsonProgressEvents
+from foundation.prometheus import counters
 
 log = logging.getLogger("enrichment_job")
 

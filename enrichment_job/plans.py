@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from enrichment_job.spark_internals import java_columns, java_frame, java_names, wrap_frame
+from enrichment_job.runtime.spark_internals import java_columns, java_frame, java_names, wrap_frame
 
 
 class Columns:

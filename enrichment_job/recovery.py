@@ -19,9 +19,9 @@ from enrichment_job.cdc import CdcReader, fill_unavailable, ingest_ranges
 from enrichment_job.enrich import Ratings, Reader
 from enrichment_job.kafka_in import TopicReader, partition_offsets
 from enrichment_job.kafka_out import ForeignMarker
+from enrichment_job.runtime.spark_internals import last_planned_batch
+from enrichment_job.runtime.state_dir import StateDir
 from enrichment_job.settings import TABLE, JobSettings
-from enrichment_job.spark_internals import last_planned_batch
-from enrichment_job.state_dir import StateDir
 from enrichment_job.table import CdcState, CustomerTable
 
 log = logging.getLogger("enrichment_job")

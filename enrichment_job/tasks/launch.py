@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 
 from enrichment_job.kafka_in import RecordsDeleted, partition_offsets
 from enrichment_job.kafka_out import Fenced
+from enrichment_job.runtime.spark_internals import live_executors, placed_rdd
 from enrichment_job.settings import JobSettings
-from enrichment_job.spark_internals import live_executors, placed_rdd
 from enrichment_job.tasks.partition import run_plans
 from enrichment_job.tasks.plan import PartitionPlan, TaskOutcome
 from enrichment_job.tasks.tables import TableShipper

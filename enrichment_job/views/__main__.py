@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from enrichment_job.cli import CONFIG_EXIT, load_or_exit, run_until_stopped, stop_on_signals
+from enrichment_job.runtime.cli import CONFIG_EXIT, load_or_exit, run_until_stopped, stop_on_signals
 from enrichment_job.views import commands
 from enrichment_job.views.background import BackgroundProcess
 from enrichment_job.views.commands import COMMANDS
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
-from services.core.errors import ConfigError
-from services.core.logs import configure_or_exit
+from foundation.errors import ConfigError
+from foundation.logs import configure_or_exit
 
 if TYPE_CHECKING:
     from enrichment_job.views.app import RunningViews

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from services.core.errors import ServiceError
+from foundation.errors import RatingsError
 
 if TYPE_CHECKING:
     from enrichment_job.views.settings import ViewsSettings
@@ -27,7 +27,7 @@ log = logging.getLogger("enrichment_job.views.catalog")
 BUILT_IN_NAMES = ("customer_ratings", "segment_hourly")
 
 
-class CatalogError(ServiceError):
+class CatalogError(RatingsError):
     """The catalog cannot be read or written; the message says why."""
 
 

@@ -46,7 +46,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from enrichment_job.views.transforms import EVERY_FIELD
-from services.core.errors import ServiceError
+from foundation.errors import RatingsError
 
 BUILT_IN = Path(__file__).parent / "builtin"  # the built-in views' SQL (declarations.py runs them)
 RELATION = "enriched"
@@ -79,7 +79,7 @@ _BELOW = {
 }
 
 
-class ViewRefused(ServiceError):
+class ViewRefused(RatingsError):
     """The view cannot be kept as written; the message says why."""
 
 

@@ -5,24 +5,22 @@ file named by VIEWS_JOB_ENV_FILE (lines NAME=value, the same names). A bad value
 with a message that names the setting.
 """
 
-from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
 
-from enrichment_job.state_dir import ObjectStoreSettings, StateDir, check_uri, metrics_path
-from services.core.errors import ConfigError
+from enrichment_job.runtime.settings import SparkJobSettings
+from foundation.errors import ConfigError
 
 KEYED_QUERY = "views"  # the query of the views without an event time
 BACKGROUND = "background"  # in VIEWS_JOB_QUERIES: every query but KEYED_QUERY
 
 
-class ViewsSettings(BaseSettings, ObjectStoreSettings):
-    model_config = SettingsConfigDict(env_prefix="VIEWS_JOB_", frozen=True, extra="forbid")
+class ViewsSettings(SparkJobSettings):
+    model_config = SettingsConfigDict(env_prefix="VIEWS_JOB_")
 
     # Kafka
-    bootstrap_servers: str = "127.0.0.1:9092"
     enriched_topic: str = Field("ratings-with-customer-data", description="enriched ratings in")
     topic_prefix: str = Field("view.", description="a view's changelog topic is this prefix + its name")
     commits_topic: str = Field("views-commits", description="compacted: each view's last committed batch")
@@ -39,15 +37,6 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
     )
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int = Field(200_000, gt=0, description="enriched records per micro-batch")
-    kafka_extra: dict[str, str] = Field(
-        default_factory=dict,
-        description="extra options of the job's own producers and consumers (librdkafka's names), JSON",
-    )
-    spark_kafka_extra: dict[str, str] = Field(
-        default_factory=dict,
-        description="extra options of Spark's Kafka source (the Java client's names), JSON",
-    )
-    source_fetch_max_wait_ms: int = Field(20, ge=0, description="fetch.max.wait.ms of Spark's Kafka source")
 
     # The views
     unhappy_stars_below: int = Field(3, ge=1, le=6, description="a rating is unhappy when stars < this")
@@ -70,14 +59,8 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
         description="the checkpoints and the views' state: a local path (relative: to the working"
         " directory at start), or a file:// or s3a://<bucket>/<prefix> URI (VIEWS_JOB_S3_*)",
     )
-    metrics_file: Path | None = Field(
-        None,
-        description="JSON file of the job's figures, rewritten each batch (default: metrics.json in "
-        "a local state folder; none for state in S3)",
-    )
 
     # Spark
-    master: str = "local[2]"
     trigger_interval: str = Field(
         "1 second", description="trigger of the query of the views without an event time (customer_ratings)"
     )
@@ -111,7 +94,6 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
         description="the second process's nice with VIEWS_JOB_BACKGROUND_PROCESS (of its session too,"
         " where Linux groups processes by session)",
     )
-    spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
     shuffle_partitions: int = Field(
         1,
         gt=0,
@@ -129,17 +111,7 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
         description="state partitions of each windowed view's query, fixed at a checkpoint's first start",
     )
     driver_memory: str = "1g"
-    driver_java_options: str = "-XX:+UseParallelGC"
-    class_archive_dir: str = Field(
-        "~/.cache/ratings-enrichment",
-        description="keep the driver JVM's class archive here: the first clean stop writes it, later"
-        " starts map it and start faster (empty: off)",
-    )
     ui_enabled: bool = False
-    metrics_port: int = Field(
-        0, ge=0, le=65535, description="serve Prometheus metrics at http://<host>:<port>/metrics (0: off)"
-    )
-    metrics_host: str = Field("127.0.0.1", description="address of the Prometheus endpoint")
     nice: int = Field(
         0,
         ge=0,
@@ -147,21 +119,6 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
         description="lowers the CPU priority (nice) of the job's process and its Spark JVM, only with"
         " python -m: on a host shared with the enrichment job, enrichment gets the CPU first",
     )
-
-    @field_validator("state_dir", mode="before")
-    @classmethod
-    def _location(cls, value: object) -> str:
-        if not isinstance(value, str | Path):
-            raise ValueError(f"a path or URI, not {value!r}")
-        return check_uri(str(value))
-
-    @property
-    def state(self) -> StateDir:
-        return StateDir(self.state_dir, self)
-
-    @property
-    def metrics_path(self) -> Path | None:
-        return metrics_path(self.metrics_file, self.state)
 
     @model_validator(mode="after")
     def _one_way_to_split(self) -> "ViewsSettings":
@@ -196,15 +153,3 @@ class ViewsSettings(BaseSettings, ObjectStoreSettings):
 
     def topic(self, view: str) -> str:
         return f"{self.topic_prefix}{view}"
-
-    def kafka_options(self) -> dict[str, str]:
-        """Options of Spark's Kafka source: committed records only (the enrichment job writes in
-        transactions), and the client's own dotted names with the prefix "kafka."."""
-        return {
-            "kafka.bootstrap.servers": self.bootstrap_servers,
-            "kafka.isolation.level": "read_committed",
-            "kafka.fetch.max.wait.ms": str(self.source_fetch_max_wait_ms),
-        } | {f"kafka.{k}": v for k, v in self.spark_kafka_extra.items()}
-
-    def producer_config(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_extra}

@@ -7,11 +7,11 @@ from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, St
 
 from enrichment_job.schemas import CORRUPT
 from enrichment_job.transforms import KAFKA_META, PARSE_OPTIONS
-from services.core.enriched import ENRICHED_FIELDS as RECORD_FIELDS
+from foundation.enriched import ENRICHED_FIELDS as RECORD_FIELDS
 
 HOUR_MS = 3_600_000
 
-# What the views read of an enriched rating (the job's output; services/core/enriched.py).
+# What the views read of an enriched rating (the job's output; foundation/enriched.py).
 ENRICHED_FIELDS = StructType(
     [
         StructField("rating_id", LongType()),

@@ -35,7 +35,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from enrichment_job.batch_io import collect
 from enrichment_job.kafka_out import Records
 from enrichment_job.recovery import CHECKPOINTS
-from enrichment_job.state_dir import StateDir
+from enrichment_job.runtime.state_dir import StateDir
 from enrichment_job.views.app import BatchSink, column_types, enriched_stream
 from enrichment_job.views.catalog import (
     BUILT_IN_NAMES,

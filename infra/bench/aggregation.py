@@ -25,7 +25,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from enrichment_job.app import build_session
+from enrichment_job.runtime.session import build_session
 from enrichment_job.views.aggregation import changelog_columns
 from enrichment_job.views.app import queries_of, query_rows, use_rocksdb_state
 from enrichment_job.views.declarations import declared

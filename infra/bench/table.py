@@ -26,8 +26,8 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from enrichment_job.app import build_session
 from enrichment_job.enrich import Ratings
+from enrichment_job.runtime.session import build_session
 from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
 from enrichment_job.table import CustomerTable, DeltaLog

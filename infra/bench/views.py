@@ -55,7 +55,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from enrichment_job.jvm import ARCHIVE_LOG, RECORDING
+from enrichment_job.runtime.jvm import ARCHIVE_LOG, RECORDING
 from infra.bench import hostile
 from infra.bench.freshness import in_window
 from infra.bench.job import (

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from enrichment_job.cli import CONFIG_EXIT, FENCED_EXIT
+from enrichment_job.runtime.cli import CONFIG_EXIT, FENCED_EXIT
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import StackSettings
 from infra.stack.stack import stack_env_path

@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from enrichment_job.cli import FENCED_EXIT
+from enrichment_job.runtime.cli import FENCED_EXIT
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
 from infra.demo import views

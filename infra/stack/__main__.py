@@ -4,15 +4,15 @@ import argparse
 import logging
 import sys
 
+from foundation.errors import ConfigError
+from foundation.help import settings_list
+from foundation.settings import load_settings
 from infra.stack import stack
 from infra.stack.artifacts import install
 from infra.stack.errors import StackError
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import StackSettings
 from infra.stack.versions import load_versions
-from services.core.errors import ConfigError
-from services.core.help import settings_list
-from services.core.settings import load_settings
 
 SECRET_MARKERS = ("PASSWORD", "SECRET", "ACCESS_KEY")
 

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from services.core import customer_db
+from foundation import customer_db
 
 
 def app_db(env: dict[str, str]) -> Any:

@@ -14,11 +14,11 @@ import pymysql
 from botocore.config import Config
 from confluent_kafka.admin import AdminClient
 
+from foundation import customer_db
 from infra.stack.components import spark_ports
 from infra.stack.kafka_security import admin_config
 from infra.stack.secrets import CONNECT_REST_USER, CONNECT_SECRET
 from infra.stack.settings import StackSettings
-from services.core import customer_db
 
 
 def http_json(

@@ -1,1 +1,3 @@
-"""The small core every service shares: consumer loop, settings, errors, dead letters, metrics."""
+"""What every consumer service shares: the consumer loop (offsets committed after the sink
+confirms), its settings, dead letters, metrics and watchdog. The ground floor below it (errors,
+logs, settings base, the enriched record) is `foundation`."""

@@ -5,7 +5,7 @@ from functools import partial
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from services.core.errors import SinkUnavailable
+from foundation.errors import SinkUnavailable
 from services.core.records import Rejected
 
 log = logging.getLogger(__name__)

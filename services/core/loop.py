@@ -34,8 +34,8 @@ from typing import Generic, Protocol, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
+from foundation.errors import RatingsError, RecordError, SinkUnavailable
 from services.core.dlq import DeadLetters
-from services.core.errors import RecordError, ServiceError, SinkUnavailable
 from services.core.metrics import Metrics
 from services.core.records import Incoming, Rejected
 from services.core.settings import ServiceSettings
@@ -55,11 +55,11 @@ class Sink(Protocol[T]):
     def close(self) -> None: ...
 
 
-class _Stopping(ServiceError):
+class _Stopping(RatingsError):
     """The service was asked to stop while it waited for the downstream."""
 
 
-class _Revoked(ServiceError):
+class _Revoked(RatingsError):
     """The group took partitions of the batch away while it waited for the downstream."""
 
 

@@ -18,14 +18,15 @@ from typing import Any, Generic, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 
+from foundation.errors import ConfigError, FatalSinkError
+from foundation.help import settings_help
+from foundation.logs import configure_or_exit
+from foundation.prometheus import serve
+from foundation.settings import load_settings
 from services.core.dlq import DeadLetters
-from services.core.errors import ConfigError, FatalSinkError
-from services.core.help import settings_help
-from services.core.logs import configure_or_exit
 from services.core.loop import ConsumerLoop, Sink
 from services.core.metrics import Metrics, ServiceCollector
-from services.core.prometheus import serve
-from services.core.settings import ServiceSettings, load_settings
+from services.core.settings import ServiceSettings
 from services.core.watchdog import Watchdog
 
 T = TypeVar("T")

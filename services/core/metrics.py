@@ -18,7 +18,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from services.core import prometheus
+from foundation import prometheus
 
 log = logging.getLogger(__name__)
 

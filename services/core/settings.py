@@ -6,19 +6,14 @@ NAME=value, the same names). `load_settings` turns a bad value into a ConfigErro
 variable.
 """
 
-import os
 from pathlib import Path
-from typing import Any, TypeVar
 
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+from pydantic import Field
 
-from services.core.errors import ConfigError
+from foundation.settings import Settings
 
 
-class ServiceSettings(BaseSettings):
-    model_config = SettingsConfigDict(frozen=True, extra="forbid")
-
+class ServiceSettings(Settings):
     bootstrap_servers: str = "127.0.0.1:9092"
     group_id: str = Field("", description="consumer group; each service has its own default")
     input_topics: tuple[str, ...] = ()
@@ -84,25 +79,3 @@ class ServiceSettings(BaseSettings):
             "linger.ms": 5,
             **self.kafka_extra,
         }
-
-
-S = TypeVar("S", bound=BaseSettings)
-
-
-def load_settings(cls: type[S], **overrides: Any) -> S:
-    """Settings from the environment (or <PREFIX>ENV_FILE), `overrides` (command-line flags)
-    winning; a bad one raises ConfigError naming its variable."""
-    prefix = str(cls.model_config.get("env_prefix", ""))
-    env_file = os.environ.get(f"{prefix}ENV_FILE")
-    if env_file and not Path(env_file).is_file():
-        raise ConfigError(f"setting {prefix}ENV_FILE: no such file: {env_file}")
-    try:
-        return cls(_env_file=env_file, **overrides)
-    except ValidationError as err:
-        problems = []
-        for problem in err.errors():
-            name = "_".join(str(p) for p in problem["loc"]).upper()
-            problems.append(f"setting {prefix}{name}: {problem['msg']}")
-        raise ConfigError("; ".join(problems)) from None
-    except SettingsError as err:
-        raise ConfigError(f"{prefix}*: {err}") from None

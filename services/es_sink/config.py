@@ -20,7 +20,7 @@ def packaged_template() -> str:
 
 
 class EsSinkSettings(ServiceSettings):
-    model_config = SettingsConfigDict(env_prefix="ES_SINK_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="ES_SINK_")
 
     group_id: str = "es-sink"
     input_topics: tuple[str, ...] = ("ratings-with-customer-data", "unhappy-platinum-customers")

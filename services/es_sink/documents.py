@@ -7,7 +7,7 @@ import json
 from datetime import UTC, date, datetime
 from typing import Any
 
-from services.core.enriched import EnrichedRating
+from foundation.enriched import EnrichedRating
 
 Document = dict[str, Any]
 

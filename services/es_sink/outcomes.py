@@ -4,7 +4,7 @@ the record, retry the whole batch, or stop. Used for whole requests and for each
 from enum import Enum
 from typing import Any
 
-from services.core.errors import FatalSinkError, SinkUnavailable
+from foundation.errors import FatalSinkError, SinkUnavailable
 
 
 class Outcome(Enum):

@@ -1,6 +1,6 @@
 """The es_sink as the shared core runs it: settings, decoder and sink factory."""
 
-from services.core.enriched import EnrichedRating, decode_enriched
+from foundation.enriched import EnrichedRating, decode_enriched
 from services.core.main import Service
 from services.es_sink.config import EsSinkSettings
 from services.es_sink.sink import EsSink, load_template, make_client

@@ -8,8 +8,8 @@ from typing import Any, cast
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from services.core.enriched import RATING_NAMES, EnrichedRating, differs_from
-from services.core.errors import ConfigError, FatalSinkError, SinkUnavailable
+from foundation.enriched import RATING_NAMES, EnrichedRating, differs_from
+from foundation.errors import ConfigError, FatalSinkError, SinkUnavailable
 from services.core.records import Incoming, Rejected
 from services.es_sink.config import TEMPLATE_RESOURCE, EsSinkSettings, packaged_template
 from services.es_sink.documents import Document, bulk_lines, index_template

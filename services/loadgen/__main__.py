@@ -9,10 +9,10 @@ import sys
 
 from confluent_kafka import Producer
 
-from services.core.errors import ConfigError
-from services.core.help import settings_list
-from services.core.logs import configure_or_exit
-from services.core.settings import load_settings
+from foundation.errors import ConfigError
+from foundation.help import settings_list
+from foundation.logs import configure_or_exit
+from foundation.settings import load_settings
 from services.loadgen.config import LoadgenSettings
 from services.loadgen.database import CustomerDb
 from services.loadgen.generator import LoadGenerator

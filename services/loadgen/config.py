@@ -4,11 +4,13 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from foundation.settings import Settings
 
 
-class LoadgenSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LOADGEN_", frozen=True, extra="forbid")
+class LoadgenSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="LOADGEN_")
 
     bootstrap_servers: str = "127.0.0.1:9092"
     ratings_topic: str = "ratings"

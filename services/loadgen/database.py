@@ -5,8 +5,8 @@ import logging
 import random
 from typing import Any
 
-from services.core import customer_db
-from services.core.errors import ServiceError
+from foundation import customer_db
+from foundation.errors import RatingsError
 from services.loadgen.config import LoadgenSettings
 from services.loadgen.customers import Change, fake_customer, step_status
 
@@ -15,7 +15,7 @@ COLUMNS = ("first_name", "last_name", "email", "gender", "club_status", "region"
 INSERT = f"INSERT INTO customers ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"  # noqa: S608
 
 
-class DatabaseUnavailable(ServiceError):
+class DatabaseUnavailable(RatingsError):
     """The customer database cannot be reached (restarted, down, the connection dropped)."""
 
 

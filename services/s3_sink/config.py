@@ -10,7 +10,7 @@ from services.core.settings import ServiceSettings
 
 
 class S3SinkSettings(ServiceSettings):
-    model_config = SettingsConfigDict(env_prefix="S3_SINK_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="S3_SINK_")
 
     group_id: str = "s3-sink"
     input_topics: tuple[str, ...] = ("ratings-with-customer-data",)

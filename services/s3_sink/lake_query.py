@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from pyarrow import fs
 
-from services.core.errors import ConfigError
-from services.core.settings import load_settings
+from foundation.errors import ConfigError
+from foundation.settings import load_settings
 from services.s3_sink.config import S3SinkSettings
 
 STATUSES = ("bronze", "silver", "gold", "platinum")

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from confluent_kafka import Message
 
-from services.core.enriched import REQUIRED_NAMES
-from services.core.errors import RecordError
+from foundation.enriched import REQUIRED_NAMES
+from foundation.errors import RecordError
 from services.s3_sink.schema import WIRE_SCHEMA
 
 PARSE = pj.ParseOptions(explicit_schema=WIRE_SCHEMA, unexpected_field_behavior="ignore")

@@ -5,12 +5,12 @@ so the loop is the only owner of retries."""
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from services.core.errors import FatalSinkError, ServiceError, SinkUnavailable
+from foundation.errors import FatalSinkError, RatingsError, SinkUnavailable
 
 CREDENTIALS = "S3_SINK_ACCESS_KEY / S3_SINK_SECRET_KEY"
 
 # S3 error code (or the HTTP status, for answers without a body such as HEAD) -> (class, setting to fix)
-S3_ERRORS: dict[str, tuple[type[ServiceError], str]] = {
+S3_ERRORS: dict[str, tuple[type[RatingsError], str]] = {
     "SlowDown": (SinkUnavailable, ""),
     "Throttling": (SinkUnavailable, ""),
     "ThrottlingException": (SinkUnavailable, ""),
@@ -32,7 +32,7 @@ S3_ERRORS: dict[str, tuple[type[ServiceError], str]] = {
 }
 
 
-def classify(err: BotoCoreError | ClientError, where: str) -> ServiceError:
+def classify(err: BotoCoreError | ClientError, where: str) -> RatingsError:
     """The service error for a boto3 failure while writing `where` (an s3:// address)."""
     if isinstance(err, BotoConnectionError | HTTPClientError):
         return SinkUnavailable(f"S3 unreachable writing {where}: {err}")
@@ -48,7 +48,7 @@ def classify(err: BotoCoreError | ClientError, where: str) -> ServiceError:
     return FatalSinkError(f"S3 client failed writing {where}: {err}")
 
 
-def _by_status(status: int) -> tuple[type[ServiceError], str]:
+def _by_status(status: int) -> tuple[type[RatingsError], str]:
     if status >= 500 or status in {408, 429}:
         return SinkUnavailable, ""
     return FatalSinkError, ""

@@ -7,7 +7,7 @@ timestamps, dictionary-encoded low-cardinality text, and the Kafka coordinates o
 
 import pyarrow as pa
 
-from services.core.enriched import ENRICHED_FIELDS
+from foundation.enriched import ENRICHED_FIELDS
 
 TEXT = pa.string()
 CATEGORY = pa.dictionary(pa.int32(), pa.string())

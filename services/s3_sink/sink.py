@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from services.core.errors import ConfigError, FatalSinkError
+from foundation.errors import ConfigError, FatalSinkError
 from services.core.records import Incoming, Rejected
 from services.s3_sink.config import S3SinkSettings
 from services.s3_sink.layout import LakeObject, contains, meets, offsets_of, split_into_objects, uncovered

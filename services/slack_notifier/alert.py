@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Message
 
-from services.core.enriched import decode_enriched, rating_digest
-from services.core.errors import RecordError
+from foundation.enriched import decode_enriched, rating_digest
+from foundation.errors import RecordError
 
 NO_NAME = "(no name on file)"
 NO_EMAIL = "(no email on file)"

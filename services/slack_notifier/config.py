@@ -13,7 +13,7 @@ Mode = Literal["bot", "webhook", "print"]
 
 
 class SlackSettings(ServiceSettings):
-    model_config = SettingsConfigDict(env_prefix="SLACK_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="SLACK_")
 
     group_id: str = "slack-notifier"
     input_topics: tuple[str, ...] = ("unhappy-platinum-customers",)

@@ -1,7 +1,7 @@
 """What Slack's answers mean for the consumer loop, in one table: retry later (SinkUnavailable),
 stop and fix a setting (FatalSinkError), or dead-letter the alerts of this one message."""
 
-from services.core.errors import FatalSinkError, RecordError, ServiceError, SinkUnavailable
+from foundation.errors import FatalSinkError, RatingsError, RecordError, SinkUnavailable
 
 
 class MessageRejected(RecordError):
@@ -47,7 +47,7 @@ MESSAGE_REFUSED = {
 TRY_AGAIN = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 
 
-def classify(error: str, status: int, setting: str) -> ServiceError:
+def classify(error: str, status: int, setting: str) -> RatingsError:
     """The exception for a failed call: `error` is Slack's code, `status` the HTTP status, and
     `setting` the one to name when the code itself does not say (the mode's credential)."""
     if status == 429 or status >= 500 or error in TRY_AGAIN:

@@ -15,7 +15,7 @@ The loop commits the Kafka offsets only after write() returns, so the ledger alw
 import logging
 import time
 
-from services.core.errors import FatalSinkError
+from foundation.errors import FatalSinkError
 from services.core.records import Incoming, Rejected
 from services.slack_notifier.alert import Alert
 from services.slack_notifier.config import SlackSettings

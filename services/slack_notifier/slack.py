@@ -19,7 +19,7 @@ from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 from slack_sdk.web import SlackResponse
 from slack_sdk.webhook import WebhookClient
 
-from services.core.errors import SinkUnavailable
+from foundation.errors import SinkUnavailable
 from services.slack_notifier.config import SlackSettings
 from services.slack_notifier.message import SlackMessage
 from services.slack_notifier.responses import classify

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from services.core.errors import ConfigError
-from services.core.help import settings_help
-from services.core.logs import configure_or_exit
-from services.core.settings import load_settings
+from foundation.errors import ConfigError
+from foundation.help import settings_help
+from foundation.logs import configure_or_exit
+from foundation.settings import load_settings
 from services.views.api import Api
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings

@@ -31,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from services.core.logs import configure_or_exit
+from foundation.logs import configure_or_exit
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Event, Hub, events_of
 from services.views.store import STAGED, Change, Store, key_of

@@ -4,14 +4,15 @@ where to keep the local copy of the store."""
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from foundation.settings import Settings
 from services.views.pgwire import PgSettings
 from services.views.protocol import Access, Bounds
 
 
-class ViewsApiSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="VIEWS_", frozen=True, extra="forbid")
+class ViewsApiSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="VIEWS_")
 
     bootstrap_servers: str = "127.0.0.1:9092"
     kafka_extra: dict[str, str] = Field(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.core.errors import ServiceError
+from foundation.errors import RatingsError
 from services.views.store import column_sql, key_of, served, view_literal
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
@@ -43,7 +43,7 @@ _MAX_VALUE_BYTES = 1_000_000  # SQLite's limit on one value's length (a view's r
 _MAX_SQL_BYTES = 100_000
 
 
-class SqlError(ServiceError):
+class SqlError(RatingsError):
     """A query refused or failed, with its SQLSTATE (PostgreSQL's error code)."""
 
     def __init__(self, sqlstate: str, message: str) -> None:

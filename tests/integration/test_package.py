@@ -65,12 +65,13 @@ def test_the_wheel_carries_the_product_and_each_role_only_its_dependencies(
 ) -> None:
     for python in venvs.values():
         assert not _importable(python, "infra", tmp_path)
+        assert _importable(python, "foundation.settings", tmp_path)
         assert _importable(python, "services.core.main", tmp_path)
     assert _importable(venvs["job"], "pyspark", tmp_path)
     assert not _importable(venvs["services"], "pyspark", tmp_path)
     # package data: the index template the ES sink installs, the job's scheduler pools
     template = "services.es_sink').joinpath('ratings-index-template.json"
-    pools = "enrichment_job').joinpath('scheduler_pools.xml"
+    pools = "enrichment_job.runtime').joinpath('scheduler_pools.xml"
     for python, data in ((venvs["services"], template), (venvs["job"], pools)):
         found = f"from importlib import resources; assert resources.files('{data}').is_file()"
         _run(python, "-c", found, cwd=tmp_path)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from enrichment_job.metrics import caught_up
-from enrichment_job.state_dir import ObjectStoreSettings, StateDir
+from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir
+from foundation import customer_db
 from infra.stack.clients import spark_job_state_in_s3
-from services.core import customer_db
 from support.kafka import drop_topics, make_topics, produce, read_topic, values
 from support.spark import JOB_STOP_S
 

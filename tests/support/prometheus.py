@@ -10,7 +10,7 @@ __all__ = ["Endpoint", "scrape"]
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a test serves metrics (services.core.prometheus.serve): a free port by default."""
+    """Where a test serves metrics (foundation.prometheus.serve): a free port by default."""
 
     metrics_port: int = field(default_factory=free_port)
     metrics_host: str = "127.0.0.1"

@@ -7,7 +7,7 @@ from typing import Any
 
 # How long a Spark job's clean stop may take before a test kills it: a checkout's first clean
 # stop records the driver's class archive as the JVM exits, which the job allows 120 s
-# (enrichment_job.jvm.ClassArchive.finish); each checkout's virtualenv has its own class path.
+# (enrichment_job.runtime.jvm.ClassArchive.finish); each checkout's virtualenv has its own class path.
 JOB_STOP_S = 180
 
 

@@ -1,6 +1,9 @@
-"""The product (enrichment_job/, services/) stands on its own: it imports nothing from the
-development tooling (infra/, tests/), touches no sys.path, finds no file by climbing out of its
-package, and its default folders follow the working directory, not the checkout."""
+"""The product (foundation/, enrichment_job/, services/) stands on its own: it imports nothing
+from the development tooling (infra/, tests/), touches no sys.path, finds no file by climbing out
+of its package, and its default folders follow the working directory, not the checkout.
+
+Its layers: `foundation` is the ground floor and imports nothing of the rest; the Spark jobs
+(`enrichment_job`) and the services (`services`) stand on it and import nothing of each other."""
 
 import ast
 import os
@@ -17,8 +20,14 @@ from services.slack_notifier.config import SlackSettings
 from services.views.config import ViewsApiSettings
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("enrichment_job", "services")
+PRODUCT = ("foundation", "enrichment_job", "services")
 TOOLING = {"infra", "tests"}
+# What each product package may not import, besides the tooling.
+BELOW = {
+    "foundation": {"enrichment_job", "services"},
+    "enrichment_job": {"services"},
+    "services": {"enrichment_job"},
+}
 
 
 def product_files() -> list[Path]:
@@ -66,6 +75,21 @@ def violations(source: str) -> Iterator[tuple[int, str]]:
             yield node.lineno, "sys.path"
         elif _climbs_out(node):
             yield node.lineno, "a path above the module's own package, from __file__"
+
+
+def imported(source: str) -> Iterator[tuple[int, str]]:
+    """(line, top-level package) of each absolute import in `source`, local imports included."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module.split(".")[0]
+
+
+def crossings(package: str, source: str) -> list[tuple[int, str]]:
+    """(line, package) of each import of `source`, a module of `package`, across its layer."""
+    return [(line, top) for line, top in imported(source) if top in BELOW[package]]
 
 
 def test_the_product_reaches_nothing_of_the_tooling_or_the_checkout() -> None:
@@ -144,3 +168,28 @@ def test_the_index_template_comes_with_the_package(tmp_path: Path, monkeypatch: 
     settings = EsSinkSettings()
     assert settings.template_file is None
     assert "properties" in load_template(settings)["template"]["mappings"]
+
+
+def test_the_layers_hold_foundation_below_the_jobs_and_the_services_apart() -> None:
+    found = [
+        f"{path.relative_to(REPO)}:{line}: imports {top}"
+        for package in PRODUCT
+        for path in sorted((REPO / package).rglob("*.py"))
+        for line, top in crossings(package, path.read_text())
+    ]
+    assert found == [], "an import crosses the layers:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("package", "source", "lines"),
+    [
+        ("foundation", "import os\nfrom services.core.loop import ConsumerLoop\n", [2]),
+        ("foundation", "def f():\n    import enrichment_job.app\n", [2]),
+        ("enrichment_job", "from services.core.dlq import DeadLetters\n", [1]),
+        ("services", "from enrichment_job import settings\nfrom foundation import errors\n", [1]),
+        ("enrichment_job", "from foundation.errors import ConfigError\nfrom . import app\n", []),
+        ("services", "import servicesx\nfrom services.core import loop\n", []),
+    ],
+)
+def test_the_layer_check_sees_each_crossing(package: str, source: str, lines: list[int]) -> None:
+    assert [line for line, _ in crossings(package, source)] == lines

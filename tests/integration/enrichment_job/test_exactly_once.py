@@ -31,8 +31,8 @@ from support.enrichment import (
     values,
 )
 
+from foundation import customer_db
 from infra.stack.clients import app_db, spark_job_on_cluster
-from services.core import customer_db
 
 StackEnv = dict[str, str]
 GRACE_MS = 1000

@@ -26,7 +26,7 @@ from support.enrichment import (
     values,
 )
 
-from enrichment_job.cli import FENCED_EXIT
+from enrichment_job.runtime.cli import FENCED_EXIT
 
 GRACE_MS = 1000
 

@@ -35,7 +35,7 @@ from support.views_api import free_port
 
 from enrichment_job.app import FIRST_BATCH_SHARE
 from enrichment_job.settings import JobSettings
-from services.core.enriched import decode_enriched
+from foundation.enriched import decode_enriched
 from services.es_sink.documents import document
 from services.s3_sink.rows import decode_value, parse_values
 from services.s3_sink.schema import to_lake_table

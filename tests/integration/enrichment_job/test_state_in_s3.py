@@ -12,7 +12,7 @@ import pytest
 from support.delta import live_rows
 from support.enrichment import Job, StackEnv, Topics, s3_state, update_join_case
 
-from enrichment_job.state_dir import StateDir
+from enrichment_job.runtime.state_dir import StateDir
 from infra.stack.clients import spark_job_on_cluster
 
 

@@ -10,7 +10,7 @@ import pytest
 from enrichment_job.enrich import Ratings, RatingsResult
 from enrichment_job.settings import JobSettings
 from enrichment_job.versions import VersionStore
-from services.core.enriched import ENRICHED_FIELDS, ENRICHED_NAMES, EnrichedRating
+from foundation.enriched import ENRICHED_FIELDS, ENRICHED_NAMES, EnrichedRating
 from tests.support.change_events import change_event, ingest_values, pg_change_event, sample_versions
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

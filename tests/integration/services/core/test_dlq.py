@@ -7,8 +7,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from support.kafka import StackEnv, make_topics, produce, read_topic
 
+from foundation.errors import SinkUnavailable
 from services.core.dlq import DeadLetters
-from services.core.errors import SinkUnavailable
 from services.core.records import Rejected
 
 

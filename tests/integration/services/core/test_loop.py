@@ -16,10 +16,10 @@ from support.kafka import committed_total, drop_topics, make_topics, produce, re
 from support.prometheus import Endpoint, scrape
 from support.services import unique_name
 
-from services.core.errors import RecordError, SinkUnavailable
+from foundation.errors import RecordError, SinkUnavailable
+from foundation.prometheus import serve
 from services.core.main import Service, build_loop
 from services.core.metrics import ServiceCollector
-from services.core.prometheus import serve
 from services.core.records import Incoming, Rejected
 from services.core.settings import ServiceSettings
 from services.core.watchdog import Watchdog

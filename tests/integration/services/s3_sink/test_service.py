@@ -11,7 +11,7 @@ from support.kafka import committed_total, produce, read_topic
 from support.lake import Lake
 from support.services import ServiceProcess, as_kafka, enriched_record
 
-from services.core.enriched import EnrichedRating
+from foundation.enriched import EnrichedRating
 
 StackEnv = dict[str, str]
 HOUR_MS = 3_600_000

@@ -18,7 +18,7 @@ _QUERY = """
 import sys, time
 from pathlib import Path
 from pyspark.sql import functions as F
-from enrichment_job.app import build_session
+from enrichment_job.runtime.session import build_session
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.app import use_rocksdb_state
 

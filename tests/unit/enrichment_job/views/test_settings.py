@@ -10,7 +10,7 @@ import pytest
 
 from enrichment_job.views.background import background_env
 from enrichment_job.views.settings import ViewsSettings
-from services.core.errors import ConfigError
+from foundation.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[4]
 NOT_FIELDS = {"VIEWS_JOB_ENV_FILE"}

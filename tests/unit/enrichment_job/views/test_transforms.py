@@ -20,7 +20,7 @@ from enrichment_job.views.aggregation import (
 from enrichment_job.views.declarations import View, customer_ratings, declared, segment_hourly
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import EVERY_FIELD, late_for_hour, parse_enriched
-from services.core.enriched import ENRICHED_FIELDS as RECORD_FIELDS
+from foundation.enriched import ENRICHED_FIELDS as RECORD_FIELDS
 
 # py4j leaves the socket of a collect() to the garbage collector (as in the job's own transform tests).
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 
-from enrichment_job.state_dir import ObjectStoreSettings, StateDir
+from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir
 from enrichment_job.views.catalog import marker_key
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.user_views import MAX_RECORD_BYTES, Leftovers, SqlViewSink

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 from pydantic_settings import SettingsConfigDict
 
-from services.core.errors import ConfigError
-from services.core.settings import ServiceSettings, load_settings
+from foundation.errors import ConfigError
+from foundation.settings import load_settings
+from services.core.settings import ServiceSettings
 
 
 class DemoSettings(ServiceSettings):

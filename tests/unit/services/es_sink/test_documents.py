@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from support.services import enriched_record
 
-from services.core.enriched import EnrichedRating
+from foundation.enriched import EnrichedRating
 from services.es_sink.config import packaged_template
 from services.es_sink.documents import bulk_lines, daily_index, document, index_template
 

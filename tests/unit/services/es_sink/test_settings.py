@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from services.core.errors import ConfigError
-from services.core.settings import load_settings
+from foundation.errors import ConfigError
+from foundation.settings import load_settings
 from services.es_sink.config import EsSinkSettings
 from services.es_sink.service import make_sink
 from services.es_sink.sink import load_template

@@ -10,8 +10,8 @@ from elastic_transport import ApiResponseMeta, HttpHeaders, NodeConfig
 from elasticsearch import ApiError, ConnectionError, ConnectionTimeout
 from support.services import enriched_record
 
-from services.core.enriched import EnrichedRating
-from services.core.errors import FatalSinkError, SinkUnavailable
+from foundation.enriched import EnrichedRating
+from foundation.errors import FatalSinkError, SinkUnavailable
 from services.core.records import Incoming
 from services.es_sink.config import EsSinkSettings
 from services.es_sink.outcomes import Outcome, outcome, reason

@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Message
 from support.services import enriched_record
 
-from services.core.enriched import EnrichedRating
-from services.core.errors import RecordError
+from foundation.enriched import EnrichedRating
+from foundation.errors import RecordError
 from services.s3_sink.rows import decode_value, parse_values
 from services.s3_sink.schema import CATEGORY, LAKE_SCHEMA, UTC_MS, WIRE_SCHEMA, to_lake_table
 

@@ -10,7 +10,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from services.core.errors import FatalSinkError, SinkUnavailable
+from foundation.errors import FatalSinkError, SinkUnavailable
 from services.s3_sink.s3_errors import S3_ERRORS, classify
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.core.errors import ConfigError
-from services.core.settings import load_settings
+from foundation.errors import ConfigError
+from foundation.settings import load_settings
 from services.s3_sink.config import S3SinkSettings
 
 README = Path(__file__).parents[4] / "services" / "s3_sink" / "README.md"

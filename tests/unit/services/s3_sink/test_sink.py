@@ -14,7 +14,7 @@ from confluent_kafka import Message
 from support.lake import Interleaved
 from support.services import enriched_record
 
-from services.core.errors import ConfigError, FatalSinkError, SinkUnavailable
+from foundation.errors import ConfigError, FatalSinkError, SinkUnavailable
 from services.core.records import Incoming
 from services.s3_sink.config import S3SinkSettings
 from services.s3_sink.rows import decode_value

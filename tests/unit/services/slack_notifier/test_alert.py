@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Message
 from support.services import enriched_record
 
-from services.core.errors import RecordError
+from foundation.errors import RecordError
 from services.slack_notifier.alert import decode_alert
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.core.errors import FatalSinkError, SinkUnavailable
+from foundation.errors import FatalSinkError, SinkUnavailable
 from services.slack_notifier.responses import MessageRejected, classify
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.core.errors import ConfigError
-from services.core.settings import load_settings
+from foundation.errors import ConfigError
+from foundation.settings import load_settings
 from services.slack_notifier.config import SlackSettings
 
 README = Path(__file__).resolve().parents[4] / "services" / "slack_notifier" / "README.md"

@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Message
 from support.services import enriched_record
 
+from foundation.errors import FatalSinkError, SinkUnavailable
 from infra.slack.fake import CHANNEL, TOKEN, FakeSlack, fake_slack
-from services.core.errors import FatalSinkError, SinkUnavailable
 from services.core.records import Incoming
 from services.slack_notifier.alert import Alert, decode_alert
 from services.slack_notifier.config import SlackSettings

@@ -9,9 +9,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from support.prometheus import Endpoint
 from support.views_api import free_port
 
-from services.core.errors import ConfigError
+from foundation.errors import ConfigError
+from foundation.prometheus import serve
 from services.core.metrics import Metrics, ServiceCollector
-from services.core.prometheus import serve
 
 
 def _metrics() -> Metrics:

@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import Message
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from services.core.errors import RecordError
+from foundation.errors import RecordError
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from enrichment_job.spark_internals import batch_ends, batch_starts, local_checkpoint_files
-from enrichment_job.state_dir import ObjectStoreSettings, StateDir
+from enrichment_job.runtime.spark_internals import batch_ends, batch_starts, local_checkpoint_files
+from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir
 
 METADATA = '{"batchWatermarkMs":0,"batchTimestampMs":1795461102505,"conf":{}}'
 

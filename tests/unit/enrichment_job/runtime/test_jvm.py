@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from enrichment_job.jvm import ClassArchive, archive_path, class_archive, prune
+from enrichment_job.runtime.jvm import ClassArchive, archive_path, class_archive, prune
 
 
 def _jdk(home: Path, version: str) -> Path:

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.core.errors import ConfigError
-from services.core.logs import JsonFormatter, configure, log_format
+from foundation.errors import ConfigError
+from foundation.logs import JsonFormatter, configure, log_format
 
 ENTRY_POINTS = (
     "services.es_sink",

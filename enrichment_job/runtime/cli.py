@@ -3,7 +3,6 @@ with a bad value reported by its variable name (exit code 2)."""
 
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -16,7 +15,8 @@ from pydantic_settings import BaseSettings, SettingsError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from services.core.help import settings_help
+from foundation.help import settings_help
+from foundation.settings import problems
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -40,18 +40,9 @@ def load_or_exit(cls: type[S], argv: list[str], prog: str, doc: str) -> S:
     prefix = str(cls.model_config.get("env_prefix", ""))
     try:
         return cls(_env_file=os.environ.get(f"{prefix}ENV_FILE"))
-    except ValidationError as err:
-        for problem in err.errors():
-            if not problem["loc"]:  # a rule across settings: its message names them
-                print(f"error: settings: {problem['msg']}", file=sys.stderr)
-                continue
-            name = "_".join(str(p) for p in problem["loc"]).upper()
-            name = name if name.startswith(prefix) else f"{prefix}{name}"
-            print(f"error: setting {name}: {problem['msg']}", file=sys.stderr)
-    except SettingsError as err:  # a value that is not JSON where JSON is expected
-        field = re.search(r'field "(\w+)"', str(err))
-        name = f"{prefix}{field.group(1).upper()}" if field else "?"
-        print(f"error: setting {name}: not valid JSON ({err})", file=sys.stderr)
+    except (ValidationError, SettingsError) as err:
+        for problem in problems(prefix, err):
+            print(f"error: {problem}", file=sys.stderr)
     sys.exit(CONFIG_EXIT)
 
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from services.core.errors import ConfigError
+from foundation.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

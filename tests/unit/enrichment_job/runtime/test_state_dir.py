@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir, metrics_path
 from enrichment_job.settings import JobSettings
-from enrichment_job.state_dir import ObjectStoreSettings, StateDir, metrics_path
 from enrichment_job.views.settings import ViewsSettings
 
 

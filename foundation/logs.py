@@ -11,7 +11,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
-from services.core.errors import ConfigError
+from foundation.errors import ConfigError
 
 TEXT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 FORMATS = ("text", "json")

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from services.core import customer_db
+from foundation import customer_db
 
 
 class _Cursor:

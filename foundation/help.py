@@ -2,7 +2,7 @@
 
 from pydantic_settings import BaseSettings
 
-from services.core.logs import HELP as LOG_FORMAT_HELP
+from foundation.logs import HELP as LOG_FORMAT_HELP
 
 
 def settings_help(cls: type[BaseSettings], prog: str, doc: str) -> str:

@@ -35,7 +35,7 @@ from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
 
 from enrichment_job.kafka_in import partition_offsets
-from enrichment_job.state_dir import StateDir
+from enrichment_job.runtime.state_dir import StateDir
 
 OFFSET_LOG_VERSION = "v1"
 

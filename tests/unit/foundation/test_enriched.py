@@ -9,11 +9,11 @@ import pytest
 from pydantic import ValidationError
 
 from enrichment_job.views.transforms import ENRICHED_FIELDS as VIEWS_FIELDS
-from services.core.enriched import ENRICHED_FIELDS, ENRICHED_NAMES, REQUIRED_NAMES, EnrichedRating
+from foundation.enriched import ENRICHED_FIELDS, ENRICHED_NAMES, REQUIRED_NAMES, EnrichedRating
 from services.s3_sink import rows
 from services.s3_sink.schema import LAKE_SCHEMA, WIRE_SCHEMA
 
-TEMPLATE = Path(__file__).parents[4] / "services" / "es_sink" / "ratings-index-template.json"
+TEMPLATE = Path(__file__).parents[3] / "services" / "es_sink" / "ratings-index-template.json"
 # Elasticsearch field types a JSON value of each kind may be mapped to.
 ES_TYPES = {
     int: {"long", "integer", "short", "byte", "date"},

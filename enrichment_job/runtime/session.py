@@ -1,0 +1,126 @@
+"""The Spark session of both jobs: its configuration, the driver JVM's options and class archive."""
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from enrichment_job.runtime.jvm import ARCHIVE_LOG, RECORDING, ClassArchive, class_archive
+from enrichment_job.runtime.settings import SparkJobSettings
+from enrichment_job.runtime.spark_internals import local_checkpoint_files, skip_driver_checksums
+from foundation.logs import log_format
+
+__all__ = ["C1_ONLY", "build_session", "driver_archive", "driver_jvm_options", "on_cluster"]
+
+log = logging.getLogger("enrichment_job")
+
+SCHEDULER_POOLS = Path(__file__).with_name("scheduler_pools.xml")
+LOG4J_CONFIG = "log4j2.configurationFile"
+# On a cluster the driver runs no task: its JVM plans batches and schedules tasks, code that is
+# never hot enough to repay C2, the optimising compiler. In a job's first minutes C2 took half of
+# the driver JVM's CPU; with C1 alone the driver's CPU per rating was about half.
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+
+
+def on_cluster(master: str) -> bool:
+    """Whether a Spark master is a cluster's (spark://, yarn, k8s://...): the driver runs no
+    task there. Empty (spark-submit's to choose) and local[...] are not."""
+    return bool(master) and not master.startswith("local")
+
+
+def driver_archive(settings: SparkJobSettings, app_name: str) -> ClassArchive | None:
+    """The class archive the driver JVM maps, or writes at a clean stop; None when off."""
+    # Only a JVM the job starts itself takes the options (not one spark-submit started).
+    if not settings.class_archive_dir or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    directory = Path(settings.class_archive_dir).expanduser()
+    archive = class_archive(directory, app_name, settings.spark_jars, driver_jvm_options(settings))
+    log.info("%s%s", ARCHIVE_LOG, archive.path if archive.writing is None else RECORDING)
+    return archive
+
+
+def build_session(
+    settings: SparkJobSettings, app_name: str = "ratings-enrichment", archive: ClassArchive | None = None
+) -> SparkSession:
+    java_options = _java_options(driver_jvm_options(settings))
+    if archive is not None:
+        java_options = f"{java_options} {archive.java_options}".strip()
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        # Micro-batches are small and planned anew each time: adaptive re-planning per stage
+        # costs more than it saves here.
+        .config("spark.sql.adaptive.enabled", "false")
+        # Every batch runs the same plans: their generated classes are kept, not compiled again
+        # (a batch uses a few dozen; with the default 100 they evicted each other).
+        .config("spark.sql.codegen.cache.maxEntries", "1000")
+        # No join broadcasts a side it did not ask to broadcast, whatever its size.
+        .config("spark.sql.autoBroadcastJoinThreshold", "-1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        # A Kafka task leaves the records of its last poll in a pool, for a task that goes on
+        # from its end offset; the default keeps them 5 minutes. A query that splits a
+        # partition's range between tasks (the views' background queries) makes a new entry
+        # each task: at 5,000 ratings/s the second views process held 200 MB of such records,
+        # live data that every full collection of its heap went through again.
+        # The next batch's first task goes on within a trigger interval (5 s at most by default);
+        # a later one polls Kafka again.
+        .config("spark.kafka.consumer.fetchedData.cache.timeout", "10s")
+        .config("spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval", "5s")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        # Background Spark jobs (the views' windowed queries, and the views'
+        # queries when they run in this application) take a task slot only when no micro-batch
+        # task waits for one. Under FIFO a background job, once submitted, took every free slot
+        # before the next batch's tasks.
+        .config("spark.scheduler.mode", "FAIR")
+        .config("spark.scheduler.allocation.file", str(SCHEDULER_POOLS))
+        .config("spark.driver.memory", settings.driver_memory)
+        # In local mode the driver JVM runs the tasks too. G1's concurrent marking cost about
+        # 10 % of a core at 5,000 ratings/s here; the parallel collector's young collections of
+        # short-lived batch data cost a quarter of that, with pauses well under a batch.
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.ui.enabled", str(settings.ui_enabled).lower())
+        # The UI shows the job's settings and data; its kill links would stop a query by a click.
+        .config("spark.ui.killEnabled", "false")
+    )
+    # The state folder: how Hadoop reaches it (s3a://), and how checkpoints are written to it.
+    for key, value in {**local_checkpoint_files(settings.state), **settings.state.spark_conf()}.items():
+        builder = builder.config(key, value)
+    if settings.master:
+        builder = builder.master(settings.master)
+    if settings.master.startswith("local"):
+        # Spark binds its UI and the driver to SPARK_LOCAL_IP, to every interface without it.
+        # On one machine nothing needs more than the loopback; set SPARK_LOCAL_IP to open it.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if settings.spark_jars:
+        builder = builder.config("spark.jars", settings.spark_jars)
+    # Tasks that run Python (the join in tasks) start the executors' Python workers with
+    # PYSPARK_PYTHON; without it, the driver's own interpreter (its packages: pyarrow, the
+    # product), not whatever `python3` is first on the executors' PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    skip_driver_checksums(spark)
+    return spark
+
+
+def driver_jvm_options(settings: SparkJobSettings) -> str:
+    """The driver JVM's options as set, and C1 alone (`C1_ONLY`) when the master is a cluster's
+    and the options choose no JIT of their own: in local mode the driver JVM runs the tasks too,
+    and keeps both compilers."""
+    options = settings.driver_java_options
+    if not on_cluster(settings.master) or "Tiered" in options:
+        return options
+    return f"{options} {C1_ONLY}".strip()
+
+
+def _java_options(options: str) -> str:
+    """The driver's JVM options; with LOG_FORMAT=json its log4j writes Spark's own JSON lines
+    (its structured logging layout), like the job's Python side. The layout is chosen as the
+    JVM starts, so it takes effect where the job starts the JVM (python -m); under
+    spark-submit, log4j's configuration is the cluster's."""
+    if log_format() != "json":
+        return options
+    return f"{options} -D{LOG4J_CONFIG}=org/apache/spark/log4j2-json-layout.properties".strip()

@@ -1,0 +1,95 @@
+"""What the two Spark jobs' settings share, declared once: Kafka's address and the clients'
+extra options, the state folder (a local path, or a file:// or s3a:// URI), the metrics, and the
+Spark session's. Each job's settings subclass it with their own prefix (ENRICH_, VIEWS_JOB_),
+their own fields, and their own defaults where they differ (the state folder, the trigger)."""
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir, check_uri, metrics_path
+from foundation.settings import Settings
+
+__all__ = ["SparkJobSettings"]
+
+
+class SparkJobSettings(Settings, ObjectStoreSettings):
+    # Kafka
+    bootstrap_servers: str = "127.0.0.1:9092"
+    kafka_extra: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra options of the job's own producers and consumers (librdkafka's names), JSON",
+    )
+    spark_kafka_extra: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra options of Spark's Kafka source (the Java client's names), JSON",
+    )
+    # Spark's Kafka source reads each partition's range with a consumer kept between batches,
+    # which can have a fetch in flight that the broker holds open until new records come or
+    # this wait ends (Kafka's default: 500 ms). Where records stop coming (the end of a burst),
+    # the read tasks of the last batches each idled out that hold: those batches took 0.5 to
+    # 0.9 s longer, measured. A short hold costs an empty fetch per wait while a task reads.
+    source_fetch_max_wait_ms: int = Field(20, ge=0, description="fetch.max.wait.ms of Spark's Kafka source")
+
+    # State and figures
+    state_dir: str = Field(
+        ".state/job",
+        validate_default=True,
+        description="the checkpoints and the job's state: a local path (relative: to the working"
+        " directory at start), or a file:// or s3a://<bucket>/<prefix> URI",
+    )
+    metrics_file: Path | None = Field(
+        None,
+        description="JSON file of the job's figures, rewritten each batch (default: metrics.json in "
+        "a local state folder; none for state in S3)",
+    )
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="serve Prometheus metrics at http://<host>:<port>/metrics (0: off)"
+    )
+    metrics_host: str = Field("127.0.0.1", description="address of the Prometheus endpoint")
+
+    # Spark
+    master: str = "local[2]"
+    spark_jars: str = Field("", description="comma-separated jars (the stack's SPARK_JARS)")
+    shuffle_partitions: int = Field(2, gt=0, description="spark.sql.shuffle.partitions")
+    driver_memory: str = "2g"
+    driver_java_options: str = Field(
+        "-XX:+UseParallelGC",
+        description="spark.driver.extraJavaOptions (only with python -m): in local mode the driver runs "
+        "the tasks; with a cluster's master -XX:TieredStopAtLevel=1 is added unless they choose a JIT",
+    )
+    class_archive_dir: str = Field(
+        "~/.cache/ratings-enrichment",
+        description="keep the driver JVM's class data sharing archive here: the first clean stop "
+        "writes it, later starts map it and start faster (empty: off)",
+    )
+    ui_enabled: bool = Field(True, description="Spark's web UI (its kill links off)")
+
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _location(cls, value: object) -> str:
+        if not isinstance(value, str | Path):
+            raise ValueError(f"a path or URI, not {value!r}")
+        return check_uri(str(value))
+
+    @property
+    def state(self) -> StateDir:
+        return StateDir(self.state_dir, self)
+
+    @property
+    def metrics_path(self) -> Path | None:
+        return metrics_path(self.metrics_file, self.state)
+
+    def kafka_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source ("kafka." + the client's own dotted names): committed
+        records only, as every topic the jobs read is written in transactions (a rating of an
+        aborted producer transaction is never enriched, nor counted)."""
+        return {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.isolation.level": "read_committed",
+            "kafka.fetch.max.wait.ms": str(self.source_fetch_max_wait_ms),
+        } | {f"kafka.{k}": v for k, v in self.spark_kafka_extra.items()}
+
+    def producer_config(self) -> dict[str, str]:
+        """librdkafka settings of the job's own transactional producers."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_extra}

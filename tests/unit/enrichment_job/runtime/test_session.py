@@ -1,0 +1,103 @@
+"""The Spark session the jobs build: its UI on the loopback with its kill links off, the driver
+JVM's JSON logs, its JIT and class archive on a cluster."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from enrichment_job.runtime.session import C1_ONLY, driver_archive, driver_jvm_options
+from enrichment_job.settings import JobSettings
+from enrichment_job.views.settings import ViewsSettings
+
+_SESSION = """
+import json, sys
+from enrichment_job.runtime.session import build_session
+from enrichment_job.settings import JobSettings
+spark = build_session(JobSettings(master="local[1]", ui_enabled=True))
+print(json.dumps({"url": spark.sparkContext.uiWebUrl, "kill": spark.conf.get("spark.ui.killEnabled")}))
+sys.stdout.flush()
+input()  # holds the UI open until the test has looked
+spark.stop()
+"""
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses listening on `port`, as /proc/net/tcp and tcp6 spell them (hex)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(address)
+    return found
+
+
+def test_the_spark_ui_of_a_local_job_listens_on_the_loopback_only_with_its_kill_links_off() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP" and not k.startswith("ENRICH_")}
+    with subprocess.Popen(
+        [sys.executable, "-c", _SESSION],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # Spark's warnings (no Delta jars here)
+        text=True,
+        env=env,
+    ) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        try:
+            started = json.loads(proc.stdout.readline())
+            port = int(started["url"].rsplit(":", 1)[1])
+            assert started["kill"] == "false"
+            # 127.0.0.1 (as IPv4, or IPv4 on an IPv6 socket), not every interface
+            assert _listening(port) and _listening(port) <= {"0100007F", "0000000000000000FFFF00000100007F"}
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            assert proc.wait(60) == 0
+        finally:
+            proc.kill()
+
+
+def test_with_log_format_json_the_driver_jvm_logs_json_lines_too() -> None:
+    script = (
+        "from enrichment_job.app import build_session\n"
+        "from enrichment_job.settings import JobSettings\n"
+        "build_session(JobSettings(master='local[1]')).stop()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENRICH_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, "LOG_FORMAT": "json"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    # Hadoop's warning about its native library, at least, comes from log4j
+    native = [line for line in lines if line["logger"] == "NativeCodeLoader"]
+    assert native and native[0]["level"] == "WARN", done.stderr
+    assert not [line for line in done.stderr.splitlines() if " WARN NativeCodeLoader" in line]
+
+
+def test_a_driver_on_a_cluster_compiles_with_c1_alone_unless_its_options_choose_a_jit() -> None:
+    on_cluster = JobSettings(master="spark://127.0.0.1:7077")
+    assert driver_jvm_options(on_cluster) == f"-XX:+UseParallelGC {C1_ONLY}"
+    # in local mode the driver JVM runs the tasks: both compilers
+    assert driver_jvm_options(JobSettings(master="local[2]")) == "-XX:+UseParallelGC"
+    assert driver_jvm_options(JobSettings(master="")) == "-XX:+UseParallelGC"  # spark-submit's choice
+    chosen = JobSettings(master="spark://h:7077", driver_java_options="-XX:-TieredCompilation")
+    assert driver_jvm_options(chosen) == "-XX:-TieredCompilation"
+    views = ViewsSettings(master="spark://127.0.0.1:7077")
+    assert driver_jvm_options(views).endswith(C1_ONLY)
+
+
+def test_the_class_archive_of_a_driver_on_a_cluster_is_keyed_by_the_options_it_runs_with(
+    tmp_path: Path,
+) -> None:
+    local = driver_archive(JobSettings(master="local[2]", class_archive_dir=str(tmp_path)), "app")
+    cluster = driver_archive(JobSettings(master="spark://h:7077", class_archive_dir=str(tmp_path)), "app")
+    assert local is not None and cluster is not None
+    assert local.path != cluster.path  # an archive is recorded with the JIT flags it is mapped with
