@@ -4,7 +4,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -14,8 +14,9 @@ from enrichment_job.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable,
 from enrichment_job.enrich import Ratings
 from enrichment_job.kafka_in import KAFKA, RecordsDeleted, TopicReader
 from enrichment_job.kafka_out import Fenced, Records, TransactionalOutput
+from enrichment_job.marker import BatchMarker
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener, Steps
-from enrichment_job.recovery import PIPELINE_CHECKPOINT, Recovery, claim_state
+from enrichment_job.recovery import PIPELINE_CHECKPOINT, Recovery, Start, claim_state
 from enrichment_job.runtime.jvm import ClassArchive
 from enrichment_job.runtime.session import build_session, driver_archive, on_cluster
 from enrichment_job.settings import TABLE, JobSettings
@@ -40,13 +41,14 @@ class JoinMoved(ValueError):
     to the driver (the driver's commit would not know where each task left its partition)."""
 
 
-def join_place(setting: str, master: str, marker: dict[str, Any] | None) -> str:
+def join_place(setting: str, master: str, marker: BatchMarker | None) -> str:
     """Where this run joins, `driver` or `tasks`: ENRICH_JOIN_IN as set; for `auto`, tasks when
     the session's master is a cluster's (the executors do the per-rating work, and it grows with
     them) or when the job name last committed in tasks (it cannot go back), else the driver."""
     if setting != "auto":
         return setting
-    return "tasks" if on_cluster(master) or (marker or {}).get("join_in") == "tasks" else "driver"
+    in_tasks = marker is not None and marker.join_in == "tasks"
+    return "tasks" if on_cluster(master) or in_tasks else "driver"
 
 
 class Pipeline:
@@ -74,44 +76,81 @@ class Pipeline:
         out: TransactionalOutput,
         metrics: Metrics,
         *,
-        group_id: str,
+        readers: tuple[CdcReader, TopicReader],
+        ratings: Ratings,
+        recovery: Recovery,
+        start: Start,
+        join_in: str,
         prefetch: Prefetch | None = None,
     ) -> None:
+        """Takes what `resume` opened and recovered; does no I/O of its own."""
         self.spark = spark
         self.settings = settings
         self.table = table
         self.out = out
         self.metrics = metrics
-        self.ratings = Ratings(settings)
+        self.ratings = ratings  # the waiting ratings, rebuilt by the recovery
         self.stopping = threading.Event()  # the job is stopping: a failing batch was cancelled
         self.fenced: Fenced | None = None  # another instance took over: stop, do not restart
         self.refused: RecordsDeleted | None = None  # records it had to read are gone: stop
-        self.cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
-        self.ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
+        self.cdc, self.ratings_in = readers
         self.first_starts: dict[int, int] = {}  # where the ratings start without a commit
         self.first_read = True  # no batch of this process has read ratings yet
-        recovery = Recovery(spark, settings, table, out.marker, out.run)
-        start = recovery.resume(self.ratings, self.ratings_in.read)
         self.state, self.consumed_to, self.waiting_from = start.state, start.consumed_to, start.waiting_from
         self.prefetch = prefetch if prefetch is not None and prefetch.state == self.state else None
         self._recovery = recovery
         self.tasks: TaskJoin | None = None  # the join in tasks (see `join_place`)
+        self.join_in = join_in
+
+    @classmethod
+    def resume(
+        cls,
+        spark: SparkSession,
+        settings: JobSettings,
+        table: CustomerTable,
+        out: TransactionalOutput,
+        metrics: Metrics,
+        *,
+        group_id: str,
+        prefetch: Prefetch | None = None,
+    ) -> "Pipeline":
+        """The pipeline where the job name's last commit left it: decides where the join runs,
+        opens the readers of both topics, and brings the customer table and the waiting ratings
+        to that commit (`Recovery.resume`, which may append to the Delta table)."""
         master = spark.sparkContext.master or ""
-        self.join_in = join_place(settings.join_in, master, out.marker)
-        where = "in Spark tasks on the executors" if self.join_in == "tasks" else "on the driver"
+        last = BatchMarker.last(out.marker)
+        join_in = join_place(settings.join_in, master, last)
+        where = "in Spark tasks on the executors" if join_in == "tasks" else "on the driver"
         log.info("the join runs %s (ENRICH_JOIN_IN=%s, master %s)", where, settings.join_in, master)
-        if self.join_in == "driver" and (out.marker or {}).get("join_in") == "tasks":
+        if join_in == "driver" and last is not None and last.join_in == "tasks":
             raise JoinMoved(
                 f"setting ENRICH_JOIN_IN: job {settings.job_name!r} last committed with the join in "
                 "tasks (ENRICH_JOIN_IN=tasks); it cannot go back to the driver under the same name"
             )
+        cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
+        ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
+        ratings, recovery = Ratings(settings), Recovery(spark, settings, table, last, out.run)
+        start = recovery.resume(ratings, ratings_in.read)
+        return cls(
+            spark,
+            settings,
+            table,
+            out,
+            metrics,
+            readers=(cdc, ratings_in),
+            ratings=ratings,
+            recovery=recovery,
+            start=start,
+            join_in=join_in,
+            prefetch=prefetch,
+        )
 
     def query_start(self) -> str:
         """The query's starting offsets (JSON); see `Recovery.query_start`."""
         starting, self.first_starts = self._recovery.query_start(self.ratings_in)
         if self.join_in == "tasks":
-            marker = self.out.marker
-            cut_over = marker if marker is not None and marker.get("join_in") != "tasks" else None
+            marker = BatchMarker.last(self.out.marker)
+            cut_over = marker if marker is not None and marker.join_in != "tasks" else None
             self.tasks = TaskJoin(self.spark, self.settings, str(self.out.run), self.first_starts, cut_over)
         return starting
 
@@ -289,16 +328,18 @@ class Pipeline:
             "duplicates": cdc.duplicates,
             "deferred": deferred,
         }
-        marker = {
-            "ratings_topic": settings.ratings_topic,
-            "cdc_topic": settings.cdc_topic,
-            **cdc.state.as_json(),
-            "waiting_from": waiting_from,
-            "consumed_to": consumed_to,
-            **counts,
-        }
+        marker = BatchMarker(
+            batch_id,
+            self.out.run,
+            cdc.state,
+            settings.ratings_topic,
+            settings.cdc_topic,
+            consumed_to=consumed_to,
+            waiting_from=waiting_from,
+            counts=counts,
+        )
         with steps("kafka"):
-            self.out.write(batch_id, outputs, marker)
+            self.out.write(batch_id, outputs, marker.as_json())
         # Committed: now the state moves on, and the table keeps the new versions.
         self.state, self.consumed_to, self.waiting_from = cdc.state, consumed_to, waiting_from
         if result is not None:
@@ -311,18 +352,18 @@ class Pipeline:
         """The join in tasks: the batch's CDC outcome (the customers topic's records and the CDC
         dead letters, on their way since `begin`) and its marker, in the driver's transaction.
         A re-run of the batch finds it and goes straight to the tasks, with this watermark."""
-        marker = {
-            "ratings_topic": self.settings.ratings_topic,
-            "cdc_topic": self.settings.cdc_topic,
-            "join_in": "tasks",
-            **cdc.state.as_json(),
-            "cdc_events": cdc.events,
-            "changes": cdc.changes,
-            "duplicates": cdc.duplicates,
-            "dlq": len(cdc.dead),
-        }
+        counts = {"cdc_events": cdc.events, "changes": cdc.changes, "duplicates": cdc.duplicates}
+        marker = BatchMarker(
+            batch_id,
+            self.out.run,
+            cdc.state,
+            self.settings.ratings_topic,
+            self.settings.cdc_topic,
+            join_in="tasks",
+            counts=counts | {"dlq": len(cdc.dead)},
+        )
         with steps("kafka"):
-            self.out.write(batch_id, [], marker)
+            self.out.write(batch_id, [], marker.as_json())
         self.state = cdc.state
         if cdc.changes:
             self.table.commit(batch_id, cdc.versions, cdc.state)
@@ -413,11 +454,11 @@ class RunningJob:
             self.endpoint.close()
 
 
-def _prefetch(settings: JobSettings, marker: dict[str, Any] | None, group_id: str) -> Prefetch | None:
+def _prefetch(settings: JobSettings, marker: BatchMarker | None, group_id: str) -> Prefetch | None:
     """The CDC topic read ahead from where the job left it, when that is known without Spark:
     from the last commit, or from its start when there is no customer table either."""
     if marker is not None:
-        state = CdcState.from_json(marker)
+        state = marker.state
     elif not settings.state.exists(TABLE):
         state = CdcState()
     else:
@@ -429,12 +470,12 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     """The job's query; with `views_settings`, the views' queries too, in the same application."""
     # First the job's identity in Kafka: it fences an earlier instance of the same name, and its
     # last commit says where this run starts.
-    out = TransactionalOutput(settings.producer_config(), settings.job_name, settings.commits_topic)
-    run = out.run = claim_state(settings, out.marker)
+    out = TransactionalOutput.open(settings.producer_config(), settings.job_name, settings.commits_topic)
+    run = out.run = claim_state(settings, BatchMarker.last(out.marker))
     metrics = Metrics(settings.metrics_path)
     endpoint = serve(JobCollector(metrics, settings.job_name), settings, "ENRICH_")
     archive = driver_archive(settings, "ratings-enrichment")
-    prefetch = _prefetch(settings, out.marker, f"{settings.job_name}-{run}-cdc")
+    prefetch = _prefetch(settings, BatchMarker.last(out.marker), f"{settings.job_name}-{run}-cdc")
     spark = build_session(settings, archive=archive)
     spark.streams.addListener(ProgressListener(metrics))
     table_path, storage_options = settings.state.table_location(TABLE)
@@ -447,7 +488,7 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
             commit_interval_s=settings.table_commit_interval_s,
         )
     )
-    pipeline = Pipeline(
+    pipeline = Pipeline.resume(
         spark, settings, table, out, metrics, group_id=f"{settings.job_name}-{run}-cdc", prefetch=prefetch
     )
     starting = pipeline.query_start()

@@ -23,7 +23,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,8 +30,8 @@ import pyarrow.compute as pc
 
 from enrichment_job import rating_values
 from enrichment_job.json_columns import json_objects
-from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.kafka_out import Records
+from enrichment_job.marker import BatchMarker
 from enrichment_job.metrics import Steps
 from enrichment_job.rating_values import FIELDS, PARSED
 from enrichment_job.schemas import CUSTOMER_COLUMNS
@@ -82,17 +81,17 @@ class Ratings:
         takes no new ones, and they stay in Kafka."""
         return self.waiting_count >= max_count or self.waiting_bytes >= max_bytes
 
-    def recover(self, marker: dict[str, Any], store: VersionStore, read: Reader) -> None:
+    def recover(self, marker: BatchMarker, store: VersionStore, read: Reader) -> None:
         """The ratings waiting after the marker's batch, re-read from the ratings topic and
         decided again against `store`, the customer table as that batch had it."""
-        starts, ends = partition_offsets(marker, "waiting_from"), partition_offsets(marker, "consumed_to")
+        starts, ends = marker.waiting_from, marker.consumed_to
         self.waiting = None
         if not starts:
             return
         parsed = self._parse(read({p: (o, ends[p]) for p, o in starts.items()}))
         readable = parsed.filter(pc.is_null(parsed.column("dlq_reason")))
-        self.waiting = _waiting(self._decide(readable, store, marker["watermark_ms"]))
-        log.info("recovered %d waiting ratings after batch %s", self.waiting_count, marker["batch_id"])
+        self.waiting = _waiting(self._decide(readable, store, marker.watermark_ms))
+        log.info("recovered %d waiting ratings after batch %s", self.waiting_count, marker.batch_id)
 
     def step(
         self, raw: pa.Table, store: VersionStore, watermark_ms: int | None, steps: Steps | None = None

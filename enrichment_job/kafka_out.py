@@ -171,26 +171,44 @@ class TransactionalOutput:
 
     def __init__(
         self,
+        producer: Producer,
+        transactional_id: str,
+        commits_topic: str,
+        markers: dict[str, dict[str, Any] | None],
+        run: str | None = None,
+    ) -> None:
+        """Takes what `open` made and read; does no I/O of its own. `markers`: the last marker
+        of `transactional_id` and of each other key `open` was asked for."""
+        self.commits_topic = commits_topic
+        self.marker_key = transactional_id
+        self.run = run
+        self.producer = producer
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="kafka-out")
+        self._early: Future[int] | None = None  # what `begin` produces, in the sender's thread
+        self.others = dict(markers)
+        self.marker = self.others.pop(transactional_id, None)
+
+    @classmethod
+    def open(
+        cls,
         config: dict[str, str],
         transactional_id: str,
         commits_topic: str,
         run: str | None = None,
         other_markers: Sequence[str] = (),
-    ) -> None:
-        """`run`, when given, goes into every marker, and only a marker of the same run counts as
-        committed: a new checkpoint (a new run) under the same transactional id starts its batch
-        ids again from 0 and must not take the old run's batches for its own. `other_markers`:
-        keys of the commits topic read in the same pass as this output's own (`others`)."""
-        self.commits_topic = commits_topic
-        self.marker_key = transactional_id
-        self.run = run
+    ) -> "TransactionalOutput":
+        """Checks the commits topic's policy, starts the producer (fencing an earlier one of the
+        same id) and reads the last markers. `run`, when given, goes into every marker, and only
+        a marker of the same run counts as committed: a new checkpoint (a new run) under the same
+        transactional id starts its batch ids again from 0 and must not take the old run's
+        batches for its own. `other_markers`: keys of the commits topic read in the same pass as
+        this output's own (`others`)."""
         check_commits_topic(config, commits_topic)
-        self.producer = transactional_producer(config, transactional_id)
-        self._sender = ThreadPoolExecutor(1, thread_name_prefix="kafka-out")
-        self._early: Future[int] | None = None  # what `begin` produces, in the sender's thread
-        self.others = last_markers(config, commits_topic, (transactional_id, *other_markers))
-        self.marker = self.others.pop(transactional_id)
-        log.info("%s: last committed batch %s", transactional_id, self.marker and self.marker["batch_id"])
+        producer = transactional_producer(config, transactional_id)
+        markers = last_markers(config, commits_topic, (transactional_id, *other_markers))
+        out = cls(producer, transactional_id, commits_topic, markers, run)
+        log.info("%s: last committed batch %s", transactional_id, out.marker and out.marker["batch_id"])
+        return out
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions, from the cluster's metadata."""

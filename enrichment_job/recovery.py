@@ -19,6 +19,7 @@ from enrichment_job.cdc import CdcReader, fill_unavailable, ingest_ranges
 from enrichment_job.enrich import Ratings, Reader
 from enrichment_job.kafka_in import TopicReader, partition_offsets
 from enrichment_job.kafka_out import ForeignMarker
+from enrichment_job.marker import BatchMarker
 from enrichment_job.runtime.spark_internals import last_planned_batch
 from enrichment_job.runtime.state_dir import StateDir
 from enrichment_job.settings import TABLE, JobSettings
@@ -66,7 +67,7 @@ def check_planned(
         )
 
 
-def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
+def claim_state(settings: JobSettings, marker: BatchMarker | None) -> str:
     """This state folder's run id, once the folder is known to continue the job's last commit.
 
     The job's last commit (`marker`, by job name) may come from another run: another state
@@ -75,29 +76,37 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
     of date, and is rebuilt the same way (a re-run of its batches would write them twice)."""
     state = settings.state
     run = run_id(state)
-    if marker is not None and marker.get("run") == run and not state.exists(PIPELINE_CHECKPOINT):
+    if marker is not None and marker.run == run and not state.exists(PIPELINE_CHECKPOINT):
         # The query's checkpoint was deleted under a run that committed: its batch ids would
         # start again at 0 and be taken for batches already written. A new run it is.
         state.remove(f"{CHECKPOINTS}/run_id")
         run = run_id(state)
     check_planned(
-        marker, run, state, PIPELINE_CHECKPOINT, key=settings.job_name, topic=settings.commits_topic
+        marker.as_json() if marker else None,
+        run,
+        state,
+        PIPELINE_CHECKPOINT,
+        key=settings.job_name,
+        topic=settings.commits_topic,
     )
-    if marker is None or marker.get("run") == run:
+    if marker is None or marker.run == run:
         return run
-    for name, topic in (("ratings_topic", settings.ratings_topic), ("cdc_topic", settings.cdc_topic)):
-        if marker.get(name, topic) != topic:
+    for name, read, topic in (
+        ("ratings_topic", marker.ratings_topic, settings.ratings_topic),
+        ("cdc_topic", marker.cdc_topic, settings.cdc_topic),
+    ):
+        if read is not None and read != topic:
             raise TopicsChanged(
                 f"setting ENRICH_JOB_NAME: job {settings.job_name!r} last committed reading "
-                f"{name} {marker[name]!r}, not {topic!r}; give a job over other topics its own name"
+                f"{name} {read!r}, not {topic!r}; give a job over other topics its own name"
             )
     if any(state.exists(p) for p in (PIPELINE_CHECKPOINT, TABLE)):
         log.warning(
             "job %s was last committed by another run (%s, batch %s), not by this state folder's (%s): "
             "its checkpoint and customer table are out of date; rebuilding them from the last commit",
             settings.job_name,
-            marker.get("run"),
-            marker.get("batch_id"),
+            marker.run,
+            marker.batch_id,
             run,
         )
         state.remove(CHECKPOINTS)
@@ -106,15 +115,15 @@ def claim_state(settings: JobSettings, marker: dict[str, Any] | None) -> str:
         log.info(
             "a fresh state folder: job %s goes on from its last commit (run %s, batch %s)",
             settings.job_name,
-            marker.get("run"),
-            marker.get("batch_id"),
+            marker.run,
+            marker.batch_id,
         )
     return run_id(state)
 
 
 def starting_offsets(
     settings: JobSettings,
-    marker: dict[str, Any] | None,
+    marker: BatchMarker | None,
     ratings: dict[int, tuple[int, int]],
     cdc_partitions: list[int],
 ) -> dict[str, dict[str, int]]:
@@ -132,9 +141,8 @@ def starting_offsets(
         # start at: from its latest end, every customer would be unknown until it changed.
         cdc_from = dict.fromkeys(cdc_partitions, -2)
     else:
-        consumed, cdc_to = partition_offsets(marker, "consumed_to"), partition_offsets(marker, "cdc_to")
-        ratings_from = {p: consumed.get(p, low) for p, (low, _) in ratings.items()}
-        cdc_from = {p: cdc_to.get(p, -2) for p in cdc_partitions}  # -2: Spark's "earliest"
+        ratings_from = {p: marker.consumed_to.get(p, low) for p, (low, _) in ratings.items()}
+        cdc_from = {p: marker.state.cdc_to.get(p, -2) for p in cdc_partitions}  # -2: Spark's "earliest"
     return {
         settings.ratings_topic: {str(p): o for p, o in sorted(ratings_from.items())},
         settings.cdc_topic: {str(p): o for p, o in sorted(cdc_from.items())},
@@ -164,7 +172,7 @@ class Recovery:
         spark: SparkSession,
         settings: JobSettings,
         table: CustomerTable,
-        marker: dict[str, Any] | None,
+        marker: BatchMarker | None,
         run: str | None,
     ) -> None:
         self.spark, self.settings, self.table, self.marker, self.run = spark, settings, table, marker, run
@@ -172,16 +180,12 @@ class Recovery:
     def resume(self, ratings: Ratings, read: Reader) -> Start:
         """The last commit's state; the table caught up with it and the waiting ratings rebuilt."""
         marker = self.marker
-        state = CdcState.from_json(marker) if marker else self.table.delta_state
-        consumed_to, waiting_from = (
-            partition_offsets(marker, "consumed_to"),
-            partition_offsets(marker, "waiting_from"),
-        )
-        if marker is not None:
-            own = marker.get("run") == self.run
-            self._catch_up_table(state, int(marker["batch_id"]) if own else None)
-            ratings.recover(marker, self.table.versions(), read)
-        return Start(state, consumed_to, waiting_from)
+        if marker is None:
+            return Start(self.table.delta_state, {}, {})
+        own = marker.run == self.run
+        self._catch_up_table(marker.state, marker.batch_id if own else None)
+        ratings.recover(marker, self.table.versions(), read)
+        return Start(marker.state, dict(marker.consumed_to), dict(marker.waiting_from))
 
     def query_start(self, ratings_in: TopicReader) -> tuple[str, dict[int, int]]:
         """The query's starting offsets (JSON) and, per ratings partition, where the ratings

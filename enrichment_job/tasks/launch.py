@@ -6,7 +6,6 @@ import logging
 import re
 import time
 from collections.abc import Iterable
-from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaError
@@ -15,8 +14,9 @@ from pyspark import RDD
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
-from enrichment_job.kafka_in import RecordsDeleted, partition_offsets
+from enrichment_job.kafka_in import RecordsDeleted
 from enrichment_job.kafka_out import Fenced
+from enrichment_job.marker import BatchMarker
 from enrichment_job.runtime.spark_internals import live_executors, placed_rdd
 from enrichment_job.settings import JobSettings
 from enrichment_job.tasks.partition import run_plans
@@ -67,13 +67,13 @@ class TaskJoin:
         settings: JobSettings,
         run: str,
         first_starts: dict[int, int],
-        cut_over: dict[str, Any] | None = None,
+        cut_over: BatchMarker | None = None,
     ) -> None:
         self.sc = spark.sparkContext
         self.settings = settings
         self.run_id = run
         self.first_starts = first_starts
-        self.cut_over = cut_over or {}
+        self.cut_over = cut_over
         self.tables = TableShipper(self.sc)
         self.known: dict[int, TaskOutcome] = {}  # partition -> what its last task said
         self.placement: dict[int, str] = {}  # partition -> the executor its tasks prefer
@@ -114,8 +114,9 @@ class TaskJoin:
         share = max(1, limit // max(1, len(ends)))
         waiting_cap = max(1, settings.max_waiting_ratings // max(1, len(ends)))
         waiting_bytes = max(1, settings.max_waiting_bytes // max(1, len(ends)))
-        cut_consumed = partition_offsets(self.cut_over, "consumed_to")
-        cut_waiting = partition_offsets(self.cut_over, "waiting_from")
+        cut = self.cut_over
+        cut_consumed = cut.consumed_to if cut is not None else {}
+        cut_waiting = cut.waiting_from if cut is not None else {}
         plans = []
         for p, end in sorted(ends.items()):
             last = self.known.get(p)
@@ -134,7 +135,7 @@ class TaskJoin:
                     max_waiting_bytes=waiting_bytes,
                     watermark_ms=watermark_ms,
                     waiting_from=cut_waiting.get(p),
-                    start_watermark_ms=self.cut_over.get("watermark_ms"),
+                    start_watermark_ms=cut.watermark_ms if cut is not None else None,
                 )
             )
         return plans

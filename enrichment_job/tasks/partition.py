@@ -35,8 +35,10 @@ from enrichment_job.kafka_out import (
     produce_all,
     transactional_config,
 )
+from enrichment_job.marker import BatchMarker
 from enrichment_job.metrics import Steps
 from enrichment_job.settings import JobSettings
+from enrichment_job.table import CdcState
 from enrichment_job.tasks.plan import PartitionMarker, PartitionPlan, TablePlan, TaskOutcome
 from enrichment_job.tasks.tables import worker_store
 from enrichment_job.versions import VersionStore
@@ -215,16 +217,17 @@ def _ratings(plan: PartitionPlan, store: VersionStore, held: _Held) -> Ratings:
     return ratings
 
 
-def _cut_over(plan: PartitionPlan) -> dict[str, object] | None:
+def _cut_over(plan: PartitionPlan) -> BatchMarker | None:
     """The driver's last commit, for a partition no task has committed yet."""
     if plan.waiting_from is None:
         return None
-    return {
-        "batch_id": -1,
-        "watermark_ms": plan.start_watermark_ms,
-        "waiting_from": {str(plan.partition): plan.waiting_from},
-        "consumed_to": {str(plan.partition): plan.start},
-    }
+    return BatchMarker(
+        -1,
+        plan.run,
+        CdcState(plan.start_watermark_ms),
+        waiting_from={plan.partition: plan.waiting_from},
+        consumed_to={plan.partition: plan.start},
+    )
 
 
 def _run(plan: PartitionPlan, table: TablePlan, held: _Held, started: float, steps: Steps) -> TaskOutcome:

@@ -3,11 +3,12 @@ output, and what it tells the driver back. Each is frozen, and the marker has on
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from pyspark import Broadcast
 
+from enrichment_job.marker import BatchMarker
 from enrichment_job.settings import JobSettings
+from enrichment_job.table import CdcState
 
 
 @dataclass(frozen=True)
@@ -72,15 +73,17 @@ class PartitionMarker:
     def decode(value: bytes) -> "PartitionMarker":
         return PartitionMarker(**json.loads(value))
 
-    def as_recovery(self) -> dict[str, Any]:
-        """The marker as `enrich.Ratings.recover` reads a batch marker."""
-        waiting = {} if self.waiting_from is None else {str(self.partition): self.waiting_from}
-        return {
-            "batch_id": self.batch_id,
-            "watermark_ms": self.watermark_ms,
-            "waiting_from": waiting,
-            "consumed_to": {str(self.partition): self.consumed_to},
-        }
+    def as_recovery(self) -> BatchMarker:
+        """The partition's part of a batch marker, as `enrich.Ratings.recover` reads one."""
+        waiting = {} if self.waiting_from is None else {self.partition: self.waiting_from}
+        return BatchMarker(
+            self.batch_id,
+            self.run,
+            CdcState(self.watermark_ms),
+            join_in="tasks",
+            consumed_to={self.partition: self.consumed_to},
+            waiting_from=waiting,
+        )
 
 
 @dataclass(frozen=True)

@@ -93,29 +93,36 @@ def enriched_stream(
     return parse_enriched(raw.coalesce(tasks) if tasks else raw, fields)
 
 
+def open_output(
+    settings: ViewsSettings, query: str, run: str, other_markers: Sequence[str] = ()
+) -> TransactionalOutput:
+    """The query's transactional output (its id `<name>-<query>`), its last marker read and
+    checked against the query's checkpoint (`check_planned`)."""
+    out = TransactionalOutput.open(
+        settings.producer_config(),
+        f"{settings.name}-{query}",
+        settings.commits_topic,
+        run=run,
+        other_markers=other_markers,
+    )
+    check_planned(
+        out.marker,
+        run,
+        settings.state,
+        f"{CHECKPOINTS}/{query}",
+        key=out.marker_key,
+        topic=settings.commits_topic,
+    )
+    return out
+
+
 class BatchSink:
     """foreachBatch handler: a batch's records plus a marker, in one Kafka transaction."""
 
-    def __init__(
-        self, settings: ViewsSettings, query: str, run: str, other_markers: Sequence[str] = ()
-    ) -> None:
-        self.settings, self.query = settings, query
-        self.out = TransactionalOutput(
-            settings.producer_config(),
-            f"{settings.name}-{query}",
-            settings.commits_topic,
-            run=run,
-            other_markers=other_markers,
-        )
+    def __init__(self, settings: ViewsSettings, query: str, out: TransactionalOutput) -> None:
+        """`out`: the query's output, from `open_output`. Does no I/O of its own."""
+        self.settings, self.query, self.out = settings, query, out
         self.state, self.checkpoint = settings.state, f"{CHECKPOINTS}/{query}"
-        check_planned(
-            self.out.marker,
-            run,
-            self.state,
-            self.checkpoint,
-            key=self.out.marker_key,
-            topic=settings.commits_topic,
-        )
 
     def write(
         self,
@@ -155,11 +162,11 @@ class ViewsSink(BatchSink):
         self,
         settings: ViewsSettings,
         query: str,
+        out: TransactionalOutput,
         views: tuple[View, ...],
-        run: str,
         dead_letter: Column | None = None,
     ) -> None:
-        super().__init__(settings, query, run)
+        super().__init__(settings, query, out)
         self.views, self.dead_letter = views, dead_letter
         previous = self.out.marker if self.out.committed(0) else None
         newest = previous.get("max_rating_time", {}) if previous else {}
@@ -351,7 +358,7 @@ def start_queries(
         started.append(
             rows.writeStream.queryName(query)
             .outputMode("update")
-            .foreachBatch(ViewsSink(settings, query, kept, run, reason))
+            .foreachBatch(ViewsSink(settings, query, open_output(settings, query, run), kept, reason))
             .option("checkpointLocation", settings.state.child(CHECKPOINTS, query))
             .trigger(processingTime=trigger)
             .start()

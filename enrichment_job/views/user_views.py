@@ -36,7 +36,7 @@ from enrichment_job.batch_io import collect
 from enrichment_job.kafka_out import Records
 from enrichment_job.recovery import CHECKPOINTS
 from enrichment_job.runtime.state_dir import StateDir
-from enrichment_job.views.app import BatchSink, column_types, enriched_stream
+from enrichment_job.views.app import BatchSink, column_types, enriched_stream, open_output
 from enrichment_job.views.catalog import (
     BUILT_IN_NAMES,
     CatalogError,
@@ -71,10 +71,17 @@ class SqlViewSink:
     dead-letter topic with the reason instead (a record too large would stop the view on every
     retry)."""
 
-    def __init__(
-        self, settings: ViewsSettings, query: str, view: CompiledView, entry: Entry, run: str
+    def __init__(  # noqa: PLR0917 - what `open` made and read, handed over
+        self,
+        settings: ViewsSettings,
+        view: CompiledView,
+        entry: Entry,
+        sink: BatchSink,
+        windows: dict[int, set[bytes]],
+        backfill_to: dict[int, int],
     ) -> None:
-        self.sink = BatchSink(settings, query, run, other_markers=(marker_key(settings, view.name),))
+        """Takes what `open` made and read; does no I/O of its own."""
+        self.sink = sink
         self.settings, self.view, self.entry = settings, view, entry
         self.topic = entry.topic or settings.topic(view.name)
         self.columns = column_types(view.rows)
@@ -86,14 +93,13 @@ class SqlViewSink:
         self.newest = "last_rating_time" if "last_rating_time" in names else None
         # With a retention: each window's keys in the changelog, to write their tombstones once
         # a window `retention_ms` newer has come (read back from the topic after a restart).
-        self.windows: dict[int, set[bytes]] = defaultdict(set)
+        self.windows: dict[int, set[bytes]] = defaultdict(set, windows)
         if view.retention_ms is not None and view.window_start is not None:
             self.select.append(F.unix_millis(F.col(view.window_start)).alias(_WINDOW_MS))
-            self.windows.update(_windows_in_topic(settings, self.topic, view.window_start))
         self.said: dict[str, Any] | None = None  # the last marker of this version
         previous = self.sink.out.marker if self.sink.out.committed(0) else None
         self.max_rating_time: int | None = previous.get("max_rating_time") if previous else None
-        self.backfill_to = _ends_now(settings)
+        self.backfill_to = backfill_to  # where the enriched topic ended as the view was opened
         # A restart of a view that was live stays live (its marker says so); a new one backfills.
         said = self.sink.out.others[marker_key(settings, view.name)]
         self.live = bool(
@@ -102,6 +108,19 @@ class SqlViewSink:
             and said.get("state") == "live"
             and said.get("created_at_ms") == entry.created_at_ms
         )
+
+    @classmethod
+    def open(
+        cls, settings: ViewsSettings, query: str, view: CompiledView, entry: Entry, run: str
+    ) -> "SqlViewSink":
+        """The view's sink: its output opened (`open_output`) and, with a retention, the keys of
+        each window read back from its changelog topic."""
+        out = open_output(settings, query, run, other_markers=(marker_key(settings, view.name),))
+        topic = entry.topic or settings.topic(view.name)
+        windows = {}
+        if view.retention_ms is not None and view.window_start is not None:
+            windows = _windows_in_topic(settings, topic, view.window_start)
+        return cls(settings, view, entry, BatchSink(settings, query, out), windows, _ends_now(settings))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -328,7 +347,7 @@ class SqlViews:
         if ensure_topic(self.settings.producer_config(), topic, 1):
             log.info("view %s: created its changelog topic %s", entry.name, topic)
         folder = _folder(entry)
-        sink = SqlViewSink(self.settings, folder, compiled, entry, self.run)
+        sink = SqlViewSink.open(self.settings, folder, compiled, entry, self.run)
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", "background")
         query = (
             compiled.rows.writeStream.queryName(f"sql-{entry.name}-{entry.created_at_ms}")

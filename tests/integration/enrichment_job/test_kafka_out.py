@@ -20,7 +20,9 @@ def topics(stack_env: StackEnv, unique: str) -> Iterator[list[str]]:
 
 
 def _output(stack_env: StackEnv, commits: str, name: str) -> TransactionalOutput:
-    return TransactionalOutput({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]}, name, commits)
+    return TransactionalOutput.open(
+        {"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]}, name, commits
+    )
 
 
 def _records(topic: str, n: int, tag: str) -> Records:
@@ -121,5 +123,5 @@ def test_one_read_of_the_commits_topic_gives_the_last_marker_of_each_key_a_tombs
     config = {"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]}
     assert last_markers(config, commits, ["a", "b", "d"]) == {"a": {"batch_id": 2}, "b": None, "d": None}
     assert last_markers(config, commits, []) == {}
-    output = TransactionalOutput(config, "c", commits, other_markers=("a", "b"))
+    output = TransactionalOutput.open(config, "c", commits, other_markers=("a", "b"))
     assert (output.marker, output.others) == ({"batch_id": 5}, {"a": {"batch_id": 2}, "b": None})

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from enrichment_job.kafka_out import ForeignMarker
+from enrichment_job.marker import BatchMarker
 from enrichment_job.recovery import (
     PIPELINE_CHECKPOINT,
     TopicsChanged,
@@ -22,13 +23,11 @@ def _settings(tmp_path: Path, **more: Any) -> JobSettings:
     return JobSettings(state_dir=str(tmp_path / "state"), job_name="job-a", **more)
 
 
-def _marker(run: str, **fields: object) -> dict[str, object]:
-    return {
-        "batch_id": 41,
-        "run": run,
-        "ratings_topic": "ratings",
-        "cdc_topic": "asgard.demo.customers",
-    } | fields
+def _marker(run: str, **fields: object) -> BatchMarker:
+    return BatchMarker.decode(
+        {"batch_id": 41, "run": run, "ratings_topic": "ratings", "cdc_topic": "asgard.demo.customers"}
+        | fields
+    )
 
 
 def test_a_folder_goes_on_with_its_own_run_when_the_last_commit_is_its_own(tmp_path: Path) -> None:
