@@ -46,6 +46,7 @@ from enrichment_job.views.declarations import View, declared
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from enrichment_job.views.transforms import ENRICHED_FIELDS, parse_enriched
 from foundation.prometheus import MetricsServer, serve
+from foundation.view_marker import ViewMarker
 
 log = logging.getLogger("enrichment_job.views")
 
@@ -241,16 +242,16 @@ class ViewsSink(BatchSink):
         keys, values = [], []
         for view in self.views:
             keys.append(f"{self.out.marker_key}:{view.name}".encode())
-            body = {
-                "view": view.name,
-                "key": list(view.key),
-                "columns": self.columns[view.name],
-                "batch_id": marker["batch_id"],
-                "enriched_to": marker["enriched_to"],
-                "max_rating_time": self.max_rating_time[view.name],
-                "written_at_ms": marker["written_at_ms"],
-            }
-            values.append(json.dumps(body).encode())
+            said = ViewMarker(
+                view.name,
+                tuple(view.key),
+                self.columns[view.name],
+                batch_id=marker["batch_id"],
+                enriched_to=marker["enriched_to"],
+                max_rating_time=self.max_rating_time[view.name],
+                written_at_ms=marker["written_at_ms"],
+            )
+            values.append(json.dumps(said.as_json()).encode())
         return Records(self.settings.commits_topic, keys, values)
 
 

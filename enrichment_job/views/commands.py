@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaException
 
@@ -36,6 +36,7 @@ from enrichment_job.runtime.cli import CONFIG_EXIT, load_or_exit
 from enrichment_job.views.catalog import BUILT_IN_NAMES, CatalogError, Entry, marker_key, publish, read_all
 from enrichment_job.views.definition import ViewRefused, check, read
 from enrichment_job.views.settings import ViewsSettings
+from foundation.view_marker import ViewMarker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,8 +77,8 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
             listed_all = sorted(read_all(config, topic).values(), key=lambda e: e.name)
             said_of = _said_of(settings, listed_all)
             for listed in listed_all:
-                said = said_of[listed.name] or {}
-                state = said.get("state") or ("replacing" if listed.previous else "not started")
+                said = said_of[listed.name]
+                state = (said and said.state) or ("replacing" if listed.previous else "not started")
                 print(f"{listed.name}\t{state}\tcreated {_time(listed.created_at_ms)}")
             return 0
         if args.command in ("create", "replace"):
@@ -103,14 +104,14 @@ def _time(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
-def _said(settings: ViewsSettings, entry: Entry) -> dict[str, Any] | None:
+def _said(settings: ViewsSettings, entry: Entry) -> ViewMarker | None:
     """What the views job last said of this version of the view: its last batch's marker (the
     view's, when it is this version's), or that it was refused or failed (its own marker) when
     that came later."""
     return _said_of(settings, [entry])[entry.name]
 
 
-def _said_of(settings: ViewsSettings, entries: list[Entry]) -> dict[str, dict[str, Any] | None]:
+def _said_of(settings: ViewsSettings, entries: list[Entry]) -> dict[str, ViewMarker | None]:
     """`_said` of each entry, by view name, from one read of the commits topic."""
     keys = {
         e.name: (marker_key(settings, e.name, e.created_at_ms), marker_key(settings, e.name)) for e in entries
@@ -118,39 +119,40 @@ def _said_of(settings: ViewsSettings, entries: list[Entry]) -> dict[str, dict[st
     markers = last_markers(
         settings.producer_config(), settings.commits_topic, [k for pair in keys.values() for k in pair]
     )
-    said_of = {}
+    said_of: dict[str, ViewMarker | None] = {}
     for entry in entries:
         problem_key, batch_key = keys[entry.name]
-        problem, said = markers[problem_key], markers[batch_key]
-        if said is not None and said.get("created_at_ms") != entry.created_at_ms:
+        problem, said = (
+            ViewMarker.decode(found) if found is not None else None
+            for found in (markers[problem_key], markers[batch_key])
+        )
+        if said is not None and said.created_at_ms != entry.created_at_ms:
             said = None
-        if problem is not None and (
-            said is None or said.get("written_at_ms", 0) < problem.get("written_at_ms", 0)
-        ):
+        if problem is not None and (said is None or (said.written_at_ms or 0) < (problem.written_at_ms or 0)):
             said = problem
         said_of[entry.name] = said
     return said_of
 
 
-def _show(entry: Entry, said: dict[str, Any] | None) -> None:
+def _show(entry: Entry, said: ViewMarker | None) -> None:
     print(f"view {entry.name}, created {_time(entry.created_at_ms)}")
     if said is None:
         serves = " (its previous version serves)" if entry.previous else ""
         print(f"state: not started by the views job yet{serves}")
     else:
-        print(f"state: {said.get('state')}" + (f": {said['error']}" if said.get("error") else ""))
-        print(f"topic: {said.get('topic')}; key: {', '.join(said.get('key') or [])}")
-        if said.get("batch_id") is not None:
-            read_to, newest = said.get("enriched_to"), said.get("max_rating_time")
-            print(f"batch {said['batch_id']}, enriched topic read to {read_to}, newest rating {newest}")
+        print(f"state: {said.state}" + (f": {said.error}" if said.error else ""))
+        print(f"topic: {said.topic}; key: {', '.join(said.key or [])}")
+        if said.batch_id is not None:
+            read_to, newest = said.enriched_to, said.max_rating_time
+            print(f"batch {said.batch_id}, enriched topic read to {read_to}, newest rating {newest}")
     print()
     print(entry.sql.rstrip())
 
 
 def _follow(settings: ViewsSettings, entry: Entry) -> int:
     """The view's changelog topic from its start, committed records, as JSON lines."""
-    said = _said(settings, entry) or {}
-    topic = str(said.get("topic") or entry.topic or settings.topic(entry.name))
+    said = _said(settings, entry)
+    topic = (said and said.topic) or entry.topic or settings.topic(entry.name)
     consumer = Consumer(
         {
             **settings.producer_config(),
@@ -236,10 +238,11 @@ def _serving(settings: ViewsSettings, current: Entry) -> Entry | None:
     views job yet; its previous version when it was refused or failed)."""
     if current.previous is None:
         return current
-    said = _said(settings, current) or {}
-    if said.get("state") in ("refused", "failed"):
+    said = _said(settings, current)
+    state = said.state if said is not None else None
+    if state in ("refused", "failed"):
         return current.previous
-    return current if said.get("state") == "live" else None
+    return current if state == "live" else None
 
 
 def _validate(files: list[Path]) -> int:

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -50,6 +50,7 @@ from enrichment_job.views.catalog import (
 from enrichment_job.views.definition import CompiledView, ViewRefused, compile_view, enriched_columns, parse
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import EVERY_FIELD
+from foundation.view_marker import ViewMarker
 
 log = logging.getLogger("enrichment_job.views")
 
@@ -96,17 +97,15 @@ class SqlViewSink:
         self.windows: dict[int, set[bytes]] = defaultdict(set, windows)
         if view.retention_ms is not None and view.window_start is not None:
             self.select.append(F.unix_millis(F.col(view.window_start)).alias(_WINDOW_MS))
-        self.said: dict[str, Any] | None = None  # the last marker of this version
+        self.said: ViewMarker | None = None  # the last marker of this version
         previous = self.sink.out.marker if self.sink.out.committed(0) else None
         self.max_rating_time: int | None = previous.get("max_rating_time") if previous else None
         self.backfill_to = backfill_to  # where the enriched topic ended as the view was opened
         # A restart of a view that was live stays live (its marker says so); a new one backfills.
-        said = self.sink.out.others[marker_key(settings, view.name)]
+        found = self.sink.out.others[marker_key(settings, view.name)]
+        said = ViewMarker.decode(found) if found is not None else None
         self.live = bool(
-            previous
-            and said
-            and said.get("state") == "live"
-            and said.get("created_at_ms") == entry.created_at_ms
+            previous and said and said.state == "live" and said.created_at_ms == entry.created_at_ms
         )
 
     @classmethod
@@ -220,22 +219,22 @@ class SqlViewSink:
         if not self.live and all(ends.get(p, 0) >= o for p, o in self.backfill_to.items()):
             self.live = True
             log.info("view %s: backfilled; live", self.view.name)
-        body = {
-            "view": self.view.name,
-            "key": list(self.view.key),
-            "columns": self.columns,
-            "state": "live" if self.live else "backfilling",
-            "sql": self.entry.sql,
-            "created_at_ms": self.entry.created_at_ms,
-            "topic": self.topic,
-            "batch_id": marker["batch_id"],
-            "enriched_to": marker["enriched_to"],
-            "max_rating_time": self.max_rating_time,
-            "written_at_ms": marker["written_at_ms"],
-        }
-        self.said = body
+        said = ViewMarker(
+            self.view.name,
+            tuple(self.view.key),
+            self.columns,
+            state="live" if self.live else "backfilling",
+            sql=self.entry.sql,
+            created_at_ms=self.entry.created_at_ms,
+            topic=self.topic,
+            batch_id=marker["batch_id"],
+            enriched_to=marker["enriched_to"],
+            max_rating_time=self.max_rating_time,
+            written_at_ms=marker["written_at_ms"],
+        )
+        self.said = said
         key = marker_key(self.settings, self.view.name).encode()
-        return Records(self.settings.commits_topic, [key], [json.dumps(body).encode()])
+        return Records(self.settings.commits_topic, [key], [json.dumps(said.as_json()).encode()])
 
 
 @dataclass
@@ -314,7 +313,7 @@ class SqlViews:
             except (ViewRefused, CatalogError) as err:
                 state = "refused" if isinstance(err, ViewRefused) else "failed"
                 log.error("view %s (version of %d) %s: %s", entry.name, entry.created_at_ms, state, err)
-                self._announce(entry, {"state": state, "error": str(err), "sql": entry.sql})
+                self._announce(entry, ViewMarker(entry.name, state=state, error=str(err), sql=entry.sql))
                 if not running and entry.previous is not None:
                     self._resume(entry.previous)
                 return
@@ -376,7 +375,7 @@ class SqlViews:
                 delete_topic(self.settings.producer_config(), self.settings.topic(name))
             except CatalogError as err:
                 log.error("view %s: %s", name, err)
-            self._announce(Entry(name, "", 0), {"state": "dropped", "dropped": True})
+            self._announce(Entry(name, "", 0), ViewMarker(name, state="dropped", dropped=True))
             log.info("view %s dropped: its queries, checkpoints and topics are gone", name)
 
     def _remove(self, entry: Entry, version: _Version | None) -> None:
@@ -402,7 +401,8 @@ class SqlViews:
                         continue
                     error = version.query.exception()
                     log.error("view %s (version of %d): its query stopped: %s", name, created, error)
-                    self._announce(version.entry, {"state": "failed", "error": str(error)[:2000]})
+                    failed = ViewMarker(name, state="failed", error=str(error)[:2000])
+                    self._announce(version.entry, failed)
                     del running[created]
                 newest = max(running, default=None)
                 if newest is None or len(running) == 1 or not running[newest].sink.live:
@@ -418,7 +418,7 @@ class SqlViews:
                     )
                 said = running[newest].sink.said
                 if said is not None:  # the last word on the view is the new version's, not the old's
-                    self._say(marker_key(self.settings, name), said)
+                    self._say(marker_key(self.settings, name), said.as_json())
 
     def stop(self) -> None:
         if self.follower is not None:
@@ -428,14 +428,14 @@ class SqlViews:
                 for version in running.values():
                     version.query.stop()
 
-    def _announce(self, entry: Entry, body: dict[str, Any]) -> None:
+    def _announce(self, entry: Entry, said: ViewMarker) -> None:
         """A marker for the query service that is not a batch's: refused, failed or dropped."""
-        value = {"view": entry.name, **body, "written_at_ms": int(time.time() * 1000)}
+        said = replace(said, written_at_ms=int(time.time() * 1000))
         problem_of = None
         if entry.created_at_ms:
-            value |= {"created_at_ms": entry.created_at_ms, "topic": self.topic(entry)}
+            said = replace(said, created_at_ms=entry.created_at_ms, topic=self.topic(entry))
             problem_of = entry.created_at_ms
-        self._say(marker_key(self.settings, entry.name, problem_of), value)
+        self._say(marker_key(self.settings, entry.name, problem_of), said.as_json())
 
     def _say(self, key: str, value: dict[str, Any]) -> None:
         """A marker on the commits topic, outside any transaction."""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from foundation.view_marker import ViewMarker
 from services.views.api import Api
 from services.views.config import ViewsApiSettings
 from services.views.hub import Hub, Subscriber, events_of
@@ -104,7 +105,7 @@ def service_apply(rows: list[tuple[str, str]], folder: Path) -> dict[str, float]
     hub.add(Subscriber("customer_ratings", None, asyncio.Queue()))
     initial = [Change("customer_ratings", key, ("user_id",), value) for key, value in rows]
     # The marker, as the views job writes one each batch: it names the key, which is indexed.
-    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    marker = ViewMarker("customer_ratings", ("user_id",), [{"name": "user_id", "type": "int"}])
     load = {"customer_ratings": marker}
     figures = {"load_s": _time(lambda: store.apply(initial, load, {("t", 0): len(initial)}))}
     rnd = random.Random(3)
@@ -126,7 +127,7 @@ def customer_ratings_store(path: Path, rows: list[tuple[str, str]]) -> Store:
     """The query service's store at `path`, holding `rows` as the customer_ratings view with
     the marker that names its key and columns."""
     store = Store(path)
-    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    marker = ViewMarker("customer_ratings", ("user_id",), [{"name": "user_id", "type": "int"}])
     initial = [Change("customer_ratings", key, ("user_id",), value) for key, value in rows]
     store.apply(initial, {"customer_ratings": marker}, {})
     return store

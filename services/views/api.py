@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from foundation.view_marker import ViewMarker
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Hub, RowFilter, Subscriber, Turns, change_data, sse
@@ -137,8 +138,9 @@ class Api:
         return [*self.built_in, *declared]
 
     def topic(self, name: str) -> str:
-        marker = (self.store.view_info(name) or {}).get("marker") or {}
-        return self._topics.get(name) or marker.get("topic") or f"{self.settings.topic_prefix}{name}"
+        marker = (self.store.view_info(name) or {}).get("marker")
+        declared = marker.topic if marker is not None else None
+        return self._topics.get(name) or declared or f"{self.settings.topic_prefix}{name}"
 
     def app(self) -> ASGIApp:
         routes = [
@@ -184,8 +186,9 @@ class Api:
         if info is None:
             raise BadRequest(404, f"view {name!r} has no data yet")
         if not info.get("columns"):
-            said = info.get("marker") or {}
-            state, error = said.get("state", "not started"), said.get("error", "")
+            said = info.get("marker")
+            state = (said.state if said is not None else None) or "not started"
+            error = (said.error if said is not None else None) or ""
             raise BadRequest(409, f"view {name!r} is {state}: {error}")
         return info
 
@@ -235,24 +238,25 @@ class Api:
         return JSONResponse({"views": views})
 
     def _described(self, name: str, info: dict[str, Any]) -> dict[str, Any]:
-        marker = info.get("marker") or {}
+        marker = info.get("marker") or ViewMarker(name)
+        known = info.get("marker") is not None
         served = STAGED not in name and bool(info.get("columns"))
         return {
             "name": name,
-            "topic": marker.get("topic") or self.topic(name),
-            "state": marker.get("state") or ("live" if marker else "loading"),
-            "error": marker.get("error"),
-            "sql": marker.get("sql"),
-            "created_at_ms": marker.get("created_at_ms"),
+            "topic": marker.topic or self.topic(name),
+            "state": marker.state or ("live" if known else "loading"),
+            "error": marker.error,
+            "sql": marker.sql,
+            "created_at_ms": marker.created_at_ms,
             "key": info.get("key"),
             "columns": info.get("columns"),
             "rows": self.store.count(name) if served else None,
             "freshness": {
-                "enriched_to": marker.get("enriched_to"),
-                "max_rating_time": marker.get("max_rating_time"),
-                "batch_id": marker.get("batch_id"),
-                "written_at_ms": marker.get("written_at_ms"),
-                "applied_at_ms": info.get("applied_at_ms") if marker else None,
+                "enriched_to": marker.enriched_to,
+                "max_rating_time": marker.max_rating_time,
+                "batch_id": marker.batch_id,
+                "written_at_ms": marker.written_at_ms,
+                "applied_at_ms": info.get("applied_at_ms") if known else None,
             },
         }
 

@@ -32,6 +32,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from foundation.logs import configure_or_exit
+from foundation.view_marker import ViewMarker
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Event, Hub, events_of
 from services.views.store import STAGED, Change, Store, key_of
@@ -149,7 +150,7 @@ class Changelog:
             if topic == self.settings.commits_topic:
                 marker = _json(msg.value())
                 if isinstance(marker, dict) and marker.get("view"):
-                    self._marker(consumer, marker, batch)
+                    self._marker(consumer, ViewMarker.decode(marker), batch)
                     if batch.promoted:  # the rows after a version's takeover go in after it
                         self._apply(batch, read)
                         batch, read = _Batch(), 0
@@ -186,30 +187,29 @@ class Changelog:
             page = events[start : start + EVENTS_PER_MESSAGE] or None
             self.send(("batch", self.store.seq, self.records, fresh_infos if start == 0 else None, page))
 
-    def _marker(self, consumer: Consumer, marker: dict[str, Any], batch: "_Batch") -> None:
+    def _marker(self, consumer: Consumer, marker: ViewMarker, batch: "_Batch") -> None:
         """A view's marker: its key, columns and freshness (the first of a view declared in SQL
         starts the reading of its topic), that it was refused or failed, or dropped (its topic is
         no longer read, and the store forgets its rows). A marker of a newer version of a served
         view (a replacement) starts the reading of that version's topic into a staged view of its
         own; once it says `live`, the staged rows take the view's place."""
-        name = str(marker["view"])
-        if marker.get("dropped"):
+        name = marker.view
+        if marker.dropped:
             self._drop(consumer, name, batch)
             return
-        version = int(marker.get("created_at_ms") or 0)
+        version = marker.version
         served = self.versions.get(name)
         if served is not None and version < served:
             return  # an older version's word, after the newer took over
         own = name if served is None or version == served else f"{name}{STAGED}{version}"
-        if "columns" not in marker:  # refused or failed: kept with what the view has
-            known = batch.markers.get(own) or (self.store.view_info(own) or {}).get("marker") or {}
-            said = {"key": [], "columns": [], **known, **marker}
-            batch.markers[own] = said
+        if not marker.has_columns:  # refused or failed: kept with what the view has
+            known = batch.markers.get(own) or (self.store.view_info(own) or {}).get("marker")
+            batch.markers[own] = marker.over(known)
             if own == name:
                 self.versions[name] = version
             return
         topic = str(
-            marker.get("topic")
+            marker.topic
             or next((t for t, v in self.views.items() if v == own), f"{self.settings.topic_prefix}{name}")
         )
         if self.views.get(topic) is None:
@@ -226,7 +226,7 @@ class Changelog:
             log.info("view %s%s: reading %s from its start", name, which, topic)
         batch.markers[own] = marker
         batch.dropped.pop(own, None)
-        if own != name and marker.get("state") == "live":
+        if own != name and marker.state == "live":
             self._take_over(consumer, own, topic, batch)
 
     def _take_over(self, consumer: Consumer, staged: str, topic: str, batch: "_Batch") -> None:
@@ -278,11 +278,11 @@ class Changelog:
         """A declared view's topic that the local copy reads: its view (or staged version) and
         version, as its last marker says."""
         for view, info in self.store.infos().items():
-            marker = info.get("marker") or {}
-            if marker.get("topic") == topic:
+            marker = info.get("marker")
+            if marker is not None and marker.topic == topic:
                 self.views[topic] = view
                 if STAGED not in view:
-                    self.versions[view] = int(marker.get("created_at_ms") or 0)
+                    self.versions[view] = marker.version
                 return
         self.views[topic] = topic.removeprefix(self.settings.topic_prefix)
 
@@ -317,7 +317,7 @@ class _Batch:
     """What a step applies to the store in one transaction."""
 
     changes: list[Change] = field(default_factory=list)
-    markers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    markers: dict[str, ViewMarker] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)  # view -> its topic
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     promoted: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # see Store.apply

@@ -46,7 +46,8 @@ class ViewsCollector(Collector):
         for name in self.names():
             rows.add_metric([name], self.store.count(name))
             info = self.store.view_info(name) or {}
-            newest = (info.get("marker") or {}).get("max_rating_time")  # ms
+            marker = info.get("marker")
+            newest = marker.max_rating_time if marker is not None else None  # ms
             if isinstance(newest, int | float):
                 behind.add_metric([name], max(0.0, time.time() - newest / 1000))
         yield rows

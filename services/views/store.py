@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from foundation.view_marker import ViewMarker
+
 _IN_CHUNK = 500  # keys per `IN (...)` look-up of stored values
 
 SCHEMA = """
@@ -138,7 +140,7 @@ class Store:
     def apply(
         self,
         changes: list[Change],
-        markers: dict[str, dict[str, Any]],
+        markers: dict[str, ViewMarker],
         offsets: dict[tuple[str, int], int],
         dropped: dict[str, str] | None = None,
         promoted: dict[str, tuple[str, str | None]] | None = None,
@@ -181,14 +183,10 @@ class Store:
             for view, change in learned.items():
                 info[view] = self._learn(change, now_ms)
             for view, marker in markers.items():
-                if marker["key"]:  # none: a view refused before it had rows
-                    self._index(view, list(marker["key"]), marker["columns"])
-                info[view] = {
-                    "key": list(marker["key"]),
-                    "columns": marker["columns"],
-                    "marker": marker,
-                    "applied_at_ms": now_ms,
-                }
+                key, columns = list(marker.key or ()), marker.columns or []
+                if key:  # none: a view refused before it had rows
+                    self._index(view, key, columns)
+                info[view] = {"key": key, "columns": columns, "marker": marker, "applied_at_ms": now_ms}
                 w.execute(
                     "INSERT INTO views (view, key_columns, columns, marker, applied_at_ms)"
                     " VALUES (?, ?, ?, ?, ?) ON CONFLICT (view) DO UPDATE SET"
@@ -196,9 +194,9 @@ class Store:
                     " marker = excluded.marker, applied_at_ms = excluded.applied_at_ms",
                     (
                         view,
-                        json.dumps(marker["key"]),
-                        json.dumps(marker["columns"]),
-                        json.dumps(marker),
+                        json.dumps(key),
+                        json.dumps(columns),
+                        json.dumps(marker.as_json()),
                         now_ms,
                     ),
                 )
@@ -365,7 +363,7 @@ class Store:
             view: {
                 "key": json.loads(key),
                 "columns": json.loads(columns),
-                "marker": json.loads(marker) if marker else None,
+                "marker": ViewMarker.decode(json.loads(marker)) if marker else None,
                 "applied_at_ms": applied,
             }
             for view, key, columns, marker, applied in rows

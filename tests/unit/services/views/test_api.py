@@ -4,19 +4,23 @@ stream does to the pull queries answered beside it."""
 import asyncio
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from foundation.view_marker import ViewMarker
 from services.views.api import Api, BadRequest, _cursor, _encode_cursor, _filters
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Hub
 from services.views.store import Change, Store, key_of
 
 ROWS = 12_000
-MARKER = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+MARKER = ViewMarker.decode(
+    {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+)
 
 
 def _scope(path: str) -> dict[str, Any]:
@@ -153,7 +157,7 @@ def test_a_subscriber_gets_the_new_versions_snapshot_on_its_stream_when_a_replac
     tmp_path: Path,
 ) -> None:
     store = Store(tmp_path / "s.sqlite3")
-    marker = {**MARKER, "view": "by_user", "created_at_ms": 1}
+    marker = replace(MARKER, view="by_user", created_at_ms=1)
     store.apply(
         [Change("by_user", key_of([1]), ("user_id",), '{"user_id":1,"v":1}')],
         {"by_user": marker},
@@ -170,7 +174,7 @@ def test_a_subscriber_gets_the_new_versions_snapshot_on_its_stream_when_a_replac
         while not sent or b"event: live" not in sent[-1]:
             await asyncio.sleep(0.01)
         staged = [Change("by_user@2", key_of([i]), ("user_id",), f'{{"user_id":{i},"v":2}}') for i in (1, 2)]
-        new = {**marker, "created_at_ms": 2, "topic": "view.by_user.2"}
+        new = replace(marker, created_at_ms=2, topic="view.by_user.2")
         store.apply(staged, {"by_user@2": new}, {("u", 0): 2})
         store.apply([], {"by_user": new}, {("u", 0): 2}, promoted={"by_user@2": ("by_user", "t")})
         hub.publish(store.seq, [("by_user", "", REPLACED)])
@@ -189,7 +193,7 @@ def test_a_subscriber_gets_the_new_versions_snapshot_on_its_stream_when_a_replac
 def test_a_view_refused_before_it_had_rows_is_listed_with_its_reason_and_not_queried(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.sqlite3")
     refused = {"view": "unkeyed", "state": "refused", "error": "GROUP BY user_id is not selected"}
-    store.apply([], {"unkeyed": {"key": [], "columns": [], **refused}}, {("views-commits", 0): 1})
+    store.apply([], {"unkeyed": ViewMarker.decode(refused)}, {("views-commits", 0): 1})
     changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
     api = Api(ViewsApiSettings(), store, Hub(), changelog)  # type: ignore[arg-type]
     listed = asyncio.run(api.catalog(None))  # type: ignore[arg-type]

@@ -224,7 +224,7 @@ def test_a_view_declared_in_sql_is_read_from_its_first_marker_on_and_forgotten_w
     assert json.loads(store.get("by_channel", key_of(["web"])) or "{}") == {"channel": "web", "ratings": 3}
     refused = {"view": "unkeyed", "state": "refused", "error": "GROUP BY user_id is not selected"}
     changelog._step(consumer, [_Marker(1, refused)])  # type: ignore[arg-type]
-    assert store.infos()["unkeyed"]["marker"]["error"] == refused["error"]  # shown, with Spark's message
+    assert store.infos()["unkeyed"]["marker"].error == refused["error"]  # shown, with Spark's message
     assert served(store.infos()) == ["by_channel"] and len(consumer.assigned) == 2  # not queried, no topic
     changelog._step(consumer, [_Marker(2, {"view": "by_channel", "state": "dropped", "dropped": True})])  # type: ignore[arg-type]
     assert consumer.assigned == [] and store.count("by_channel") == 0 and "by_channel" not in store.infos()
@@ -234,7 +234,7 @@ def test_a_view_declared_in_sql_is_read_from_its_first_marker_on_and_forgotten_w
     assert consumer.assigned == [] and "by_channel" not in store.infos()
     built_in = {"view": "customer_ratings", "key": ["user_id"], "columns": columns, "batch_id": 1}
     changelog._step(consumer, [_Marker(6, built_in)])  # type: ignore[list-item]
-    assert consumer.assigned == [] and store.infos()["customer_ratings"]["marker"]["batch_id"] == 1
+    assert consumer.assigned == [] and store.infos()["customer_ratings"]["marker"].batch_id == 1
     dropped_built_in = {"view": "customer_ratings", "dropped": True}
     changelog._step(consumer, [_Marker(6, dropped_built_in), _Record(7, 1)])  # type: ignore[arg-type]
     assert store.count("customer_ratings") == 1  # a configured view is never dropped
@@ -254,7 +254,7 @@ def test_a_new_version_is_staged_while_the_old_serves_and_takes_its_place_once_l
     assert json.loads(store.get("by_channel", key_of(["web"])) or "{}")["ratings"] == 1  # v1 serves
     assert served(store.infos()) == ["by_channel"] and "by_channel@2" in store.infos()
     changelog._step(consumer, [_Marker(3, {**v1, "batch_id": 9})])  # v1 goes on meanwhile
-    assert store.infos()["by_channel"]["marker"]["batch_id"] == 9
+    assert store.infos()["by_channel"]["marker"].batch_id == 9
     sent.clear()
     changelog._pending = {("view.by_channel", 0)}  # still catching up with the old version's topic
     changelog._step(
@@ -267,14 +267,14 @@ def test_a_new_version_is_staged_while_the_old_serves_and_takes_its_place_once_l
     )
     assert json.loads(store.get("by_channel", key_of(["web"])) or "{}")["ratings"] == 7  # v2's, its last
     assert served(store.infos()) == ["by_channel"] and "by_channel@2" not in store.infos()
-    assert store.infos()["by_channel"]["marker"]["sql"] == "v2"
+    assert store.infos()["by_channel"]["marker"].sql == "v2"
     assert {t for t, _, _ in consumer.assigned} == {"view.by_channel.2"}
     assert not any(t == "view.by_channel" for t, _ in store.offsets())
     assert changelog._pending == set()  # a topic let go is not waited for
     events = [e for m in sent if m[0] == "batch" and m[4] for e in m[4]]
     assert ("by_channel", "", REPLACED) in events  # subscribers take the new version's snapshot
     changelog._step(consumer, [_Marker(8, {**v1, "batch_id": 10})])  # the old version's last word
-    assert store.infos()["by_channel"]["marker"]["created_at_ms"] == 2
+    assert store.infos()["by_channel"]["marker"].created_at_ms == 2
 
 
 def test_a_configured_views_marker_keeps_it_on_its_own_topic(tmp_path: Path) -> None:

@@ -10,11 +10,12 @@ import struct
 import subprocess
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
+from foundation.view_marker import ViewMarker
 from services.views.pgwire import PROTOCOL_V3, PgServer, PgSettings
 from services.views.sql import SqlReader
 from services.views.store import Change, Store, key_of
@@ -27,7 +28,7 @@ COLUMNS = [
     {"name": "club_status", "type": "string"},
     {"name": "customer_matched", "type": "boolean"},
 ]
-MARKER = {"view": "customer_ratings", "key": ["user_id"], "columns": COLUMNS}
+MARKER = ViewMarker.decode({"view": "customer_ratings", "key": ["user_id"], "columns": COLUMNS})
 
 
 def _row(user: int) -> Change:
@@ -124,7 +125,7 @@ def test_mistakes_get_postgres_codes(served: Served) -> None:
 
 
 def test_a_view_s_new_columns_are_served_once_its_marker_names_them(served: Served) -> None:
-    marker = {**MARKER, "columns": [*COLUMNS, {"name": "last_channel", "type": "string"}]}
+    marker = replace(MARKER, columns=[*COLUMNS, {"name": "last_channel", "type": "string"}])
     row = {"user_id": 1, "ratings": 11, "average_stars": 3.0, "club_status": "gold", "last_channel": "web"}
     change = Change("customer_ratings", key_of([1]), ("user_id",), json.dumps(row))
     served.store.apply([change], {"customer_ratings": marker}, {})
@@ -224,7 +225,7 @@ def test_a_key_lookup_reads_the_view_s_key_index_not_every_row(served: Served) -
     assert "USING INDEX key_of_" in plan, plan
     assert served.rows("SELECT ratings FROM customer_ratings WHERE user_id = 3") == ["30"]
     # The key's type changes: its index is made again, the older one dropped.
-    retyped = {**MARKER, "columns": [{"name": "user_id", "type": "string"}]}
+    retyped = replace(MARKER, columns=[{"name": "user_id", "type": "string"}])
     served.store.apply([], {"customer_ratings": retyped}, {})
     with contextlib.closing(sqlite3.connect(served.store.path)) as conn:
         listed = "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'key_of_%'"

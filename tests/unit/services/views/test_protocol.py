@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from foundation.view_marker import ViewMarker
 from services.views import protocol
 from services.views.api import Api
 from services.views.config import ViewsApiSettings
@@ -23,7 +24,9 @@ from services.views.protocol import Access, Bounds, pull_protocol
 from services.views.store import Change, Store, key_of
 
 Answer = tuple[bytes, dict[bytes, bytes], bytes]  # status, headers, body
-MARKER = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+MARKER = ViewMarker.decode(
+    {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+)
 
 
 class Server:

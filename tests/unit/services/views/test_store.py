@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from foundation.view_marker import ViewMarker
 from services.views.api import BadRequest, parse_value
 from services.views.hub import OVERFLOWED, Hub, RowFilter, Subscriber, change_data, events_of
 from services.views.store import Change, Snapshot, Store, infer_columns, key_of
@@ -42,10 +43,12 @@ def test_columns_come_from_the_first_row_until_a_marker_names_them(tmp_path: Pat
     info = store.view_info("customer_ratings")
     assert info is not None and info["key"] == ["user_id"] and info["marker"] is None
     assert {c["name"]: c["type"] for c in info["columns"]}["customer_matched"] == "boolean"
-    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    marker = ViewMarker.decode(
+        {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    )
     store.apply([], {"customer_ratings": marker}, {})
     info = store.view_info("customer_ratings")
-    assert info is not None and info["columns"] == marker["columns"] and info["marker"] == marker
+    assert info is not None and info["columns"] == marker.columns and info["marker"] == marker
 
 
 def test_filtered_scans_compare_typed_values_and_stop_at_the_limit(tmp_path: Path) -> None:
@@ -98,7 +101,9 @@ def test_a_key_changed_twice_in_one_batch_gives_both_changes_in_order_and_keeps_
 
 
 def test_the_views_description_is_kept_across_a_reopen(tmp_path: Path) -> None:
-    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    marker = ViewMarker.decode(
+        {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    )
     Store(tmp_path / "s.sqlite3").apply([_change(1, 3)], {"customer_ratings": marker}, {})
     info = Store(tmp_path / "s.sqlite3").view_info("customer_ratings")
     assert info is not None and info["marker"] == marker and info["key"] == ["user_id"]
@@ -179,7 +184,9 @@ def _drain(queue: "asyncio.Queue[str]") -> list[str]:
 
 def test_a_scan_orders_rows_by_the_key_s_typed_values_not_its_text(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.sqlite3")
-    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    marker = ViewMarker.decode(
+        {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    )
     store.apply([_change(i, 1) for i in (100, 3, 42, 7)], {"customer_ratings": marker}, {})
     users = [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [("ratings", "=", 1)], 10)]
     assert users == [3, 7, 42, 100]  # as text, "[100]" < "[3]" < "[42]" < "[7]"
@@ -191,7 +198,9 @@ def test_a_dropped_view_loses_its_rows_description_and_offsets_and_the_others_ke
 ) -> None:
     store = Store(tmp_path / "s.sqlite3")
     by_channel = Change("by_channel", key_of(["web"]), ("channel",), json.dumps({"channel": "web", "n": 3}))
-    marker = {"view": "by_channel", "key": ["channel"], "columns": [{"name": "channel", "type": "string"}]}
+    marker = ViewMarker.decode(
+        {"view": "by_channel", "key": ["channel"], "columns": [{"name": "channel", "type": "string"}]}
+    )
     store.apply([_change(1, 3), by_channel], {"by_channel": marker}, {("view.by_channel", 0): 5, ("t", 0): 1})
     assert store.count("by_channel") == 1 and "by_channel" in store.infos()
     store.apply([_change(2, 1)], {}, {("t", 0): 2}, {"by_channel": "view.by_channel"})
@@ -206,7 +215,7 @@ def test_a_scan_takes_ranges_reverses_and_pages_after_a_cursor_without_skipping_
 ) -> None:
     store = Store(tmp_path / "s.sqlite3")
     columns = [{"name": "user_id", "type": "int"}, {"name": "ratings", "type": "long"}]
-    marker = {"view": "customer_ratings", "key": ["user_id"], "columns": columns}
+    marker = ViewMarker.decode({"view": "customer_ratings", "key": ["user_id"], "columns": columns})
     store.apply([_change(i, i % 7) for i in range(1, 51)], {"customer_ratings": marker}, {})
 
     def users(filters: list[tuple[str, str, Any]], limit: int = 100, **how: Any) -> list[int]:
