@@ -1,7 +1,10 @@
 """Materialized views of the enriched stream: aggregates kept live in Spark's RocksDB state
 store, every changed row written to the view's compacted changelog topic, exactly once.
 
-`declarations.py` says what each view is (group columns, measures, row); `aggregation.py` makes
-all of them one streaming aggregation; `app.py` runs it as one stateful query;
-`python -m enrichment_job.views` starts it.
+A view is a SQL file (`builtin/*.sql` for the two that come with the product): `definition`
+checks and compiles it, `declarations` and `aggregation` run the built-in ones as one streaming
+aggregation, `catalog` and `user_views` create, replace and drop the views declared at run
+time, `app` runs the queries, `commands` is `python -m enrichment_job.views validate|create|...`.
 """
+
+__all__ = ["app", "catalog", "commands", "definition", "settings"]

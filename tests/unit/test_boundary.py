@@ -6,6 +6,8 @@ Its layers: `foundation` is the ground floor and imports nothing of the rest; th
 (`enrichment_job`) and the services (`services`) stand on it and import nothing of each other."""
 
 import ast
+import importlib
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,3 +195,21 @@ def test_the_layers_hold_foundation_below_the_jobs_and_the_services_apart() -> N
 )
 def test_the_layer_check_sees_each_crossing(package: str, source: str, lines: list[int]) -> None:
     assert [line for line, _ in crossings(package, source)] == lines
+
+
+def product_packages() -> list[str]:
+    return sorted(
+        ".".join(init.parent.relative_to(REPO).parts)
+        for package in PRODUCT
+        for init in (REPO / package).rglob("__init__.py")
+    )
+
+
+@pytest.mark.parametrize("package", product_packages())
+def test_every_package_declares_its_public_surface(package: str) -> None:
+    module = importlib.import_module(package)
+    public = getattr(module, "__all__", None)
+    assert public, f"{package} declares no __all__"
+    for name in public:
+        found = hasattr(module, name) or importlib.util.find_spec(f"{package}.{name}") is not None
+        assert found, f"{package}.__all__ names {name!r}, which it does not have"
