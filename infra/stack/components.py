@@ -98,6 +98,36 @@ def _chown_tree(path: Path, user: str | None) -> None:
         path.chmod(0o700)
 
 
+def _readable(settings: StackSettings, source: Path, user: str | None) -> Path:
+    """The installed folder `source` where `user` can read it. The download cache lives in the
+    home of the user who runs `make up` (root's is closed to others), so for the service user
+    its files are copied once into the service folder, under the cache folder's own name (it
+    names the version); the cache itself is never handed to the service user."""
+    if user is None:
+        return source
+    target = settings.service_state_dir / "lib" / f"{source.parent.name}-{source.name}"
+    if not target.exists():
+        partial = target.with_name(target.name + ".copying")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(source, partial)
+        for folder, _, files in os.walk(partial):  # the cache's own modes may be the owner's alone
+            Path(folder).chmod(0o755)
+            for name in files:
+                Path(folder, name).chmod(0o644)
+        partial.rename(target)
+        target.parent.chmod(0o755)
+    return target
+
+
+def _own_copy(state: Path, shared: Path) -> Path:
+    """A file of the checkout the component reads (its logging configuration), copied into its
+    folder: the service user may not be able to enter the checkout."""
+    copy = state / shared.name
+    state.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shared, copy)
+    return copy
+
+
 def _jvm(installed: Installed, heap: str, *props: str) -> list[str]:
     return [str(installed.java), f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", *props]
 
@@ -129,7 +159,8 @@ def _kafka_mode(settings: StackSettings, state: Path) -> None:
 
 
 def kafka(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> Component:
-    state = settings.state_dir / "kafka"
+    state = settings.service_state_dir / "kafka"
+    user = _service_user(settings)
     config = state / "server.properties"
     overrides = {
         "listeners": f"PLAINTEXT://127.0.0.1:{settings.kafka_port},"
@@ -144,8 +175,8 @@ def kafka(settings: StackSettings, installed: Installed, secrets: dict[str, str]
         overrides |= kafka_security.broker_properties(*ports, secrets)
     _kafka_mode(settings, state)
     _write_private(config, render_properties(INFRA_DIR / "kafka" / "server.properties", overrides))
-    classpath = f"{installed.kafka_lib}/*"
-    log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
+    classpath = f"{_readable(settings, installed.kafka_lib, user)}/*"
+    log4j = f"-Dlog4j2.configurationFile={_own_copy(state, INFRA_DIR / 'kafka' / 'log4j2.xml')}"
     if not (state / "data" / "meta.properties").exists():
         cluster_id = kafka_cluster_id()
         proc = subprocess.run(
@@ -168,11 +199,13 @@ def kafka(settings: StackSettings, installed: Installed, secrets: dict[str, str]
         )
         if proc.returncode != 0:
             raise ComponentFailed(f"formatting Kafka's storage failed:\n{proc.stdout}{proc.stderr}")
+    _chown_tree(state, user)
     return Component(
         name="kafka",
         ports=component_ports(settings)["kafka"],
         command=[*_jvm(installed, settings.kafka_heap, log4j), "-cp", classpath, "kafka.Kafka", str(config)],
         directory=state,
+        user=user,
         stop_wait_s=60,
     )
 
@@ -193,7 +226,8 @@ PROPERTY_FILE_LOGIN = "org.apache.kafka.connect.rest.basic.auth.extension.Proper
 
 
 def connect(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> Component:
-    state = settings.state_dir / "connect"
+    state = settings.service_state_dir / "connect"
+    user = _service_user(settings)
     shared = INFRA_DIR / "connect" / "connect-distributed.properties"
     config = state / "worker.properties"
     overrides = {
@@ -201,7 +235,7 @@ def connect(settings: StackSettings, installed: Installed, secrets: dict[str, st
         "listeners": f"http://127.0.0.1:{settings.connect_port}",
         "rest.advertised.host.name": "127.0.0.1",
         "rest.advertised.port": str(settings.connect_port),
-        "plugin.path": str(installed.connect_plugins),
+        "plugin.path": str(_readable(settings, installed.connect_plugins, user)),
     }
     environment = {
         "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
@@ -229,19 +263,21 @@ def connect(settings: StackSettings, installed: Installed, secrets: dict[str, st
     _write_private(users, f"{CONNECT_REST_USER}: {secrets[CONNECT_SECRET]}\n")
     _write_private(jaas, f'KafkaConnect {{\n  {PROPERTY_FILE_LOGIN} required\n  file="{users}";\n}};\n')
     _write_private(config, render_properties(shared, overrides))
-    log4j = f"-Dlog4j2.configurationFile={INFRA_DIR / 'kafka' / 'log4j2.xml'}"
+    log4j = f"-Dlog4j2.configurationFile={_own_copy(state, INFRA_DIR / 'kafka' / 'log4j2.xml')}"
+    _chown_tree(state, user)
     return Component(
         name="connect",
         ports=component_ports(settings)["connect"],
         command=[
             *_jvm(installed, settings.connect_heap, log4j, f"-Djava.security.auth.login.config={jaas}"),
             "-cp",
-            f"{installed.kafka_lib}/*",
+            f"{_readable(settings, installed.kafka_lib, user)}/*",
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(config),
         ],
         directory=state,
         environment=environment,  # resolved by the worker's EnvVarConfigProvider in connect/*.json
+        user=user,
         stop_wait_s=60,
     )
 
@@ -418,7 +454,8 @@ def _unzip_single_root(archive: Path, target: Path) -> None:
 
 
 def s3(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> Component:
-    state = settings.state_dir / "s3"
+    state = settings.service_state_dir / "s3"
+    user = _service_user(settings)
     (state / "data").mkdir(parents=True, exist_ok=True)
     config = state / "s3proxy.properties"
     overrides = {
@@ -429,19 +466,21 @@ def s3(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -
         "jclouds.region": settings.s3_region,
     }
     _write_private(config, render_properties(INFRA_DIR / "s3proxy" / "s3proxy.properties", overrides))
-    logback = f"-Dlogback.configurationFile={INFRA_DIR / 's3proxy' / 'logback.xml'}"
+    logback = f"-Dlogback.configurationFile={_own_copy(state, INFRA_DIR / 's3proxy' / 'logback.xml')}"
+    _chown_tree(state, user)
     return Component(
         name="s3",
         ports=component_ports(settings)["s3"],
         command=[
             *_jvm(installed, settings.s3_heap, logback),
             "-cp",
-            f"{installed.s3proxy_lib}/*",
+            f"{_readable(settings, installed.s3proxy_lib, user)}/*",
             "org.gaul.s3proxy.Main",
             "--properties",
             str(config),
         ],
         directory=state,
+        user=user,
     )
 
 

@@ -37,12 +37,14 @@ class StackSettings(BaseSettings):
         "/usr/lib/jvm at the version infra/versions.toml names or later, else the components' JDK",
     )
     service_user: str = Field(
-        "ratings-stack", description="unprivileged user for Elasticsearch and MariaDB when run as root"
+        "ratings-stack",
+        description="unprivileged user for every component but the Spark cluster when run as root",
     )
     service_dir: Path | None = Field(
         None,
-        description="run as root: where Elasticsearch and MariaDB keep their data (the service user "
-        f"cannot enter the state folder); default: {SERVICE_ROOT}/<a hash of the state folder>",
+        description="run as root: where the service user's components keep their data and "
+        "configurations (it cannot enter the state folder); default: "
+        f"{SERVICE_ROOT}/<a hash of the state folder>",
     )
 
     source: Literal["mariadb", "postgres"] = Field(

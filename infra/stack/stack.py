@@ -74,11 +74,17 @@ def check_ports(settings: StackSettings, sup: Supervisor) -> None:
                 )
 
 
+# What the service user runs when `make up` runs as root: each keeps its data and rendered
+# configuration in the service folder. Spark is not among them: its executors read and write
+# the jobs' state folders, which belong to the user who starts the jobs.
+SERVICE_COMPONENTS = ("mariadb", "postgres", "elasticsearch", "kafka", "s3", "connect")
+
+
 def _private_state(settings: StackSettings) -> None:
-    """Run as root: the state folder (secrets, Kafka's data, logs) is root's alone, and the
-    service user's components get a folder of their own that other users can pass through but
-    not list. A service folder left from an earlier state folder at the same path is wiped with
-    it, and one whose state folder is gone is removed."""
+    """Run as root: the state folder (secrets, logs, the Spark cluster's secret and folders) is
+    root's alone, and the service user's components get a folder of their own that other users
+    can pass through but not list. A service folder left from an earlier state folder at the
+    same path is wiped with it, and one whose state folder is gone is removed."""
     fresh = not settings.state_dir.exists()
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     settings.state_dir.chmod(0o700)
@@ -100,7 +106,7 @@ def _private_state(settings: StackSettings) -> None:
     service.chmod(0o711)
     (service / "state-folder").write_text(f"{settings.state_dir.resolve()}\n")
     if not Supervisor(settings).running():  # data of a stack from before this layout moves over
-        for name in ("mariadb", "elasticsearch"):
+        for name in SERVICE_COMPONENTS:
             old = settings.state_dir / name
             if old.exists() and not (service / name).exists():
                 log.info("moving %s to %s", old, service / name)
@@ -154,7 +160,7 @@ def _source_mode(settings: StackSettings) -> None:
     offsets and the jobs' state follow that database's history."""
     marker = settings.state_dir / "source"
     if not marker.exists():  # a new folder, or one made before the source was a setting (MariaDB)
-        made_before = (settings.state_dir / "kafka" / "data" / "meta.properties").exists()
+        made_before = (settings.service_state_dir / "kafka" / "data" / "meta.properties").exists()
         marker.write_text(("mariadb" if made_before else settings.source) + "\n")
     made = marker.read_text().strip()
     if made != settings.source:

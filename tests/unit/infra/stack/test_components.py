@@ -8,7 +8,7 @@ import pytest
 from infra.stack import components
 from infra.stack.artifacts import Installed
 from infra.stack.components import component_ports, kafka_cluster_id, render_properties
-from infra.stack.settings import StackSettings
+from infra.stack.settings import INFRA_DIR, StackSettings
 
 
 def test_overrides_are_appended_so_they_win(tmp_path: Path) -> None:
@@ -104,3 +104,54 @@ def test_the_spark_daemons_authenticate_with_a_secret_on_no_command_line(tmp_pat
         assert daemon.command[daemon.command.index("--properties-file") + 1] == str(defaults)
         assert not any("s3cr3t" in part for part in daemon.command)
         assert not any("s3cr3t" in value for value in daemon.environment.values())
+
+
+def test_as_root_kafka_connect_and_s3_run_as_the_service_user_from_files_it_can_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = StackSettings(state_dir=tmp_path / "state", service_dir=tmp_path / "svc")
+    cache = tmp_path / "home" / ".cache"
+    libs = {name: cache / f"{name}-1.0" / "lib" for name in ("kafka", "s3proxy")}
+    libs["plugins"] = cache / "debezium-1.0" / "plugins"
+    for name, folder in libs.items():
+        folder.mkdir(parents=True)
+        (folder / f"{name}.jar").write_bytes(b"PK")
+    installed = Installed(
+        Path("/jdk"), libs["kafka"], libs["s3proxy"], Path("j"), libs["plugins"], Path("e.zip")
+    )
+    owned: list[tuple[Path, str | None]] = []
+    monkeypatch.setattr(components, "_service_user", lambda s: "svc-user")
+    monkeypatch.setattr(components, "_chown_tree", lambda path, user: owned.append((path, user)))
+    kafka_data = settings.service_state_dir / "kafka" / "data"
+    kafka_data.mkdir(parents=True)
+    (kafka_data / "meta.properties").write_text("node.id=1\n")  # formatted already
+    (settings.service_state_dir / "kafka" / "security").write_text("plaintext\n")
+    secrets = {
+        "DEBEZIUM_DB_PASSWORD": "d",
+        "S3_ACCESS_KEY": "a",
+        "S3_SECRET_KEY": "s",
+        "CONNECT_REST_PASSWORD": "r",
+    }
+    made = [
+        components.kafka(settings, installed, secrets),
+        components.connect(settings, installed, secrets),
+        components.s3(settings, installed, secrets),
+    ]
+    for component in made:
+        assert component.user == "svc-user"
+        assert component.directory == settings.service_state_dir / component.name
+        assert (component.directory, "svc-user") in owned  # its folder, configs and data are the user's
+        command = " ".join(component.command)
+        assert str(cache) not in command and str(settings.state_dir) not in command
+        assert str(INFRA_DIR) not in command  # the checkout may be closed to the service user
+    lib = settings.service_state_dir / "lib"
+    assert sorted(p.name for p in lib.iterdir()) == [
+        "debezium-1.0-plugins",
+        "kafka-1.0-lib",
+        "s3proxy-1.0-lib",
+    ]
+    assert (lib / "kafka-1.0-lib" / "kafka.jar").read_bytes() == b"PK"
+    assert f"{lib / 'kafka-1.0-lib'}/*" in made[0].command
+    worker = (settings.service_state_dir / "connect" / "worker.properties").read_text()
+    assert f"plugin.path={lib / 'debezium-1.0-plugins'}" in worker
+    assert not settings.state_dir.exists() or not any(settings.state_dir.iterdir())

@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,12 @@ SECRETS = {name: f"pw-{name.lower()}" for name in kafka_security.SECRET_NAMES} |
     "APP_DB_PASSWORD": "app",
     "CONNECT_REST_PASSWORD": "rest",
 }
+
+
+@pytest.fixture(autouse=True)
+def _not_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a user other than root: each component's folder is in the state folder."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
 
 
 def _properties(text: str) -> dict[str, str]:

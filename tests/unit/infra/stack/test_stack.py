@@ -154,13 +154,15 @@ def test_the_data_of_a_stack_from_before_the_service_folder_moves_over(as_root: 
     state = tmp_path / "state"
     (state / "mariadb" / "data").mkdir(parents=True)
     (state / "elasticsearch" / "data").mkdir(parents=True)
-    (state / "kafka").mkdir()
+    (state / "kafka" / "data").mkdir(parents=True)
+    (state / "s3" / "data").mkdir(parents=True)
+    (state / "spark").mkdir()
     settings = StackSettings(state_dir=state, service_dir=as_root / "abc")
     _private_state(settings)
-    assert (as_root / "abc" / "mariadb" / "data").is_dir()
-    assert (as_root / "abc" / "elasticsearch" / "data").is_dir()
-    assert not (state / "mariadb").exists()
-    assert (state / "kafka").is_dir()  # root's components stay
+    for name in ("mariadb", "elasticsearch", "kafka", "s3"):
+        assert (as_root / "abc" / name / "data").is_dir()
+        assert not (state / name).exists()
+    assert (state / "spark").is_dir()  # the Spark cluster stays root's
 
 
 def test_environment_values_with_quotes_and_commas_reach_supervisord_intact(tmp_path: Path) -> None:
@@ -188,4 +190,4 @@ def test_a_stack_made_before_the_source_was_a_setting_is_mariadb_s(tmp_path: Pat
     (tmp_path / "kafka" / "data").mkdir(parents=True)
     (tmp_path / "kafka" / "data" / "meta.properties").write_text("cluster.id=x\n")
     with pytest.raises(ComponentFailed, match="made with STACK_SOURCE=mariadb, not postgres"):
-        _source_mode(StackSettings(state_dir=tmp_path, source="postgres"))
+        _source_mode(StackSettings(state_dir=tmp_path, service_dir=tmp_path, source="postgres"))
