@@ -3,8 +3,12 @@ declared in SQL.
 
 validate FILE...   check each file as a create would (a local Spark; no Kafka, creates nothing):
                    a valid view prints its key and columns, a refused one its reason
-create FILE        check it, then add it to the catalog: the running views job starts keeping
-                   it (a backfill from the enriched topic's earliest offset, then live)
+create FILE        add it to the catalog, and wait (--wait, 30 s) for the running views job's
+                   verdict: it checks the view with its own Spark and starts keeping it (a
+                   backfill from the enriched topic's earliest offset, then live) or refuses
+                   it. A refused view leaves the catalog again, with nothing created. With no
+                   verdict in time (no views job running), the CLI checks it with a local
+                   Spark instead, and the views job starts it when it runs
 replace FILE       check it, then make it the view's new version: it backfills into a topic of
                    its own while the current version serves, and takes over once it has caught
                    up (the old version's query, checkpoint and topic then go); refused while an
@@ -34,7 +38,7 @@ from confluent_kafka import Consumer, KafkaException
 from enrichment_job.kafka_out import last_markers
 from enrichment_job.runtime.cli import CONFIG_EXIT, load_or_exit
 from enrichment_job.views.catalog import BUILT_IN_NAMES, CatalogError, Entry, marker_key, publish, read_all
-from enrichment_job.views.definition import ViewRefused, check, read
+from enrichment_job.views.definition import ViewFile, ViewRefused, check, read
 from enrichment_job.views.settings import ViewsSettings
 from foundation.view_marker import ViewMarker
 
@@ -53,8 +57,15 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
     sub = parser.add_subparsers(dest="command", required=True)
     validate = sub.add_parser("validate", help="check views declared in SQL; creates nothing")
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    create = sub.add_parser("create", help="check a view, then add it to the catalog")
+    create = sub.add_parser("create", help="add a view to the catalog; the views job checks and starts it")
     create.add_argument("file", type=Path, metavar="FILE")
+    create.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for the views job's verdict before checking the view here (default 30)",
+    )
     replace = sub.add_parser("replace", help="check a new version of a view, then let it take over")
     replace.add_argument("file", type=Path, metavar="FILE")
     for command, text in (
@@ -82,7 +93,8 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
                 print(f"{listed.name}\t{state}\tcreated {_time(listed.created_at_ms)}")
             return 0
         if args.command in ("create", "replace"):
-            return _create(args.file, settings, replacing=args.command == "replace")
+            wait_s = args.wait if args.command == "create" else None
+            return _create(args.file, settings, replacing=args.command == "replace", wait_s=wait_s)
         entry = read_all(config, topic).get(args.name)
         if entry is None:
             print(f"error: view {args.name} does not exist in the catalog {topic}", file=sys.stderr)
@@ -180,7 +192,10 @@ def _follow(settings: ViewsSettings, entry: Entry) -> int:
         consumer.close()
 
 
-def _create(path: Path, settings: ViewsSettings, *, replacing: bool) -> int:  # noqa: PLR0911 (a refusal each)
+def _create(  # noqa: PLR0911 (a refusal each)
+    path: Path, settings: ViewsSettings, *, replacing: bool, wait_s: float | None = None
+) -> int:
+    """Create (`wait_s` set: the views job checks it) or replace (checked here first) a view."""
     config, topic = settings.producer_config(), settings.catalog_topic
     try:
         view = read(path)
@@ -206,14 +221,13 @@ def _create(path: Path, settings: ViewsSettings, *, replacing: bool) -> int:  # 
             file=sys.stderr,
         )
         return 1
-    spark = _local_spark()
+    if not replacing and wait_s is not None:
+        return _create_through_the_job(settings, view, path.read_text(encoding="utf-8"), wait_s)
     try:
-        compiled = check(spark, view)
+        key = _check_here(view)
     except ViewRefused as err:
         print(f"refused: {err}", file=sys.stderr)
         return 1
-    finally:
-        spark.stop()
     now = int(time.time() * 1000)
     entry = Entry(view.name, path.read_text(encoding="utf-8"), now)
     if previous is not None:
@@ -221,15 +235,74 @@ def _create(path: Path, settings: ViewsSettings, *, replacing: bool) -> int:  # 
     publish(config, topic, view.name, entry)
     if previous is None:
         print(
-            f"created {view.name}: key ({', '.join(compiled.key)}); the views job backfills it from the"
+            f"created {view.name}: key ({', '.join(key)}); the views job backfills it from the"
             " enriched topic, then keeps it live"
         )
     else:
         print(
-            f"replacing {view.name}: key ({', '.join(compiled.key)}); the new version backfills into"
+            f"replacing {view.name}: key ({', '.join(key)}); the new version backfills into"
             f" {entry.topic} while the current one serves, then takes over"
         )
     return 0
+
+
+def _check_here(view: ViewFile) -> tuple[str, ...]:
+    """The checks of a create, in a local Spark: the view's key, or ViewRefused."""
+    spark = _local_spark()
+    try:
+        return tuple(check(spark, view).key)
+    finally:
+        spark.stop()
+
+
+def _create_through_the_job(settings: ViewsSettings, view: ViewFile, sql: str, wait_s: float) -> int:
+    """A create that the running views job checks: the entry goes to the catalog at once, so the
+    backfill starts as soon as the job has planned it, with no second Spark started beside it.
+    The job's verdict comes on the commits topic: a refused (or failed) marker of this version,
+    or the view's first batch marker (its key). A refused view is taken out of the catalog again;
+    the job creates no topic or checkpoint before its checks pass."""
+    config, topic, name = settings.producer_config(), settings.catalog_topic, view.name
+    entry = Entry(name, sql, int(time.time() * 1000))
+    publish(config, topic, name, entry)
+    verdict = _verdict(settings, entry, wait_s)
+    if verdict is None:  # no views job took it up in time: the same checks here
+        try:
+            key = _check_here(view)
+        except ViewRefused as err:
+            publish(config, topic, name, None)
+            print(f"refused: {err}", file=sys.stderr)
+            return 1
+        print(
+            f"created {name}: key ({', '.join(key)}); no views job answered within {wait_s:.0f} s: it"
+            " backfills the view from the enriched topic when it runs, then keeps it live"
+        )
+        return 0
+    if verdict.state in ("refused", "failed"):
+        publish(config, topic, name, None)
+        print(f"{verdict.state}: {verdict.error}", file=sys.stderr)
+        return 1
+    print(
+        f"created {name}: key ({', '.join(verdict.key or ())}); the views job is backfilling it from the"
+        " enriched topic, then keeps it live"
+    )
+    return 0
+
+
+VERDICT_POLL_S = 0.5
+
+
+def _verdict(settings: ViewsSettings, entry: Entry, wait_s: float) -> ViewMarker | None:
+    """What the views job said of `entry`'s version within `wait_s`: refused or failed, or a
+    batch marker with its key; None when it said nothing."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        said = _said(settings, entry)
+        if said is not None and said.created_at_ms == entry.created_at_ms:
+            if said.state in ("refused", "failed") or said.key is not None:
+                return said
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(VERDICT_POLL_S)
 
 
 def _serving(settings: ViewsSettings, current: Entry) -> Entry | None:

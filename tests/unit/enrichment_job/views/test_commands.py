@@ -1,13 +1,16 @@
 """Which version a replace replaces, from what the views job last said (its markers), without
 Kafka: a replacement still backfilling holds a second one back, one refused or failed does not."""
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from enrichment_job.views import commands
 from enrichment_job.views.catalog import Entry, marker_key
+from enrichment_job.views.definition import ViewFile, ViewRefused
 from enrichment_job.views.settings import ViewsSettings
+from foundation.view_marker import ViewMarker
 
 SETTINGS = ViewsSettings(name="views")
 V1 = Entry("by_channel", "SELECT 1", 1)
@@ -85,3 +88,60 @@ def test_the_list_reads_what_the_job_said_of_every_view_in_one_pass(monkeypatch:
         "fresh": None,
     }
     assert len(reads) == 1 and len(reads[0]) == 6
+
+
+def _create_with(
+    monkeypatch: pytest.MonkeyPatch, said: ViewMarker | None, here: tuple[str, ...] | ViewRefused
+) -> tuple[int, list[Entry | None], list[str]]:
+    """A create whose views job says `said` (None: nothing in time) and whose local check gives
+    `here`: its exit code, what it published to the catalog, and the checks it ran itself."""
+    published: list[Entry | None] = []
+    checked: list[str] = []
+
+    def check_here(view: ViewFile) -> tuple[str, ...]:
+        checked.append(view.name)
+        if isinstance(here, ViewRefused):
+            raise here
+        return here
+
+    monkeypatch.setattr(commands, "publish", lambda _config, _topic, _name, entry: published.append(entry))
+    monkeypatch.setattr(
+        commands,
+        "_said",
+        lambda _settings, entry: said and replace(said, created_at_ms=entry.created_at_ms),
+    )
+    monkeypatch.setattr(commands, "_check_here", check_here)
+    monkeypatch.setattr(commands, "VERDICT_POLL_S", 0.01)
+    view = ViewFile(
+        "by_channel", "SELECT channel, count(*) AS n FROM enriched GROUP BY channel", "", None, None, None
+    )
+    code = commands._create_through_the_job(SETTINGS, view, view.sql, wait_s=0.05)
+    return code, published, checked
+
+
+def test_a_create_the_views_job_accepts_needs_no_spark_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    said = ViewMarker("by_channel", key=("channel",), state="backfilling")
+    code, published, checked = _create_with(monkeypatch, said, ViewRefused("unused"))
+    assert code == 0 and checked == []
+    assert [e.name if e else None for e in published] == ["by_channel"]
+
+
+def test_a_create_the_views_job_refuses_leaves_the_catalog_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    said = ViewMarker("by_channel", state="refused", error="by_channel: HAVING is not kept")
+    code, published, checked = _create_with(monkeypatch, said, ("channel",))
+    assert code == 1 and checked == []
+    assert [e.name if e else None for e in published] == ["by_channel", None]  # then its tombstone
+    assert "refused: by_channel: HAVING is not kept" in capsys.readouterr().err
+
+
+def test_with_no_views_job_answering_the_create_checks_the_view_itself(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, published, checked = _create_with(monkeypatch, None, ("channel",))
+    assert code == 0 and checked == ["by_channel"] and len(published) == 1
+    assert "created by_channel: key (channel); no views job answered" in capsys.readouterr().out
+    code, published, checked = _create_with(monkeypatch, None, ViewRefused("by_channel: no key"))
+    assert code == 1 and checked == ["by_channel"]
+    assert [e.name if e else None for e in published] == ["by_channel", None]
