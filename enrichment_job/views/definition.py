@@ -44,8 +44,9 @@ from typing import Any
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
-from enrichment_job.views.transforms import EVERY_FIELD
+from enrichment_job.views.transforms import EVERY_FIELD, REQUIRED
 from foundation.errors import RatingsError
 
 BUILT_IN = Path(__file__).parent / "builtin"  # the built-in views' SQL (declarations.py runs them)
@@ -175,6 +176,21 @@ def enriched_columns(readable: DataFrame) -> DataFrame:
     `dlq_reason` null), the fields they were parsed with, and `rating_ts`."""
     present = [f.name for f in EVERY_FIELD.fields if f.name in readable.columns]
     return readable.select(*present, F.timestamp_millis("rating_time").alias(EVENT_TIME))
+
+
+_COUNT_STAR = re.compile(r"count\s*\(\s*\*\s*\)", re.IGNORECASE)
+
+
+def fields_read(sql: str) -> StructType:
+    """The enriched fields a view's SQL may read, for its stream to parse no others: each field
+    whose name its text has as a word (any case; a comment's mention costs a parse, nothing
+    else), the fields every record must have (`transforms.REQUIRED`, `rating_time` among them,
+    behind `rating_ts`), and every field when a star remains besides count(*). A view's JSON
+    parse is most of its backfill's cost, and a record has about 25 fields."""
+    if "*" in _COUNT_STAR.sub("", sql):
+        return EVERY_FIELD
+    named = {word.lower() for word in re.findall(r"\w+", sql)}
+    return StructType([f for f in EVERY_FIELD.fields if f.name in named or f.name in REQUIRED])
 
 
 def placeholder(spark: SparkSession) -> DataFrame:

@@ -47,9 +47,15 @@ from enrichment_job.views.catalog import (
     ensure_topic,
     marker_key,
 )
-from enrichment_job.views.definition import CompiledView, ViewRefused, compile_view, enriched_columns, parse
+from enrichment_job.views.definition import (
+    CompiledView,
+    ViewRefused,
+    compile_view,
+    enriched_columns,
+    fields_read,
+    parse,
+)
 from enrichment_job.views.settings import ViewsSettings
-from enrichment_job.views.transforms import EVERY_FIELD
 from foundation.view_marker import ViewMarker
 
 log = logging.getLogger("enrichment_job.views")
@@ -339,8 +345,8 @@ class SqlViews:
         if entry.name in BUILT_IN_NAMES:
             raise ViewRefused(f"{entry.name}: a built-in view has that name")
         view = parse(entry.name, entry.sql)
-        every_field = enriched_stream(self.spark, self.settings, fields=EVERY_FIELD)
-        readable = every_field.where(F.col("dlq_reason").isNull())
+        parsed = enriched_stream(self.spark, self.settings, fields=fields_read(view.sql))
+        readable = parsed.where(F.col("dlq_reason").isNull())
         compiled = compile_view(self.spark, view, enriched_columns(readable))
         topic = self.topic(entry)
         if ensure_topic(self.settings.producer_config(), topic, 1):

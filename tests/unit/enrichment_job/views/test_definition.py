@@ -22,12 +22,13 @@ from enrichment_job.views.definition import (
     ViewRefused,
     check,
     enriched_columns,
+    fields_read,
     parse,
     read,
     rows_of,
 )
 from enrichment_job.views.settings import ViewsSettings
-from enrichment_job.views.transforms import parse_enriched
+from enrichment_job.views.transforms import EVERY_FIELD, REQUIRED, parse_enriched
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 HOUR = 1_794_996_000_000  # 2026-11-18T10:00:00Z, an hour boundary
@@ -275,3 +276,19 @@ def test_a_retention_needs_a_watermark_the_window_start_and_no_less_than_the_del
     ]:
         with pytest.raises(ViewRefused, match=refusal):
             check(spark, parse("v", f"{header}\n{sql}"))
+
+
+def test_a_view_s_stream_parses_the_fields_its_sql_names_and_those_every_record_has() -> None:
+    def names(sql: str) -> list[str]:
+        return [f.name for f in fields_read(sql).fields]
+
+    by_status = names("SELECT CLUB_STATUS, count(*) AS n, max(`Channel`) FROM enriched GROUP BY club_status")
+    assert by_status == [
+        f.name for f in EVERY_FIELD.fields if f.name in {"club_status", "channel", *REQUIRED}
+    ]
+    assert "message" not in by_status and "email" not in by_status
+    assert names("SELECT user_id, count( * ) FROM enriched GROUP BY user_id") == [
+        f.name for f in EVERY_FIELD.fields if f.name in REQUIRED
+    ]
+    assert fields_read("SELECT * FROM enriched") == EVERY_FIELD  # a star reads every field
+    assert fields_read("SELECT user_id, sum(stars * 2) FROM enriched GROUP BY user_id") == EVERY_FIELD
