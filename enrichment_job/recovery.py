@@ -11,7 +11,6 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -48,18 +47,26 @@ class TopicsChanged(ValueError):
 
 
 def check_planned(
-    marker: dict[str, Any] | None, run: str, state: StateDir, checkpoint: str, *, key: str, topic: str
+    marked_run: str | None,
+    marked_batch: int,
+    run: str,
+    state: StateDir,
+    checkpoint: str,
+    *,
+    key: str,
+    topic: str,
 ) -> None:
-    """Refuses a marker (the last one of `key` in the commits topic `topic`) that names this run
-    and a batch the run's checkpoint never planned: Spark writes a batch to the checkpoint's
-    offset log before the batch runs, so the job cannot have written it."""
-    if marker is None or marker.get("run") != run:
+    """Refuses a marker (the last one of `key` in the commits topic `topic`, naming `marked_run`
+    and `marked_batch`) that names this run and a batch the run's checkpoint never planned:
+    Spark writes a batch to the checkpoint's offset log before the batch runs, so the job
+    cannot have written it."""
+    if marked_run != run:
         return
     planned = last_planned_batch(state, checkpoint)
-    if planned is None or int(marker.get("batch_id", -1)) > planned:
+    if planned is None or marked_batch > planned:
         raise ForeignMarker(
             f"the last marker of {key!r} in {topic} names this state folder's run {run} and batch "
-            f"{marker.get('batch_id')}, but the checkpoint {checkpoint} planned batches only up to "
+            f"{marked_batch}, but the checkpoint {checkpoint} planned batches only up to "
             f"{planned}: the job did not write that marker (or the checkpoint was deleted without the "
             "state folder's checkpoints/run_id), and going on would take the batches up to it as "
             f"written. Find who wrote it, and let only the job's own principal write to {topic} "
@@ -81,14 +88,16 @@ def claim_state(settings: JobSettings, marker: BatchMarker | None) -> str:
         # start again at 0 and be taken for batches already written. A new run it is.
         state.remove(f"{CHECKPOINTS}/run_id")
         run = run_id(state)
-    check_planned(
-        marker.as_json() if marker else None,
-        run,
-        state,
-        PIPELINE_CHECKPOINT,
-        key=settings.job_name,
-        topic=settings.commits_topic,
-    )
+    if marker is not None:
+        check_planned(
+            marker.run,
+            marker.batch_id,
+            run,
+            state,
+            PIPELINE_CHECKPOINT,
+            key=settings.job_name,
+            topic=settings.commits_topic,
+        )
     if marker is None or marker.run == run:
         return run
     for name, read, topic in (

@@ -106,14 +106,16 @@ def open_output(
         run=run,
         other_markers=other_markers,
     )
-    check_planned(
-        out.marker,
-        run,
-        settings.state,
-        f"{CHECKPOINTS}/{query}",
-        key=out.marker_key,
-        topic=settings.commits_topic,
-    )
+    if out.marker is not None:
+        check_planned(
+            out.marker.get("run"),
+            int(out.marker.get("batch_id", -1)),
+            run,
+            settings.state,
+            f"{CHECKPOINTS}/{query}",
+            key=out.marker_key,
+            topic=settings.commits_topic,
+        )
     return out
 
 
