@@ -269,23 +269,26 @@ def _create_through_the_job(settings: ViewsSettings, view: ViewFile, sql: str, w
         try:
             key = _check_here(view)
         except ViewRefused as err:
-            publish(config, topic, name, None)
-            print(f"refused: {err}", file=sys.stderr)
-            return 1
+            return _withdrawn(config, topic, name, f"refused: {err}")
         print(
             f"created {name}: key ({', '.join(key)}); no views job answered within {wait_s:.0f} s: it"
             " backfills the view from the enriched topic when it runs, then keeps it live"
         )
         return 0
     if verdict.state in ("refused", "failed"):
-        publish(config, topic, name, None)
-        print(f"{verdict.state}: {verdict.error}", file=sys.stderr)
-        return 1
+        return _withdrawn(config, topic, name, f"{verdict.state}: {verdict.error}")
     print(
         f"created {name}: key ({', '.join(verdict.key or ())}); the views job is backfilling it from the"
         " enriched topic, then keeps it live"
     )
     return 0
+
+
+def _withdrawn(config: dict[str, str], topic: str, name: str, why: str) -> int:
+    """A created view that did not pass its checks, taken out of the catalog again: exit 1."""
+    publish(config, topic, name, None)
+    print(why, file=sys.stderr)
+    return 1
 
 
 VERDICT_POLL_S = 0.5

@@ -16,9 +16,7 @@ seconds of the flow's rate), and the job's p50/p99 over the flow. Printed, and w
 """
 
 import argparse
-import json
 import random
-import signal
 import threading
 import time
 import uuid
@@ -26,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from infra.bench.job import Latencies, fixed_rate, produce_backlog, rating, seed_customers, start_job
 from infra.bench.results import exit_on_sigterm
@@ -37,12 +34,13 @@ from infra.bench.views import (
     each_views_lag,
     service_env,
     spawn,
-    stop,
+    stop_all,
     topics_for,
     views_job_env,
     wait_healthy,
     wait_views_caught_up,
     wait_views_live,
+    write_results,
 )
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
@@ -192,15 +190,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one benchmark
         results["job_during_flow"] = flow
         latencies.stop.set()
     finally:
-        for name, proc in procs.items():
-            stop(proc, signal.SIGTERM if name == "api" else signal.SIGINT)
-        admin = AdminClient({"bootstrap.servers": servers})
-        views = [t for t in admin.list_topics(timeout=10).topics if t.startswith(view_topics["prefix"])]
-        for future in admin.delete_topics(sorted({*created, *views})).values():
-            future.result(30)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(f"results in {args.out}:\n{json.dumps(results, indent=2)}")
+        stop_all(procs, servers, created, view_topics["prefix"])
+    write_results(args.out, results)
     return 0
 
 

@@ -709,15 +709,28 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
         stop_trickle.set()
         if follower is not None and follower.poll() is None:
             follower.kill()
-        for name, proc in procs.items():
-            stop(proc, signal.SIGTERM if name == "api" else signal.SIGINT)
-        admin = AdminClient({"bootstrap.servers": servers})
-        for future in admin.delete_topics(created).values():
-            future.result(30)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(f"results in {args.out}:\n{json.dumps(results, indent=2)}")
+        stop_all(procs, servers, created, view_topics["prefix"])
+    write_results(args.out, results)
     return 0
+
+
+def stop_all(
+    procs: dict[str, subprocess.Popen[bytes]], servers: str, created: list[str], prefix: str
+) -> None:
+    """Stops the benchmark's programs (the query service with SIGTERM, the Spark jobs with
+    SIGINT) and deletes its topics: those it created, and the views' (`prefix`) the views job made."""
+    for name, proc in procs.items():
+        stop(proc, signal.SIGTERM if name == "api" else signal.SIGINT)
+    admin = AdminClient({"bootstrap.servers": servers})
+    views = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)]
+    for future in admin.delete_topics(sorted({*created, *views})).values():
+        future.result(30)
+
+
+def write_results(out: Path, results: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"results in {out}:\n{json.dumps(results, indent=2)}")
 
 
 if __name__ == "__main__":
