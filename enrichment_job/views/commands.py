@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
                 print(f"{listed.name}\t{state}\tcreated {_time(listed.created_at_ms)}")
             return 0
         if args.command in ("create", "replace"):
-            wait_s = args.wait if args.command == "create" else None
+            wait_s = args.wait if args.command == "create" else 0.0
             return _create(args.file, settings, replacing=args.command == "replace", wait_s=wait_s)
         entry = read_all(config, topic).get(args.name)
         if entry is None:
@@ -193,9 +193,10 @@ def _follow(settings: ViewsSettings, entry: Entry) -> int:
 
 
 def _create(  # noqa: PLR0911 (a refusal each)
-    path: Path, settings: ViewsSettings, *, replacing: bool, wait_s: float | None = None
+    path: Path, settings: ViewsSettings, *, replacing: bool, wait_s: float
 ) -> int:
-    """Create (`wait_s` set: the views job checks it) or replace (checked here first) a view."""
+    """Create a view (the views job checks it; `wait_s` for its verdict) or replace one (checked
+    here first: the version that serves must not be touched by a refused one)."""
     config, topic = settings.producer_config(), settings.catalog_topic
     try:
         view = read(path)
@@ -205,15 +206,18 @@ def _create(  # noqa: PLR0911 (a refusal each)
     if view.name in BUILT_IN_NAMES:
         print(f"refused: {view.name}: a built-in view has that name", file=sys.stderr)
         return 1
+    sql = path.read_text(encoding="utf-8")
     current = read_all(config, topic).get(view.name)
-    if current is not None and not replacing:
-        print(f"refused: {view.name}: the view exists; replace it, or drop it first", file=sys.stderr)
-        return 1
-    if current is None and replacing:
+    if not replacing:
+        if current is not None:
+            print(f"refused: {view.name}: the view exists; replace it, or drop it first", file=sys.stderr)
+            return 1
+        return _create_through_the_job(settings, view, sql, wait_s)
+    if current is None:
         print(f"refused: {view.name}: no such view to replace; create it", file=sys.stderr)
         return 1
-    previous = _serving(settings, current) if current is not None else None
-    if current is not None and previous is None:
+    previous = _serving(settings, current)
+    if previous is None:
         print(
             f"refused: {view.name}: its version of {_time(current.created_at_ms)} is still backfilling to"
             " replace the one before it (or the views job has not started it); replace it once it is"
@@ -221,28 +225,18 @@ def _create(  # noqa: PLR0911 (a refusal each)
             file=sys.stderr,
         )
         return 1
-    if not replacing and wait_s is not None:
-        return _create_through_the_job(settings, view, path.read_text(encoding="utf-8"), wait_s)
     try:
         key = _check_here(view)
     except ViewRefused as err:
         print(f"refused: {err}", file=sys.stderr)
         return 1
     now = int(time.time() * 1000)
-    entry = Entry(view.name, path.read_text(encoding="utf-8"), now)
-    if previous is not None:
-        entry = Entry(view.name, entry.sql, now, f"{settings.topic(view.name)}.{now}", previous)
+    entry = Entry(view.name, sql, now, f"{settings.topic(view.name)}.{now}", previous)
     publish(config, topic, view.name, entry)
-    if previous is None:
-        print(
-            f"created {view.name}: key ({', '.join(key)}); the views job backfills it from the"
-            " enriched topic, then keeps it live"
-        )
-    else:
-        print(
-            f"replacing {view.name}: key ({', '.join(key)}); the new version backfills into"
-            f" {entry.topic} while the current one serves, then takes over"
-        )
+    print(
+        f"replacing {view.name}: key ({', '.join(key)}); the new version backfills into"
+        f" {entry.topic} while the current one serves, then takes over"
+    )
     return 0
 
 
