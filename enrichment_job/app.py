@@ -3,7 +3,7 @@
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -265,6 +265,9 @@ class Pipeline:
             )
             cdc = cdc.then(more) if cdc is not None else more
             cdc = fill_unavailable(self._cdc_catch_up(batch_id, cdc), self.table.versions())
+            # A change event too large to go as a dead letter with its headers keeps its bytes in
+            # the claim-check store, as a rating does.
+            cdc = replace(cdc, dead=self.ratings.claim_check.oversized(cdc.dead, settings.max_rating_bytes))
         # The transaction opens now: the CDC step's records (millions in a catch-up) are
         # produced while the ratings are decided.
         self.out.begin(batch_id, [cdc.customers, cdc.dead])

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from enrichment_job import rating_values
+from enrichment_job.claim_check import ClaimCheck
 from enrichment_job.json_columns import json_objects
 from enrichment_job.kafka_out import Records
 from enrichment_job.marker import BatchMarker
@@ -63,6 +64,7 @@ class Ratings:
     def __init__(self, settings: JobSettings) -> None:
         self.settings = settings
         self.waiting: pa.Table | None = None
+        self.claim_check = ClaimCheck(settings.dead_letters, STAGE, settings.dead_letter_store_timeout_s)
 
     def _parse(self, raw: pa.Table) -> pa.Table:
         settings = self.settings
@@ -121,7 +123,7 @@ class Ratings:
                 alerts=Records(
                     settings.alerts_topic, keys.filter(alert).to_pylist(), values.filter(alert).to_pylist()
                 ),
-                dead=_dead_letters(bad, settings.dlq_topic, settings.max_rating_bytes),
+                dead=_dead_letters(bad, settings.dlq_topic, settings.max_rating_bytes, self.claim_check),
                 waiting=_waiting(rows),
                 waiting_from=dict(
                     zip(
@@ -282,12 +284,11 @@ def _alerts(enriched: pa.Table, stars_below: int, club_status: str) -> pa.Array:
     return pc.fill_null(rule, False)
 
 
-def _dead_letters(bad: pa.Table, topic: str, max_bytes: int) -> Records:
+def _dead_letters(bad: pa.Table, topic: str, max_bytes: int, claim: ClaimCheck) -> Records:
     """The ratings' own key and bytes, with the reason and origin as headers (Kafka Connect
-    style). Bytes over `max_bytes` go without: with its headers the record might not fit in
-    Kafka, and the headers say where the rating is (topic, partition, offset) and why."""
-    values = bad.column("value")
-    small = pc.fill_null(pc.less_equal(pc.binary_length(values), max_bytes), False)
+    style). Bytes over `max_bytes` go to the claim-check store instead: with its headers the
+    record might not fit in Kafka. Its headers then say where the bytes are, besides where the
+    rating was (topic, partition, offset) and why."""
     headers = [
         [
             ("dlq.reason", reason.encode()),
@@ -304,12 +305,8 @@ def _dead_letters(bad: pa.Table, topic: str, max_bytes: int) -> Records:
             strict=True,
         )
     ]
-    return Records(
-        topic,
-        bad.column("key").to_pylist(),
-        pc.if_else(small, values, pa.nulls(len(values), pa.binary())).to_pylist(),
-        headers,
-    )
+    dead = Records(topic, bad.column("key").to_pylist(), bad.column("value").to_pylist(), headers)
+    return claim.oversized(dead, max_bytes)
 
 
 def _waiting(rows: pa.Table) -> pa.Table | None:

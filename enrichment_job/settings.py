@@ -7,10 +7,11 @@ that names the setting.
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from enrichment_job.runtime.settings import SparkJobSettings
+from enrichment_job.runtime.state_dir import StateDir, check_uri
 
 TABLE = "customer_versions"  # the customer table, in the state folder
 
@@ -77,6 +78,20 @@ class JobSettings(SparkJobSettings):
         " directory at start), or a file:// or s3a://<bucket>/<prefix> URI (ENRICH_S3_*)",
     )
 
+    dead_letter_store: str = Field(
+        "",
+        description="where a dead letter too large for Kafka keeps its bytes (the claim-check): its"
+        " record in ENRICH_DLQ_TOPIC goes without its value and says where it is (dlq.value.location)."
+        " A local path, or a file:// or s3a://<bucket>/<prefix> URI (ENRICH_S3_ENDPOINT, ...); empty: the"
+        " dead-letters folder of the state folder. On a cluster every executor must reach it",
+    )
+    dead_letter_store_timeout_s: float = Field(
+        300,
+        gt=0,
+        description="how long a batch retries writing to ENRICH_DEAD_LETTER_STORE before the job stops"
+        " with the store's error (nothing of the batch is committed; a restart writes it again)",
+    )
+
     # Join and alert rule
     grace_ms: int = Field(
         5_000, ge=0, description="a rating may join a customer row created this long after it"
@@ -105,9 +120,9 @@ class JobSettings(SparkJobSettings):
         900_000,
         ge=1_000,
         le=100_000_000,
-        description="a rating value larger than this goes to the DLQ (by reference: topic, partition, "
-        "offset), as its enriched copy would be over Kafka's record limit, and so does a rating "
-        "whose enriched record (with its customer's columns) is larger; keep it some kB under "
+        description="a rating value larger than this goes to the DLQ (its bytes in "
+        "ENRICH_DEAD_LETTER_STORE), as its enriched copy would be over Kafka's record limit, and so "
+        "does a rating whose enriched record (with its customer's columns) is larger; keep it some kB under "
         "the producers' message.max.bytes and the topics' max.message.bytes",
     )
     alert_stars_below: int = Field(3, ge=1, le=6)
@@ -127,3 +142,15 @@ class JobSettings(SparkJobSettings):
     views_in_job: bool = Field(
         False, description="also run the materialized views' queries in this application (VIEWS_JOB_*)"
     )
+
+    @field_validator("dead_letter_store", mode="before")
+    @classmethod
+    def _store(cls, value: object) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"a path or URI, not {value!r}")
+        return check_uri(value) if value else ""
+
+    @property
+    def dead_letters(self) -> StateDir:
+        """Where dead letters too large for Kafka keep their bytes."""
+        return StateDir(self.dead_letter_store or self.state.child("dead-letters"), self)

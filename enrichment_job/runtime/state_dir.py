@@ -121,18 +121,27 @@ class StateDir:
 
     def read_text(self, relative: str) -> str | None:
         """The file's text; None when there is no such file."""
-        fs, path = self.locate(relative)
-        try:
-            with fs.open_input_stream(path) as f:
-                return bytes(f.read()).decode()
-        except FileNotFoundError:
-            return None
+        data = self.read_bytes(relative)
+        return None if data is None else data.decode()
 
     def write_text(self, relative: str, text: str) -> None:
+        self.write_bytes(relative, text.encode())
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        """Writes (or overwrites) a file inside, making its folders."""
         fs, path = self.locate(relative)
         fs.create_dir(path.rpartition("/")[0], recursive=True)
         with fs.open_output_stream(path) as f:
-            f.write(text.encode())
+            f.write(data)
+
+    def read_bytes(self, relative: str) -> bytes | None:
+        """The file's bytes; None when there is no such file."""
+        fs, path = self.locate(relative)
+        try:
+            with fs.open_input_stream(path) as f:
+                return bytes(f.read())
+        except FileNotFoundError:
+            return None
 
     def remove(self, relative: str) -> None:
         """Deletes a file, or a folder and all in it; nothing when there is neither."""

@@ -1,17 +1,20 @@
 """The ratings topic grown while the job runs, as the cut-over in docs/reference.md does it (the
 producers paused, the job drained, the partitions added, the producers resumed): the job reads
 the new partitions from their start, each rating is enriched once, and every customer's
-ratings come out in the order they went in, with the join on the driver and in tasks."""
+ratings come out in the order they went in, with the join on the driver and in tasks. A rating
+too large for Kafka's limit keeps its bytes in the claim-check store, in both places."""
 
 import json
 import time
 from collections import defaultdict
 from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
-from support.enrichment import Job, StackEnv, Topics, create_topics, delete_topics, read_topic
+from support.enrichment import Job, StackEnv, Topics, create_topics, delete_topics, produce, read_topic
 
 USERS = 12  # ids no customer has: every rating comes out unmatched, at once (grace 0)
 FIRST_USER = 900_000
@@ -59,7 +62,16 @@ def test_ratings_partitions_added_after_a_drain_are_read_whole_once_and_in_each_
     job = Job(stack_env, topics, tmp_path / "job", 0, {"ENRICH_JOIN_IN": join_in}).start()
     try:
         _produce(stack_env, ratings, 0, 120, 2)
+        # and one too large for Kafka's limit, whose bytes the join keeps in the claim-check store
+        key, large = (
+            str(FIRST_USER).encode(),
+            json.dumps({"rating_id": -1, "message": "m" * 950_000}).encode(),
+        )
+        produce(stack_env, ratings, [(key, large)])
         assert len(_enriched(stack_env, enriched, 120)) == 120  # drained: nothing waits
+        (letter,) = read_topic(stack_env, topics.name("dlq"), 1, timeout_s=60)
+        location = dict(letter.headers())["dlq.value.location"].decode()
+        assert letter.value() is None and Path(url2pathname(urlsplit(location).path)).read_bytes() == large
         admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
         for future in admin.create_partitions([NewPartitions(ratings, 4)]).values():
             future.result(30)

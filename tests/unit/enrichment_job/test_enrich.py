@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -119,12 +120,21 @@ def test_alerts_are_the_unhappy_ratings_of_the_alert_status(spark: Any, store: V
     assert result.alerts.topic == "unhappy-platinum-customers"
 
 
-def test_dead_letters_keep_the_original_bytes_and_say_why(spark: Any, store: VersionStore) -> None:
-    settings = JobSettings(max_rating_bytes=1_000)
-    values = [b"{broken", rating(1, 7, 1_500), rating(2, 7, 1_500, message="x" * 2_000)]
+def test_dead_letters_keep_the_original_bytes_and_say_why(
+    spark: Any, store: VersionStore, tmp_path: Path
+) -> None:
+    settings = JobSettings(max_rating_bytes=1_000, state_dir=str(tmp_path))
+    large = rating(2, 7, 1_500, message="x" * 2_000)
+    values = [b"{broken", rating(1, 7, 1_500), large]
     result = Ratings(settings).step(records(values, first=40, partition=2), store, 20_000)
     assert result.dead.values == [b"{broken", None]  # too large to go with its headers
     headers = [dict(h) for h in result.dead.headers or []]
+    # ... so its bytes are in the state folder's dead-letters, where its headers say
+    where = tmp_path / "dead-letters" / "enrichment" / "ratings" / "2" / "42"
+    assert headers[1]["dlq.value.location"] == where.as_uri().encode()
+    assert headers[1]["dlq.value.bytes"] == str(len(large)).encode()
+    assert where.read_bytes() == large
+    assert "dlq.value.location" not in headers[0]
     assert headers[0] == {
         "dlq.reason": b"not a JSON object",
         "dlq.stage": b"enrichment",
