@@ -42,10 +42,13 @@ from infra.demo.pipeline import (
 )
 from infra.demo.reconcile import (
     ALERT_RULE,
+    NOT_UTF8,
+    WITHOUT_BYTES,
     Check,
     Reconciliation,
     TopicCounter,
     dlq_since,
+    dlq_without_bytes,
     es_count,
     lake_ids,
     percentiles,
@@ -300,7 +303,8 @@ class Demo:
             Check("Slack posts (alerts covered)", None if posted is None else len(posted), should_alert),
             Check("unreadable ratings produced", bad),
             Check("  enrichment-dlq", dlq_since(c["enrichment_dlq"], ratings_start), bad + self.injected_bad),
-            Check("enriched records and alerts not UTF-8", enriched.not_utf8 + c["alerts"].not_utf8, 0),
+            Check(f"    {WITHOUT_BYTES}", dlq_without_bytes(c["enrichment_dlq"], ratings_start), 0),
+            Check(NOT_UTF8, enriched.not_utf8 + c["alerts"].not_utf8, 0),
             Check("slack-notifier-dlq", len(c["slack_dlq"].headers), 0),
             Check("es-sink-dlq", len(c["es_dlq"].headers), 0),
             Check("s3-sink-dlq", len(c["s3_dlq"].headers), 0),

@@ -10,7 +10,10 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, TopicPartition
@@ -53,6 +56,7 @@ class TopicCounter:
         self.ids: Counter[int] = Counter()
         self.records: list[dict[str, Any]] = []
         self.headers: list[dict[str, bytes]] = []
+        self.valued: list[bool] = []  # beside `headers`: whether the record has a value
         self.not_utf8 = 0  # records whose value is not UTF-8
 
     def read(self, budget_s: float | None = None) -> None:
@@ -70,6 +74,7 @@ class TopicCounter:
                     self.headers.append(
                         {k: v.encode() if isinstance(v, str) else (v or b"") for k, v in pairs}
                     )
+                    self.valued.append(msg.value() is not None)
                     continue
                 value, utf8 = decode_json(msg.value() or b"{}")
                 self.not_utf8 += not utf8
@@ -166,11 +171,41 @@ def lake_ids(settings: S3SinkSettings, id_range: tuple[int, int]) -> Counter[int
     return Counter(table.column("rating_id").to_pylist())
 
 
+# Checks that must come out 0 and that the fault matrix shows in no column of its own.
+NOT_UTF8 = "enriched records and alerts not UTF-8"
+WITHOUT_BYTES = "of them without their bytes"
+
+
+def _this_run(h: dict[str, bytes], ratings_start: dict[int, int]) -> bool:
+    """Whether a dead letter is of a rating this run produced (by its partition and offset)."""
+    if h.get("dlq.topic") != b"ratings":
+        return False
+    partition, offset = int(h.get("dlq.partition", b"-1")), int(h.get("dlq.offset", b"-1"))
+    return offset >= ratings_start.get(partition, 1 << 62)
+
+
 def dlq_since(counter: TopicCounter, ratings_start: dict[int, int]) -> int:
-    """Dead letters of ratings this run produced (by their original partition and offset)."""
-    n = 0
-    for h in counter.headers:
-        if h.get("dlq.topic") == b"ratings":
-            partition, offset = int(h.get("dlq.partition", b"-1")), int(h.get("dlq.offset", b"-1"))
-            n += offset >= ratings_start.get(partition, 1 << 62)
-    return n
+    """Dead letters of ratings this run produced."""
+    return sum(_this_run(h, ratings_start) for h in counter.headers)
+
+
+def _claimed(h: dict[str, bytes]) -> bool:
+    """Whether a dead letter's claim-check file is there with the bytes its headers give (a
+    file:// location; one in an object store counts as there)."""
+    location = urlsplit(h.get("dlq.value.location", b"").decode())
+    if location.scheme != "file":
+        return bool(location.scheme)
+    path = Path(url2pathname(location.path))
+    return path.is_file() and str(path.stat().st_size).encode() == h.get("dlq.value.bytes")
+
+
+def dlq_without_bytes(counter: TopicCounter, ratings_start: dict[int, int]) -> int:
+    """Dead letters of ratings this run produced whose bytes are nowhere: no value, and no
+    claim-check file (a rating with an empty value had none)."""
+    return sum(
+        _this_run(h, ratings_start)
+        and not valued
+        and h.get("dlq.reason") != b"empty value"
+        and not _claimed(h)
+        for h, valued in zip(counter.headers, counter.valued, strict=True)
+    )

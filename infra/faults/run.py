@@ -33,7 +33,15 @@ from infra.demo import views
 from infra.demo.__main__ import Demo
 from infra.demo.figures import TOPICS, read_json
 from infra.demo.pipeline import MODULES, Child, DemoPaths, without_endpoint
-from infra.demo.reconcile import Reconciliation, TopicCounter, es_count, lake_ids
+from infra.demo.reconcile import (
+    NOT_UTF8,
+    WITHOUT_BYTES,
+    Check,
+    Reconciliation,
+    TopicCounter,
+    es_count,
+    lake_ids,
+)
 from infra.faults import cluster
 from infra.faults.scenarios import NotInjected, Scenario, poison_records
 from infra.slack.fake import CHANNEL, TOKEN, FakeSlack
@@ -689,8 +697,7 @@ class FaultRun(Demo):
         }
         row.views_differ = [name for name, c in compared.items() if not c.ok]
         row.views_ok = (not row.views_differ) if compared else None
-        # Checks with a count to meet that no column above shows (records that are not UTF-8).
-        others = [c for name, c in checks.items() if "UTF-8" in name and not c.ok]
+        others = unmet_without_column(checks)
         lost_or_doubled = [
             row.lost,
             row.duplicated,
@@ -729,6 +736,12 @@ class FaultRun(Demo):
             and not others
             and row.recovered_s is not None
         )
+
+
+def unmet_without_column(checks: dict[str, Check]) -> list[Check]:
+    """The checks with a count to meet that no column of the matrix shows (records that are not
+    UTF-8, dead letters whose bytes are nowhere), where the count was not met."""
+    return [c for name, c in checks.items() if name in (NOT_UTF8, WITHOUT_BYTES) and not c.ok]
 
 
 class Recovery:

@@ -189,8 +189,9 @@ def _binlog_reset(f: "Faults") -> None:
 
 
 def poison_records(now_ms: int, first_id: int) -> list[tuple[str, bytes | None, bytes]]:
-    """(what, key, value) of every kind of hostile rating: each must end in the job's DLQ (or be
-    recorded by reference when even its dead letter cannot be written), none may stop a stage."""
+    """(what, key, value) of every kind of hostile rating: each must end in the job's DLQ with
+    its bytes (in its value, or in the claim-check store when its dead letter could not carry
+    them), none may stop a stage."""
 
     def rating(rid: int, **fields: object) -> bytes:
         body = {
@@ -397,7 +398,7 @@ SCENARIOS = [
         _poison,
         load_s=40,
         quick=True,
-        expected=ONCE + "; every hostile rating in the DLQ or recorded by reference",
+        expected=ONCE + "; every hostile rating in the DLQ, with its bytes or where they are kept",
     ),
     Scenario(
         "second-job-other-state",

@@ -1,9 +1,17 @@
 """The demo's reconciliation verdict, latency figures and live view, from figures alone."""
 
 import time
+from pathlib import Path
 
 from infra.demo.figures import Snapshot
-from infra.demo.reconcile import Check, Reconciliation, TopicCounter, dlq_since, percentiles
+from infra.demo.reconcile import (
+    Check,
+    Reconciliation,
+    TopicCounter,
+    dlq_since,
+    dlq_without_bytes,
+    percentiles,
+)
 from infra.demo.view import alert_lines, frame
 
 
@@ -92,3 +100,25 @@ def test_the_live_view_shows_every_stage_and_the_latest_alerts() -> None:
     assert views[0] in text
     assert "185 docs in ratings" in text and "3 files in the lake" in text
     assert "★☆☆☆☆ via iOS" in "\n".join(alert_lines([alert]))
+
+
+def test_a_dead_letter_without_its_value_counts_as_kept_only_where_its_claim_check_file_is(
+    tmp_path: Path,
+) -> None:
+    kept = tmp_path / "enrichment" / "ratings" / "0" / "101"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"x" * 7)
+    ours = {"dlq.topic": b"ratings", "dlq.partition": b"0"}
+    counter = TopicCounter.__new__(TopicCounter)
+    counter.headers = [
+        {**ours, "dlq.offset": b"100"},  # with its value
+        {**ours, "dlq.offset": b"101", "dlq.value.location": kept.as_uri().encode(), "dlq.value.bytes": b"7"},
+        {**ours, "dlq.offset": b"102", "dlq.value.location": kept.as_uri().encode(), "dlq.value.bytes": b"8"},
+        {**ours, "dlq.offset": b"103"},  # no value, nowhere
+        {**ours, "dlq.offset": b"104", "dlq.reason": b"empty value"},  # it had none
+        {**ours, "dlq.offset": b"105", "dlq.value.location": (tmp_path / "gone").as_uri().encode()},
+        {"dlq.topic": b"ratings", "dlq.partition": b"0", "dlq.offset": b"9"},  # an earlier run's
+    ]
+    counter.valued = [True, False, False, False, False, False, False]
+    assert dlq_since(counter, {0: 100}) == 6
+    assert dlq_without_bytes(counter, {0: 100}) == 3  # 102 (another size), 103, 105

@@ -4,7 +4,8 @@ row (or a self-test built to fail) is met."""
 import signal
 from collections import Counter
 
-from infra.faults.run import Exit, Row, last_error, unexpected
+from infra.demo.reconcile import NOT_UTF8, WITHOUT_BYTES, Check
+from infra.faults.run import Exit, Row, last_error, unexpected, unmet_without_column
 
 KILLED = -signal.SIGKILL
 
@@ -60,3 +61,13 @@ def test_a_row_is_judged_by_its_verdict_and_a_self_test_by_failing_for_its_reaso
     )
     assert not other.judged
     assert other.as_json()["judged_ok"] is False
+
+
+def test_a_row_fails_on_records_not_utf8_or_dead_letters_whose_bytes_are_nowhere() -> None:
+    """Counts no column shows: the judge must still see them."""
+    met = {NOT_UTF8: Check(NOT_UTF8, 0, 0), WITHOUT_BYTES: Check(WITHOUT_BYTES, 0, 0)}
+    assert unmet_without_column(met) == []
+    lost = {**met, WITHOUT_BYTES: Check(WITHOUT_BYTES, 1, 0)}
+    assert unmet_without_column(lost) == [lost[WITHOUT_BYTES]]
+    assert unmet_without_column({**met, NOT_UTF8: Check(NOT_UTF8, 2, 0)}) == [Check(NOT_UTF8, 2, 0)]
+    assert unmet_without_column({"lake rows": Check("lake rows", 9, 10)}) == []  # a column of its own
