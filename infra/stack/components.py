@@ -6,6 +6,7 @@ here when the file is rendered into <state>/<component>/.
 """
 
 import base64
+import logging
 import os
 import pwd
 import shutil
@@ -20,6 +21,8 @@ from infra.stack.artifacts import Installed
 from infra.stack.errors import ComponentFailed
 from infra.stack.secrets import CONNECT_REST_USER, CONNECT_SECRET, SPARK_SECRET
 from infra.stack.settings import INFRA_DIR, StackSettings
+
+log = logging.getLogger("stack")
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ def _readable(settings: StackSettings, source: Path, user: str | None) -> Path:
     names the version); the cache itself is never handed to the service user."""
     if user is None:
         return source
-    target = settings.service_state_dir / "lib" / f"{source.parent.name}-{source.name}"
+    target = settings.service_state_dir / "lib" / _copy_name(source)
     if not target.exists():
         partial = target.with_name(target.name + ".copying")
         shutil.rmtree(partial, ignore_errors=True)
@@ -117,6 +120,23 @@ def _readable(settings: StackSettings, source: Path, user: str | None) -> Path:
         partial.rename(target)
         target.parent.chmod(0o755)
     return target
+
+
+def _copy_name(source: Path) -> str:
+    return f"{source.parent.name}-{source.name}"
+
+
+def prune_copies(settings: StackSettings, installed: Installed) -> list[str]:
+    """Removes the service folder's copies of installed folders that the stack no longer uses
+    (the versions before a version change, and copies cut short), and says which."""
+    lib = settings.service_state_dir / "lib"
+    if not lib.is_dir():
+        return []
+    used = {_copy_name(p) for p in (installed.kafka_lib, installed.connect_plugins, installed.s3proxy_lib)}
+    removed = sorted(entry.name for entry in lib.iterdir() if entry.name not in used)
+    for name in removed:  # a running component keeps the jars it has open
+        shutil.rmtree(lib / name, ignore_errors=True)
+    return removed
 
 
 def _own_copy(state: Path, shared: Path) -> Path:
@@ -595,7 +615,7 @@ def prepare_components(
 ) -> list[Component]:
     """Render configs and initialise data folders (first run only); the components in start order."""
     database = postgres(settings, installed) if settings.source == "postgres" else mariadb(settings)
-    return [
+    made = [
         database,
         kafka(settings, installed, secrets),
         s3(settings, installed, secrets),
@@ -603,3 +623,7 @@ def prepare_components(
         connect(settings, installed, secrets),
         *(spark_cluster(settings, installed, secrets[SPARK_SECRET]) if settings.spark_cluster else []),
     ]
+    if _service_user(settings) is not None:  # copies are made for the service user alone
+        for name in prune_copies(settings, installed):
+            log.info("removed %s from the service folder: no component uses it now", name)
+    return made

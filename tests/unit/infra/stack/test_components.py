@@ -155,3 +155,38 @@ def test_as_root_kafka_connect_and_s3_run_as_the_service_user_from_files_it_can_
     worker = (settings.service_state_dir / "connect" / "worker.properties").read_text()
     assert f"plugin.path={lib / 'debezium-1.0-plugins'}" in worker
     assert not settings.state_dir.exists() or not any(settings.state_dir.iterdir())
+
+
+def test_copies_of_versions_no_component_uses_are_removed_from_the_service_folder(tmp_path: Path) -> None:
+    settings = StackSettings(state_dir=tmp_path / "state", service_dir=tmp_path / "svc")
+    cache = tmp_path / "cache"
+    installed = Installed(
+        Path("/jdk"),
+        cache / "kafka-2.0" / "lib",
+        cache / "s3proxy-1.0" / "lib",
+        Path("j"),
+        cache / "debezium-1.0" / "plugins",
+        Path("e.zip"),
+    )
+    lib = settings.service_state_dir / "lib"
+    for name in (
+        "kafka-1.0-lib",
+        "kafka-2.0-lib",
+        "s3proxy-1.0-lib",
+        "debezium-1.0-plugins",
+        "kafka-2.0-lib.copying",
+    ):
+        (lib / name).mkdir(parents=True)
+        (lib / name / "a.jar").write_bytes(b"PK")
+    assert components.prune_copies(settings, installed) == ["kafka-1.0-lib", "kafka-2.0-lib.copying"]
+    assert sorted(p.name for p in lib.iterdir()) == [
+        "debezium-1.0-plugins",
+        "kafka-2.0-lib",
+        "s3proxy-1.0-lib",
+    ]
+    assert (
+        components.prune_copies(
+            StackSettings(state_dir=tmp_path / "s2", service_dir=tmp_path / "none"), installed
+        )
+        == []
+    )
