@@ -7,7 +7,8 @@ state folder's `dead-letters`) at a path made of the record's origin,
 `<stage>/<topic>/<partition>/<offset>`, before the batch's transaction commits; the dead letter
 then carries `dlq.value.location` (the file's URI) and `dlq.value.bytes`. A re-run of the batch
 writes the same bytes to the same path, so the store holds one copy whatever the retries, and a
-committed dead letter always points at a whole file.
+committed dead letter always points at a whole file. The views job keeps a view's row too large
+for Kafka the same way (VIEWS_JOB_DEAD_LETTER_STORE), at `views/<view>/<batch>/<key digest>`.
 """
 
 import logging
@@ -15,12 +16,18 @@ import time
 from dataclasses import dataclass, field
 
 from enrichment_job.kafka_out import Records
+from enrichment_job.runtime.settings import SparkJobSettings
 from enrichment_job.runtime.state_dir import StateDir
 from foundation.errors import SinkUnavailable
 
 log = logging.getLogger("enrichment_job")
 
-__all__ = ["ClaimCheck", "Claimed"]
+__all__ = ["MAX_VALUE_BYTES", "ClaimCheck", "Claimed"]
+
+
+# A dead letter's value at most, with room for its headers under Kafka's default record limit
+# (message.max.bytes, 1,000,000): where no setting bounds it (the views job's dead letters).
+MAX_VALUE_BYTES = 900_000
 
 
 def _text(value: str | bytes | None) -> str:
@@ -50,6 +57,16 @@ class ClaimCheck:
     setting: str = "ENRICH_DEAD_LETTER_STORE"
     _first_pause_s: float = field(default=0.5, repr=False)
 
+    @classmethod
+    def of(cls, settings: SparkJobSettings, stage: str) -> "ClaimCheck":
+        """The store a job's settings name (*_DEAD_LETTER_STORE), for dead letters of `stage`."""
+        return cls(
+            settings.dead_letters,
+            stage,
+            settings.dead_letter_store_timeout_s,
+            settings.dead_letter_store_setting,
+        )
+
     def oversized(self, dead: Records, max_bytes: int) -> Records:
         """`dead` (dead letters whose dlq.topic, dlq.partition and dlq.offset headers say where
         each came from) with every value over `max_bytes` put in the store: its record goes
@@ -74,7 +91,11 @@ class ClaimCheck:
     def put(self, topic: str, partition: int, offset: int, value: bytes, stage: str | None = None) -> Claimed:
         """Writes `value` at `<stage>/<topic>/<partition>/<offset>` (`stage`: this one's by
         default) and says where."""
-        relative = f"{stage or self.stage}/{topic}/{partition}/{offset}"
+        return self.keep(f"{stage or self.stage}/{topic}/{partition}/{offset}", value)
+
+    def keep(self, relative: str, value: bytes) -> Claimed:
+        """Writes `value` at `relative` in the store (again, when a re-run writes it again) and
+        says where."""
         deadline = time.monotonic() + self.timeout_s
         pause = self._first_pause_s
         while True:
@@ -94,7 +115,5 @@ class ClaimCheck:
                 time.sleep(min(pause, left))
                 pause = min(pause * 2, 30.0)
         location = self.store.child(relative)
-        log.warning(
-            "dead letter %s[%s]@%s: its %d bytes are at %s", topic, partition, offset, len(value), location
-        )
+        log.warning("a dead letter's %d bytes are at %s", len(value), location)
         return Claimed(location, len(value))

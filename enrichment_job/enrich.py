@@ -64,7 +64,7 @@ class Ratings:
     def __init__(self, settings: JobSettings) -> None:
         self.settings = settings
         self.waiting: pa.Table | None = None
-        self.claim_check = ClaimCheck(settings.dead_letters, STAGE, settings.dead_letter_store_timeout_s)
+        self.claim_check = ClaimCheck.of(settings, STAGE)
 
     def _parse(self, raw: pa.Table) -> pa.Table:
         settings = self.settings

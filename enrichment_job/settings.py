@@ -7,11 +7,10 @@ that names the setting.
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from enrichment_job.runtime.settings import SparkJobSettings
-from enrichment_job.runtime.state_dir import StateDir, check_uri
 
 TABLE = "customer_versions"  # the customer table, in the state folder
 
@@ -78,20 +77,6 @@ class JobSettings(SparkJobSettings):
         " directory at start), or a file:// or s3a://<bucket>/<prefix> URI (ENRICH_S3_*)",
     )
 
-    dead_letter_store: str = Field(
-        "",
-        description="where a dead letter too large for Kafka keeps its bytes (the claim-check): its"
-        " record in ENRICH_DLQ_TOPIC goes without its value and says where it is (dlq.value.location)."
-        " A local path, or a file:// or s3a://<bucket>/<prefix> URI (ENRICH_S3_ENDPOINT, ...); empty: the"
-        " dead-letters folder of the state folder. On a cluster every executor must reach it",
-    )
-    dead_letter_store_timeout_s: float = Field(
-        300,
-        gt=0,
-        description="how long a batch retries writing to ENRICH_DEAD_LETTER_STORE before the job stops"
-        " with the store's error (nothing of the batch is committed; a restart writes it again)",
-    )
-
     # Join and alert rule
     grace_ms: int = Field(
         5_000, ge=0, description="a rating may join a customer row created this long after it"
@@ -142,15 +127,3 @@ class JobSettings(SparkJobSettings):
     views_in_job: bool = Field(
         False, description="also run the materialized views' queries in this application (VIEWS_JOB_*)"
     )
-
-    @field_validator("dead_letter_store", mode="before")
-    @classmethod
-    def _store(cls, value: object) -> str:
-        if not isinstance(value, str):
-            raise ValueError(f"a path or URI, not {value!r}")
-        return check_uri(value) if value else ""
-
-    @property
-    def dead_letters(self) -> StateDir:
-        """Where dead letters too large for Kafka keep their bytes."""
-        return StateDir(self.dead_letter_store or self.state.child("dead-letters"), self)

@@ -38,6 +38,19 @@ class SparkJobSettings(Settings, ObjectStoreSettings):
         description="the checkpoints and the job's state: a local path (relative: to the working"
         " directory at start), or a file:// or s3a://<bucket>/<prefix> URI",
     )
+    dead_letter_store: str = Field(
+        "",
+        description="where a dead letter too large for Kafka keeps its bytes (the claim-check): its"
+        " record in the dead-letter topic says where (dlq.value.location). A local path, or a file://"
+        " or s3a://<bucket>/<prefix> URI (the S3 settings); empty: the dead-letters folder of the"
+        " state folder. On a cluster every executor must reach it",
+    )
+    dead_letter_store_timeout_s: float = Field(
+        300,
+        gt=0,
+        description="how long a batch retries writing to the dead-letter store before the job stops"
+        " with the store's error (nothing of the batch is committed; a restart writes it again)",
+    )
     metrics_file: Path | None = Field(
         None,
         description="JSON file of the job's figures, rewritten each batch (default: metrics.json in "
@@ -72,9 +85,26 @@ class SparkJobSettings(Settings, ObjectStoreSettings):
             raise ValueError(f"a path or URI, not {value!r}")
         return check_uri(str(value))
 
+    @field_validator("dead_letter_store", mode="before")
+    @classmethod
+    def _store(cls, value: object) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"a path or URI, not {value!r}")
+        return check_uri(value) if value else ""
+
     @property
     def state(self) -> StateDir:
         return StateDir(self.state_dir, self)
+
+    @property
+    def dead_letters(self) -> StateDir:
+        """Where dead letters too large for Kafka keep their bytes."""
+        return StateDir(self.dead_letter_store or self.state.child("dead-letters"), self)
+
+    @property
+    def dead_letter_store_setting(self) -> str:
+        """The variable that sets `dead_letter_store`, with this job's prefix (for messages)."""
+        return f"{self.model_config.get('env_prefix', '')}DEAD_LETTER_STORE"
 
     @property
     def metrics_path(self) -> Path | None:

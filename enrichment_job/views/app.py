@@ -34,6 +34,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType, StructType
 
 from enrichment_job.batch_io import collect, kafka_records, to_records
+from enrichment_job.claim_check import MAX_VALUE_BYTES, ClaimCheck
 from enrichment_job.kafka_out import Records, TransactionalOutput
 from enrichment_job.metrics import JobCollector, Metrics, ProgressListener
 from enrichment_job.recovery import CHECKPOINTS, check_planned, run_id
@@ -237,7 +238,9 @@ class ViewsSink(BatchSink):
             ("partition", "offset"),
         )
         log.warning("batch %d: %d records to %s", batch_id, len(records), self.settings.dlq_topic)
-        return records
+        # An enriched record near Kafka's limit would not fit with its headers: its bytes go to
+        # the claim-check store (VIEWS_JOB_DEAD_LETTER_STORE) instead of failing every re-run.
+        return ClaimCheck.of(self.settings, "views").oversized(records, MAX_VALUE_BYTES)
 
     def _view_markers(self, marker: dict[str, Any]) -> Records:
         """Per view, what the query service reads: key, column types and freshness."""

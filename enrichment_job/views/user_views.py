@@ -16,6 +16,7 @@ backfilling while the version it replaces goes on serving. Its markers say `back
 then serves it, and the job stops the old version and deletes its checkpoint and topic.
 """
 
+import hashlib
 import json
 import logging
 import threading
@@ -33,6 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.batch_io import collect
+from enrichment_job.claim_check import ClaimCheck
 from enrichment_job.kafka_out import Records
 from enrichment_job.recovery import CHECKPOINTS
 from enrichment_job.runtime.state_dir import StateDir
@@ -91,6 +93,7 @@ class SqlViewSink:
         self.sink = sink
         self.settings, self.view, self.entry = settings, view, entry
         self.topic = entry.topic or settings.topic(view.name)
+        self.claim_check = ClaimCheck.of(settings, "views")
         self.columns = column_types(view.rows)
         names = [c["name"] for c in self.columns]
         self.select = [
@@ -136,7 +139,7 @@ class SqlViewSink:
             newest = pc.max(table.column(self.newest)).as_py()
             if newest is not None and (self.max_rating_time is None or newest > self.max_rating_time):
                 self.max_rating_time = newest
-        rows, dead = self._split(table)
+        rows, dead = self._split(table, batch_id)
         written = {k for k in rows.keys if k is not None}
         expired = self._expire(table, written) if self.view.retention_ms is not None else []
         tombstones = Records(rows.topic, expired, [None] * len(expired))
@@ -183,9 +186,11 @@ class SqlViewSink:
         expired = [start for start in self.windows if start < oldest_kept]
         return [key for start in sorted(expired) for key in sorted(self.windows.pop(start))]
 
-    def _split(self, table: pa.Table) -> tuple[Records, Records]:
+    def _split(self, table: pa.Table, batch_id: int) -> tuple[Records, Records]:
         """The rows to write, and the dead letters of those over a bound: sizes compared in
-        Arrow's kernels, a row at a time in Python only for the (rare) rows over one."""
+        Arrow's kernels, a row at a time in Python only for the (rare) rows over one. A dead
+        letter carries the first `_DEAD_LETTER_VALUE_BYTES` of its row; a longer row is kept
+        whole in the claim-check store (VIEWS_JOB_DEAD_LETTER_STORE), where its headers say."""
         key_bytes = pc.binary_length(table.column("key"))
         record_bytes = pc.add(key_bytes, pc.coalesce(pc.binary_length(table.column("value")), 0))
         too_long_key = pc.greater(key_bytes, self.settings.max_key_bytes)
@@ -193,7 +198,7 @@ class SqlViewSink:
         good = table.filter(pc.invert(bad)) if pc.any(bad).as_py() else table
         rows = Records(self.topic, good.column("key").to_pylist(), good.column("value").to_pylist())
         over = table.filter(bad)
-        dead: list[tuple[bytes, bytes, str]] = []
+        dead: list[tuple[bytes, bytes, str, list[tuple[str, bytes]]]] = []
         for key, value, size in zip(
             over.column("key").to_pylist(),
             over.column("value").to_pylist(),
@@ -205,19 +210,24 @@ class SqlViewSink:
                 if len(key) > self.settings.max_key_bytes
                 else f"row of {size} bytes, over a Kafka record's {MAX_RECORD_BYTES}"
             )
+            kept: list[tuple[str, bytes]] = []
+            if value is not None and len(value) > _DEAD_LETTER_VALUE_BYTES:
+                where = f"views/{self.view.name}/{batch_id}/{hashlib.sha256(key).hexdigest()[:32]}"
+                kept = self.claim_check.keep(where, value).headers()
             dead.append(
-                (key[: self.settings.max_key_bytes], (value or b"")[:_DEAD_LETTER_VALUE_BYTES], reason)
+                (key[: self.settings.max_key_bytes], (value or b"")[:_DEAD_LETTER_VALUE_BYTES], reason, kept)
             )
         headers: list[list[tuple[str, str | bytes | None]] | None] = [
             [
                 ("dlq.reason", f"view {self.view.name}: {reason}".encode()),
                 ("dlq.stage", b"views"),
                 ("dlq.view", self.view.name.encode()),
+                *kept,
             ]
-            for _, _, reason in dead
+            for _, _, reason, kept in dead
         ]
         return rows, Records(
-            self.settings.dlq_topic, [k for k, _, _ in dead], [v for _, v, _ in dead], headers
+            self.settings.dlq_topic, [k for k, _, _, _ in dead], [v for _, v, _, _ in dead], headers
         )
 
     def _marker(self, marker: dict[str, Any]) -> Records:

@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import pytest
 from support.enrichment import s3_state
@@ -112,7 +114,13 @@ def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
 ) -> None:
     rng = random.Random(7)
     first = records(0, 1_500, rng)
-    bad = [(b"1", b"not json at all"), (b"2", json.dumps({"rating_id": 5, "stars": 2}).encode())]
+    # ... the last one near Kafka's record limit: its dead letter would not fit with its headers
+    huge = b"x" * 950_000
+    bad = [
+        (b"1", b"not json at all"),
+        (b"2", json.dumps({"rating_id": 5, "stars": 2}).encode()),
+        (b"3", huge),
+    ]
     produce(stack_env, topics.enriched, [as_kafka(r) for r in first[:700]] + bad)
     produce(stack_env, topics.enriched, [as_kafka(r) for r in first[700:]])
     job = ViewsJob(
@@ -152,25 +160,32 @@ def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
 
     # 2. Dead letters: the unreadable records, and the late ratings segment_hourly refused (which
     #    customer_ratings counted), each with its reason and origin.
-    dead = read_topic(stack_env, topics.dlq, min_records=2 + len(late_ones))
+    dead = read_topic(stack_env, topics.dlq, min_records=3 + len(late_ones))
     reasons = {
-        json.loads(m.value())["rating_id"] if m.value()[:1] == b"{" else None: dict(m.headers()) for m in dead
+        json.loads(m.value())["rating_id"] if (m.value() or b"")[:1] == b"{" else m.key(): dict(m.headers())
+        for m in dead
     }
-    assert reasons[None][("dlq.reason")] == b"not an enriched rating (JSON)"
+    assert reasons[b"1"][("dlq.reason")] == b"not an enriched rating (JSON)"
     assert reasons[5]["dlq.reason"] == b"missing user_id"
+    # the near-limit one went without its value, which is kept whole in the claim-check store
+    kept = reasons[b"3"]
+    assert kept["dlq.reason"] == b"not an enriched rating (JSON)"
+    where = urlsplit(kept["dlq.value.location"].decode())
+    assert Path(url2pathname(where.path)).read_bytes() == huge
+    assert [m.value() for m in dead if "dlq.value.location" in dict(m.headers())] == [None]
     for r in late_ones:
         reason = reasons[r["rating_id"]]["dlq.reason"].decode()
         assert reason.startswith("segment_hourly: late: the window of hour "), reason
         assert reasons[r["rating_id"]]["dlq.stage"] == b"views"
-    assert len(dead) == 2 + len(late_ones)
+    assert len(dead) == 3 + len(late_ones)
 
     # 3. A kill -9 while records stream in, then a restart: nothing lost, nothing doubled.
     second = records(1_500, 1_500, rng)
     kill_mid_stream(stack_env, topics, job, second, rng.uniform(1.5, 4.5))  # 6 s or more of stream
     wait_until(lambda: views_match(stack_env, topics, first + second), job)
     assert_no_change_twice(stack_env, topics)
-    dead = read_topic(stack_env, topics.dlq, min_records=2 + len(late_ones))
-    assert len(dead) == 2 + sum(late(r, LATENESS_S) for r in first + second)
+    dead = read_topic(stack_env, topics.dlq, min_records=3 + len(late_ones))
+    assert len(dead) == 3 + sum(late(r, LATENESS_S) for r in first + second)
 
     # 4. Each view's marker says up to where the enriched topic is reflected: all of it.
     markers = {m.key().decode(): json.loads(m.value()) for m in read_topic(stack_env, topics.commits)}

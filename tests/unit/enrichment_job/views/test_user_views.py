@@ -1,14 +1,17 @@
 """A SQL view's changed rows as records: one too large for its changelog goes to the views'
-dead-letter topic with the reason, not to Kafka's refusal (which would stop the view on every
-retry)."""
+dead-letter topic with the reason (and its bytes to the claim-check store), not to Kafka's
+refusal (which would stop the view on every retry)."""
 
 import time
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import pyarrow as pa
 
+from enrichment_job.claim_check import ClaimCheck
 from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir
 from enrichment_job.views.catalog import marker_key
 from enrichment_job.views.settings import ViewsSettings
@@ -17,25 +20,37 @@ from enrichment_job.views.user_views import MAX_RECORD_BYTES, Leftovers, SqlView
 HOUR = 3_600_000
 
 
-def _sink() -> SqlViewSink:
+def _sink(state: Path | None = None) -> SqlViewSink:
     sink = object.__new__(SqlViewSink)
-    sink.settings = ViewsSettings(max_key_bytes=64, topic_prefix="view.", dlq_topic="views-dlq")
+    sink.settings = ViewsSettings(
+        max_key_bytes=64, topic_prefix="view.", dlq_topic="views-dlq", state_dir=str(state or "unused")
+    )
     sink.view = SimpleNamespace(name="by_channel")  # type: ignore[assignment]
     sink.topic = "view.by_channel"
+    sink.claim_check = ClaimCheck.of(sink.settings, "views")
     return sink
 
 
-def test_rows_over_the_key_or_record_bound_are_dead_lettered_with_the_reason_and_the_rest_written() -> None:
+def test_rows_over_the_key_or_record_bound_are_dead_lettered_with_the_reason_and_the_rest_written(
+    tmp_path: Path,
+) -> None:
     keys = [b'{"channel":"web"}', b'{"channel":"' + b"x" * 100 + b'"}', b'{"channel":"app"}']
     values = [b'{"n":1}', b'{"n":2}', b"v" * MAX_RECORD_BYTES]
-    rows, dead = _sink()._split(pa.table({"key": keys, "value": values}))
+    rows, dead = _sink(tmp_path)._split(pa.table({"key": keys, "value": values}), 7)
     assert (rows.topic, rows.keys, rows.values) == ("view.by_channel", [keys[0]], [values[0]])
     assert dead.topic == "views-dlq" and len(dead) == 2
     assert dead.headers is not None
-    reasons = [dict(h or [])["dlq.reason"].decode() for h in dead.headers]  # type: ignore[union-attr]
+    headers = [dict(h or []) for h in dead.headers]
+    reasons = [h["dlq.reason"].decode() for h in headers]  # type: ignore[union-attr]
     assert reasons[0] == "view by_channel: key of 114 bytes, over VIEWS_JOB_MAX_KEY_BYTES (64)"
     assert reasons[1].startswith("view by_channel: row of 1000017 bytes, over a Kafka record's")
     assert dead.keys[0] == keys[1][:64] and len(dead.values[1] or b"") == 65_536
+    # The row too large is kept whole in the state folder's dead-letters, where its headers say.
+    assert "dlq.value.location" not in headers[0]
+    location = urlsplit(str(headers[1]["dlq.value.location"], "utf-8"))
+    kept = Path(url2pathname(location.path))
+    assert kept.parent == tmp_path / "dead-letters" / "views" / "by_channel" / "7"
+    assert kept.read_bytes() == values[2] and headers[1]["dlq.value.bytes"] == str(MAX_RECORD_BYTES).encode()
 
 
 def test_a_views_marker_key_is_the_same_for_every_creation_of_its_name() -> None:
