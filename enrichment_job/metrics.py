@@ -144,6 +144,10 @@ class Metrics:
     def progress(self, name: str, values: dict[str, Any]) -> None:
         self._update(f"query:{name}", values)
 
+    def driver(self, values: dict[str, Any]) -> None:
+        """How the driver started (section "driver"): its class archive, say."""
+        self._update("driver", values)
+
 
 class JobCollector(Collector):
     """The job's figures for Prometheus, read from `Metrics` at each scrape. `job` labels them:

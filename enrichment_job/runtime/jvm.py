@@ -28,10 +28,6 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("enrichment_job")
-# The start's log line says which archive the driver maps, or that it records one (read by
-# make bench-views: a recording run costs CPU).
-ARCHIVE_LOG = "driver class archive: "
-RECORDING = "written at the stop"
 
 
 def _java_build() -> str:
@@ -89,6 +85,12 @@ class ClassArchive:
 
     path: Path
     writing: Path | None = None
+
+    @property
+    def state(self) -> str:
+        """ "mapped" (the archive was there), or "recording" (the first start with these jars and
+        options: it records the archive as it runs, which costs CPU, and writes it at its stop)."""
+        return "recording" if self.writing is not None else "mapped"
 
     @property
     def java_options(self) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from enrichment_job.runtime.jvm import ARCHIVE_LOG, RECORDING, ClassArchive, class_archive
+from enrichment_job.runtime.jvm import ClassArchive, class_archive
 from enrichment_job.runtime.settings import SparkJobSettings
 from enrichment_job.runtime.spark_internals import local_checkpoint_files, skip_driver_checksums
 from foundation.logs import log_format
@@ -37,7 +37,7 @@ def driver_archive(settings: SparkJobSettings, app_name: str) -> ClassArchive | 
         return None
     directory = Path(settings.class_archive_dir).expanduser()
     archive = class_archive(directory, app_name, settings.spark_jars, driver_jvm_options(settings))
-    log.info("%s%s", ARCHIVE_LOG, archive.path if archive.writing is None else RECORDING)
+    log.info("driver class archive: %s", archive.path if archive.writing is None else "written at the stop")
     return archive
 
 

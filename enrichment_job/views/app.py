@@ -284,6 +284,7 @@ def start(settings: ViewsSettings) -> RunningViews:
     metrics = Metrics(settings.metrics_path)
     endpoint = serve(JobCollector(metrics, "views"), settings, "VIEWS_JOB_")
     archive = driver_archive(settings, "ratings-views")
+    metrics.driver({"class_archive": archive.state if archive is not None else "off"})
     spark = build_session(settings, "ratings-views", archive)
     spark.streams.addListener(ProgressListener(metrics))
     return RunningViews(spark, start_queries(spark, settings, OWN_POOLS), endpoint, archive)

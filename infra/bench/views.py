@@ -55,7 +55,6 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from enrichment_job.runtime.jvm import ARCHIVE_LOG, RECORDING
 from infra.bench import hostile
 from infra.bench.freshness import in_window
 from infra.bench.job import (
@@ -75,6 +74,7 @@ from infra.bench.job import (
 )
 from infra.bench.memory import PeakRss
 from infra.bench.results import exit_on_sigterm
+from infra.demo.figures import read_json
 from infra.demo.views import behind
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
@@ -213,16 +213,15 @@ def stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGINT) -> None
         proc.wait(30)
 
 
-def class_archives(log: Path) -> list[str]:
-    """How each Spark driver that logged to `log` started: "mapped" (its class archive was
-    there) or "recording" (the first start with its jars and Java options: it records the
-    archive as it runs, which costs CPU, and writes it at its stop)."""
-    if not log.exists():
-        return []
+def class_archives(metrics_files: list[Path]) -> list[str]:
+    """How each Spark driver whose metrics file is among `metrics_files` started, as it says
+    there: "mapped" (its class archive was there), "recording" (the first start with its jars
+    and Java options: it records the archive as it runs, which costs CPU, and writes it at its
+    stop) or "off"."""
     return [
-        "recording" if line.rstrip().endswith(RECORDING) else "mapped"
-        for line in log.read_text(errors="replace").splitlines()
-        if ARCHIVE_LOG in line
+        str(read_json(path).get("driver", {}).get("class_archive", "unknown"))
+        for path in metrics_files
+        if path.exists()
     ]
 
 
@@ -693,7 +692,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
             print(json.dumps(figures), flush=True)
 
         # A first start records the drivers' class archives, and its figures carry that cost.
-        results["class_archives"] = {name: class_archives(work / f"{name}.log") for name in ("job", "views")}
+        results["class_archives"] = {
+            "job": class_archives([work / "job" / "metrics.json"]),
+            "views": class_archives(
+                [work / "views" / "metrics.json", work / "views" / "background" / "metrics.json"]
+            ),
+        }
         print(f"class archives: {json.dumps(results['class_archives'])}", flush=True)
         print("restart: the query service stopped and started again ...", flush=True)
         stop(procs.pop("api"), signal.SIGTERM)
