@@ -45,6 +45,10 @@ class Entry:
     topic: str = ""
     previous: "Entry | None" = None
 
+    def changelog(self, prefix: str) -> str:
+        """Its changelog topic: its own, else the name's under the views' topic `prefix`."""
+        return self.topic or f"{prefix}{self.name}"
+
     def encode(self) -> bytes:
         return json.dumps(self._body()).encode()
 

@@ -164,7 +164,7 @@ def _show(entry: Entry, said: ViewMarker | None) -> None:
 def _follow(settings: ViewsSettings, entry: Entry) -> int:
     """The view's changelog topic from its start, committed records, as JSON lines."""
     said = _said(settings, entry)
-    topic = (said and said.topic) or entry.topic or settings.topic(entry.name)
+    topic = (said and said.topic) or entry.changelog(settings.topic_prefix)
     consumer = Consumer(
         {
             **settings.producer_config(),

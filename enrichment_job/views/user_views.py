@@ -92,7 +92,7 @@ class SqlViewSink:
         """Takes what `open` made and read; does no I/O of its own."""
         self.sink = sink
         self.settings, self.view, self.entry = settings, view, entry
-        self.topic = entry.topic or settings.topic(view.name)
+        self.topic = entry.changelog(settings.topic_prefix)
         self.claim_check = ClaimCheck.of(settings, "views")
         self.columns = column_types(view.rows)
         names = [c["name"] for c in self.columns]
@@ -124,10 +124,9 @@ class SqlViewSink:
         """The view's sink: its output opened (`open_output`) and, with a retention, the keys of
         each window read back from its changelog topic."""
         out = open_output(settings, query, run, other_markers=(marker_key(settings, view.name),))
-        topic = entry.topic or settings.topic(view.name)
         windows = {}
         if view.retention_ms is not None and view.window_start is not None:
-            windows = _windows_in_topic(settings, topic, view.window_start)
+            windows = _windows_in_topic(settings, entry.changelog(settings.topic_prefix), view.window_start)
         return cls(settings, view, entry, BatchSink(settings, query, out), windows, _ends_now(settings))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -313,7 +312,7 @@ class SqlViews:
         return views
 
     def topic(self, entry: Entry) -> str:
-        return entry.topic or self.settings.topic(entry.name)
+        return entry.changelog(self.settings.topic_prefix)
 
     def create(self, entry: Entry) -> None:
         """Starts `entry`'s version of its view. A new version of a running view (a replacement)

@@ -18,6 +18,11 @@ def test_an_entry_round_trips_and_an_unreadable_one_is_none() -> None:
     assert Entry.decode("x", b'{"sql": "SELECT 1"}') is None
 
 
+def test_an_entry_s_changelog_is_its_own_topic_else_the_name_s_under_the_prefix() -> None:
+    assert Entry("by_channel", "SELECT 1", 1).changelog("view.") == "view.by_channel"
+    assert Entry("by_channel", "SELECT 1", 2, "view.by_channel.2").changelog("view.") == "view.by_channel.2"
+
+
 def test_the_follower_creates_drops_and_changes_views_as_the_records_say_and_retries_a_failed_create() -> (
     None
 ):
