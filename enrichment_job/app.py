@@ -81,6 +81,7 @@ class Pipeline:
         recovery: Recovery,
         start: Start,
         join_in: str,
+        resumed_from: BatchMarker | None = None,
         prefetch: Prefetch | None = None,
     ) -> None:
         """Takes what `resume` opened and recovered; does no I/O of its own."""
@@ -101,6 +102,7 @@ class Pipeline:
         self._recovery = recovery
         self.tasks: TaskJoin | None = None  # the join in tasks (see `join_place`)
         self.join_in = join_in
+        self.resumed_from = resumed_from  # the last commit's marker as this process started
 
     @classmethod
     def resume(
@@ -111,14 +113,15 @@ class Pipeline:
         out: TransactionalOutput,
         metrics: Metrics,
         *,
+        last: BatchMarker | None,
         group_id: str,
         prefetch: Prefetch | None = None,
     ) -> "Pipeline":
-        """The pipeline where the job name's last commit left it: decides where the join runs,
-        opens the readers of both topics, and brings the customer table and the waiting ratings
-        to that commit (`Recovery.resume`, which may append to the Delta table)."""
+        """The pipeline where the job name's last commit (`last`, read as `out` opened) left it:
+        decides where the join runs, opens the readers of both topics, and brings the customer
+        table and the waiting ratings to that commit (`Recovery.resume`, which may append to the
+        Delta table)."""
         master = spark.sparkContext.master or ""
-        last = BatchMarker.last(out.marker)
         join_in = join_place(settings.join_in, master, last)
         where = "in Spark tasks on the executors" if join_in == "tasks" else "on the driver"
         log.info("the join runs %s (ENRICH_JOIN_IN=%s, master %s)", where, settings.join_in, master)
@@ -142,6 +145,7 @@ class Pipeline:
             recovery=recovery,
             start=start,
             join_in=join_in,
+            resumed_from=last,
             prefetch=prefetch,
         )
 
@@ -149,7 +153,7 @@ class Pipeline:
         """The query's starting offsets (JSON); see `Recovery.query_start`."""
         starting, self.first_starts = self._recovery.query_start(self.ratings_in)
         if self.join_in == "tasks":
-            marker = BatchMarker.last(self.out.marker)
+            marker = self.resumed_from
             cut_over = marker if marker is not None and marker.join_in != "tasks" else None
             self.tasks = TaskJoin(self.spark, self.settings, str(self.out.run), self.first_starts, cut_over)
         return starting
@@ -474,12 +478,13 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
     # First the job's identity in Kafka: it fences an earlier instance of the same name, and its
     # last commit says where this run starts.
     out = TransactionalOutput.open(settings.producer_config(), settings.job_name, settings.commits_topic)
-    run = out.run = claim_state(settings, BatchMarker.last(out.marker))
+    last = BatchMarker.last(out.marker)  # for the state, the read-ahead, the recovery, the start
+    run = out.run = claim_state(settings, last)
     metrics = Metrics(settings.metrics_path)
     endpoint = serve(JobCollector(metrics, settings.job_name), settings, "ENRICH_")
     archive = driver_archive(settings, "ratings-enrichment")
     metrics.driver({"class_archive": archive.state if archive is not None else "off"})
-    prefetch = _prefetch(settings, BatchMarker.last(out.marker), f"{settings.job_name}-{run}-cdc")
+    prefetch = _prefetch(settings, last, f"{settings.job_name}-{run}-cdc")
     spark = build_session(settings, archive=archive)
     spark.streams.addListener(ProgressListener(metrics))
     table_path, storage_options = settings.state.table_location(TABLE)
@@ -493,7 +498,14 @@ def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) 
         )
     )
     pipeline = Pipeline.resume(
-        spark, settings, table, out, metrics, group_id=f"{settings.job_name}-{run}-cdc", prefetch=prefetch
+        spark,
+        settings,
+        table,
+        out,
+        metrics,
+        last=last,
+        group_id=f"{settings.job_name}-{run}-cdc",
+        prefetch=prefetch,
     )
     starting = pipeline.query_start()
     query = (
