@@ -31,25 +31,16 @@ def connect(  # noqa: PLR0917 - a DB-API connect's usual arguments
 ) -> Any:
     """An autocommit connection: each statement is a transaction of its own, as the web site
     writes them."""
-    if kind == "postgres":
-        return psycopg.connect(
-            host=host,
-            port=port,
-            user=user,
-            password=password,
-            dbname=database,
-            autocommit=True,
-            connect_timeout=max(1, round(timeout_s)),
-        )
-    return pymysql.connect(
-        host=host,
-        port=port,
-        user=user,
-        password=password,
-        database=database,
-        autocommit=True,
-        connect_timeout=timeout_s,
-    )
+    common: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "user": user,
+        "password": password,
+        "autocommit": True,
+    }
+    if kind == "postgres":  # psycopg names the database dbname and takes whole seconds
+        return psycopg.connect(**common, dbname=database, connect_timeout=max(1, round(timeout_s)))
+    return pymysql.connect(**common, database=database, connect_timeout=timeout_s)
 
 
 def kind_of(conn: Any) -> Kind:
