@@ -40,6 +40,8 @@ from enrichment_job.settings import JobSettings
 from enrichment_job.versions import Picks, VersionStore
 from foundation.enriched import ENRICHED_NAMES
 
+__all__ = ["Ratings", "RatingsResult", "released"]
+
 log = logging.getLogger("enrichment_job")
 STAGE = "enrichment"
 

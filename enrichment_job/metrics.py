@@ -18,6 +18,8 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from enrichment_job.runtime.spark_internals import JsonProgressEvents
 from foundation.prometheus import counters
 
+__all__ = ["JobCollector", "Metrics", "ProgressListener", "Steps", "caught_up"]
+
 log = logging.getLogger("enrichment_job")
 
 

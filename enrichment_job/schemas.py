@@ -9,6 +9,18 @@ from pyspark.sql.types import (
     StructType,
 )
 
+__all__ = [
+    "CDC_ENVELOPE",
+    "CORRUPT",
+    "CUSTOMER_COLUMNS",
+    "CUSTOMER_FIELDS",
+    "RATING_FIELDS",
+    "RATING_PARSE_SCHEMA",
+    "RATING_TEXT_SCHEMA",
+    "REQUIRED_RATING_FIELDS",
+    "VERSION_FIELDS",
+]
+
 CORRUPT = "_corrupt_record"
 
 # A rating as the web site writes it (DESIGN.md, "Records").

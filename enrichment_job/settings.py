@@ -12,6 +12,8 @@ from pydantic_settings import SettingsConfigDict
 
 from enrichment_job.runtime.settings import SparkJobSettings
 
+__all__ = ["TABLE", "JobSettings"]
+
 TABLE = "customer_versions"  # the customer table, in the state folder
 
 

@@ -28,6 +28,8 @@ from enrichment_job.batch_io import concat
 from enrichment_job.kafka_in import partition_offsets
 from enrichment_job.versions import VERSIONS, VersionStore
 
+__all__ = ["CdcState", "CustomerTable", "DeltaLog", "VersionLog"]
+
 log = logging.getLogger("enrichment_job")
 WRITER_THREAD = "delta-writer"  # the writer's thread
 

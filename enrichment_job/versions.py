@@ -18,6 +18,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from enrichment_job.batch_io import concat
 from enrichment_job.schemas import VERSION_FIELDS
 
+__all__ = ["FOLD_ROWS", "VERSIONS", "Picks", "VersionStore"]
+
 ORDER = ("id", "valid_from", "cdc_partition", "cdc_offset")
 FOLD_ROWS = 10_000
 VERSIONS = to_arrow_schema(VERSION_FIELDS)

@@ -1,5 +1,7 @@
 """One root exception for the services; each subclass tells the consumer loop what to do."""
 
+__all__ = ["ConfigError", "FatalSinkError", "RatingsError", "RecordError", "SinkUnavailable"]
+
 
 class RatingsError(Exception):
     """Root of every error a service raises on purpose."""

@@ -4,6 +4,8 @@ from pydantic_settings import BaseSettings
 
 from foundation.logs import HELP as LOG_FORMAT_HELP
 
+__all__ = ["settings_help", "settings_list"]
+
 
 def settings_help(cls: type[BaseSettings], prog: str, doc: str) -> str:
     return "\n".join([f"usage: {prog} [--help]", "", doc.strip(), "", settings_list(cls)])

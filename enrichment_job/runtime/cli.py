@@ -18,6 +18,8 @@ from pyspark.sql import SparkSession
 from foundation.help import settings_help
 from foundation.settings import problems
 
+__all__ = ["CONFIG_EXIT", "FENCED_EXIT", "load_or_exit", "run_until_stopped", "stop_on_signals"]
+
 S = TypeVar("S", bound=BaseSettings)
 
 # Exit codes after which restarting the same process cannot help (a supervisor should not).

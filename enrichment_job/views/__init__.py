@@ -7,4 +7,13 @@ aggregation, `catalog` and `user_views` create, replace and drop the views decla
 time, `app` runs the queries, `commands` is `python -m enrichment_job.views validate|create|...`.
 """
 
-__all__ = ["app", "catalog", "commands", "definition", "settings"]
+__all__ = [
+    "aggregation",
+    "app",
+    "catalog",
+    "commands",
+    "declarations",
+    "definition",
+    "settings",
+    "transforms",
+]

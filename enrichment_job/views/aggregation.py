@@ -25,6 +25,16 @@ from pyspark.sql.types import StructType
 
 from enrichment_job.views.declarations import View
 
+__all__ = [
+    "DEAD_LETTERS",
+    "VIEW",
+    "aggregate_views",
+    "changelog_columns",
+    "column",
+    "dead_letter_reason",
+    "view_rows",
+]
+
 VIEW = "view"  # the view's number in the declared order
 DEAD_LETTERS = "dead_letters"  # the dead letters' count, in the row whose view number is len(views)
 

@@ -49,6 +49,21 @@ from enrichment_job.views.transforms import ENRICHED_FIELDS, parse_enriched
 from foundation.prometheus import MetricsServer, serve
 from foundation.view_marker import ViewMarker
 
+__all__ = [
+    "BatchSink",
+    "RunningViews",
+    "ViewsSink",
+    "column_types",
+    "dead_letter_query",
+    "enriched_stream",
+    "open_output",
+    "queries_of",
+    "query_rows",
+    "start",
+    "start_queries",
+    "use_rocksdb_state",
+]
+
 log = logging.getLogger("enrichment_job.views")
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"

@@ -20,6 +20,8 @@ from pyspark.sql import functions as F
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import hour_start, late_for_hour
 
+__all__ = ["View", "customer_ratings", "declared", "key_bounded", "segment_hourly"]
+
 # A measure: an aggregate function (F.count, F.sum, F.max, F.collect_set, ... any that skips
 # nulls) and its input, an expression over a parsed rating.
 Measure = tuple[Callable[[Column], Column], Column]

@@ -13,6 +13,8 @@ from pydantic_settings import SettingsConfigDict
 from enrichment_job.runtime.settings import SparkJobSettings
 from foundation.errors import ConfigError
 
+__all__ = ["BACKGROUND", "KEYED_QUERY", "ViewsSettings"]
+
 KEYED_QUERY = "views"  # the query of the views without an event time
 BACKGROUND = "background"  # in VIEWS_JOB_QUERIES: every query but KEYED_QUERY
 

@@ -9,6 +9,17 @@ from enrichment_job.schemas import CORRUPT
 from enrichment_job.transforms import KAFKA_META, PARSE_OPTIONS
 from foundation.enriched import ENRICHED_FIELDS as RECORD_FIELDS
 
+__all__ = [
+    "ENRICHED_FIELDS",
+    "EVERY_FIELD",
+    "FIELDS",
+    "HOUR_MS",
+    "REQUIRED",
+    "hour_start",
+    "late_for_hour",
+    "parse_enriched",
+]
+
 HOUR_MS = 3_600_000
 
 # What the views read of an enriched rating (the job's output; foundation/enriched.py).

@@ -29,6 +29,8 @@ from services.core.metrics import Metrics, ServiceCollector
 from services.core.settings import ServiceSettings
 from services.core.watchdog import Watchdog
 
+__all__ = ["Service", "build_loop", "run"]
+
 T = TypeVar("T")
 S = TypeVar("S", bound=ServiceSettings)
 

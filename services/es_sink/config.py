@@ -11,6 +11,8 @@ from pydantic_settings import SettingsConfigDict
 from services.core.settings import ServiceSettings
 from services.es_sink.documents import DAILY_DAYS
 
+__all__ = ["TEMPLATE_RESOURCE", "EsSinkSettings", "packaged_template"]
+
 TEMPLATE_RESOURCE = "ratings-index-template.json"
 
 

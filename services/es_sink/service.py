@@ -5,6 +5,8 @@ from services.core.main import Service
 from services.es_sink.config import EsSinkSettings
 from services.es_sink.sink import EsSink, load_template, make_client
 
+__all__ = ["SERVICE", "make_sink"]
+
 
 def make_sink(settings: EsSinkSettings) -> EsSink:
     return EsSink(settings, make_client(settings), load_template(settings))

@@ -8,6 +8,8 @@ from pydantic_settings import SettingsConfigDict
 
 from services.core.settings import ServiceSettings
 
+__all__ = ["S3SinkSettings"]
+
 
 class S3SinkSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="S3_SINK_")

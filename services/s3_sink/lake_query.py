@@ -18,6 +18,8 @@ from foundation.errors import ConfigError
 from foundation.settings import load_settings
 from services.s3_sink.config import S3SinkSettings
 
+__all__ = ["counts_by_day_and_status", "lake_dataset", "lake_filesystem", "main", "render"]
+
 STATUSES = ("bronze", "silver", "gold", "platinum")
 UNMATCHED = "(unmatched)"
 PARTITIONS = ds.partitioning(pa.schema([("dt", pa.date32()), ("hour", pa.int8())]), flavor="hive")

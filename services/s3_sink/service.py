@@ -5,4 +5,6 @@ from services.s3_sink.config import S3SinkSettings
 from services.s3_sink.rows import decode_value
 from services.s3_sink.sink import S3Sink
 
+__all__ = ["SERVICE"]
+
 SERVICE = Service("s3-sink", S3SinkSettings, decode_value, S3Sink.from_settings)

@@ -23,6 +23,8 @@ from services.s3_sink.rows import parse_values
 from services.s3_sink.s3_errors import classify
 from services.s3_sink.schema import to_lake_table
 
+__all__ = ["S3Sink", "parquet_bytes", "s3_client"]
+
 log = logging.getLogger(__name__)
 
 

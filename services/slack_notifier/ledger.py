@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+__all__ = ["Ledger", "ledger_path"]
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts (
     rating_id INTEGER PRIMARY KEY,

@@ -28,6 +28,8 @@ from services.views.hub import REPLACED, Hub, RowFilter, Subscriber, Turns, chan
 from services.views.metrics import ViewsCollector
 from services.views.store import STAGED, Change, Snapshot, Store, key_of
 
+__all__ = ["Api", "BadRequest", "parse_value"]
+
 log = logging.getLogger("views")
 JSON = "application/json"
 # A subscriber's events go out this many to a write, and the pull queries that came meanwhile

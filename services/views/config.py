@@ -10,6 +10,8 @@ from foundation.settings import Settings
 from services.views.pgwire import PgSettings
 from services.views.protocol import Access, Bounds
 
+__all__ = ["ViewsApiSettings"]
+
 
 class ViewsApiSettings(Settings):
     model_config = SettingsConfigDict(env_prefix="VIEWS_")

@@ -23,6 +23,18 @@ from typing import Any
 
 from services.views.store import Change
 
+__all__ = [
+    "OVERFLOWED",
+    "REPLACED",
+    "Hub",
+    "RowFilter",
+    "Subscriber",
+    "Turns",
+    "change_data",
+    "events_of",
+    "sse",
+]
+
 # A change as it reaches subscribers: view, key (the key's values as a JSON array), and the
 # SSE event's data (`change_data`), made in the changelog process.
 Event = tuple[str, str, str]

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+__all__ = ["Access", "Bounds", "PullProtocol", "RefusalLog", "pull_protocol"]
+
 Pull = Callable[[bytes], bytes | None]  # a request's target -> the row's JSON, or None
 
 

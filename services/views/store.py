@@ -22,6 +22,18 @@ from typing import Any
 
 from foundation.view_marker import ViewMarker
 
+__all__ = [
+    "STAGED",
+    "Change",
+    "Snapshot",
+    "Store",
+    "column_sql",
+    "infer_columns",
+    "key_of",
+    "served",
+    "view_literal",
+]
+
 _IN_CHUNK = 500  # keys per `IN (...)` look-up of stored values
 
 SCHEMA = """

@@ -213,3 +213,58 @@ def test_every_package_declares_its_public_surface(package: str) -> None:
     for name in public:
         found = hasattr(module, name) or importlib.util.find_spec(f"{package}.{name}") is not None
         assert found, f"{package}.__all__ names {name!r}, which it does not have"
+
+
+def _public(module: str, name: str) -> bool:
+    """Whether `module`.`name` is part of `module`'s declared surface: named in its `__all__`,
+    and `module` itself reached through public packages (each named in its parent's)."""
+    parts = module.split(".")
+    for depth in range(1, len(parts)):
+        parent = importlib.import_module(".".join(parts[:depth]))
+        if parts[depth] not in getattr(parent, "__all__", ()):
+            return False
+    return name in getattr(importlib.import_module(module), "__all__", ())
+
+
+def tooling_imports(source: str) -> Iterator[tuple[int, str, str]]:
+    """(line, module, name) of each name `source` imports from the product."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] in PRODUCT:
+                for alias in node.names:
+                    yield node.lineno, node.module, alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in PRODUCT and "." in alias.name:
+                    module, _, name = alias.name.rpartition(".")
+                    yield node.lineno, module, name
+
+
+def test_the_tooling_imports_only_what_the_product_declares_public() -> None:
+    """infra/ (the stack, demo, benchmarks, fault matrix) uses the product as a user's code would:
+    through the names each module lists in `__all__`, in modules its package lists."""
+    files = sorted((REPO / "infra").rglob("*.py"))
+    assert len(files) > 30
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {module}.{name}"
+        for path in files
+        for line, module, name in tooling_imports(path.read_text())
+        if not _public(module, name)
+    ]
+    assert found == [], "the tooling reaches into the product's internals:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "public"),
+    [
+        ("from enrichment_job.settings import JobSettings\n", True),
+        ("from foundation.errors import ConfigError\n", True),
+        ("from enrichment_job import views\n", True),
+        ("from enrichment_job.enrich import _dead_letters\n", False),
+        ("from enrichment_job.runtime.jvm import prune\n", False),  # runtime does not list jvm
+        ("import enrichment_job.views.settings\n", True),
+    ],
+)
+def test_the_public_surface_check_tells_declared_names_from_internals(source: str, public: bool) -> None:
+    ((_, module, name),) = list(tooling_imports(source))
+    assert _public(module, name) is public
