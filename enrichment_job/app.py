@@ -32,7 +32,7 @@ log = logging.getLogger("enrichment_job")
 # The first batch after a start takes this share of ENRICH_MAX_OFFSETS_PER_TRIGGER ratings. It
 # is the batch that loads the table (the whole CDC topic on a fresh start), and its transaction
 # carries the customers topic's records too: with a full share of a backlog besides, the first
-# output waited about 1.5 s longer at 1,000,000 customers. The batches after it take full shares.
+# output comes noticeably later on a large table. The batches after it take full shares.
 FIRST_BATCH_SHARE = 0.25
 
 

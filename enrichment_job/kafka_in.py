@@ -84,7 +84,7 @@ class TopicReader:
                 # (librdkafka's default), which skipped the deleted records' whole partition.
                 "auto.offset.reset": "error",
                 # librdkafka stops fetching while its queue is full, then waits this long before
-                # the next fetch (1 s by default): a long read ran at a third of its speed.
+                # the next fetch (1 s by default): a long read spent most of its time waiting.
                 "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
                 # fetch.wait.max.ms: how long the broker holds a fetch that finds nothing new
                 # (librdkafka's default 500 ms); a range that ends with a transaction's

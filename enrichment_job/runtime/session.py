@@ -63,8 +63,8 @@ def build_session(
         # A Kafka task leaves the records of its last poll in a pool, for a task that goes on
         # from its end offset; the default keeps them 5 minutes. A query that splits a
         # partition's range between tasks (the views' background queries) makes a new entry
-        # each task: at 5,000 ratings/s the second views process held 200 MB of such records,
-        # live data that every full collection of its heap went through again.
+        # each task: under a steady flow the views' second process held hundreds of MB of such
+        # records, live data that every full collection of its heap went through again.
         # The next batch's first task goes on within a trigger interval (5 s at most by default);
         # a later one polls Kafka again.
         .config("spark.kafka.consumer.fetchedData.cache.timeout", "10s")

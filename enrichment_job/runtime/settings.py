@@ -27,8 +27,8 @@ class SparkJobSettings(Settings, ObjectStoreSettings):
     # Spark's Kafka source reads each partition's range with a consumer kept between batches,
     # which can have a fetch in flight that the broker holds open until new records come or
     # this wait ends (Kafka's default: 500 ms). Where records stop coming (the end of a burst),
-    # the read tasks of the last batches each idled out that hold: those batches took 0.5 to
-    # 0.9 s longer, measured. A short hold costs an empty fetch per wait while a task reads.
+    # the read tasks of the last batches each idled out that hold, and those batches took that
+    # much longer. A short hold costs an empty fetch per wait while a task reads.
     source_fetch_max_wait_ms: int = Field(20, ge=0, description="fetch.max.wait.ms of Spark's Kafka source")
 
     # State and figures

@@ -63,8 +63,8 @@ _partitions: dict[tuple[str, int], _Held] = {}
 _readers: dict[tuple[str, str], TopicReader] = {}
 # A producer made ahead for each partition this worker held, its transactions not initialised
 # yet: by the time the worker takes the partition over again, it is connected, and
-# `init_transactions` takes milliseconds (a new producer's first call waited 0.5 s for
-# librdkafka's next coordinator query).
+# `init_transactions` is quick (a new producer's first call waits for librdkafka's next
+# coordinator query).
 _spares: dict[tuple[str, int], Producer] = {}
 
 

@@ -33,8 +33,8 @@ __all__ = ["Api", "BadRequest", "parse_value"]
 log = logging.getLogger("views")
 JSON = "application/json"
 # A subscriber's events go out this many to a write, and the pull queries that came meanwhile
-# are answered between two writes: a whole view's snapshot (100,000 rows) written in one go held
-# the event loop for 2 s, and a batch of 2,000 changes for several milliseconds.
+# are answered between two writes: a whole view's snapshot written in one go held the event loop
+# for seconds, and a large batch of changes for milliseconds.
 _EVENTS_PER_WRITE = 500
 
 

@@ -333,7 +333,7 @@ class Store:
         tail = f" WHERE view = {view_literal(view)}{where} ORDER BY {order} LIMIT ?"
         if keys:
             # Without statistics SQLite reads the view through the primary key and sorts the
-            # whole range (0.1 s a scan of 100,000 rows here); the key index reads just the page.
+            # whole range; the key index reads just the page.
             indexed = f'SELECT value FROM rows INDEXED BY "{_index_name(view, keys)[1]}"{tail}'  # noqa: S608
             try:
                 return [r[0] for r in self._reader.execute(indexed, (*params, limit))]
@@ -347,8 +347,8 @@ class Store:
         """The view's rows (or the key's) as of the last batch applied, to read page by page."""
         conn = self._connect()
         # One pass over the table, each page read once: a cache holds little more than the path
-        # from the root. 1 MiB, not 8: with 20 subscribers reading snapshots at once, their
-        # caches were half of the service's memory (160 of 315 MB).
+        # from the root. 1 MiB, not 8: with many subscribers reading snapshots at once, their
+        # caches were half of the service's memory.
         conn.execute("PRAGMA cache_size=-1024")
         return Snapshot(conn, view, key)
 
