@@ -187,6 +187,7 @@ class ViewsSink(BatchSink):
     ) -> None:
         super().__init__(settings, query, out)
         self.views, self.dead_letter = views, dead_letter
+        self.claim_check = ClaimCheck.of(settings, "views")
         previous = self.out.marker if self.out.committed(0) else None
         newest = previous.get("max_rating_time", {}) if previous else {}
         self.max_rating_time: dict[str, int | None] = {v.name: newest.get(v.name) for v in views}
@@ -255,7 +256,7 @@ class ViewsSink(BatchSink):
         log.warning("batch %d: %d records to %s", batch_id, len(records), self.settings.dlq_topic)
         # An enriched record near Kafka's limit would not fit with its headers: its bytes go to
         # the claim-check store (VIEWS_JOB_DEAD_LETTER_STORE) instead of failing every re-run.
-        return ClaimCheck.of(self.settings, "views").oversized(records, MAX_VALUE_BYTES)
+        return self.claim_check.oversized(records, MAX_VALUE_BYTES)
 
     def _view_markers(self, marker: dict[str, Any]) -> Records:
         """Per view, what the query service reads: key, column types and freshness."""
