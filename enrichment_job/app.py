@@ -22,6 +22,7 @@ from enrichment_job.runtime.session import build_session, driver_archive, on_clu
 from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.table import CdcState, CustomerTable, DeltaLog
 from enrichment_job.tasks import TaskJoin
+from foundation.arrow_memory import choose_pool
 from foundation.prometheus import MetricsServer, serve
 
 if TYPE_CHECKING:
@@ -475,6 +476,7 @@ def _prefetch(settings: JobSettings, marker: BatchMarker | None, group_id: str) 
 
 def start(settings: JobSettings, views_settings: "ViewsSettings | None" = None) -> RunningJob:
     """The job's query; with `views_settings`, the views' queries too, in the same application."""
+    log.info("Arrow's memory pool: %s", choose_pool())
     # First the job's identity in Kafka: it fences an earlier instance of the same name, and its
     # last commit says where this run starts.
     out = TransactionalOutput.open(settings.producer_config(), settings.job_name, settings.commits_topic)

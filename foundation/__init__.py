@@ -5,4 +5,4 @@ settings base (`settings`), the Prometheus exposition (`prometheus`), the enrich
 between the views job and the query service (`view_marker`). It imports nothing of the rest of
 the product."""
 
-__all__ = ["customer_db", "enriched", "errors", "help", "logs", "prometheus", "settings", "view_marker"]
+__all__ = ["arrow_memory", "customer_db", "enriched", "errors", "help", "logs", "prometheus", "settings", "view_marker"]

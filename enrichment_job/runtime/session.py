@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 from enrichment_job.runtime.jvm import ClassArchive, class_archive
 from enrichment_job.runtime.settings import SparkJobSettings
 from enrichment_job.runtime.spark_internals import local_checkpoint_files, skip_driver_checksums
+from foundation.arrow_memory import POOL_VARIABLE
 from foundation.logs import log_format
 
 __all__ = ["C1_ONLY", "build_session", "driver_archive", "driver_jvm_options", "on_cluster"]
@@ -96,6 +97,9 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if settings.spark_jars:
         builder = builder.config("spark.jars", settings.spark_jars)
+    if pool := os.environ.get(POOL_VARIABLE):
+        # The executors' Python workers (the join in tasks) allocate as the driver does.
+        builder = builder.config(f"spark.executorEnv.{POOL_VARIABLE}", pool)
     # Tasks that run Python (the join in tasks) start the executors' Python workers with
     # PYSPARK_PYTHON; without it, the driver's own interpreter (its packages: pyarrow, the
     # product), not whatever `python3` is first on the executors' PATH.

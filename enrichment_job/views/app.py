@@ -46,6 +46,7 @@ from enrichment_job.views.aggregation import aggregate_views, changelog_columns,
 from enrichment_job.views.declarations import View, declared
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from enrichment_job.views.transforms import ENRICHED_FIELDS, parse_enriched
+from foundation.arrow_memory import choose_pool
 from foundation.prometheus import MetricsServer, serve
 from foundation.view_marker import ViewMarker
 
@@ -297,6 +298,7 @@ class RunningViews:
 
 def start(settings: ViewsSettings) -> RunningViews:
     """The views job as its own Spark application."""
+    log.info("Arrow's memory pool: %s", choose_pool())
     metrics = Metrics(settings.metrics_path)
     endpoint = serve(JobCollector(metrics, "views"), settings, "VIEWS_JOB_")
     archive = driver_archive(settings, "ratings-views")
