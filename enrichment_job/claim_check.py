@@ -13,21 +13,26 @@ for Kafka the same way (VIEWS_JOB_DEAD_LETTER_STORE), at `views/<view>/<batch>/<
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from enrichment_job.kafka_out import Records
 from enrichment_job.runtime.settings import SparkJobSettings
 from enrichment_job.runtime.state_dir import StateDir
 from foundation.errors import SinkUnavailable
+from foundation.kafka_record import MAX_RECORD_BYTES
 
 log = logging.getLogger("enrichment_job")
 
 __all__ = ["MAX_VALUE_BYTES", "ClaimCheck", "Claimed"]
 
 
-# A dead letter's value at most, with room for its headers under Kafka's default record limit
-# (message.max.bytes, 1,000,000): where no setting bounds it (the views job's dead letters).
-MAX_VALUE_BYTES = 900_000
+# A dead letter's value at most, with room for its headers under the largest Kafka record: where
+# no setting bounds it (the views job's dead letters).
+MAX_VALUE_BYTES = MAX_RECORD_BYTES - 100_000
 
 
 def _text(value: str | bytes | None) -> str:
@@ -41,8 +46,22 @@ class Claimed:
     location: str
     size: int
 
+    @classmethod
+    def of(cls, headers: Mapping[str, bytes | None]) -> "Claimed | None":
+        """What a dead letter's headers say of its bytes; None for one that carries them itself."""
+        location = _text(headers.get("dlq.value.location"))
+        if not location:
+            return None
+        return cls(location, int(_text(headers.get("dlq.value.bytes")) or -1))
+
     def headers(self) -> list[tuple[str, bytes]]:
         return [("dlq.value.location", self.location.encode()), ("dlq.value.bytes", str(self.size).encode())]
+
+    def local_path(self) -> Path | None:
+        """The file, where the store is a local folder (a file:// location); None in an object
+        store (s3a://)."""
+        where = urlsplit(self.location)
+        return Path(url2pathname(where.path)) if where.scheme == "file" else None
 
 
 @dataclass

@@ -58,12 +58,11 @@ from enrichment_job.views.definition import (
     parse,
 )
 from enrichment_job.views.settings import ViewsSettings
+from foundation.kafka_record import MAX_RECORD_BYTES
 from foundation.view_marker import ViewMarker
 
 log = logging.getLogger("enrichment_job.views")
 
-# A changelog record at most: Kafka's default largest record is 1 MiB (message.max.bytes).
-MAX_RECORD_BYTES = 1_000_000
 _DEAD_LETTER_VALUE_BYTES = 65_536  # the start of a row too large to write, kept in its dead letter
 # How long a deleted checkpoint folder is watched for files written after its query stopped: the
 # RocksDB state store uploads its snapshots in a maintenance thread, every

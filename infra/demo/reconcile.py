@@ -10,14 +10,12 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, TopicPartition
 
+from enrichment_job.claim_check import Claimed
 from infra.stack.health import http_json
 from services.s3_sink.config import S3SinkSettings
 from services.s3_sink.lake_query import lake_dataset
@@ -192,11 +190,13 @@ def dlq_since(counter: TopicCounter, ratings_start: dict[int, int]) -> int:
 def _claimed(h: dict[str, bytes]) -> bool:
     """Whether a dead letter's claim-check file is there with the bytes its headers give (a
     file:// location; one in an object store counts as there)."""
-    location = urlsplit(h.get("dlq.value.location", b"").decode())
-    if location.scheme != "file":
-        return bool(location.scheme)
-    path = Path(url2pathname(location.path))
-    return path.is_file() and str(path.stat().st_size).encode() == h.get("dlq.value.bytes")
+    claimed = Claimed.of(h)
+    if claimed is None:
+        return False
+    path = claimed.local_path()
+    if path is None:
+        return True
+    return path.is_file() and path.stat().st_size == claimed.size
 
 
 def dlq_without_bytes(counter: TopicCounter, ratings_start: dict[int, int]) -> int:

@@ -6,6 +6,7 @@ from functools import partial
 from confluent_kafka import KafkaError, Message, Producer
 
 from foundation.errors import SinkUnavailable
+from foundation.kafka_record import MAX_RECORD_BYTES
 from services.core.records import Rejected
 
 log = logging.getLogger(__name__)
@@ -32,9 +33,7 @@ def _origin(item: Rejected) -> Origin:
     return item.message.topic(), item.message.partition(), item.message.offset()
 
 
-# librdkafka's default message.max.bytes, the largest record the producer sends, and what a
-# record's headers and framing may take beside its key and value.
-MAX_RECORD_BYTES = 1_000_000
+# What a record's headers and framing may take beside its key and value.
 _FRAMING_BYTES = 1_024
 
 

@@ -8,13 +8,13 @@ import json
 import time
 from collections import defaultdict
 from pathlib import Path
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 from support.enrichment import Job, StackEnv, Topics, create_topics, delete_topics, produce, read_topic
+
+from enrichment_job.claim_check import Claimed
 
 USERS = 12  # ids no customer has: every rating comes out unmatched, at once (grace 0)
 FIRST_USER = 900_000
@@ -70,8 +70,9 @@ def test_ratings_partitions_added_after_a_drain_are_read_whole_once_and_in_each_
         produce(stack_env, ratings, [(key, large)])
         assert len(_enriched(stack_env, enriched, 120)) == 120  # drained: nothing waits
         (letter,) = read_topic(stack_env, topics.name("dlq"), 1, timeout_s=60)
-        location = dict(letter.headers())["dlq.value.location"].decode()
-        assert letter.value() is None and Path(url2pathname(urlsplit(location).path)).read_bytes() == large
+        claimed = Claimed.of(dict(letter.headers()))
+        assert letter.value() is None and claimed is not None
+        assert claimed.local_path().read_bytes() == large  # type: ignore[union-attr]
         admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
         for future in admin.create_partitions([NewPartitions(ratings, 4)]).values():
             future.result(30)

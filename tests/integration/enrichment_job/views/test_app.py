@@ -12,8 +12,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 import pytest
 from support.enrichment import s3_state
@@ -32,6 +30,7 @@ from support.views import (
     without,
 )
 
+from enrichment_job.claim_check import Claimed
 from infra.bench.job import job_jvm
 from infra.stack.clients import spark_job_on_cluster
 
@@ -170,8 +169,9 @@ def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
     # the near-limit one went without its value, which is kept whole in the claim-check store
     kept = reasons[b"3"]
     assert kept["dlq.reason"] == b"not an enriched rating (JSON)"
-    where = urlsplit(kept["dlq.value.location"].decode())
-    assert Path(url2pathname(where.path)).read_bytes() == huge
+    claimed = Claimed.of(kept)
+    assert claimed is not None and claimed.size == len(huge)
+    assert claimed.local_path().read_bytes() == huge  # type: ignore[union-attr]
     assert [m.value() for m in dead if "dlq.value.location" in dict(m.headers())] == [None]
     for r in late_ones:
         reason = reasons[r["rating_id"]]["dlq.reason"].decode()

@@ -6,16 +6,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 import pyarrow as pa
 
-from enrichment_job.claim_check import ClaimCheck
+from enrichment_job.claim_check import ClaimCheck, Claimed
 from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir
 from enrichment_job.views.catalog import marker_key
 from enrichment_job.views.settings import ViewsSettings
-from enrichment_job.views.user_views import MAX_RECORD_BYTES, Leftovers, SqlViewSink
+from enrichment_job.views.user_views import Leftovers, SqlViewSink
+from foundation.kafka_record import MAX_RECORD_BYTES
 
 HOUR = 3_600_000
 
@@ -47,10 +46,11 @@ def test_rows_over_the_key_or_record_bound_are_dead_lettered_with_the_reason_and
     assert dead.keys[0] == keys[1][:64] and len(dead.values[1] or b"") == 65_536
     # The row too large is kept whole in the state folder's dead-letters, where its headers say.
     assert "dlq.value.location" not in headers[0]
-    location = urlsplit(str(headers[1]["dlq.value.location"], "utf-8"))
-    kept = Path(url2pathname(location.path))
-    assert kept.parent == tmp_path / "dead-letters" / "views" / "by_channel" / "7"
-    assert kept.read_bytes() == values[2] and headers[1]["dlq.value.bytes"] == str(MAX_RECORD_BYTES).encode()
+    claimed = Claimed.of(headers[1])
+    assert claimed is not None and claimed.size == MAX_RECORD_BYTES
+    kept = claimed.local_path()
+    assert kept is not None and kept.parent == tmp_path / "dead-letters" / "views" / "by_channel" / "7"
+    assert kept.read_bytes() == values[2]
 
 
 def test_a_views_marker_key_is_the_same_for_every_creation_of_its_name() -> None:
