@@ -9,10 +9,12 @@ create FILE        add it to the catalog, and wait (--wait, 30 s) for the runnin
                    it. A refused view leaves the catalog again, with nothing created. With no
                    verdict in time (no views job running), the CLI checks it with a local
                    Spark instead, and the views job starts it when it runs
-replace FILE       check it, then make it the view's new version: it backfills into a topic of
-                   its own while the current version serves, and takes over once it has caught
-                   up (the old version's query, checkpoint and topic then go); refused while an
-                   earlier replacement of the view is still backfilling
+replace FILE       make it the view's new version, checked as a create is (by the running views
+                   job, else a local Spark): it backfills into a topic of its own while the
+                   current version serves, and takes over once it has caught up (the old
+                   version's query, checkpoint and topic then go). A refused version gives way
+                   to the current one again, which served all along; refused while an earlier
+                   replacement of the view is still backfilling
 drop NAME          remove it from the catalog: the views job stops keeping it, and deletes its
                    checkpoint, its changelog topic and its rows in the query service
 list               the views in the catalog, with their state
@@ -57,17 +59,19 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
     sub = parser.add_subparsers(dest="command", required=True)
     validate = sub.add_parser("validate", help="check views declared in SQL; creates nothing")
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    create = sub.add_parser("create", help="add a view to the catalog; the views job checks and starts it")
-    create.add_argument("file", type=Path, metavar="FILE")
-    create.add_argument(
-        "--wait",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="how long to wait for the views job's verdict before checking the view here (default 30)",
-    )
-    replace = sub.add_parser("replace", help="check a new version of a view, then let it take over")
-    replace.add_argument("file", type=Path, metavar="FILE")
+    for command, text in (
+        ("create", "add a view to the catalog; the views job checks and starts it"),
+        ("replace", "a new version of a view; the views job checks it, and it takes over once caught up"),
+    ):
+        adding = sub.add_parser(command, help=text)
+        adding.add_argument("file", type=Path, metavar="FILE")
+        adding.add_argument(
+            "--wait",
+            type=float,
+            default=30.0,
+            metavar="SECONDS",
+            help="how long to wait for the views job's verdict before checking the view here (default 30)",
+        )
     for command, text in (
         ("drop", "remove a view from the catalog"),
         ("show", "a view's SQL, state and freshness"),
@@ -93,8 +97,7 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911 (a return per command)
                 print(f"{listed.name}\t{state}\tcreated {_time(listed.created_at_ms)}")
             return 0
         if args.command in ("create", "replace"):
-            wait_s = args.wait if args.command == "create" else 0.0
-            return _create(args.file, settings, replacing=args.command == "replace", wait_s=wait_s)
+            return _create(args.file, settings, replacing=args.command == "replace", wait_s=args.wait)
         entry = read_all(config, topic).get(args.name)
         if entry is None:
             print(f"error: view {args.name} does not exist in the catalog {topic}", file=sys.stderr)
@@ -195,8 +198,8 @@ def _follow(settings: ViewsSettings, entry: Entry) -> int:
 def _create(  # noqa: PLR0911 (a refusal each)
     path: Path, settings: ViewsSettings, *, replacing: bool, wait_s: float
 ) -> int:
-    """Create a view (the views job checks it; `wait_s` for its verdict) or replace one (checked
-    here first: the version that serves must not be touched by a refused one)."""
+    """Create a view or replace one: the views job checks the new version (`wait_s` for its
+    verdict); a refused replacement never touches the version that serves."""
     config, topic = settings.producer_config(), settings.catalog_topic
     try:
         view = read(path)
@@ -225,19 +228,7 @@ def _create(  # noqa: PLR0911 (a refusal each)
             file=sys.stderr,
         )
         return 1
-    try:
-        key = _check_here(view)
-    except ViewRefused as err:
-        print(f"refused: {err}", file=sys.stderr)
-        return 1
-    now = int(time.time() * 1000)
-    entry = Entry(view.name, sql, now, f"{settings.topic(view.name)}.{now}", previous)
-    publish(config, topic, view.name, entry)
-    print(
-        f"replacing {view.name}: key ({', '.join(key)}); the new version backfills into"
-        f" {entry.topic} while the current one serves, then takes over"
-    )
-    return 0
+    return _create_through_the_job(settings, view, sql, wait_s, replaces=previous)
 
 
 def _check_here(view: ViewFile) -> tuple[str, ...]:
@@ -249,38 +240,56 @@ def _check_here(view: ViewFile) -> tuple[str, ...]:
         spark.stop()
 
 
-def _create_through_the_job(settings: ViewsSettings, view: ViewFile, sql: str, wait_s: float) -> int:
-    """A create that the running views job checks: the entry goes to the catalog at once, so the
-    backfill starts as soon as the job has planned it, with no second Spark started beside it.
-    The job's verdict comes on the commits topic: a refused (or failed) marker of this version,
-    or the view's first batch marker (its key). A refused view is taken out of the catalog again;
-    the job creates no topic or checkpoint before its checks pass."""
+def _create_through_the_job(
+    settings: ViewsSettings, view: ViewFile, sql: str, wait_s: float, *, replaces: Entry | None = None
+) -> int:
+    """A create (or a replacement of the version `replaces`) that the running views job checks:
+    the entry goes to the catalog at once, so the backfill starts as soon as the job has planned
+    it, with no second Spark started beside it. The job's verdict comes on the commits topic: a
+    refused (or failed) marker of this version, or the version's first batch marker (its key).
+    A refused version leaves the catalog again: a create's entry is deleted, a replacement's gives
+    way to the version it was to replace, which served all along. The job creates no topic or
+    checkpoint before its checks pass."""
     config, topic, name = settings.producer_config(), settings.catalog_topic, view.name
-    entry = Entry(name, sql, int(time.time() * 1000))
+    now = int(time.time() * 1000)
+    if replaces is None:
+        entry = Entry(name, sql, now)
+    else:  # the new version backfills into a topic of its own
+        entry = Entry(name, sql, now, f"{settings.topic(name)}.{now}", replaces)
     publish(config, topic, name, entry)
     verdict = _verdict(settings, entry, wait_s)
     if verdict is None:  # no views job took it up in time: the same checks here
         try:
             key = _check_here(view)
         except ViewRefused as err:
-            return _withdrawn(config, topic, name, f"refused: {err}")
-        print(
-            f"created {name}: key ({', '.join(key)}); no views job answered within {wait_s:.0f} s: it"
-            " backfills the view from the enriched topic when it runs, then keeps it live"
-        )
+            why = f"refused: {err} (checked here: no views job answered within {wait_s:.0f} s)"
+            return _withdrawn(config, topic, entry, why)
+        when = f"no views job answered within {wait_s:.0f} s: it"
+        print(f"{_doing(entry)}: key ({', '.join(key)}); {when} {_then(entry)} when it runs")
         return 0
     if verdict.state in ("refused", "failed"):
-        return _withdrawn(config, topic, name, f"{verdict.state}: {verdict.error}")
-    print(
-        f"created {name}: key ({', '.join(verdict.key or ())}); the views job is backfilling it from the"
-        " enriched topic, then keeps it live"
-    )
+        return _withdrawn(config, topic, entry, f"{verdict.state}: {verdict.error}")
+    print(f"{_doing(entry)}: key ({', '.join(verdict.key or ())}); the views job {_then(entry)}")
     return 0
 
 
-def _withdrawn(config: dict[str, str], topic: str, name: str, why: str) -> int:
-    """A created view that did not pass its checks, taken out of the catalog again: exit 1."""
-    publish(config, topic, name, None)
+def _doing(entry: Entry) -> str:
+    return f"replacing {entry.name}" if entry.previous is not None else f"created {entry.name}"
+
+
+def _then(entry: Entry) -> str:
+    """What the views job does with an accepted version."""
+    if entry.previous is not None:
+        return (
+            f"backfills the new version into {entry.topic} while the current one serves, then it takes over"
+        )
+    return "backfills the view from the enriched topic, then keeps it live"
+
+
+def _withdrawn(config: dict[str, str], topic: str, entry: Entry, why: str) -> int:
+    """A version that did not pass its checks, out of the catalog again (a replacement's entry
+    back to the version it was to replace): exit 1."""
+    publish(config, topic, entry.name, entry.previous)
     print(why, file=sys.stderr)
     return 1
 

@@ -250,6 +250,33 @@ def pulls_until_replaced(service: Service, v1: dict[str, Any]) -> tuple[list[tup
     return answers, seen_replacing
 
 
+def a_refused_replacement_leaves_v1_serving(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path, service: Service, v1: dict[str, Any]
+) -> None:
+    """A replacement the views job refuses: the CLI says why, the catalog names the serving
+    version again, which goes on, and the query service shows the refusal beside it."""
+    checkpoints = tmp_path / "views-state" / "checkpoints"
+    before = sorted(p.name for p in checkpoints.glob("sql-by_channel-*"))
+    (tmp_path / "by_channel.sql").write_text(
+        "SELECT channel, count(*) AS ratings FROM enriched GROUP BY channel HAVING count(*) > 1\n"
+    )
+    refused = views_cli(stack_env, topics, "replace", str(tmp_path / "by_channel.sql"))
+    assert refused.returncode == 1 and "refused: by_channel: HAVING" in refused.stderr, refused.stderr[-3000:]
+    assert "no views job answered" not in refused.stdout + refused.stderr  # the job's own verdict
+    assert service.get("/views/by_channel/web") == (200, v1)
+    shown = views_cli(stack_env, topics, "show", "by_channel")
+    assert "state: live" in shown.stdout and "HAVING" not in shown.stdout  # the catalog names v1 again
+    deadline = time.monotonic() + 30  # the service reads the job's word on the commits topic
+    while True:
+        listed = {v["name"]: v for v in service.get("/views")[1]["views"]}["by_channel"]
+        if "replacing" in listed or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert listed["state"] == "live" and listed["replacing"]["state"] == "refused", listed
+    assert "HAVING" in listed["replacing"]["error"]
+    assert sorted(p.name for p in checkpoints.glob("sql-by_channel-*")) == before
+
+
 def test_a_replaced_view_serves_its_old_version_while_the_new_backfills_then_the_new_one(
     stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
 ) -> None:
@@ -263,6 +290,8 @@ def test_a_replaced_view_serves_its_old_version_while_the_new_backfills_then_the
     try:
         checkpoints = tmp_path / "views-state" / "checkpoints"
         (old_folder,) = checkpoints.glob("sql-by_channel-*")
+
+        a_refused_replacement_leaves_v1_serving(stack_env, topics, tmp_path, service, v1)
 
         (tmp_path / "by_channel.sql").write_text(BY_CHANNEL_V2)
         replaced = views_cli(stack_env, topics, "replace", str(tmp_path / "by_channel.sql"))

@@ -145,3 +145,68 @@ def test_with_no_views_job_answering_the_create_checks_the_view_itself(
     code, published, checked = _create_with(monkeypatch, None, ViewRefused("by_channel: no key"))
     assert code == 1 and checked == ["by_channel"]
     assert [e.name if e else None for e in published] == ["by_channel", None]
+
+
+def _replace_with(
+    monkeypatch: pytest.MonkeyPatch, said: ViewMarker | None, here: tuple[str, ...] | ViewRefused
+) -> tuple[int, list[Entry | None], list[str]]:
+    """As `_create_with`, for a replacement of V1."""
+    published: list[Entry | None] = []
+    checked: list[str] = []
+
+    def check_here(view: ViewFile) -> tuple[str, ...]:
+        checked.append(view.name)
+        if isinstance(here, ViewRefused):
+            raise here
+        return here
+
+    monkeypatch.setattr(commands, "publish", lambda _config, _topic, _name, entry: published.append(entry))
+    monkeypatch.setattr(
+        commands,
+        "_said",
+        lambda _settings, entry: said and replace(said, created_at_ms=entry.created_at_ms),
+    )
+    monkeypatch.setattr(commands, "_check_here", check_here)
+    monkeypatch.setattr(commands, "VERDICT_POLL_S", 0.01)
+    view = ViewFile(
+        "by_channel", "SELECT channel, min(stars) AS low FROM enriched GROUP BY channel", "", None, None, None
+    )
+    code = commands._create_through_the_job(SETTINGS, view, view.sql, wait_s=0.05, replaces=V1)
+    return code, published, checked
+
+
+def test_a_replacement_the_views_job_accepts_backfills_beside_the_version_that_serves(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    said = ViewMarker("by_channel", key=("channel",), state="backfilling")
+    code, published, checked = _replace_with(monkeypatch, said, ViewRefused("unused"))
+    assert code == 0 and checked == []  # no Spark of its own
+    (entry,) = published
+    assert entry is not None and entry.previous == V1 and entry.sql.startswith("SELECT channel, min")
+    assert entry.topic == f"{SETTINGS.topic('by_channel')}.{entry.created_at_ms}"
+    assert (
+        f"replacing by_channel: key (channel); the views job backfills the new version into {entry.topic}"
+        in (capsys.readouterr().out)
+    )
+
+
+@pytest.mark.parametrize(
+    ("said", "here", "checked_here"),
+    [
+        (ViewMarker("by_channel", state="refused", error="by_channel: HAVING is not kept"), ("channel",), []),
+        (None, ViewRefused("by_channel: HAVING is not kept"), ["by_channel"]),  # no views job answered
+    ],
+)
+def test_a_refused_replacement_gives_the_catalog_back_to_the_version_that_serves(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    said: ViewMarker | None,
+    here: tuple[str, ...] | ViewRefused,
+    checked_here: list[str],
+) -> None:
+    code, published, checked = _replace_with(monkeypatch, said, here)
+    assert code == 1 and checked == checked_here
+    assert len(published) == 2 and published[0] is not None and published[0].previous == V1
+    assert published[1] == V1  # the catalog names the serving version again, not a tombstone
+    said_by = "(checked here: no views job answered" if checked_here else "refused: by_channel: HAVING"
+    assert "by_channel: HAVING is not kept" in (err := capsys.readouterr().err) and said_by in err
