@@ -26,11 +26,15 @@ def choose_pool() -> str:
     """Arrow's allocator for this process and its children: `ARROW_DEFAULT_MEMORY_POOL` as set
     (Arrow reads it itself), else jemalloc where this pyarrow has it. Returns its name."""
     if os.environ.get(POOL_VARIABLE):
-        return pa.default_memory_pool().backend_name
+        return _in_use()
     try:
         pool = pa.jemalloc_memory_pool()
     except NotImplementedError:  # a pyarrow built without jemalloc: its default stays
-        return pa.default_memory_pool().backend_name
+        return _in_use()
     pa.set_memory_pool(pool)
     os.environ[POOL_VARIABLE] = PREFERRED
     return PREFERRED
+
+
+def _in_use() -> str:
+    return str(pa.default_memory_pool().backend_name)

@@ -58,6 +58,11 @@ def _writes(*topics: str) -> list[Grant]:
     return [Grant(TOPIC, t, (W, D)) for t in topics]
 
 
+def _dead_letters(topic: str) -> Grant:
+    """A service's dead-letter topic: written, and its record limit read (DescribeConfigs)."""
+    return Grant(TOPIC, topic, (W, D, AclOperation.DESCRIBE_CONFIGS))
+
+
 def _group(name: str, prefixed: bool = False) -> Grant:
     return Grant(GROUP, name, (R, D), prefixed)
 
@@ -116,11 +121,11 @@ PRINCIPALS: dict[str, list[Grant]] = {
     ],
     "slack-notifier": [
         *_reads("unhappy-platinum-customers"),
-        *_writes("slack-notifier-dlq"),
+        _dead_letters("slack-notifier-dlq"),
         _group("slack-notifier"),
     ],
-    "es-sink": [*_reads("ratings-with-customer-data"), *_writes("es-sink-dlq"), _group("es-sink")],
-    "s3-sink": [*_reads("ratings-with-customer-data"), *_writes("s3-sink-dlq"), _group("s3-sink")],
+    "es-sink": [*_reads("ratings-with-customer-data"), _dead_letters("es-sink-dlq"), _group("es-sink")],
+    "s3-sink": [*_reads("ratings-with-customer-data"), _dead_letters("s3-sink-dlq"), _group("s3-sink")],
     "loadgen": _writes("ratings"),
 }
 

@@ -1,9 +1,12 @@
 """Dead letters: the original key, value and headers of a record, plus why and where it came from."""
 
 import logging
+from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
+from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from foundation.errors import SinkUnavailable
 from foundation.kafka_record import MAX_RECORD_BYTES
@@ -42,13 +45,42 @@ def _size(key: bytes | None, value: bytes | None, headers: list[tuple[str, str |
     return len(key or b"") + len(value or b"") + extra + _FRAMING_BYTES
 
 
+def record_limit(config: dict[str, Any], topic: str, timeout_s: float = 10.0) -> int:
+    """The largest record `topic` takes, its `max.message.bytes` as the broker says; Kafka's
+    usual limit (MAX_RECORD_BYTES) when that cannot be read (no DescribeConfigs right on it)."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = AdminClient(dict(config))  # held until the answer came: its futures die with it
+    try:
+        found = admin.describe_configs([resource])[resource].result(timeout_s)
+        return int(found["max.message.bytes"].value)
+    except (KafkaException, FutureTimeout, KeyError, ValueError, TypeError) as err:
+        log.warning(
+            "dead-letter topic %s: its max.message.bytes could not be read (%s); a dead letter over %d"
+            " bytes goes without its value",
+            topic,
+            err,
+            MAX_RECORD_BYTES,
+        )
+        return MAX_RECORD_BYTES
+
+
+def producer_for(config: dict[str, Any], max_bytes: int) -> Producer:
+    """The dead-letter producer, able to send a record of `max_bytes` (librdkafka's own limit is
+    MAX_RECORD_BYTES)."""
+    size = max(max_bytes, MAX_RECORD_BYTES)
+    return Producer({**config, "message.max.bytes": size + _FRAMING_BYTES, "batch.size": size})
+
+
 class DeadLetters:
     """Writes rejected records to one topic and confirms them before the loop commits offsets.
 
-    A dead letter over the producer's record limit (its value, the record's own headers and the
-    dlq.* ones) goes without its value, with a header that says so: sent whole, the producer
-    refused it, the loop took that for an outage, and the service retried it for ever. Its
-    dlq.topic, dlq.partition and dlq.offset headers point at the original record.
+    A dead letter carries the record's value whole up to `max_bytes`, the largest record its
+    topic takes (`record_limit`; the stack's dead-letter topics take 2 MiB, so that any record
+    read from a topic of Kafka's usual limit fits with the dlq.* headers). Over it (its value,
+    the record's own headers and the dlq.* ones), it goes without its value, with a header that
+    says so: sent whole, the producer refused it, the loop took that for an outage, and the
+    service retried it for ever. Its dlq.topic, dlq.partition and dlq.offset headers point at
+    the original record.
 
     A send that timed out leaves its dead letters queued in the producer, where they may still
     be delivered: the same batch sent again produces only those that were not (a failed

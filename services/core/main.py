@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaException, Message
 
 from foundation.errors import ConfigError, FatalSinkError
 from foundation.help import settings_help
 from foundation.logs import configure_or_exit
 from foundation.prometheus import serve
 from foundation.settings import load_settings
-from services.core.dlq import DeadLetters
+from services.core.dlq import DeadLetters, producer_for, record_limit
 from services.core.loop import ConsumerLoop, Sink
 from services.core.metrics import Metrics, ServiceCollector
 from services.core.settings import ServiceSettings
@@ -48,7 +48,9 @@ class Service(Generic[S, T]):
 def build_loop(service: Service[S, T], settings: S) -> ConsumerLoop[T]:
     """The loop with real Kafka clients (tests use this too, with their own settings)."""
     metrics = Metrics(service.name, settings.metrics_file, settings.metrics_interval_s)
-    dead_letters = DeadLetters(Producer(settings.producer_config()), settings.dlq_topic, service.name)
+    limit = record_limit(settings.producer_config(), settings.dlq_topic)
+    producer = producer_for(settings.producer_config(), limit)
+    dead_letters = DeadLetters(producer, settings.dlq_topic, service.name, max_bytes=limit)
     return ConsumerLoop(
         service.name,
         settings,

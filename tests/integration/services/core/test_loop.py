@@ -177,31 +177,46 @@ def test_bad_and_rejected_records_become_dead_letters_with_reason_and_bytes(
     assert committed_total(stack_env, loop.settings.group_id, topics[0]) == 5
 
 
-def test_a_dead_letter_too_large_for_a_record_goes_without_its_value_and_the_loop_goes_on(
-    stack_env: StackEnv, topics: tuple[str, str]
+@pytest.fixture
+def small_dlq(stack_env: StackEnv) -> Iterator[tuple[str, str]]:
+    """An input topic, and a dead-letter topic that takes records of 600,000 bytes at most."""
+    names = (unique_name("loop-in"), unique_name("loop-dlq"))
+    make_topics(stack_env, [names[0]], partitions=2)
+    make_topics(stack_env, [names[1]], partitions=1, config={"max.message.bytes": "600000"})
+    yield names
+    drop_topics(stack_env, list(names))
+
+
+def test_a_dead_letter_keeps_its_value_up_to_what_its_topic_takes_and_goes_without_it_past_that(
+    stack_env: StackEnv, small_dlq: tuple[str, str]
 ) -> None:
-    """With the dlq.* headers, a record near the limit makes a dead letter over it: the producer
-    refused it, and the service retried it for ever."""
+    """The limit is the dead-letter topic's max.message.bytes: under it the value goes whole.
+    Over it, sent whole, the producer refused it, and the service retried it for ever: it goes
+    without its value, and the loop goes on."""
+    topics = small_dlq
     sink = RecordingSink()
     loop, thread = start(stack_env, topics, sink)
-    big = b"x" * 999_900  # not JSON: a dead letter, over the limit with its dlq.* headers
-    produce(stack_env, topics[0], [(b"k", big), *numbers(2)])
-    dead = read_topic(stack_env, topics[1], min_records=1, timeout_s=30)
-    assert [m.value() for m in dead] == [None]
-    headers = dict(dead[0].headers())
-    assert headers["dlq.value.dropped"].startswith(b"999900 bytes, over the dead-letter record limit")
+    kept, big = b"k" * 500_000, b"x" * 700_000  # not JSON: dead letters, the second over 600,000
+    produce(stack_env, topics[0], [(b"k", kept), (b"k", big), *numbers(2)])
+    dead = read_topic(stack_env, topics[1], min_records=2, timeout_s=30)
+    assert len(dead) == 2
+    (whole,) = [m for m in dead if m.value() is not None]
+    assert whole.value() == kept and "dlq.value.dropped" not in dict(whole.headers())
+    (dropped,) = [m for m in dead if m.value() is None]
+    headers = dict(dropped.headers())
+    assert headers["dlq.value.dropped"].startswith(b"700000 bytes, over the dead-letter record limit")
     assert headers["dlq.reason"].startswith(b"no number")
     # where the big record landed: a retried produce of it may come after the small ones
-    (original,) = [m for m in read_topic(stack_env, topics[0], min_records=3) if m.value() == big]
+    (original,) = [m for m in read_topic(stack_env, topics[0], min_records=4) if m.value() == big]
     assert int(headers["dlq.partition"]) == original.partition()
     assert int(headers["dlq.offset"]) == original.offset()
     deadline = time.monotonic() + 30
-    while committed_total(stack_env, loop.settings.group_id, topics[0]) < 3 and time.monotonic() < deadline:
+    while committed_total(stack_env, loop.settings.group_id, topics[0]) < 4 and time.monotonic() < deadline:
         time.sleep(0.5)
     loop.stop()
     thread.join(30)
     assert sorted(sink.written) == [0, 1]
-    assert committed_total(stack_env, loop.settings.group_id, topics[0]) == 3
+    assert committed_total(stack_env, loop.settings.group_id, topics[0]) == 4
 
 
 def test_prometheus_scrapes_the_loop_s_counts_lag_and_state(
