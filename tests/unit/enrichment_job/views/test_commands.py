@@ -91,7 +91,10 @@ def test_the_list_reads_what_the_job_said_of_every_view_in_one_pass(monkeypatch:
 
 
 def _create_with(
-    monkeypatch: pytest.MonkeyPatch, said: ViewMarker | None, here: tuple[str, ...] | ViewRefused
+    monkeypatch: pytest.MonkeyPatch,
+    said: ViewMarker | None,
+    here: tuple[str, ...] | ViewRefused,
+    replaces: Entry | None = None,
 ) -> tuple[int, list[Entry | None], list[str]]:
     """A create whose views job says `said` (None: nothing in time) and whose local check gives
     `here`: its exit code, what it published to the catalog, and the checks it ran itself."""
@@ -115,7 +118,7 @@ def _create_with(
     view = ViewFile(
         "by_channel", "SELECT channel, count(*) AS n FROM enriched GROUP BY channel", "", None, None, None
     )
-    code = commands._create_through_the_job(SETTINGS, view, view.sql, wait_s=0.05)
+    code = commands._create_through_the_job(SETTINGS, view, view.sql, wait_s=0.05, replaces=replaces)
     return code, published, checked
 
 
@@ -151,28 +154,7 @@ def _replace_with(
     monkeypatch: pytest.MonkeyPatch, said: ViewMarker | None, here: tuple[str, ...] | ViewRefused
 ) -> tuple[int, list[Entry | None], list[str]]:
     """As `_create_with`, for a replacement of V1."""
-    published: list[Entry | None] = []
-    checked: list[str] = []
-
-    def check_here(view: ViewFile) -> tuple[str, ...]:
-        checked.append(view.name)
-        if isinstance(here, ViewRefused):
-            raise here
-        return here
-
-    monkeypatch.setattr(commands, "publish", lambda _config, _topic, _name, entry: published.append(entry))
-    monkeypatch.setattr(
-        commands,
-        "_said",
-        lambda _settings, entry: said and replace(said, created_at_ms=entry.created_at_ms),
-    )
-    monkeypatch.setattr(commands, "_check_here", check_here)
-    monkeypatch.setattr(commands, "VERDICT_POLL_S", 0.01)
-    view = ViewFile(
-        "by_channel", "SELECT channel, min(stars) AS low FROM enriched GROUP BY channel", "", None, None, None
-    )
-    code = commands._create_through_the_job(SETTINGS, view, view.sql, wait_s=0.05, replaces=V1)
-    return code, published, checked
+    return _create_with(monkeypatch, said, here, replaces=V1)
 
 
 def test_a_replacement_the_views_job_accepts_backfills_beside_the_version_that_serves(
@@ -182,7 +164,7 @@ def test_a_replacement_the_views_job_accepts_backfills_beside_the_version_that_s
     code, published, checked = _replace_with(monkeypatch, said, ViewRefused("unused"))
     assert code == 0 and checked == []  # no Spark of its own
     (entry,) = published
-    assert entry is not None and entry.previous == V1 and entry.sql.startswith("SELECT channel, min")
+    assert entry is not None and entry.previous == V1 and entry.sql.startswith("SELECT channel, count")
     assert entry.topic == f"{SETTINGS.topic('by_channel')}.{entry.created_at_ms}"
     assert (
         f"replacing by_channel: key (channel); the views job backfills the new version into {entry.topic}"
