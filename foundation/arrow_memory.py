@@ -9,14 +9,11 @@ otherwise (`jemalloc`, `mimalloc` or `system`, Arrow's own variable): as set, it
 choice is also left in the environment, so that the processes this one starts (Spark's Python
 workers, a second views process) allocate the same way."""
 
-import logging
 import os
 
 import pyarrow as pa
 
 __all__ = ["POOL_VARIABLE", "PREFERRED", "choose_pool"]
-
-log = logging.getLogger(__name__)
 
 POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 PREFERRED = "jemalloc"
