@@ -88,7 +88,8 @@ def result_messages(result: Result) -> bytes:
 
 class PgServer:
     """Listens for PostgreSQL clients and answers their queries from `reader`, each query in
-    a worker thread (a long one never holds the event loop, nor the HTTP pulls)."""
+    a worker thread (a long one never holds the event loop, nor the HTTP pulls), but a pull by
+    key, answered on the event loop as an HTTP pull is."""
 
     def __init__(self, reader: SqlReader, settings: PgSettings) -> None:
         self.reader = reader
@@ -206,8 +207,13 @@ class PgServer:
         if not sql.strip().strip(";").strip():
             return _message(b"I") + ready()  # EmptyQueryResponse
         try:
-            if "pg_catalog." in sql:  # psql's \d and \d NAME
+            # psql's \d and \d NAME, then a pull by key on the event loop, as over HTTP;
+            # anything else in a worker thread (two thread switches a query, each a wait for
+            # the GIL on a busy host).
+            if "pg_catalog." in sql:
                 result = catalog.answer(sql, self.reader.tables())
+            elif (found := self.reader.key_lookup(sql)) is not None:
+                result = found
             else:
                 result = await asyncio.to_thread(self.reader.query, sql)
         except SqlError as err:

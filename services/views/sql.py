@@ -117,9 +117,16 @@ class SqlReader:
         }
 
     def _connection(self) -> sqlite3.Connection:
+        """This thread's connection, with a table per served view. It is made again when the
+        views or their columns change, not when only a marker does (the descriptions change
+        with every batch a view applies)."""
         infos = self.infos()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and self._local.infos is infos:
+            return conn
+        shapes = {view: infos[view]["columns"] for view in served(infos)}
+        if conn is not None and self._local.shapes == shapes:
+            self._local.infos = infos
             return conn
         if conn is not None:
             conn.close()
@@ -127,11 +134,20 @@ class SqlReader:
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, _MAX_SQL_BYTES)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        views = set(served(infos))
-        for view in views:
-            conn.execute(_view_sql(view, infos[view]["columns"]))
+        for view, columns in shapes.items():
+            conn.execute(_view_sql(view, columns))
+        views = set(shapes)
         conn.set_authorizer(lambda action, arg1, arg2, db, inner: _authorize(views, action, arg1, arg2, db))
-        self._local.conn, self._local.infos = conn, infos
+        self._local.conn, self._local.infos, self._local.shapes = conn, infos, shapes
+        return conn
+
+    def _rows(self) -> sqlite3.Connection:
+        """This thread's plain read-only connection to the store, for key lookups: one
+        statement of the reader's own, so no view tables and no authorizer."""
+        conn: sqlite3.Connection | None = getattr(self._local, "rows", None)
+        if conn is None:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            self._local.rows = conn
         return conn
 
     def query(self, sql: str) -> Result:
@@ -142,7 +158,8 @@ class SqlReader:
         """`SELECT * FROM <view> WHERE <its integer key column> = <n>` answered from the row's
         stored JSON, as an HTTP pull is, without SQLite's plan and a json_extract a column (a
         third of the CPU here); None for any other query, or a row this path would not give
-        exactly as SQLite gives it."""
+        exactly as SQLite gives it. One indexed read: quick enough for the event loop, as an
+        HTTP pull is."""
         asked = _KEY_LOOKUP.fullmatch(sql)
         if asked is None:
             return None
@@ -155,7 +172,7 @@ class SqlReader:
         if kinds.get(column) not in ("int", "long"):
             return None
         found = (
-            self._connection()
+            self._rows()
             .execute("SELECT value FROM main.rows WHERE view = ? AND key = ?", (view, key_of([int(number)])))
             .fetchone()
         )

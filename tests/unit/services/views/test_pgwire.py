@@ -263,3 +263,40 @@ def test_a_key_lookup_from_the_stored_row_gives_what_sqlite_gives(tmp_path: Path
     assert reader.query(nested_sql).rows == [("10", "1", "1.0", '["a"]', "f")]
     assert reader.key_lookup("SELECT * FROM customer_ratings WHERE ratings = 10") is None  # not the key
     assert reader.key_lookup("SELECT * FROM nothing WHERE user_id = 1") is None
+
+
+def test_the_reader_keeps_its_connection_while_only_markers_change(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply([_row(u) for u in range(1, 4)], {"customer_ratings": MARKER}, {})
+    reader = SqlReader(store.path, store.infos, max_rows=5, timeout_s=1)
+    first = reader._connection()
+    later = replace(MARKER, error="")  # a new marker, the same columns: the descriptions are new
+    store.apply([_row(4)], {"customer_ratings": later}, {})
+    assert store.infos()["customer_ratings"]["marker"] == later
+    assert reader._connection() is first
+    assert reader.query("SELECT count(*) FROM customer_ratings").rows == [("4",)]
+    fewer = replace(MARKER, columns=COLUMNS[:2])  # the columns change: the view's table too
+    store.apply([], {"customer_ratings": fewer}, {})
+    assert reader._connection() is not first
+    assert [c.name for c in reader.query("SELECT * FROM customer_ratings WHERE ratings = 20").columns] == [
+        "user_id",
+        "ratings",
+    ]
+
+
+def test_a_pull_by_key_over_the_wire_is_answered_without_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[str] = []
+    real = asyncio.to_thread
+
+    async def counted(func, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        threads.append(getattr(func, "__name__", "?"))
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    for served in _serve(tmp_path):
+        assert served.rows("SELECT * FROM customer_ratings WHERE user_id = 7") == ["7|70|2.5|platinum|t"]
+        assert threads == []
+        assert served.rows("SELECT user_id FROM customer_ratings WHERE ratings = 70") == ["7"]
+        assert threads == ["query"]
