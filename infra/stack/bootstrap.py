@@ -51,8 +51,9 @@ def read_topics(path: Path = TOPICS_FILE) -> list[TopicSpec]:
 def create_topics(settings: StackSettings, secrets: dict[str, str]) -> None:
     admin = AdminClient(admin_config(settings, secrets))
     existing = set(admin.list_topics(timeout=10).topics)
-    _align_configs(admin, [t for t in read_topics() if t.name in existing and t.config])
-    wanted = [t for t in read_topics() if t.name not in existing]
+    topics = read_topics()
+    _align_configs(admin, [t for t in topics if t.name in existing and t.config])
+    wanted = [t for t in topics if t.name not in existing]
     if not wanted:
         return
     futures = admin.create_topics(
