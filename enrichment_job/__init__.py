@@ -1,22 +1,33 @@
-"""The PySpark enrichment job: CDC ingestion into a versioned customer table and the
-as-of join of ratings to it. docs/reference.md, "What it reads and writes", says how.
+"""The Spark side of the product: the enrichment job (`python -m enrichment_job`) and the views
+job (`python -m enrichment_job.views`), laid out by where code runs and what flows through it.
 
-Each module's `__all__` is what code outside the product (the stack, the demo, the benchmarks)
-may use: the job's settings, its metrics, the customer table (`table`, `versions`, `schemas`),
-a batch's join (`enrich`), which the table benchmark drives without Kafka, and where a dead
-letter's bytes are kept (`claim_check`), which the demo's reconciliation reads."""
+- `runtime`: the Spark runtime both jobs stand on (session, the driver JVM's class archive,
+  Spark's private interfaces, the state folder and its checkpoints, metrics, the command line).
+- `records`: ratings and Debezium change events, from Kafka's bytes to typed columns.
+- `kafka`: Kafka in and out for both jobs (reads into Arrow, exactly-once output, the
+  claim-check store of dead letters too large for Kafka).
+- `customers`: the customer table the join reads (in memory, and in Delta Lake).
+- `tasks`: the join, run in Spark tasks on the executors, a transaction per ratings partition.
+- `driver`: the enrichment job's driver: its start, each batch's CDC fold, the wiring.
+- `views`: the views job, beside the enrichment job: it reads the enriched topic, and imports
+  nothing of `driver`, `tasks` or `customers`.
+- `settings` and `marker`: the enrichment job's settings and its batch marker, which the driver
+  and the tasks share.
+
+The floors (a unit test holds them): `runtime` at the bottom, then `settings`, `kafka`,
+`records`, `customers`, `marker`, `tasks` and `driver`, each importing only floors below it;
+`views` on `runtime`, `kafka` and `records` alone; no circles.
+Each package's `__all__` is what code outside the product (the stack, the demo, the benchmarks)
+may use."""
 
 __all__ = [
-    "app",
-    "claim_check",
-    "enrich",
+    "customers",
+    "driver",
+    "kafka",
     "marker",
-    "metrics",
+    "records",
     "runtime",
-    "schemas",
     "settings",
-    "table",
     "tasks",
-    "versions",
     "views",
 ]

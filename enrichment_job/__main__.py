@@ -11,10 +11,10 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from enrichment_job.app import JoinMoved, RunningJob, start
-from enrichment_job.kafka_in import RecordsDeleted
-from enrichment_job.kafka_out import ForeignMarker
-from enrichment_job.recovery import TopicsChanged
+from enrichment_job.driver.app import JoinMoved, RunningJob, start
+from enrichment_job.driver.recovery import TopicsChanged
+from enrichment_job.kafka.reader import RecordsDeleted
+from enrichment_job.runtime.checkpoints import ForeignMarker
 from enrichment_job.runtime.cli import (
     CONFIG_EXIT,
     FENCED_EXIT,
@@ -89,7 +89,7 @@ def _follow_the_catalog(job: "RunningJob", views: ViewsSettings | None) -> "SqlV
     """With the views in this application: the views declared in SQL too, following the catalog."""
     if views is None or not views.keeps_sql_views():
         return None
-    from enrichment_job.recovery import run_id  # noqa: PLC0415 (Spark loads only past --help)
+    from enrichment_job.runtime.checkpoints import run_id  # noqa: PLC0415 (Spark loads only past --help)
     from enrichment_job.views.user_views import SqlViews  # noqa: PLC0415
 
     return SqlViews.follow(job.spark, views, run_id(views.state))

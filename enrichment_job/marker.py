@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from enrichment_job.kafka_in import partition_offsets
-from enrichment_job.table import CdcState
+from enrichment_job.customers.table import CdcState
+from enrichment_job.runtime.offsets import partition_offsets
 
 __all__ = ["BatchMarker", "JoinIn"]
 

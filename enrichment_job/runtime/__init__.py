@@ -1,6 +1,19 @@
 """The Spark runtime both jobs stand on: the session (`session`), the driver JVM's class archive
 (`jvm`), the one module that reaches Spark's private interfaces (`spark_internals`), the state
-folder (`state_dir`), the settings they share (`settings`) and the entry points' command line
-(`cli`)."""
+folder (`state_dir`) and the queries' checkpoints and run in it (`checkpoints`), Kafka offsets
+as JSON writes them (`offsets`), a micro-batch's DataFrames built with few calls into the JVM
+(`plans`), progress and metrics (`metrics`), the settings both jobs share (`settings`) and the
+entry points' command line (`cli`)."""
 
-__all__ = ["cli", "jvm", "session", "settings", "spark_internals", "state_dir"]
+__all__ = [
+    "checkpoints",
+    "cli",
+    "jvm",
+    "metrics",
+    "offsets",
+    "plans",
+    "session",
+    "settings",
+    "spark_internals",
+    "state_dir",
+]

@@ -34,7 +34,7 @@ from pyspark.sql.classic.column import _to_java_column, _to_seq
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
 
-from enrichment_job.kafka_in import partition_offsets
+from enrichment_job.runtime.offsets import partition_offsets
 from enrichment_job.runtime.state_dir import StateDir
 
 OFFSET_LOG_VERSION = "v1"

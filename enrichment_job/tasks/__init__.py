@@ -1,6 +1,8 @@
 """The join in Spark tasks: each partition of the ratings topic read, joined and written by one
 task on an executor, in its own Kafka transaction with a per-partition marker.
 
+- `enrich`: a batch's as-of join over Arrow columns: ratings (and those still waiting) to
+  enriched records, alerts and dead letters.
 - `plan`: what a task is given (`PartitionPlan`) and what it commits and returns
   (`PartitionMarker`, `TaskOutcome`): the contracts between the driver and its tasks.
 - `tables`: how the customer table reaches the executors (`TableShipper` on the driver,
@@ -12,4 +14,4 @@ task on an executor, in its own Kafka transaction with a per-partition marker.
 from enrichment_job.tasks.launch import TaskJoin
 from enrichment_job.tasks.plan import PartitionMarker, PartitionPlan, TaskOutcome
 
-__all__ = ["PartitionMarker", "PartitionPlan", "TaskJoin", "TaskOutcome"]
+__all__ = ["PartitionMarker", "PartitionPlan", "TaskJoin", "TaskOutcome", "enrich"]

@@ -14,15 +14,15 @@ from pyspark import RDD
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
-from enrichment_job.kafka_in import RecordsDeleted
-from enrichment_job.kafka_out import Fenced
+from enrichment_job.customers.versions import VersionStore
+from enrichment_job.kafka.reader import RecordsDeleted
+from enrichment_job.kafka.transactions import Fenced
 from enrichment_job.marker import BatchMarker
 from enrichment_job.runtime.spark_internals import live_executors, placed_rdd
 from enrichment_job.settings import JobSettings
 from enrichment_job.tasks.partition import run_plans
 from enrichment_job.tasks.plan import PartitionPlan, TaskOutcome
 from enrichment_job.tasks.tables import TableShipper
-from enrichment_job.versions import VersionStore
 
 log = logging.getLogger("enrichment_job")
 EXECUTORS_WAIT_S = 120.0  # at most, for ENRICH_MIN_EXECUTORS
@@ -162,7 +162,9 @@ class TaskJoin:
         except (Py4JJavaError, PythonException) as err:
             # A task's error reaches the driver as text: PySpark raises PythonException for an
             # error in a Python worker (Py4JJavaError for one it did not capture).
-            if "enrichment_job.kafka_out.Fenced" in str(err) or "Fenced: another producer" in str(err):
+            if "enrichment_job.kafka.transactions.Fenced" in str(err) or "Fenced: another producer" in str(
+                err
+            ):
                 raise Fenced(
                     f"a task of batch {batch_id} was fenced: another instance of the job took over"
                 ) from None

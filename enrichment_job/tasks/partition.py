@@ -24,11 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaException, Producer
 
-from enrichment_job.enrich import Ratings
-from enrichment_job.kafka_in import KAFKA, TopicReader
-from enrichment_job.kafka_out import (
+from enrichment_job.customers.table import CdcState
+from enrichment_job.customers.versions import VersionStore
+from enrichment_job.kafka.reader import KAFKA, TopicReader
+from enrichment_job.kafka.transactions import (
     Fenced,
-    ForeignMarker,
     Records,
     is_fenced,
     produce,
@@ -36,12 +36,12 @@ from enrichment_job.kafka_out import (
     transactional_config,
 )
 from enrichment_job.marker import BatchMarker
-from enrichment_job.metrics import Steps
+from enrichment_job.runtime.checkpoints import ForeignMarker
+from enrichment_job.runtime.metrics import Steps
 from enrichment_job.settings import JobSettings
-from enrichment_job.table import CdcState
+from enrichment_job.tasks.enrich import Ratings
 from enrichment_job.tasks.plan import PartitionMarker, PartitionPlan, TablePlan, TaskOutcome
 from enrichment_job.tasks.tables import worker_store
-from enrichment_job.versions import VersionStore
 
 log = logging.getLogger("enrichment_job")
 

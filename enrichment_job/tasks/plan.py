@@ -6,9 +6,9 @@ from dataclasses import asdict, dataclass
 
 from pyspark import Broadcast
 
+from enrichment_job.customers.table import CdcState
 from enrichment_job.marker import BatchMarker
 from enrichment_job.settings import JobSettings
-from enrichment_job.table import CdcState
 
 
 @dataclass(frozen=True)

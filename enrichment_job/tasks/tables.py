@@ -14,8 +14,8 @@ import threading
 import pyarrow as pa
 from pyspark import Broadcast, SparkContext
 
+from enrichment_job.customers.versions import VersionStore
 from enrichment_job.tasks.plan import TablePlan
-from enrichment_job.versions import VersionStore
 
 log = logging.getLogger("enrichment_job")
 REBASE_ROWS = 100_000

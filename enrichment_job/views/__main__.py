@@ -80,7 +80,7 @@ def _follow_the_catalog(views: "RunningViews", settings: ViewsSettings) -> "SqlV
     when the queries are shared out), following the catalog; None when there is no catalog."""
     if not settings.keeps_sql_views():
         return None
-    from enrichment_job.recovery import run_id  # noqa: PLC0415 (Spark loads only past --help)
+    from enrichment_job.runtime.checkpoints import run_id  # noqa: PLC0415 (Spark loads only past --help)
     from enrichment_job.views.user_views import SqlViews  # noqa: PLC0415
 
     return SqlViews.follow(views.spark, settings, run_id(settings.state))

@@ -33,15 +33,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType, StructType
 
-from enrichment_job.batch_io import collect, kafka_records, to_records
-from enrichment_job.claim_check import MAX_VALUE_BYTES, ClaimCheck
-from enrichment_job.kafka_out import Records, TransactionalOutput
-from enrichment_job.metrics import JobCollector, Metrics, ProgressListener
-from enrichment_job.recovery import CHECKPOINTS, check_planned, run_id
+from enrichment_job.kafka.batches import collect, kafka_records, to_records
+from enrichment_job.kafka.claim_check import MAX_VALUE_BYTES, ClaimCheck
+from enrichment_job.kafka.transactions import Records, TransactionalOutput
+from enrichment_job.records.transforms import dead_letters
+from enrichment_job.runtime.checkpoints import CHECKPOINTS, check_planned, run_id
 from enrichment_job.runtime.jvm import ClassArchive
+from enrichment_job.runtime.metrics import JobCollector, Metrics, ProgressListener
 from enrichment_job.runtime.session import build_session, driver_archive
 from enrichment_job.runtime.spark_internals import batch_ends, batch_starts
-from enrichment_job.transforms import dead_letters
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, dead_letter_reason, view_rows
 from enrichment_job.views.declarations import View, declared
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaException
 
-from enrichment_job.kafka_out import last_markers
+from enrichment_job.kafka.transactions import last_markers
 from enrichment_job.runtime.cli import CONFIG_EXIT, load_or_exit
 from enrichment_job.views.catalog import BUILT_IN_NAMES, CatalogError, Entry, marker_key, publish, read_all
 from enrichment_job.views.definition import ViewFile, ViewRefused, check, read

@@ -5,8 +5,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
-from enrichment_job.schemas import CORRUPT
-from enrichment_job.transforms import KAFKA_META, PARSE_OPTIONS
+from enrichment_job.records.schemas import CORRUPT
+from enrichment_job.records.transforms import KAFKA_META, PARSE_OPTIONS
 from foundation.enriched import ENRICHED_FIELDS as RECORD_FIELDS
 
 __all__ = [

@@ -33,10 +33,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from enrichment_job.batch_io import collect
-from enrichment_job.claim_check import ClaimCheck
-from enrichment_job.kafka_out import Records
-from enrichment_job.recovery import CHECKPOINTS
+from enrichment_job.kafka.batches import collect
+from enrichment_job.kafka.claim_check import ClaimCheck
+from enrichment_job.kafka.transactions import Records
+from enrichment_job.runtime.checkpoints import CHECKPOINTS
 from enrichment_job.runtime.state_dir import StateDir
 from enrichment_job.views.app import BatchSink, column_types, enriched_stream, open_output
 from enrichment_job.views.catalog import (

@@ -30,7 +30,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from enrichment_job.metrics import caught_up
+from enrichment_job.runtime.metrics import caught_up
 from infra.bench.results import exit_on_sigterm
 from infra.stack.clients import app_db, spark_job_on_cluster, spark_job_state_in_s3
 from infra.stack.secrets import read_env_file

@@ -26,12 +26,12 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from enrichment_job.enrich import Ratings
+from enrichment_job.customers.table import CustomerTable, DeltaLog
+from enrichment_job.customers.versions import VersionStore
+from enrichment_job.records.schemas import VERSION_FIELDS
 from enrichment_job.runtime.session import build_session
-from enrichment_job.schemas import VERSION_FIELDS
 from enrichment_job.settings import JobSettings
-from enrichment_job.table import CustomerTable, DeltaLog
-from enrichment_job.versions import VersionStore
+from enrichment_job.tasks.enrich import Ratings
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path

@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
-from enrichment_job.metrics import caught_up
+from enrichment_job.runtime.metrics import caught_up
 from enrichment_job.views.settings import ViewsSettings
 from infra.demo import views
 from infra.demo.figures import TOPICS, Observer, read_json

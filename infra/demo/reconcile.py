@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, TopicPartition
 
-from enrichment_job.claim_check import Claimed
+from enrichment_job.kafka.claim_check import Claimed
 from infra.stack.health import http_json
 from services.s3_sink.config import S3SinkSettings
 from services.s3_sink.lake_query import lake_dataset

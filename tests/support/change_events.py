@@ -6,9 +6,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from enrichment_job.cdc import CdcResult, ingest
-from enrichment_job.schemas import CUSTOMER_FIELDS
-from enrichment_job.table import CdcState
+from enrichment_job.customers.table import CdcState
+from enrichment_job.driver.cdc import CdcResult, ingest
+from enrichment_job.records.schemas import CUSTOMER_FIELDS
 
 CDC_TOPIC = "asgard.demo.customers"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from enrichment_job.metrics import caught_up
+from enrichment_job.runtime.metrics import caught_up
 from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir
 from foundation import customer_db
 from infra.stack.clients import spark_job_state_in_s3

@@ -186,7 +186,7 @@ def test_the_layers_hold_foundation_below_the_jobs_and_the_services_apart() -> N
     ("package", "source", "lines"),
     [
         ("foundation", "import os\nfrom services.core.loop import ConsumerLoop\n", [2]),
-        ("foundation", "def f():\n    import enrichment_job.app\n", [2]),
+        ("foundation", "def f():\n    import enrichment_job.driver.app\n", [2]),
         ("enrichment_job", "from services.core.dlq import DeadLetters\n", [1]),
         ("services", "from enrichment_job import settings\nfrom foundation import errors\n", [1]),
         ("enrichment_job", "from foundation.errors import ConfigError\nfrom . import app\n", []),
@@ -195,6 +195,110 @@ def test_the_layers_hold_foundation_below_the_jobs_and_the_services_apart() -> N
 )
 def test_the_layer_check_sees_each_crossing(package: str, source: str, lines: list[int]) -> None:
     assert [line for line, _ in crossings(package, source)] == lines
+
+
+# The Spark side's floors: what each part of enrichment_job/ (a package, or a module at its
+# root) may import of the others. The views job stands beside the enrichment job's driver and
+# tasks, on the runtime, Kafka and the records alone.
+SPARK_FLOORS: dict[str, set[str]] = {
+    "runtime": set(),
+    "settings": {"runtime"},
+    "kafka": {"runtime", "settings"},
+    "records": {"runtime", "kafka"},
+    "customers": {"runtime", "kafka", "records"},
+    "marker": {"runtime", "customers"},
+    "tasks": {"runtime", "settings", "kafka", "records", "customers", "marker"},
+    "views": {"runtime", "kafka", "records"},
+    "driver": {"runtime", "settings", "kafka", "records", "customers", "marker", "tasks", "views"},
+    "__main__": {
+        "runtime",
+        "settings",
+        "kafka",
+        "records",
+        "customers",
+        "marker",
+        "tasks",
+        "views",
+        "driver",
+    },
+}
+
+
+def spark_part(module: str) -> str:
+    """The part of enrichment_job/ a module (dotted, under enrichment_job) belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def spark_imports(source: str) -> Iterator[tuple[int, str]]:
+    """(line, part) of each import of a part of enrichment_job/ in `source`, local imports
+    included."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "enrichment_job":
+                for alias in node.names:
+                    yield node.lineno, alias.name
+            elif node.module.startswith("enrichment_job."):
+                yield node.lineno, spark_part(node.module)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("enrichment_job."):
+                    yield node.lineno, spark_part(alias.name)
+
+
+def floor_crossings(part: str, source: str) -> list[tuple[int, str]]:
+    return [
+        (line, other)
+        for line, other in spark_imports(source)
+        if other != part and other not in SPARK_FLOORS[part]
+    ]
+
+
+def test_the_spark_side_keeps_its_floors() -> None:
+    found = []
+    for path in sorted((REPO / "enrichment_job").rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        part = spark_part(module)
+        if part == "__init__":
+            continue
+        assert part in SPARK_FLOORS, f"{module}: a part of enrichment_job/ with no floor in SPARK_FLOORS"
+        found += [
+            f"{module}:{line}: imports {other}" for line, other in floor_crossings(part, path.read_text())
+        ]
+    assert found == [], "an import crosses the Spark side's floors:\n" + "\n".join(found)
+
+
+def test_the_spark_floors_have_no_circle() -> None:
+    placed: list[str] = []
+    waiting = dict(SPARK_FLOORS)
+    while waiting:
+        ready = [part for part, below in waiting.items() if below <= set(placed)]
+        assert ready, f"a circle among {sorted(waiting)}"
+        for part in ready:
+            placed.append(part)
+            del waiting[part]
+    assert placed[0] == "runtime" and placed[-1] == "__main__"
+
+
+@pytest.mark.parametrize(
+    ("part", "source", "lines"),
+    [
+        (
+            "views",
+            "from enrichment_job.runtime.session import build_session\nimport enrichment_job.tasks.enrich\n",
+            [2],
+        ),
+        ("views", "def f():\n    from enrichment_job.driver.recovery import Recovery\n", [2]),
+        ("runtime", "from enrichment_job import kafka\n", [1]),
+        (
+            "tasks",
+            "from enrichment_job.marker import BatchMarker\nfrom enrichment_job.tasks import TaskJoin\n",
+            [],
+        ),
+    ],
+)
+def test_the_floor_check_sees_each_crossing(part: str, source: str, lines: list[int]) -> None:
+    assert [line for line, _ in floor_crossings(part, source)] == lines
 
 
 def product_packages() -> list[str]:
@@ -260,7 +364,7 @@ def test_the_tooling_imports_only_what_the_product_declares_public() -> None:
         ("from enrichment_job.settings import JobSettings\n", True),
         ("from foundation.errors import ConfigError\n", True),
         ("from enrichment_job import views\n", True),
-        ("from enrichment_job.enrich import _dead_letters\n", False),
+        ("from enrichment_job.tasks.enrich import _dead_letters\n", False),
         ("from enrichment_job.runtime.jvm import prune\n", False),  # runtime does not list jvm
         ("import enrichment_job.views.settings\n", True),
     ],

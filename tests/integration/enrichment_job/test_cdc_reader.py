@@ -9,10 +9,10 @@ from confluent_kafka.admin import AdminClient
 from support.change_events import change_event
 from support.kafka import StackEnv, make_topics, produce
 
-from enrichment_job import change_events
-from enrichment_job.cdc import CdcReader, CdcResult, Prefetch, in_order, ingest_events
+from enrichment_job.customers.table import CdcState
+from enrichment_job.driver.cdc import CdcReader, CdcResult, Prefetch, in_order, ingest_events
+from enrichment_job.records import change_events
 from enrichment_job.settings import JobSettings
-from enrichment_job.table import CdcState
 
 
 def _reader(stack_env: StackEnv, topic: str, limit: int = 200_000) -> CdcReader:

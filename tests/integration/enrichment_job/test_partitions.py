@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 from support.enrichment import Job, StackEnv, Topics, create_topics, delete_topics, produce, read_topic
 
-from enrichment_job.claim_check import Claimed
+from enrichment_job.kafka.claim_check import Claimed
 
 USERS = 12  # ids no customer has: every rating comes out unmatched, at once (grace 0)
 FIRST_USER = 900_000

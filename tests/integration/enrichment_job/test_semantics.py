@@ -33,7 +33,7 @@ from support.enrichment import (
 from support.prometheus import scrape
 from support.views_api import free_port
 
-from enrichment_job.app import FIRST_BATCH_SHARE
+from enrichment_job.driver.app import FIRST_BATCH_SHARE
 from enrichment_job.settings import JobSettings
 from foundation.enriched import decode_enriched
 from services.es_sink.documents import document

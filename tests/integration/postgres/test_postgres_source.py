@@ -27,7 +27,7 @@ from support.enrichment import (
 )
 from support.stack import stack_command
 
-from enrichment_job.cdc import UNAVAILABLE
+from enrichment_job.driver.cdc import UNAVAILABLE
 from infra.stack.bootstrap import postgres_sql
 from infra.stack.clients import app_db
 from infra.stack.settings import StackSettings

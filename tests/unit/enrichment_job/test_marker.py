@@ -3,8 +3,8 @@ marker reads back as it was written."""
 
 import json
 
+from enrichment_job.customers.table import CdcState
 from enrichment_job.marker import BatchMarker
-from enrichment_job.table import CdcState
 
 # A driver's marker as the job wrote it before the type (the JSON of a commits topic).
 WRITTEN = {

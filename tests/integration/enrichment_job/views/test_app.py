@@ -30,7 +30,7 @@ from support.views import (
     without,
 )
 
-from enrichment_job.claim_check import Claimed
+from enrichment_job.kafka.claim_check import Claimed
 from infra.bench.job import job_jvm
 from infra.stack.clients import spark_job_on_cluster
 

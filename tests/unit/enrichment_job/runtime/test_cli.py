@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError
 from pyspark.errors import StreamingQueryException
 
-from enrichment_job.kafka_in import RecordsDeleted
+from enrichment_job.kafka.reader import RecordsDeleted
 from enrichment_job.runtime.cli import run_until_stopped
 
 TRACEBACK = "Traceback (most recent call last):\n  File ...\n" * 50

@@ -61,7 +61,7 @@ def test_the_spark_ui_of_a_local_job_listens_on_the_loopback_only_with_its_kill_
 
 def test_with_log_format_json_the_driver_jvm_logs_json_lines_too() -> None:
     script = (
-        "from enrichment_job.app import build_session\n"
+        "from enrichment_job.driver.app import build_session\n"
         "from enrichment_job.settings import JobSettings\n"
         "build_session(JobSettings(master='local[1]')).stop()\n"
     )

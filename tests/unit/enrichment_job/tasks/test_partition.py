@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from enrichment_job.kafka_out import ForeignMarker
-from enrichment_job.metrics import Steps
+from enrichment_job.runtime.checkpoints import ForeignMarker
+from enrichment_job.runtime.metrics import Steps
 from enrichment_job.settings import JobSettings
 from enrichment_job.tasks import partition
 from enrichment_job.tasks.plan import PartitionMarker, PartitionPlan, TaskOutcome

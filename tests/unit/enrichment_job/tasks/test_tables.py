@@ -7,10 +7,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from enrichment_job.customers.versions import VersionStore
 from enrichment_job.tasks import tables
 from enrichment_job.tasks.plan import TablePlan
 from enrichment_job.tasks.tables import TableShipper, from_ipc, to_ipc, worker_store
-from enrichment_job.versions import VersionStore
 from tests.support.change_events import sample_versions
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 
-from enrichment_job.claim_check import ClaimCheck, Claimed
+from enrichment_job.kafka.claim_check import ClaimCheck, Claimed
 from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir
 from enrichment_job.views.catalog import marker_key
 from enrichment_job.views.settings import ViewsSettings

@@ -1,0 +1,253 @@
+"""Reading a topic's offset ranges on the driver, into Arrow columns."""
+
+import logging
+import sys
+import time
+from collections.abc import Generator, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from enrichment_job.settings import JobSettings
+
+log = logging.getLogger("enrichment_job")
+
+# The columns of Spark's Kafka source.
+KAFKA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("ms", tz="UTC")),
+    ]
+)
+
+# A consume call asks for no more than this: more than the consumer's queue holds (64 MB by
+# default, under 100,000 change events) would wait the whole timeout for what cannot come, and
+# smaller calls are lighter on the caches.
+CONSUME_AT_MOST = 10_000
+FETCH_QUEUE_BACKOFF_MS = 10
+
+
+class RecordsDeleted(KafkaException):
+    """Records the job still had to read were deleted from the topic (retention, delete-records)
+    before it read them: without ENRICH_ACCEPT_DELETED_RATINGS (ENRICH_ACCEPT_PARTIAL_CDC_HISTORY
+    for the CDC topic's head) the job stops rather than skip them in silence. Its text says what
+    was lost and what to do: the job's log gives it alone, without Spark's traceback."""
+
+    def __str__(self) -> str:
+        error = self.args[0] if self.args else None
+        return error.str() if isinstance(error, KafkaError) else super().__str__()
+
+
+class TopicReader:
+    """Reads ranges of offsets of one topic with `read_committed`, as an Arrow table with the
+    columns of Spark's Kafka source, through a consumer kept open (assigned, never subscribed:
+    it commits nothing). `ranges` gives what is new since given offsets, at most
+    `max_offsets_per_trigger` records."""
+
+    def __init__(
+        self,
+        settings: JobSettings,
+        topic: str,
+        group_id: str,
+        timeout_s: float = 60,
+        *,
+        timestamps: bool = True,
+        fetch_wait_ms: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.timestamps = timestamps  # False: the records' timestamps are not needed (left null)
+        self.limit = settings.max_offsets_per_trigger
+        self.timeout_s = timeout_s
+        self.short: dict[int, int] = {}  # after `ranges`: partition -> the end the limit cut short
+        self.accept_deleted = settings.accept_deleted_ratings
+        self.consumer = Consumer(
+            {
+                **settings.producer_config(),
+                "group.id": group_id,  # assign only: the group has no members and commits nothing
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",  # like Spark's Kafka source
+                "enable.partition.eof": False,
+                # A range that starts below the log start is an error, not a jump to the end
+                # (librdkafka's default), which skipped the deleted records' whole partition.
+                "auto.offset.reset": "error",
+                # librdkafka stops fetching while its queue is full, then waits this long before
+                # the next fetch (1 s by default): a long read spent most of its time waiting.
+                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+                # fetch.wait.max.ms: how long the broker holds a fetch that finds nothing new
+                # (librdkafka's default 500 ms); a range that ends with a transaction's
+                # control record is read to its end only after such a fetch.
+                **({"fetch.wait.max.ms": fetch_wait_ms} if fetch_wait_ms is not None else {}),
+            }
+        )
+
+    def partitions(self, topic: str) -> list[int]:
+        """`topic`'s partitions (any topic: the consumer's metadata); none before it exists."""
+        meta = self.consumer.list_topics(topic, timeout=self.timeout_s).topics[topic]
+        if meta.error is not None:
+            if meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return []
+            raise KafkaException(meta.error)
+        return sorted(meta.partitions)
+
+    def bounds(self, partitions: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
+        """partition -> the first and the next offset of each partition now (of `partitions`
+        only, known to exist, when given: no metadata request); empty when the topic does not
+        exist yet."""
+        if partitions is None:
+            topic = self.consumer.list_topics(self.topic, timeout=self.timeout_s).topics[self.topic]
+            if topic.error is not None:
+                if topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # nothing written to it yet
+                    return {}
+                raise KafkaException(topic.error)
+            partitions = topic.partitions
+        return {
+            p: self.consumer.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=self.timeout_s, cached=False
+            )
+            for p in sorted(partitions)
+        }
+
+    def ranges(
+        self, cdc_to: dict[int, int], until: dict[int, int] | None = None, *, whole: bool = False
+    ) -> dict[int, tuple[int, int]]:
+        """partition -> [first, end) offsets to read, up to where the topic ends now (or to
+        `until`, partition -> offset), at most `max_offsets_per_trigger` records in all (`whole`:
+        no limit); partitions with nothing new are left out. Where the limit cut a range short,
+        `short` then holds the partition and the end it fell short of."""
+        self.short = {}
+        ranges, budget = {}, sys.maxsize if whole else self.limit
+        for p, (low, top) in self.bounds().items():
+            if until is not None and p not in until:
+                continue
+            high = min(top, until[p]) if until is not None else top
+            first = cdc_to.get(p, low)
+            if first < low:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError.OFFSET_OUT_OF_RANGE,
+                        f"{self.topic}[{p}]: offsets {first}..{low - 1} were deleted before the job "
+                        "read them (retention); the customer table would miss changes",
+                    )
+                )
+            end = min(high, first + budget)
+            if end > first:
+                ranges[p] = (first, end)
+                budget -= end - first
+            if end < high:
+                self.short[p] = high
+        return ranges
+
+    def read(self, ranges: dict[int, tuple[int, int]]) -> pa.Table:
+        """The records of `ranges` (key, value, topic, partition, offset, timestamp)."""
+        parts = list(self.chunks(ranges))
+        return pa.concat_tables(parts) if parts else KAFKA.empty_table()
+
+    def chunks(self, ranges: dict[int, tuple[int, int]], size: int = 100_000) -> Generator[pa.Table]:
+        """The records of `ranges` as they come, at most `size` at a time (each an Arrow table
+        of the columns of Spark's Kafka source), so that a long read can be worked on while the
+        consumer fetches the rest, and never holds more than `size` messages as Python objects."""
+        if not ranges:
+            return
+        self.consumer.assign([TopicPartition(self.topic, p, first) for p, (first, _) in ranges.items()])
+        try:
+            ends = {p: end for p, (_, end) in ranges.items()}
+            limits = pa.array(list(ends.values()), pa.int64())
+            listed = pa.array(list(ends), pa.int32())
+            deadline = time.monotonic() + self.timeout_s
+            left = sum(end - first for first, end in ranges.values())
+            # Each consume call's messages become Arrow columns at once: a chunk's worth of
+            # messages alive together kept the garbage collector busy (a fifth of a long read).
+            got: list[pa.Table] = []
+            count = 0
+            while ends:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"reading {self.topic} {ranges}: no record came for {self.timeout_s} s"
+                    )
+                # Asking for exactly what is left returns as soon as it has come. Near the end
+                # the wait is short: what is left may be a transaction's control record, which
+                # never comes as a message (a transactional topic's range ends with one).
+                wait_s = 0.1 if left > CONSUME_AT_MOST else 0.01
+                batch = self.consumer.consume(max(1, min(left, size - count, CONSUME_AT_MOST)), wait_s)
+                if any(m.error() is not None for m in batch):
+                    for msg in batch:
+                        self._check(msg, ranges)
+                    batch = [m for m in batch if m.error() is None]
+                if batch:
+                    deadline = time.monotonic() + self.timeout_s  # the timeout is for no progress
+                    got.append(self._columns(batch, single=len(ranges) == 1))
+                    count += len(batch)
+                    del batch
+                # Done with a partition once its position passed the end (control records of
+                # transactions take offsets but are never returned).
+                left = 0
+                for tp in self.consumer.position([TopicPartition(self.topic, p) for p in ends]):
+                    if tp.offset >= ends[tp.partition]:
+                        del ends[tp.partition]
+                    else:
+                        left += ends[tp.partition] - max(tp.offset, ranges[tp.partition][0])
+                if got and (count >= size or not ends):
+                    records = pa.concat_tables(got)
+                    got, count = [], 0
+                    # Records past a range's end (fetched with the last ones) are dropped.
+                    end = pc.take(limits, pc.index_in(records.column("partition"), listed))
+                    yield records.filter(pc.less(records.column("offset"), end))
+        finally:
+            self.consumer.unassign()
+
+    def _check(self, msg: Message, ranges: dict[int, tuple[int, int]]) -> None:
+        """Raises the error a message carries, but for a position below the log start with
+        `accept_deleted`: that partition is read on from the log start, and the loss logged."""
+        error = msg.error()
+        if error is None:
+            return
+        if error.code() != KafkaError._AUTO_OFFSET_RESET:
+            raise KafkaException(error)
+        p = int(msg.partition() or 0)
+        first = ranges[p][0]
+        low, _ = self.consumer.get_watermark_offsets(
+            TopicPartition(self.topic, p), timeout=self.timeout_s, cached=False
+        )
+        lost = (
+            f"{self.topic}[{p}]: offsets {first}..{low - 1} ({low - first} records) were deleted"
+            " (retention, delete-records) before the job read them"
+        )
+        if not self.accept_deleted:
+            raise RecordsDeleted(
+                KafkaError(
+                    KafkaError.OFFSET_OUT_OF_RANGE,
+                    f"{lost}; the job stops rather than skip them. To go on without them, restart"
+                    " it with ENRICH_ACCEPT_DELETED_RATINGS=true",
+                )
+            )
+        log.error("%s: skipped, as ENRICH_ACCEPT_DELETED_RATINGS allows", lost)
+        # After the error the partition cannot seek: it is assigned again, at the log start.
+        self.consumer.incremental_unassign([TopicPartition(self.topic, p)])
+        self.consumer.incremental_assign([TopicPartition(self.topic, p, low)])
+
+    def _columns(self, batch: list[Message], *, single: bool) -> pa.Table:
+        """Messages as Arrow columns, column by column (`single`: all of one partition)."""
+        count = len(batch)
+        return pa.table(
+            schema=KAFKA,
+            data={
+                "key": pa.array([m.key() for m in batch], pa.binary()),
+                "value": pa.array([m.value() for m in batch], pa.binary()),
+                "topic": pa.repeat(pa.scalar(self.topic, pa.string()), count),
+                "partition": pa.repeat(pa.scalar(batch[0].partition(), pa.int32()), count)
+                if single
+                else pa.array([m.partition() for m in batch], pa.int32()),
+                "offset": pa.array([m.offset() for m in batch], pa.int64()),
+                "timestamp": pa.array([m.timestamp()[1] for m in batch], KAFKA.field("timestamp").type)
+                if self.timestamps
+                else pa.nulls(count, KAFKA.field("timestamp").type),
+            },
+        )
+
+    def close(self) -> None:
+        self.consumer.close()
