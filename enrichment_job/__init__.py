@@ -17,8 +17,8 @@ job (`python -m enrichment_job.views`), laid out by where code runs and what flo
 The floors (a unit test holds them): `runtime` at the bottom, then `settings`, `kafka`,
 `records`, `customers`, `marker`, `tasks` and `driver`, each importing only floors below it;
 `views` on `runtime`, `kafka` and `records` alone; no circles.
-Each package's `__all__` is what code outside the product (the stack, the demo, the benchmarks)
-may use."""
+Each package's `__all__` is what code outside the product (the stack, the demo, the benchmarks,
+the tests) may use."""
 
 __all__ = [
     "customers",

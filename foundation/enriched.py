@@ -12,6 +12,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from foundation.errors import RecordError
 
+__all__ = [
+    "ENRICHED_FIELDS",
+    "ENRICHED_NAMES",
+    "RATING_NAMES",
+    "REQUIRED_NAMES",
+    "EnrichedField",
+    "EnrichedRating",
+    "decode_enriched",
+    "differs_from",
+    "rating_digest",
+]
+
 
 @dataclass(frozen=True)
 class EnrichedField:

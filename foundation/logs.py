@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 
 from foundation.errors import ConfigError
 
+__all__ = ["FORMATS", "HELP", "TEXT", "JsonFormatter", "configure", "configure_or_exit", "log_format"]
+
 TEXT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 FORMATS = ("text", "json")
 HELP = "LOG_FORMAT=text  text, or json: one JSON object per log line (every entry point reads it)"

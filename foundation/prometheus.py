@@ -14,6 +14,8 @@ from prometheus_client.registry import Collector
 
 from foundation.errors import ConfigError
 
+__all__ = ["Endpoint", "MetricsServer", "counters", "serve"]
+
 log = logging.getLogger(__name__)
 
 

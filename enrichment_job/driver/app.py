@@ -26,6 +26,8 @@ from enrichment_job.views.settings import ViewsSettings
 from foundation.arrow_memory import choose_pool
 from foundation.prometheus import MetricsServer, serve
 
+__all__ = ["FIRST_BATCH_SHARE", "JoinMoved", "Pipeline", "RunningJob", "join_place", "start"]
+
 log = logging.getLogger("enrichment_job")
 
 # The first batch after a start takes this share of ENRICH_MAX_OFFSETS_PER_TRIGGER ratings. It

@@ -32,6 +32,21 @@ from enrichment_job.records.json_columns import json_objects
 from enrichment_job.records.schemas import CUSTOMER_COLUMNS, VERSION_FIELDS
 from enrichment_job.settings import JobSettings
 
+__all__ = [
+    "IN_FLIGHT",
+    "UNAVAILABLE",
+    "VERSION_SCHEMA",
+    "CdcReader",
+    "CdcResult",
+    "Prefetch",
+    "chain",
+    "fill_unavailable",
+    "in_order",
+    "ingest",
+    "ingest_events",
+    "ingest_ranges",
+]
+
 log = logging.getLogger("enrichment_job")
 # What Debezium writes for a column it could not read (PostgreSQL: a TOASTed value an update left
 # unchanged, on a table whose REPLICA IDENTITY is not FULL): toasted.value.placeholder's default.

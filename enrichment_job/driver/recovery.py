@@ -22,6 +22,17 @@ from enrichment_job.runtime.offsets import partition_offsets
 from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.tasks.enrich import Ratings, Reader
 
+__all__ = [
+    "PIPELINE_CHECKPOINT",
+    "QUERY_START",
+    "Recovery",
+    "Start",
+    "TopicsChanged",
+    "claim_state",
+    "lacks",
+    "starting_offsets",
+]
+
 log = logging.getLogger("enrichment_job")
 
 PIPELINE_CHECKPOINT = f"{CHECKPOINTS}/pipeline"  # the enrichment query's

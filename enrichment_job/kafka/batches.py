@@ -9,6 +9,8 @@ from pyspark.sql import functions as F
 
 from enrichment_job.kafka.transactions import Records
 
+__all__ = ["collect", "concat", "kafka_records", "to_records"]
+
 
 def concat(tables: list[pa.Table]) -> pa.Table:
     """The tables one after the other, as one chunk. PySpark's createDataFrame stops reading an

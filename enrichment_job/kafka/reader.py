@@ -11,6 +11,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from enrichment_job.settings import JobSettings
 
+__all__ = ["CONSUME_AT_MOST", "FETCH_QUEUE_BACKOFF_MS", "KAFKA", "RecordsDeleted", "TopicReader"]
+
 log = logging.getLogger("enrichment_job")
 
 # The columns of Spark's Kafka source.

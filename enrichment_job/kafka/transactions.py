@@ -21,6 +21,23 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from foundation.errors import ConfigError
 
+__all__ = [
+    "FENCED_CODES",
+    "CommitsTopicPolicy",
+    "Fenced",
+    "Header",
+    "Records",
+    "TransactionalOutput",
+    "check_commits_topic",
+    "is_fenced",
+    "last_marker",
+    "last_markers",
+    "produce",
+    "produce_all",
+    "transactional_config",
+    "transactional_producer",
+]
+
 log = logging.getLogger("enrichment_job")
 Header = tuple[str, str | bytes | None]
 

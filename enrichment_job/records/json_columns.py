@@ -9,6 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+__all__ = ["json_objects", "json_strings", "object_shaped", "read_objects", "utf8_valid"]
+
 _OPEN, _CLOSE = pa.scalar(b"{", pa.binary()), pa.scalar(b"}", pa.binary())
 
 

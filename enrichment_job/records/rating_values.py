@@ -25,6 +25,8 @@ from enrichment_job.records.json_columns import object_shaped, read_objects, utf
 from enrichment_job.records.schemas import RATING_FIELDS, REQUIRED_RATING_FIELDS
 from enrichment_job.records.transforms import NOT_JSON, NOT_UTF8, future_reason
 
+__all__ = ["FIELDS", "ORDER", "PARSED", "parse"]
+
 FIELDS = to_arrow_schema(RATING_FIELDS)
 # A rating as the join takes it: its fields, its Kafka columns and why it is a dead letter (null
 # when it is readable). A dead letter keeps its value and has no user_id or rating_time (it

@@ -26,6 +26,23 @@ from enrichment_job.records.schemas import (
 )
 from enrichment_job.runtime.plans import Columns, drop, select
 
+__all__ = [
+    "DRIFT",
+    "HEARTBEAT_TABLE",
+    "KAFKA_META",
+    "MAX_RATING_BYTES",
+    "NOT_JSON",
+    "NOT_UTF8",
+    "PARSE_OPTIONS",
+    "VERSION_ORDER",
+    "dead_letter_headers",
+    "dead_letters",
+    "future_reason",
+    "parse_cdc",
+    "parse_ratings",
+    "with_validity",
+]
+
 KAFKA_META = ("key", "value", "topic", "partition", "offset", "timestamp")
 PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 HEARTBEAT_TABLE = "debezium_heartbeat"

@@ -27,6 +27,16 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "AOT_CACHE_SINCE",
+    "KEEP",
+    "ClassArchive",
+    "archive_path",
+    "class_archive",
+    "java_feature_version",
+    "prune",
+]
+
 log = logging.getLogger("enrichment_job")
 
 

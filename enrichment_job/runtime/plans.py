@@ -16,6 +16,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 
 from enrichment_job.runtime.spark_internals import java_columns, java_frame, java_names, wrap_frame
 
+__all__ = ["Columns", "drop", "select"]
+
 
 class Columns:
     """Column expressions built once for the job's life (a `@cache`d builder returns them):

@@ -37,6 +37,24 @@ from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgres
 from enrichment_job.runtime.offsets import partition_offsets
 from enrichment_job.runtime.state_dir import StateDir
 
+__all__ = [
+    "CHECKPOINT_FILE_MANAGER",
+    "OFFSET_LOG_VERSION",
+    "JsonProgressEvents",
+    "T",
+    "batch_ends",
+    "batch_starts",
+    "java_columns",
+    "java_frame",
+    "java_names",
+    "last_planned_batch",
+    "live_executors",
+    "local_checkpoint_files",
+    "placed_rdd",
+    "skip_driver_checksums",
+    "wrap_frame",
+]
+
 OFFSET_LOG_VERSION = "v1"
 
 T = TypeVar("T")

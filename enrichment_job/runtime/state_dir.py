@@ -23,6 +23,8 @@ from urllib.request import url2pathname
 import pyarrow.fs as pafs
 from pydantic import BaseModel, Field, SecretStr
 
+__all__ = ["SCHEMES", "ObjectStoreSettings", "StateDir", "check_uri", "metrics_path"]
+
 SCHEMES = ("file", "s3a")
 
 

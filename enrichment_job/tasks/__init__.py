@@ -14,4 +14,14 @@ task on an executor, in its own Kafka transaction with a per-partition marker.
 from enrichment_job.tasks.launch import TaskJoin
 from enrichment_job.tasks.plan import PartitionMarker, PartitionPlan, TaskOutcome
 
-__all__ = ["PartitionMarker", "PartitionPlan", "TaskJoin", "TaskOutcome", "enrich"]
+__all__ = [
+    "PartitionMarker",
+    "PartitionPlan",
+    "TaskJoin",
+    "TaskOutcome",
+    "enrich",
+    "launch",
+    "partition",
+    "plan",
+    "tables",
+]

@@ -24,6 +24,8 @@ from enrichment_job.tasks.partition import run_plans
 from enrichment_job.tasks.plan import PartitionPlan, TaskOutcome
 from enrichment_job.tasks.tables import TableShipper
 
+__all__ = ["EXECUTORS_WAIT_S", "TaskJoin", "sticky_placement"]
+
 log = logging.getLogger("enrichment_job")
 EXECUTORS_WAIT_S = 120.0  # at most, for ENRICH_MIN_EXECUTORS
 

@@ -10,6 +10,8 @@ from enrichment_job.customers.table import CdcState
 from enrichment_job.marker import BatchMarker
 from enrichment_job.settings import JobSettings
 
+__all__ = ["PartitionMarker", "PartitionPlan", "TablePlan", "TaskOutcome"]
+
 
 @dataclass(frozen=True)
 class TablePlan:

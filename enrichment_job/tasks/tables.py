@@ -17,6 +17,8 @@ from pyspark import Broadcast, SparkContext
 from enrichment_job.customers.versions import VersionStore
 from enrichment_job.tasks.plan import TablePlan
 
+__all__ = ["REBASE_ROWS", "TableShipper", "from_ipc", "to_ipc", "worker_store"]
+
 log = logging.getLogger("enrichment_job")
 REBASE_ROWS = 100_000
 

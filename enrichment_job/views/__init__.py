@@ -10,10 +10,12 @@ time, `app` runs the queries, `commands` is `python -m enrichment_job.views vali
 __all__ = [
     "aggregation",
     "app",
+    "background",
     "catalog",
     "commands",
     "declarations",
     "definition",
     "settings",
     "transforms",
+    "user_views",
 ]

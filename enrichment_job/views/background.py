@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 from enrichment_job.views.settings import BACKGROUND, ViewsSettings
 
+__all__ = ["BackgroundProcess", "background_env"]
+
 log = logging.getLogger("enrichment_job.views")
 
 _PR_SET_PDEATHSIG = 1

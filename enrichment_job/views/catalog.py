@@ -19,6 +19,19 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from foundation.errors import RatingsError
 
+__all__ = [
+    "BUILT_IN_NAMES",
+    "CatalogError",
+    "Entry",
+    "Follower",
+    "committed_reader",
+    "delete_topic",
+    "ensure_topic",
+    "marker_key",
+    "publish",
+    "read_all",
+]
+
 if TYPE_CHECKING:
     from enrichment_job.views.settings import ViewsSettings
 

@@ -49,6 +49,26 @@ from pyspark.sql.types import StructType
 from enrichment_job.views.transforms import EVERY_FIELD, REQUIRED
 from foundation.errors import RatingsError
 
+__all__ = [
+    "BUILT_IN",
+    "EVENT_TIME",
+    "HEADERS",
+    "NAME",
+    "RELATION",
+    "CompiledView",
+    "ViewFile",
+    "ViewRefused",
+    "check",
+    "compile_view",
+    "enriched_columns",
+    "fields_read",
+    "interval_ms",
+    "parse",
+    "placeholder",
+    "read",
+    "rows_of",
+]
+
 BUILT_IN = Path(__file__).parent / "builtin"  # the built-in views' SQL (declarations.py runs them)
 RELATION = "enriched"
 EVENT_TIME = "rating_ts"  # rating_time as a timestamp, beside the enriched fields

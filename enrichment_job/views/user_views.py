@@ -61,6 +61,8 @@ from enrichment_job.views.settings import ViewsSettings
 from foundation.kafka_record import MAX_RECORD_BYTES
 from foundation.view_marker import ViewMarker
 
+__all__ = ["Leftovers", "SqlViewSink", "SqlViews"]
+
 log = logging.getLogger("enrichment_job.views")
 
 _DEAD_LETTER_VALUE_BYTES = 65_536  # the start of a row too large to write, kept in its dead letter

@@ -12,6 +12,8 @@ from foundation.errors import SinkUnavailable
 from foundation.kafka_record import MAX_RECORD_BYTES
 from services.core.records import Rejected
 
+__all__ = ["DeadLetters", "Origin", "dead_letter_headers", "producer_for", "record_limit"]
+
 log = logging.getLogger(__name__)
 
 

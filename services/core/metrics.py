@@ -20,6 +20,8 @@ from prometheus_client.registry import Collector
 
 from foundation import prometheus
 
+__all__ = ["STATES", "Metrics", "ServiceCollector"]
+
 log = logging.getLogger(__name__)
 
 

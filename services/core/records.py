@@ -5,6 +5,8 @@ from typing import Generic, TypeVar
 
 from confluent_kafka import Message
 
+__all__ = ["Incoming", "Rejected", "T"]
+
 T = TypeVar("T")
 
 

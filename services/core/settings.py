@@ -12,6 +12,8 @@ from pydantic import Field
 
 from foundation.settings import Settings
 
+__all__ = ["ServiceSettings"]
+
 
 class ServiceSettings(Settings):
     bootstrap_servers: str = "127.0.0.1:9092"

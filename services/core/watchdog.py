@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+__all__ = ["STALLED_EXIT", "Watchdog"]
+
 log = logging.getLogger(__name__)
 
 STALLED_EXIT = 1  # what a supervisor restarts (see services.core.main)

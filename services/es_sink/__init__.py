@@ -1,3 +1,3 @@
 """Enriched ratings and alerts from Kafka into Elasticsearch daily indices, for Kibana dashboards."""
 
-__all__ = ["config", "service", "sink"]
+__all__ = ["config", "documents", "outcomes", "service", "sink"]

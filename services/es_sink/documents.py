@@ -9,6 +9,8 @@ from typing import Any
 
 from foundation.enriched import EnrichedRating
 
+__all__ = ["DAILY_DAYS", "DAY_MS", "Document", "bulk_lines", "daily_index", "document", "index_template"]
+
 Document = dict[str, Any]
 
 

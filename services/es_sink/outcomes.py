@@ -6,6 +6,8 @@ from typing import Any
 
 from foundation.errors import FatalSinkError, SinkUnavailable
 
+__all__ = ["CREDENTIALS", "STATUS_OUTCOMES", "Outcome", "outcome", "raise_for_request", "reason"]
+
 
 class Outcome(Enum):
     OK = "ok"

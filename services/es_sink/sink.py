@@ -15,6 +15,8 @@ from services.es_sink.config import TEMPLATE_RESOURCE, EsSinkSettings, packaged_
 from services.es_sink.documents import Document, bulk_lines, index_template
 from services.es_sink.outcomes import CREDENTIALS, Outcome, outcome, raise_for_request, reason
 
+__all__ = ["BULK_FILTER", "CONFLICT", "EsSink", "byte_bounded", "load_template", "make_client"]
+
 log = logging.getLogger(__name__)
 
 CONFLICT = "version_conflict_engine_exception"  # a `create` of an _id the index holds

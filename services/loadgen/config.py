@@ -8,6 +8,8 @@ from pydantic_settings import SettingsConfigDict
 
 from foundation.settings import Settings
 
+__all__ = ["LoadgenSettings"]
+
 
 class LoadgenSettings(Settings):
     model_config = SettingsConfigDict(env_prefix="LOADGEN_")

@@ -4,6 +4,23 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+__all__ = [
+    "CHANGE_WEIGHTS",
+    "COMMENTS",
+    "FIRST",
+    "GENDERS",
+    "LAST",
+    "REGIONS",
+    "STATUSES",
+    "STATUS_WEIGHTS",
+    "Change",
+    "ChangeKind",
+    "Customer",
+    "fake_customer",
+    "next_change",
+    "step_status",
+]
+
 STATUSES = ("bronze", "silver", "gold", "platinum")
 STATUS_WEIGHTS = (50, 25, 15, 10)
 REGIONS = ("EMEA", "APAC", "NA", "LATAM")

@@ -10,6 +10,8 @@ from foundation.errors import RatingsError
 from services.loadgen.config import LoadgenSettings
 from services.loadgen.customers import Change, fake_customer, step_status
 
+__all__ = ["COLUMNS", "INSERT", "CustomerDb", "DatabaseUnavailable"]
+
 log = logging.getLogger(__name__)
 COLUMNS = ("first_name", "last_name", "email", "gender", "club_status", "region", "comments")
 INSERT = f"INSERT INTO customers ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"  # noqa: S608

@@ -18,6 +18,8 @@ from services.loadgen.customers import next_change
 from services.loadgen.database import CustomerDb, DatabaseUnavailable
 from services.loadgen.ratings import bad_record, encode, fake_rating
 
+__all__ = ["DB_BACKOFF_MAX_S", "TICK_S", "LoadGenerator"]
+
 log = logging.getLogger(__name__)
 TICK_S = 0.01
 DB_BACKOFF_MAX_S = 10.0

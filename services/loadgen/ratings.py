@@ -5,6 +5,8 @@ import json
 import random
 from typing import Any
 
+__all__ = ["BAD_RECORDS", "CHANNELS", "MESSAGES", "STAR_WEIGHTS", "bad_record", "encode", "fake_rating"]
+
 CHANNELS = ("web", "iOS", "android")
 STAR_WEIGHTS = (10, 10, 20, 30, 30)  # stars 1..5
 MESSAGES = (

@@ -17,6 +17,17 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
+__all__ = [
+    "HOUR_MS",
+    "LakeObject",
+    "contains",
+    "meets",
+    "merged",
+    "offsets_of",
+    "split_into_objects",
+    "uncovered",
+]
+
 HOUR_MS = 3_600_000
 _NAME = re.compile(r"^(?P<topic>[^/+]+)\+(?P<partition>\d+)\+(?P<first>\d{20})\+(?P<last>\d{20})\.parquet$")
 

@@ -23,6 +23,8 @@ from foundation.enriched import REQUIRED_NAMES
 from foundation.errors import RecordError
 from services.s3_sink.schema import WIRE_SCHEMA
 
+__all__ = ["MAX_EPOCH_MS", "MIN_BLOCK", "PARSE", "REQUIRED", "Parsed", "decode_value", "parse_values"]
+
 PARSE = pj.ParseOptions(explicit_schema=WIRE_SCHEMA, unexpected_field_behavior="ignore")
 REQUIRED = REQUIRED_NAMES
 MAX_EPOCH_MS = 253_402_300_800_000  # 10000-01-01: beyond, a date has no YYYY

@@ -7,6 +7,8 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from foundation.errors import FatalSinkError, RatingsError, SinkUnavailable
 
+__all__ = ["CREDENTIALS", "S3_ERRORS", "classify"]
+
 CREDENTIALS = "S3_SINK_ACCESS_KEY / S3_SINK_SECRET_KEY"
 
 # S3 error code (or the HTTP status, for answers without a body such as HEAD) -> (class, setting to fix)

@@ -9,6 +9,17 @@ import pyarrow as pa
 
 from foundation.enriched import ENRICHED_FIELDS
 
+__all__ = [
+    "ARROW_KINDS",
+    "CATEGORY",
+    "KAFKA_COLUMNS",
+    "LAKE_SCHEMA",
+    "TEXT",
+    "UTC_MS",
+    "WIRE_SCHEMA",
+    "to_lake_table",
+]
+
 TEXT = pa.string()
 CATEGORY = pa.dictionary(pa.int32(), pa.string())
 UTC_MS = pa.timestamp("ms", tz="UTC")

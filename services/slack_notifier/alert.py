@@ -10,6 +10,8 @@ from confluent_kafka import Message
 from foundation.enriched import decode_enriched, rating_digest
 from foundation.errors import RecordError
 
+__all__ = ["NO_EMAIL", "NO_NAME", "Alert", "decode_alert"]
+
 NO_NAME = "(no name on file)"
 NO_EMAIL = "(no email on file)"
 

@@ -9,6 +9,8 @@ from pydantic_settings import SettingsConfigDict
 
 from services.core.settings import ServiceSettings
 
+__all__ = ["Mode", "SlackSettings"]
+
 Mode = Literal["bot", "webhook", "print"]
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from services.slack_notifier.alert import Alert
 
+__all__ = ["WARN_EVERY_S", "History", "HistoryLookup", "history_text", "ordinal"]
+
 log = logging.getLogger(__name__)
 WARN_EVERY_S = 60.0
 

@@ -29,6 +29,25 @@ from typing import Any
 from services.slack_notifier.alert import Alert
 from services.slack_notifier.history import History, history_text
 
+__all__ = [
+    "ENTITIES",
+    "EVENT_TYPE",
+    "FALLBACK_MAX_CHARS",
+    "FIELDS_PER_SECTION",
+    "FIELD_MAX_CHARS",
+    "NAME_MAX_CHARS",
+    "REVIEW_MAX_CHARS",
+    "SECTION_MAX_CHARS",
+    "SlackMessage",
+    "alert_message",
+    "covered_ids",
+    "escape",
+    "fold",
+    "stars",
+    "summary_message",
+    "utc",
+]
+
 EVENT_TYPE = "unhappy_platinum_alert"
 REVIEW_MAX_CHARS = 2000
 FALLBACK_MAX_CHARS = 300

@@ -4,6 +4,8 @@ posts a batch may make now (the rest is folded into a summary) and takes a token
 import time
 from collections.abc import Callable
 
+__all__ = ["TokenBucket"]
+
 
 class TokenBucket:
     def __init__(

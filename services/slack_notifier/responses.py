@@ -3,6 +3,8 @@ stop and fix a setting (FatalSinkError), or dead-letter the alerts of this one m
 
 from foundation.errors import FatalSinkError, RatingsError, RecordError, SinkUnavailable
 
+__all__ = ["FIX_A_SETTING", "MESSAGE_REFUSED", "TRY_AGAIN", "MessageRejected", "classify"]
+
 
 class MessageRejected(RecordError):
     """Slack refused this one message (its blocks or size): its alerts go to the dead-letter topic."""

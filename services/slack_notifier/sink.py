@@ -26,6 +26,8 @@ from services.slack_notifier.rate import TokenBucket
 from services.slack_notifier.responses import MessageRejected
 from services.slack_notifier.slack import Delivery, delivery
 
+__all__ = ["HISTORY_MARGIN_S", "SlackSink", "make_sink"]
+
 log = logging.getLogger(__name__)
 HISTORY_MARGIN_S = 600.0
 

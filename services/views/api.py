@@ -28,7 +28,7 @@ from services.views.hub import REPLACED, Hub, RowFilter, Subscriber, Turns, chan
 from services.views.metrics import ViewsCollector
 from services.views.store import STAGED, Change, Snapshot, Store, key_of
 
-__all__ = ["Api", "BadRequest", "parse_value"]
+__all__ = ["Api", "BadRequest", "decode_cursor", "encode_cursor", "parse_value", "scan_filters"]
 
 log = logging.getLogger("views")
 JSON = "application/json"
@@ -84,7 +84,7 @@ def _page_file(name: str) -> bytes:
 _RANGES = {"gte": ">=", "gt": ">", "lte": "<=", "lt": "<"}
 
 
-def _filters(param: str, text: str, types: dict[str, str], name: str) -> list[tuple[str, str, Any]]:
+def scan_filters(param: str, text: str, types: dict[str, str], name: str) -> list[tuple[str, str, Any]]:
     """A scan's filter: `column=v` (equal), `column.gte=v` (also gt, lte, lt) or
     `column.between=low,high` (both included), each value typed as its column."""
     column, _, op = param.partition(".")
@@ -106,11 +106,11 @@ def _filters(param: str, text: str, types: dict[str, str], name: str) -> list[tu
     return [(column, _RANGES[op], parse_value(text, kind, f"filter {param}"))]
 
 
-def _encode_cursor(key: list[Any]) -> str:
+def encode_cursor(key: list[Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def _cursor(text: str, info: dict[str, Any], name: str) -> list[Any]:
+def decode_cursor(text: str, info: dict[str, Any], name: str) -> list[Any]:
     """The key values a scan's `after` cursor (its `next`) holds."""
     try:
         key = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
@@ -291,16 +291,16 @@ class Api:
                     raise BadRequest(400, f"order: {text!r} is not asc or desc (the key's order)")
                 descending = text == "desc"
             elif param == "after":
-                after = _cursor(text, info, name)
+                after = decode_cursor(text, info, name)
             else:
-                filters += _filters(param, text, types, name)
+                filters += scan_filters(param, text, types, name)
         # In a worker thread: a filter that matches few rows reads the whole view (SQLite lets
         # go of the interpreter while it does), and pulls go on meanwhile.
         rows = await asyncio.to_thread(self.store.scan, name, filters, limit, after, descending)
         following = "null"
         if len(rows) == limit:
             last = json.loads(rows[-1])
-            following = json.dumps(_encode_cursor([last.get(k) for k in info["key"]]))
+            following = json.dumps(encode_cursor([last.get(k) for k in info["key"]]))
         return Response('{"rows":[' + ",".join(rows) + '],"next":' + following + "}", media_type=JSON)
 
     async def changes(self, request: Request) -> Response:
@@ -313,7 +313,7 @@ class Api:
             f
             for p, t in request.query_params.multi_items()
             if p != "key"
-            for f in _filters(p, t, types, name)
+            for f in scan_filters(p, t, types, name)
         ]
         rows_filter = RowFilter(filters, tuple(info["key"])) if filters else None
         if self.hub.count() >= self.settings.max_subscribers:

@@ -37,6 +37,8 @@ from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Event, Hub, events_of
 from services.views.store import STAGED, Change, Store, key_of
 
+__all__ = ["BATCH", "EVENTS_PER_MESSAGE", "Changelog", "ChangelogProcess", "FrameReader", "fetched"]
+
 log = logging.getLogger("views")
 _CONTEXT = multiprocessing.get_context("spawn")  # the server's process has threads by then
 EVENTS_PER_MESSAGE = 500
@@ -363,7 +365,7 @@ def _main(
         raise SystemExit(1) from None
 
 
-class _Frames(asyncio.Protocol):
+class FrameReader(asyncio.Protocol):
     """The changelog process's frames, as they arrive on the server's event loop (the pipe is
     read without blocking: a frame may come in several pieces). One frame a turn of the loop: a
     read holds several pages of a large batch, and pull queries are answered between them."""
@@ -441,7 +443,7 @@ class ChangelogProcess:
 
     async def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Take the process's messages on `loop` (the server's)."""
-        await loop.connect_read_pipe(lambda: _Frames(self._take, self._lost), self._in)
+        await loop.connect_read_pipe(lambda: FrameReader(self._take, self._lost), self._in)
 
     def _lost(self) -> None:
         """The pipe closed: the changelog process ended."""

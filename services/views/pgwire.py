@@ -25,6 +25,21 @@ from dataclasses import dataclass
 from services.views import catalog
 from services.views.sql import Result, SqlError, SqlReader
 
+__all__ = [
+    "CANCEL_REQUEST",
+    "GSSENC_REQUEST",
+    "MAX_MESSAGE_BYTES",
+    "MAX_STARTUP_BYTES",
+    "PROTOCOL_V3",
+    "SERVER_VERSION",
+    "SSL_REQUEST",
+    "PgServer",
+    "PgSettings",
+    "error",
+    "ready",
+    "result_messages",
+]
+
 log = logging.getLogger("views.pgwire")
 
 PROTOCOL_V3 = 196608

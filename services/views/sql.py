@@ -23,6 +23,8 @@ from typing import Any
 from foundation.errors import RatingsError
 from services.views.store import column_sql, key_of, served, view_literal
 
+__all__ = ["PG_TYPES", "Column", "Result", "SqlError", "SqlReader", "pg_column"]
+
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
 PG_TYPES = {
     "int": ("int4", 23, 4),

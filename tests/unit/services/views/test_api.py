@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from foundation.view_marker import ViewMarker
-from services.views.api import Api, BadRequest, _cursor, _encode_cursor, _filters
+from services.views.api import Api, BadRequest, decode_cursor, encode_cursor, scan_filters
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Hub
 from services.views.store import Change, Store, key_of
@@ -131,10 +131,10 @@ def test_subscribers_reading_snapshots_at_once_write_one_page_between_two_polls_
 
 def test_scan_parameters_become_typed_filters_and_a_cursor_round_trips() -> None:
     types = {"user_id": "int", "hour": "string", "average_stars": "double"}
-    assert _filters("user_id", "42", types, "v") == [("user_id", "=", 42)]
-    assert _filters("user_id.gte", "7", types, "v") == [("user_id", ">=", 7)]
-    assert _filters("average_stars.lt", "2.5", types, "v") == [("average_stars", "<", 2.5)]
-    assert _filters("hour.between", "2026-12-02T00,2026-12-02T12", types, "v") == [
+    assert scan_filters("user_id", "42", types, "v") == [("user_id", "=", 42)]
+    assert scan_filters("user_id.gte", "7", types, "v") == [("user_id", ">=", 7)]
+    assert scan_filters("average_stars.lt", "2.5", types, "v") == [("average_stars", "<", 2.5)]
+    assert scan_filters("hour.between", "2026-12-02T00,2026-12-02T12", types, "v") == [
         ("hour", ">=", "2026-12-02T00"),
         ("hour", "<=", "2026-12-02T12"),
     ]
@@ -145,12 +145,12 @@ def test_scan_parameters_become_typed_filters_and_a_cursor_round_trips() -> None
         ("nope.lt", "1", "unknown column 'nope'"),
     ]:
         with pytest.raises(BadRequest, match=why):
-            _filters(param, text, types, "v")
+            scan_filters(param, text, types, "v")
     info = {"key": ["club_status", "hour"]}
-    assert _cursor(_encode_cursor(["gold", "2026-12-02T03"]), info, "v") == ["gold", "2026-12-02T03"]
-    for bad in ("not-a-cursor", _encode_cursor([42])):
+    assert decode_cursor(encode_cursor(["gold", "2026-12-02T03"]), info, "v") == ["gold", "2026-12-02T03"]
+    for bad in ("not-a-cursor", encode_cursor([42])):
         with pytest.raises(BadRequest, match="is not a cursor of view 'v'"):
-            _cursor(bad, info, "v")
+            decode_cursor(bad, info, "v")
 
 
 def test_a_subscriber_gets_the_new_versions_snapshot_on_its_stream_when_a_replacement_takes_over(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.views.changelog import BATCH, EVENTS_PER_MESSAGE, Changelog, _Frames, fetched
+from services.views.changelog import BATCH, EVENTS_PER_MESSAGE, Changelog, FrameReader, fetched
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED
 from services.views.store import Store, key_of, served
@@ -125,7 +125,7 @@ def _framed(message: tuple[Any, ...]) -> bytes:
 
 def test_the_server_takes_one_frame_a_turn_of_its_event_loop_and_the_rest_before_the_pipe_closes() -> None:
     taken: list[Any] = []
-    frames = _Frames(lambda m: taken.append(m[1]), lambda: taken.append("lost"))
+    frames = FrameReader(lambda m: taken.append(m[1]), lambda: taken.append("lost"))
 
     async def main() -> list[list[Any]]:
         seen = []
