@@ -19,7 +19,6 @@ import multiprocessing.sharedctypes
 import multiprocessing.synchronize
 import os
 import pickle
-import re
 import signal
 import struct
 import threading
@@ -31,11 +30,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from foundation.changelog_record import BadChangelogRecord, ChangelogRecord
 from foundation.logs import configure_or_exit
 from foundation.view_marker import ViewMarker
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Event, Hub, events_of
-from services.views.store import STAGED, Change, Store, key_of
+from services.views.store import STAGED, Change, Store
 
 __all__ = ["BATCH", "EVENTS_PER_MESSAGE", "Changelog", "ChangelogProcess", "FrameReader", "fetched"]
 
@@ -289,29 +289,12 @@ class Changelog:
         self.views[topic] = topic.removeprefix(self.settings.topic_prefix)
 
     def _change(self, topic: str, msg: Message) -> Change | None:
-        raw, value = msg.key(), msg.value()
-        row = None if value is None else value.decode()  # None: a tombstone
-        simple = _ONE_INT_KEY.fullmatch(raw) if raw is not None else None
-        if simple is not None:  # as a parse and an encode would give it, at a seventh of the cost
-            column, number = simple.groups()
-            return Change(
-                self.views[topic],
-                f"[{number.decode()}]",
-                (column.decode(),),
-                row,
-            )
-        key = _json(raw)
-        if not isinstance(key, dict) or not key:
-            log.warning(
-                "%s[%s]@%s: a key that is not a JSON object; skipped", topic, msg.partition(), msg.offset()
-            )
+        try:
+            record = ChangelogRecord.decode(msg.key(), msg.value())
+        except BadChangelogRecord as err:
+            log.warning("%s[%s]@%s: %s; skipped", topic, msg.partition(), msg.offset(), err)
             return None
-        return Change(self.views[topic], key_of(list(key.values())), tuple(key), row)
-
-
-# The key of a view keyed by one integer column, as Spark's to_json writes it: {"user_id":12345}.
-# Parsing it as JSON and encoding the store's key cost several times what this match does.
-_ONE_INT_KEY = re.compile(rb'\{"([A-Za-z_][A-Za-z0-9_]*)":(-?(?:0|[1-9][0-9]*))\}')
+        return Change(self.views[topic], record.key_values, record.key_columns, record.value)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from foundation.changelog_record import ChangelogRecord
 from support.kafka import COMPACTED, drop_topics, make_topics, read_topic
 from support.services import RUNNING, ServiceProcess
 from support.spark import JOB_STOP_S
@@ -100,17 +101,23 @@ class ViewsJob(ServiceProcess):
 
 
 def latest_rows(stack_env: StackEnv, topic: str, min_records: int = 0) -> dict[str, dict[str, Any]]:
-    """Key -> the latest row of a changelog topic (read_committed), as a compacted read sees it."""
+    """Key (the record's, as JSON text) -> the latest row of a changelog topic (read_committed),
+    as a compacted read sees it: a tombstone removes its key."""
     rows: dict[str, dict[str, Any]] = {}
-    for record in read_topic(stack_env, topic, min_records=min_records, idle_s=1):
-        rows[record.key().decode()] = json.loads(record.value())
+    for msg in read_topic(stack_env, topic, min_records=min_records, idle_s=1):
+        row = ChangelogRecord.decode(msg.key(), msg.value()).row
+        if row is None:
+            rows.pop(msg.key().decode(), None)
+        else:
+            rows[msg.key().decode()] = row
     return rows
 
 
-def changes_per_key(stack_env: StackEnv, topic: str) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for record in read_topic(stack_env, topic, idle_s=1):
-        out[record.key().decode()].append(json.loads(record.value()))
+def changes_per_key(stack_env: StackEnv, topic: str) -> dict[str, list[dict[str, Any] | None]]:
+    """Key (the record's, as JSON text) -> each of its rows in order (None: a tombstone)."""
+    out: dict[str, list[dict[str, Any] | None]] = defaultdict(list)
+    for msg in read_topic(stack_env, topic, idle_s=1):
+        out[msg.key().decode()].append(ChangelogRecord.decode(msg.key(), msg.value()).row)
     return out
 
 

@@ -20,6 +20,7 @@ from enrichment_job.views.aggregation import (
 from enrichment_job.views.declarations import View, customer_ratings, declared, segment_hourly
 from enrichment_job.views.settings import ViewsSettings
 from enrichment_job.views.transforms import EVERY_FIELD, late_for_hour, parse_enriched
+from foundation.changelog_record import ChangelogRecord
 from foundation.enriched import ENRICHED_FIELDS as RECORD_FIELDS
 
 # py4j leaves the socket of a collect() to the garbage collector (as in the job's own transform tests).
@@ -208,6 +209,11 @@ def test_changelog_records_carry_each_rows_view_key_and_whole_row(spark: SparkSe
     assert json.loads(segment.key) == {"club_status": "gold", "channel": "web", "hour": "2026-11-18T10"}
     assert json.loads(segment.value)["customers"] == 1
     assert customer.last_rating_time == segment.last_rating_time == HOUR + 1000
+    # Spark's to_json writes what the contract's encoding gives, byte for byte
+    for record in (customer, segment):
+        typed = ChangelogRecord.decode(record.key.encode(), record.value.encode())
+        assert typed.encode() == (record.key.encode(), record.value.encode())
+        assert ChangelogRecord.of(typed.key, typed.row).encode() == typed.encode()
 
 
 def test_a_rating_whose_key_is_too_large_for_a_view_is_its_dead_letter_and_the_others_count_it(
