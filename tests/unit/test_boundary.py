@@ -301,6 +301,54 @@ def test_the_floor_check_sees_each_crossing(part: str, source: str, lines: list[
     assert [line for line, _ in floor_crossings(part, source)] == lines
 
 
+def module_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the modules of `sources` (module -> its text) it imports, local imports and
+    `from package import module` included."""
+    graph: dict[str, set[str]] = {module: set() for module in sources}
+    for module, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            graph[module] |= {t for t in targets if t in sources and t != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The modules that import each other, directly or through others (each such group sorted)."""
+    reaches = {module: set(imports) for module, imports in graph.items()}
+    changed = True
+    while changed:  # the transitive closure; a few hundred modules
+        changed = False
+        for reached in reaches.values():
+            more = set().union(*(reaches[other] for other in reached)) - reached
+            if more:
+                reached.update(more)
+                changed = True
+    groups = {tuple(sorted(m for m in reaches[module] if module in reaches[m])) for module in graph}
+    return sorted(list(group) for group in groups if group)
+
+
+def test_no_module_of_the_product_imports_in_a_circle() -> None:
+    sources = {}
+    for path in product_files():
+        parts = path.relative_to(REPO).with_suffix("").parts
+        sources[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path.read_text()
+    assert circles(module_graph(sources)) == []
+
+
+def test_the_circle_check_sees_a_circle_through_a_local_import() -> None:
+    sources = {
+        "a": "import b\n",
+        "b": "def f():\n    from c import g\n",
+        "c": "from a import h\n",
+        "d": "import a\n",
+    }
+    assert circles(module_graph(sources)) == [["a", "b", "c"]]
+
+
 def product_packages() -> list[str]:
     return sorted(
         ".".join(init.parent.relative_to(REPO).parts)
