@@ -4,7 +4,8 @@ store, every changed row written to the view's compacted changelog topic, exactl
 A view is a SQL file (`builtin/*.sql` for the two that come with the product): `definition`
 checks and compiles it, `declarations` and `aggregation` run the built-in ones as one streaming
 aggregation, `catalog` and `user_views` create, replace and drop the views declared at run
-time, `app` runs the queries, `commands` is `python -m enrichment_job.views validate|create|...`.
+time, `app` runs the queries, each writing its batch's marker (`query_marker`), `commands`
+is `python -m enrichment_job.views validate|create|...`.
 """
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "commands",
     "declarations",
     "definition",
+    "query_marker",
     "settings",
     "transforms",
     "user_views",

@@ -22,10 +22,9 @@ that counted any reads its own offsets again for them and writes them in the sam
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -44,6 +43,7 @@ from enrichment_job.runtime.session import build_session, driver_archive
 from enrichment_job.runtime.spark_internals import batch_ends, batch_starts
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, dead_letter_reason, view_rows
 from enrichment_job.views.declarations import View, declared
+from enrichment_job.views.query_marker import NewestRating, QueryMarker
 from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
 from enrichment_job.views.transforms import ENRICHED_FIELDS, parse_enriched
 from foundation.arrow_memory import choose_pool
@@ -123,10 +123,10 @@ def open_output(
         run=run,
         other_markers=other_markers,
     )
-    if out.marker is not None:
+    if (last := QueryMarker.last(out.marker)) is not None:
         check_planned(
-            out.marker.get("run"),
-            int(out.marker.get("batch_id", -1)),
+            last.run,
+            last.batch_id,
             run,
             settings.state,
             f"{CHECKPOINTS}/{query}",
@@ -144,32 +144,39 @@ class BatchSink:
         self.settings, self.query, self.out = settings, query, out
         self.state, self.checkpoint = settings.state, f"{CHECKPOINTS}/{query}"
 
+    def last(self) -> QueryMarker | None:
+        """The query's last committed marker; None before its first commit, or when the
+        checkpoint is new (a batch 0 to come: what was committed before belongs to no run that
+        goes on)."""
+        return QueryMarker.last(self.out.marker) if self.out.committed(0) else None
+
     def write(
         self,
         batch_id: int,
         outputs: list[Records],
-        marker: dict[str, Any],
-        more: Callable[[dict[str, Any]], Records] | None = None,
+        newest: NewestRating,
+        more: Callable[[QueryMarker], Records] | None = None,
         found: Callable[[dict[int, int]], Records] | None = None,
     ) -> None:
         """`outputs`, the records `found` finds (given where the batch ends), the batch's marker
-        and the records `more` makes of it, in one transaction, unless the batch is in Kafka
-        already."""
+        (with `newest`, the newest rating time) and the records `more` makes of it, in one
+        transaction, unless the batch is in Kafka already."""
         if self.out.committed(batch_id):
             log.info("%s: batch %d is already in Kafka; not writing it again", self.query, batch_id)
             return
         ends = batch_ends(self.state, self.checkpoint, batch_id, self.settings.enriched_topic)
         if found is not None:
             outputs = [*outputs, found(ends)]
-        marker = {
-            **marker,
-            "enriched_to": {str(p): o for p, o in sorted(ends.items())},
-            "rows": sum(len(r) for r in outputs),
-            "written_at_ms": int(time.time() * 1000),
-        }
+        marker = QueryMarker(
+            batch_id,
+            enriched_to=ends,
+            written_at_ms=int(time.time() * 1000),
+            rows=sum(len(r) for r in outputs),
+            max_rating_time=newest,
+        )
         if more is not None:
-            outputs = [*outputs, more({"batch_id": batch_id, **marker})]
-        self.out.write(batch_id, outputs, marker)
+            outputs = [*outputs, more(marker)]
+        self.out.write(batch_id, outputs, marker.as_json())
 
 
 class ViewsSink(BatchSink):
@@ -189,9 +196,10 @@ class ViewsSink(BatchSink):
         super().__init__(settings, query, out)
         self.views, self.dead_letter = views, dead_letter
         self.claim_check = ClaimCheck.of(settings, "views")
-        previous = self.out.marker if self.out.committed(0) else None
-        newest = previous.get("max_rating_time", {}) if previous else {}
-        self.max_rating_time: dict[str, int | None] = {v.name: newest.get(v.name) for v in views}
+        previous = self.last()
+        newest = previous.max_rating_time if previous is not None else None
+        known = newest if isinstance(newest, Mapping) else {}
+        self.max_rating_time: dict[str, int | None] = {v.name: known.get(v.name) for v in views}
         self.columns: dict[str, list[dict[str, str]]] = {}
         self.changelog = changelog_columns(views)
 
@@ -215,9 +223,7 @@ class ViewsSink(BatchSink):
         found = None
         if self.dead_letter is not None and table.column("view").null_count:
             found = partial(self._dead_letters, batch.sparkSession, batch_id)
-        self.write(
-            batch_id, outputs, {"max_rating_time": dict(self.max_rating_time)}, self._view_markers, found
-        )
+        self.write(batch_id, outputs, dict(self.max_rating_time), self._view_markers, found)
         if table.num_rows:
             done = time.monotonic()
             log.info(
@@ -259,7 +265,7 @@ class ViewsSink(BatchSink):
         # the claim-check store (VIEWS_JOB_DEAD_LETTER_STORE) instead of failing every re-run.
         return self.claim_check.oversized(records, MAX_VALUE_BYTES)
 
-    def _view_markers(self, marker: dict[str, Any]) -> Records:
+    def _view_markers(self, marker: QueryMarker) -> Records:
         """Per view, what the query service reads: key, column types and freshness."""
         keys, values = [], []
         for view in self.views:
@@ -268,10 +274,10 @@ class ViewsSink(BatchSink):
                 view.name,
                 tuple(view.key),
                 self.columns[view.name],
-                batch_id=marker["batch_id"],
-                enriched_to=marker["enriched_to"],
+                batch_id=marker.batch_id,
+                enriched_to={str(p): o for p, o in marker.enriched_to.items()},
                 max_rating_time=self.max_rating_time[view.name],
-                written_at_ms=marker["written_at_ms"],
+                written_at_ms=marker.written_at_ms,
             )
             values.append(json.dumps(said.as_json()).encode())
         return Records(self.settings.commits_topic, keys, values)

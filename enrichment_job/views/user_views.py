@@ -57,6 +57,7 @@ from enrichment_job.views.definition import (
     fields_read,
     parse,
 )
+from enrichment_job.views.query_marker import QueryMarker
 from enrichment_job.views.settings import ViewsSettings
 from foundation.kafka_record import MAX_RECORD_BYTES
 from foundation.view_marker import ViewMarker
@@ -108,8 +109,9 @@ class SqlViewSink:
         if view.retention_ms is not None and view.window_start is not None:
             self.select.append(F.unix_millis(F.col(view.window_start)).alias(_WINDOW_MS))
         self.said: ViewMarker | None = None  # the last marker of this version
-        previous = self.sink.out.marker if self.sink.out.committed(0) else None
-        self.max_rating_time: int | None = previous.get("max_rating_time") if previous else None
+        previous = self.sink.last()
+        newest = previous.max_rating_time if previous is not None else None
+        self.max_rating_time: int | None = newest if isinstance(newest, int) else None
         self.backfill_to = backfill_to  # where the enriched topic ended as the view was opened
         # A restart of a view that was live stays live (its marker says so); a new one backfills.
         found = self.sink.out.others[marker_key(settings, view.name)]
@@ -143,9 +145,7 @@ class SqlViewSink:
         written = {k for k in rows.keys if k is not None}
         expired = self._expire(table, written) if self.view.retention_ms is not None else []
         tombstones = Records(rows.topic, expired, [None] * len(expired))
-        self.sink.write(
-            batch_id, [rows, tombstones, dead], {"max_rating_time": self.max_rating_time}, self._marker
-        )
+        self.sink.write(batch_id, [rows, tombstones, dead], self.max_rating_time, self._marker)
         if expired:
             log.info(
                 "view %s, batch %d: %d rows of windows past the retention removed",
@@ -230,8 +230,8 @@ class SqlViewSink:
             self.settings.dlq_topic, [k for k, _, _, _ in dead], [v for _, v, _, _ in dead], headers
         )
 
-    def _marker(self, marker: dict[str, Any]) -> Records:
-        ends = {int(p): int(o) for p, o in marker["enriched_to"].items()}
+    def _marker(self, marker: QueryMarker) -> Records:
+        ends = marker.enriched_to
         if not self.live and all(ends.get(p, 0) >= o for p, o in self.backfill_to.items()):
             self.live = True
             log.info("view %s: backfilled; live", self.view.name)
@@ -243,10 +243,10 @@ class SqlViewSink:
             sql=self.entry.sql,
             created_at_ms=self.entry.created_at_ms,
             topic=self.topic,
-            batch_id=marker["batch_id"],
-            enriched_to=marker["enriched_to"],
+            batch_id=marker.batch_id,
+            enriched_to={str(p): o for p, o in marker.enriched_to.items()},
             max_rating_time=self.max_rating_time,
-            written_at_ms=marker["written_at_ms"],
+            written_at_ms=marker.written_at_ms,
         )
         self.said = said
         key = marker_key(self.settings, self.view.name).encode()
