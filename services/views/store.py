@@ -23,7 +23,9 @@ from typing import Any
 from foundation.view_marker import ViewMarker
 
 __all__ = [
+    "READER_CACHE_KIB",
     "STAGED",
+    "WRITER_CACHE_KIB",
     "Change",
     "Snapshot",
     "Store",
@@ -107,35 +109,43 @@ def infer_columns(row: dict[str, Any]) -> list[dict[str, str]]:
     return [{"name": name, "type": kind(value)} for name, value in row.items()]
 
 
+# SQLite's page cache per connection, KiB. The writer's: a batch of changes lands on pages all
+# over the table, and a cache that holds the table, with a checkpoint (and its fsync) every 40
+# MB of log rather than every 4 MB, halves the time a change costs (python -m infra.bench.store).
+WRITER_CACHE_KIB = 131_072
+# A reader's (the event loop's pulls, each worker thread's scans): the operating system's cache
+# holds the file's pages already, and a large cache per reading thread copies the whole table
+# into the service's memory once per thread. A pull or a scan page reads a few pages.
+READER_CACHE_KIB = 8_192
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.parent.chmod(0o700)
         self.path = path
         self._local = threading.local()
-        self._writer = self._connect()
+        self._writer = self._connect(WRITER_CACHE_KIB)
         self._writer.executescript(SCHEMA)
         self._info = self._load_info()
         self._indexed: dict[str, str] = {}  # view -> its key index's name, made this run
         row = self._writer.execute("SELECT seq FROM batches").fetchone()
         self.seq: int = int(row[0]) if row else 0  # the last batch applied
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, cache_kib: int) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")  # a power cut may lose the last commits: Kafka has them
-        # A batch of changes lands on pages all over the table: a cache that holds the table and a
-        # checkpoint (with its fsync) every 40 MB of log rather than every 4 MB halve the time a
-        # change costs (python -m infra.bench.store).
-        conn.execute("PRAGMA cache_size=-131072")  # KiB: 128 MiB at most
+        conn.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
         conn.execute("PRAGMA wal_autocheckpoint=10000")  # pages
         return conn
 
     @property
     def _reader(self) -> sqlite3.Connection:
+        """This thread's connection for pulls and scans, with a small page cache."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = self._connect()
+            conn = self._local.conn = self._connect(READER_CACHE_KIB)
         return conn
 
     # the writer's side (the changelog process)
@@ -345,11 +355,10 @@ class Store:
 
     def snapshot(self, view: str, key: str | None) -> "Snapshot":
         """The view's rows (or the key's) as of the last batch applied, to read page by page."""
-        conn = self._connect()
         # One pass over the table, each page read once: a cache holds little more than the path
         # from the root. 1 MiB, not 8: with many subscribers reading snapshots at once, their
         # caches were half of the service's memory.
-        conn.execute("PRAGMA cache_size=-1024")
+        conn = self._connect(1024)
         return Snapshot(conn, view, key)
 
     def count(self, view: str) -> int:

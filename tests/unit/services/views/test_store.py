@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,15 @@ import pytest
 from foundation.view_marker import ViewMarker
 from services.views.api import BadRequest, parse_value
 from services.views.hub import OVERFLOWED, Hub, RowFilter, Subscriber, change_data, events_of
-from services.views.store import Change, Snapshot, Store, infer_columns, key_of
+from services.views.store import (
+    READER_CACHE_KIB,
+    WRITER_CACHE_KIB,
+    Change,
+    Snapshot,
+    Store,
+    infer_columns,
+    key_of,
+)
 
 
 def _change(user: int, ratings: int, status: str = "gold") -> Change:
@@ -253,3 +262,18 @@ def test_a_filtered_subscription_gets_the_rows_that_match_and_a_removal_when_one
     assert rows.passing(event(1, 5, "gold")) is None  # already removed
     removed = change_data(Change("customer_ratings", key_of([2]), ("user_id",), None))
     assert rows.passing(removed) == '{"key":{"user_id":2},"row":null}'
+
+
+def test_readers_keep_a_small_page_cache_each_and_the_writer_a_large_one(tmp_path: Path) -> None:
+    """Each thread that reads (the event loop's pulls, a worker's scans) has a connection of its
+    own: with the writer's cache, each would copy the table into the service's memory."""
+    store = Store(tmp_path / "s.sqlite3")
+    cache = "PRAGMA cache_size"
+    assert store._writer.execute(cache).fetchone() == (-WRITER_CACHE_KIB,)
+    readers: list[Any] = []
+    for _ in range(2):
+        thread = threading.Thread(target=lambda: readers.append(store._reader.execute(cache).fetchone()))
+        thread.start()
+        thread.join()
+    assert readers == [(-READER_CACHE_KIB,)] * 2
+    assert READER_CACHE_KIB * 8 <= WRITER_CACHE_KIB
