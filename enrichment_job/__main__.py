@@ -30,7 +30,7 @@ from foundation.logs import configure_or_exit
 if TYPE_CHECKING:
     from enrichment_job.views.user_views import SqlViews
 
-GC_THRESHOLD = 50_000  # above what a consume call returns (kafka_in.CONSUME_AT_MOST)
+GC_THRESHOLD = 50_000  # above what a consume call returns (kafka.reader.CONSUME_AT_MOST)
 
 
 def main(argv: list[str]) -> int:

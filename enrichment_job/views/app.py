@@ -9,7 +9,7 @@ the hourly windows, the per-customer rows made each batch read every customer's 
 A views' query reads the enriched topic (committed records only), keeps the aggregations in
 Spark's RocksDB state store (changelog checkpointing: a batch writes only the rows it changed)
 and, per micro-batch, writes every changed row to its view's compacted changelog topic, plus the
-markers, in one Kafka transaction (`kafka_out.TransactionalOutput`). When Spark re-runs a batch
+markers, in one Kafka transaction (`kafka.transactions.TransactionalOutput`). When Spark re-runs a batch
 after a crash, its state starts again from the previous batch's version, so the rows come out
 the same, and the committed marker keeps them from being written twice.
 
