@@ -6,9 +6,11 @@ views job writes and the query service, the demo and the tests read.
 - Its value: the whole row as a compact JSON object with its nulls kept, or none (a
   tombstone) when the row left the view (a window past its retention).
 
-The views job writes it with Spark SQL (`to_json` over the key columns and the row; the
-`encode` here is what that gives, and a unit test compares the two); readers take it apart
-with `decode`, which keeps the row as its JSON text (the query service stores it as it came).
+The views job writes it with Spark SQL (`to_json` over the key columns and the row); the
+`encode` here gives the same bytes for the rows a view holds (a unit test compares the two;
+Spark spells very large and very small doubles its own way, 1.0E20 for 1e+20, which JSON
+readers take alike). Readers take a record apart with `decode`, which keeps the row as its
+JSON text (the query service stores it as it came).
 """
 
 import json
