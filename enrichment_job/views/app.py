@@ -275,7 +275,7 @@ class ViewsSink(BatchSink):
                 tuple(view.key),
                 self.columns[view.name],
                 batch_id=marker.batch_id,
-                enriched_to={str(p): o for p, o in marker.enriched_to.items()},
+                enriched_to=marker.enriched_to_json,
                 max_rating_time=self.max_rating_time[view.name],
                 written_at_ms=marker.written_at_ms,
             )

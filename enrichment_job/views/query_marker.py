@@ -28,13 +28,18 @@ class QueryMarker:
     max_rating_time: NewestRating = None
     run: str | None = None  # the state folder's run (TransactionalOutput adds it as it writes)
 
+    @property
+    def enriched_to_json(self) -> dict[str, int]:
+        """`enriched_to` as JSON writes it (a view's marker carries it too), by partition."""
+        return {str(p): o for p, o in sorted(self.enriched_to.items())}
+
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"batch_id": self.batch_id}
         if self.run:
             body["run"] = self.run
         newest = self.max_rating_time
         return body | {
-            "enriched_to": {str(p): o for p, o in sorted(self.enriched_to.items())},
+            "enriched_to": self.enriched_to_json,
             "rows": self.rows,
             "written_at_ms": self.written_at_ms,
             "max_rating_time": dict(newest) if isinstance(newest, Mapping) else newest,

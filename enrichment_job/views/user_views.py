@@ -244,7 +244,7 @@ class SqlViewSink:
             created_at_ms=self.entry.created_at_ms,
             topic=self.topic,
             batch_id=marker.batch_id,
-            enriched_to={str(p): o for p, o in marker.enriched_to.items()},
+            enriched_to=marker.enriched_to_json,
             max_rating_time=self.max_rating_time,
             written_at_ms=marker.written_at_ms,
         )

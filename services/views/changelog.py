@@ -37,9 +37,20 @@ from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Event, Hub, events_of
 from services.views.store import STAGED, Change, Store
 
-__all__ = ["BATCH", "EVENTS_PER_MESSAGE", "Changelog", "ChangelogProcess", "FrameReader", "fetched"]
+__all__ = [
+    "BATCH",
+    "EVENTS_PER_MESSAGE",
+    "PIPE_HIGH_WATER",
+    "Changelog",
+    "ChangelogProcess",
+    "FrameReader",
+    "fetched",
+]
 
 log = logging.getLogger("views")
+# Bytes of the changelog process's frames the server's process holds before it stops reading
+# the pipe: some dozens of subscribers' pages.
+PIPE_HIGH_WATER = 8 << 20
 _CONTEXT = multiprocessing.get_context("spawn")  # the server's process has threads by then
 EVENTS_PER_MESSAGE = 500
 BATCH = 2000  # changelog records applied in one transaction of the store, at most
@@ -351,25 +362,56 @@ def _main(
 class FrameReader(asyncio.Protocol):
     """The changelog process's frames, as they arrive on the server's event loop (the pipe is
     read without blocking: a frame may come in several pieces). One frame a turn of the loop: a
-    read holds several pages of a large batch, and pull queries are answered between them."""
+    read holds several pages of a large batch, and pull queries are answered between them.
 
-    def __init__(self, take: Callable[[tuple[Any, ...]], None], lost: Callable[[], None]) -> None:
-        self.take, self.lost = take, lost
+    Reading pauses while more than `high_water` bytes of whole frames wait: the pipe then
+    fills, and the changelog process waits to write, and so to read Kafka. Without it a busy
+    loop (subscribers' pages of every change, hostile clients) let the frames pile up in this
+    process's memory."""
+
+    def __init__(
+        self,
+        take: Callable[[tuple[Any, ...]], None],
+        lost: Callable[[], None],
+        high_water: int = PIPE_HIGH_WATER,
+    ) -> None:
+        self.take, self.lost, self.high_water = take, lost, high_water
         self.buffer = bytearray()
         self._scheduled = False
+        self._transport: asyncio.ReadTransport | None = None
+        self.paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.ReadTransport)
+        self._transport = transport
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
+        if len(self.buffer) > self.high_water and self._whole() is not None:
+            self._flow(pause=True)
         if not self._scheduled:
             self._next()
+
+    def _flow(self, *, pause: bool) -> None:
+        if self._transport is None or pause == self.paused:
+            return
+        self.paused = pause
+        if pause:
+            self._transport.pause_reading()
+        else:
+            self._transport.resume_reading()
 
     def _next(self) -> None:
         self._scheduled = False
         frame = self._frame()
-        if frame is None:
-            return
-        self.take(frame)
-        if self._whole() is not None:
+        if frame is not None:
+            self.take(frame)
+        whole = self._whole() is not None
+        # Read on once the frames waiting are down to half the mark, or none is whole (a frame
+        # larger than the mark comes in whole only if the pipe is read).
+        if len(self.buffer) <= self.high_water // 2 or not whole:
+            self._flow(pause=False)
+        if whole:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._next)
 

@@ -8,6 +8,7 @@ def test_a_marker_round_trips_with_per_view_or_one_newest_rating() -> None:
     for newest in ({"customer_ratings": 1_795_000_000_001, "segment_hourly": None}, 1_795_000_000_001, None):
         marker = QueryMarker(7, {0: 10, 3: 42}, 1_796_000_000_000, rows=5, max_rating_time=newest, run="r1")
         assert QueryMarker.decode(marker.as_json()) == marker
+    assert list(QueryMarker(1, {3: 42, 0: 10}).enriched_to_json.items()) == [("0", 10), ("3", 42)]
 
 
 def test_the_json_of_a_marker_written_before_the_type_reads_back() -> None:

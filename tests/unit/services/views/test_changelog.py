@@ -145,6 +145,45 @@ def test_the_server_takes_one_frame_a_turn_of_its_event_loop_and_the_rest_before
     assert asyncio.run(main()) == [[0], [0, 1], [0, 1, 2], [0, 1, 2, 3, "lost"]]
 
 
+class _Pipe(asyncio.ReadTransport):
+    """What the server's loop does with the pipe: reading paused or not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[str] = []
+
+    def pause_reading(self) -> None:
+        self.log.append("pause")
+
+    def resume_reading(self) -> None:
+        self.log.append("resume")
+
+
+def test_reading_the_pipe_pauses_while_frames_pile_up_and_goes_on_once_they_are_taken() -> None:
+    taken: list[Any] = []
+    pipe = _Pipe()
+    frames = FrameReader(lambda m: taken.append(m[1]), lambda: None, high_water=4_000)
+    frames.connection_made(pipe)
+    page = "x" * 1_000  # a frame of about 1 KB
+
+    async def main() -> None:
+        frames.data_received(b"".join(_framed(("batch", i, page)) for i in range(8)))
+        assert pipe.log == ["pause"] and frames.paused  # 8 KB waiting: the changelog process waits
+        for _ in range(8):
+            await asyncio.sleep(0)
+        assert pipe.log == ["pause", "resume"] and not frames.paused
+        # One frame larger than the mark: reading goes on until it is whole.
+        big = _framed(("batch", 8, "y" * 10_000))
+        frames.data_received(big[:5_000])
+        assert not frames.paused
+        frames.data_received(big[5_000:])
+        await asyncio.sleep(0)
+        assert not frames.paused
+
+    asyncio.run(main())
+    assert taken == list(range(9))
+
+
 class _Marker(_Record):
     """A views job's marker on the commits topic."""
 
