@@ -2,12 +2,16 @@
 
 import asyncio
 import json
+import os
 import pickle
 import struct
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from services.views.changelog import BATCH, EVENTS_PER_MESSAGE, Changelog, FrameReader, fetched
 from services.views.config import ViewsApiSettings
@@ -182,6 +186,45 @@ def test_reading_the_pipe_pauses_while_frames_pile_up_and_goes_on_once_they_are_
 
     asyncio.run(main())
     assert taken == list(range(9))
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_over_a_real_pipe_every_frame_arrives_while_reading_pauses_and_resumes(loop_kind: str) -> None:
+    """The server's loop is uvloop's (its transports are not asyncio's classes) or asyncio's;
+    each frame taken holds the loop 2 ms, as a busy server's does."""
+    wire = b"".join(_framed(("batch", i, "x" * 20_000)) for i in range(200))  # 4 MB
+    taken: list[Any] = []
+    paused_seen: list[bool] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+
+        def take(message: tuple[Any, ...]) -> None:
+            time.sleep(0.002)
+            taken.append(message[1])
+
+        reader = FrameReader(take, lambda: taken.append("lost"), high_water=200_000)
+        done = loop.create_future()
+        await loop.connect_read_pipe(lambda: reader, os.fdopen(read_fd, "rb", buffering=0))
+
+        def write() -> None:
+            with os.fdopen(write_fd, "wb", buffering=0) as out:
+                view = memoryview(wire)
+                while view:
+                    view = view[out.write(view[:65_536]) :]
+            loop.call_soon_threadsafe(done.set_result, None)
+
+        threading.Thread(target=write, daemon=True).start()
+        while "lost" not in taken:
+            paused_seen.append(reader.paused)
+            await asyncio.sleep(0)
+        await done
+
+    runner = uvloop.run if loop_kind == "uvloop" else asyncio.run
+    runner(asyncio.wait_for(main(), 30))
+    assert taken == [*range(200), "lost"]
+    assert any(paused_seen)  # the writer outran the loop, and reading paused
 
 
 class _Marker(_Record):
