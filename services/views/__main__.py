@@ -77,9 +77,7 @@ def main(argv: list[str]) -> int:
     api = Api(settings, store, hub, changelog)
     pg = None
     if settings.pg_port:
-        sql = SqlReader(
-            store.path, store.infos, max_rows=settings.pg_max_rows, timeout_s=settings.pg_timeout_s
-        )
+        sql = SqlReader(store, max_rows=settings.pg_max_rows, timeout_s=settings.pg_timeout_s)
         pg = PgServer(sql, settings.pg())
     server = _Server(
         uvicorn.Config(

@@ -15,13 +15,11 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from foundation.errors import RatingsError
-from services.views.store import column_sql, key_of, served, view_literal
+from services.views.store import Store, column_sql, key_of, served, view_literal
 
 __all__ = ["PG_TYPES", "Column", "Result", "SqlError", "SqlReader", "pg_column"]
 
@@ -93,19 +91,14 @@ def _first_word(sql: str) -> str:
 
 
 class SqlReader:
-    """Runs queries over the views of `infos()` (the store's descriptions, a new dict whenever
-    one changed): a read-only connection per thread, with a table per view."""
+    """Runs queries over the store's served views (its `infos()`, a new dict whenever one
+    changed): a read-only connection per thread, with a table per view. Key lookups go through
+    the store's own `get`, as an HTTP pull does."""
 
-    def __init__(
-        self,
-        path: Path,
-        infos: Callable[[], dict[str, dict[str, Any]]],
-        *,
-        max_rows: int,
-        timeout_s: float,
-    ) -> None:
-        self.path = path
-        self.infos = infos
+    def __init__(self, store: Store, *, max_rows: int, timeout_s: float) -> None:
+        self.path = store.path
+        self.infos = store.infos
+        self.get = store.get
         self.max_rows = max_rows
         self.timeout_s = timeout_s
         self._local = threading.local()
@@ -143,15 +136,6 @@ class SqlReader:
         self._local.conn, self._local.infos, self._local.shapes = conn, infos, shapes
         return conn
 
-    def _rows(self) -> sqlite3.Connection:
-        """This thread's plain read-only connection to the store, for key lookups: one
-        statement of the reader's own, so no view tables and no authorizer."""
-        conn: sqlite3.Connection | None = getattr(self._local, "rows", None)
-        if conn is None:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            self._local.rows = conn
-        return conn
-
     def query(self, sql: str) -> Result:
         """The rows of one read-only statement; SqlError when it is refused or fails."""
         return self.key_lookup(sql) or self._run(sql)
@@ -173,15 +157,11 @@ class SqlReader:
         kinds = {c["name"]: c.get("type", "string") for c in info["columns"]}
         if kinds.get(column) not in ("int", "long"):
             return None
-        found = (
-            self._rows()
-            .execute("SELECT value FROM main.rows WHERE view = ? AND key = ?", (view, key_of([int(number)])))
-            .fetchone()
-        )
+        found = self.get(view, key_of([int(number)]))
         columns = tuple(pg_column(c["name"], kinds[c["name"]]) for c in info["columns"])
         if found is None:
             return Result(columns, [])
-        row = json.loads(found[0])
+        row = json.loads(found)
         try:
             texts = tuple(_text(_as_sqlite(row.get(c.name), kinds[c.name]), c.pg_type) for c in columns)
         except _Unlike:

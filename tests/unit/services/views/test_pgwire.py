@@ -65,7 +65,7 @@ class Served:
 def _serve(tmp_path: Path, token: bytes | None = None, max_connections: int = 5) -> Iterator[Served]:
     store = Store(tmp_path / "s.sqlite3")
     store.apply([_row(u) for u in range(1, 8)], {"customer_ratings": MARKER}, {})
-    reader = SqlReader(store.path, store.infos, max_rows=5, timeout_s=1)
+    reader = SqlReader(store, max_rows=5, timeout_s=1)
     server = PgServer(reader, PgSettings("127.0.0.1", 0, max_connections, 5, token))
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -219,7 +219,7 @@ def test_psql_describe_lists_the_views_and_a_view_s_columns_with_their_types(ser
 
 
 def test_a_key_lookup_reads_the_view_s_key_index_not_every_row(served: Served) -> None:
-    reader = SqlReader(served.store.path, served.store.infos, max_rows=5, timeout_s=1)
+    reader = SqlReader(served.store, max_rows=5, timeout_s=1)
     lookup = "EXPLAIN QUERY PLAN SELECT * FROM customer_ratings WHERE user_id = 3"
     plan = " ".join(str(r[3]) for r in reader._connection().execute(lookup))
     assert "USING INDEX key_of_" in plan, plan
@@ -247,7 +247,7 @@ def test_a_key_lookup_from_the_stored_row_gives_what_sqlite_gives(tmp_path: Path
         Change("customer_ratings", key_of([r["user_id"]]), ("user_id",), json.dumps(r)) for r in (odd, nested)
     ]
     store.apply(changes, {"customer_ratings": MARKER}, {})
-    reader = SqlReader(store.path, store.infos, max_rows=5, timeout_s=1)
+    reader = SqlReader(store, max_rows=5, timeout_s=1)
     spellings = (
         "SELECT * FROM customer_ratings WHERE user_id = %d",
         "select *  from customer_ratings where user_id=%d;",
@@ -268,7 +268,7 @@ def test_a_key_lookup_from_the_stored_row_gives_what_sqlite_gives(tmp_path: Path
 def test_the_reader_keeps_its_connection_while_only_markers_change(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.sqlite3")
     store.apply([_row(u) for u in range(1, 4)], {"customer_ratings": MARKER}, {})
-    reader = SqlReader(store.path, store.infos, max_rows=5, timeout_s=1)
+    reader = SqlReader(store, max_rows=5, timeout_s=1)
     first = reader._connection()
     later = replace(MARKER, error="")  # a new marker, the same columns: the descriptions are new
     store.apply([_row(4)], {"customer_ratings": later}, {})
