@@ -17,7 +17,7 @@ from enrichment_job.kafka.transactions import Fenced, Records, TransactionalOutp
 from enrichment_job.marker import BatchMarker
 from enrichment_job.runtime.jvm import ClassArchive
 from enrichment_job.runtime.metrics import JobCollector, Metrics, ProgressListener, Steps
-from enrichment_job.runtime.session import build_session, driver_archive, on_cluster
+from enrichment_job.runtime.session import SessionStart, driver_archive, on_cluster
 from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.tasks import TaskJoin
 from enrichment_job.tasks.enrich import Ratings
@@ -477,17 +477,24 @@ def _prefetch(settings: JobSettings, marker: BatchMarker | None, group_id: str) 
 def start(settings: JobSettings, views_settings: ViewsSettings | None = None) -> RunningJob:
     """The job's query; with `views_settings`, the views' queries too, in the same application."""
     log.info("Arrow's memory pool: %s", choose_pool())
-    # First the job's identity in Kafka: it fences an earlier instance of the same name, and its
-    # last commit says where this run starts.
-    out = TransactionalOutput.open(settings.producer_config(), settings.job_name, settings.commits_topic)
-    last = BatchMarker.last(out.marker)  # for the state, the read-ahead, the recovery, the start
-    run = out.run = claim_state(settings, last)
-    metrics = Metrics(settings.metrics_path)
-    endpoint = serve(JobCollector(metrics, settings.job_name), settings, "ENRICH_")
+    # The driver JVM starts meanwhile: nothing of Spark reads or writes the state before the
+    # query starts, below.
     archive = driver_archive(settings, "ratings-enrichment")
-    metrics.driver({"class_archive": archive.state if archive is not None else "off"})
-    prefetch = _prefetch(settings, last, f"{settings.job_name}-{run}-cdc")
-    spark = build_session(settings, archive=archive)
+    session_start = SessionStart(settings, "ratings-enrichment", archive)
+    try:
+        # The job's identity in Kafka: it fences an earlier instance of the same name, and its
+        # last commit says where this run starts.
+        out = TransactionalOutput.open(settings.producer_config(), settings.job_name, settings.commits_topic)
+        last = BatchMarker.last(out.marker)  # for the state, the read-ahead, the recovery, the start
+        run = out.run = claim_state(settings, last)
+        metrics = Metrics(settings.metrics_path)
+        endpoint = serve(JobCollector(metrics, settings.job_name), settings, "ENRICH_")
+        metrics.driver({"class_archive": archive.state if archive is not None else "off"})
+        prefetch = _prefetch(settings, last, f"{settings.job_name}-{run}-cdc")
+    except BaseException:
+        session_start.abandon()
+        raise
+    spark = session_start.session()
     spark.streams.addListener(ProgressListener(metrics))
     table_path, storage_options = settings.state.table_location(TABLE)
     table = CustomerTable(

@@ -1,8 +1,10 @@
 """The Spark session of both jobs: its configuration, the driver JVM's options and class archive."""
 
+import contextlib
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -13,7 +15,7 @@ from enrichment_job.runtime.spark_internals import local_checkpoint_files, skip_
 from foundation.arrow_memory import POOL_VARIABLE
 from foundation.logs import log_format
 
-__all__ = ["C1_ONLY", "build_session", "driver_archive", "driver_jvm_options", "on_cluster"]
+__all__ = ["C1_ONLY", "SessionStart", "build_session", "driver_archive", "driver_jvm_options", "on_cluster"]
 
 log = logging.getLogger("enrichment_job")
 
@@ -108,6 +110,39 @@ def build_session(
     spark.sparkContext.setLogLevel("WARN")
     skip_driver_checksums(spark)
     return spark
+
+
+class SessionStart:
+    """`build_session` in a thread of its own, begun at once: the driver JVM's start is CPU on
+    the JVM's own threads, while what the driver does meanwhile (the transactional producer's
+    start, the marker read, the state folder's claim) is mostly round trips to Kafka."""
+
+    def __init__(self, settings: SparkJobSettings, app_name: str, archive: ClassArchive | None) -> None:
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._build, args=(settings, app_name, archive), name="spark-start", daemon=True
+        )
+        self._thread.start()
+
+    def _build(self, settings: SparkJobSettings, app_name: str, archive: ClassArchive | None) -> None:
+        try:
+            self._session = build_session(settings, app_name, archive)
+        except BaseException as err:  # noqa: BLE001 - raised again in the caller's thread
+            self._error = err
+
+    def session(self) -> SparkSession:
+        """The session, once started; what its start raised, raised here."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._session is not None
+        return self._session
+
+    def abandon(self) -> None:
+        """After the driver's own start failed: the session, once up, stopped (no JVM left)."""
+        with contextlib.suppress(Exception):
+            self.session().stop()
 
 
 def driver_jvm_options(settings: SparkJobSettings) -> str:

@@ -5,9 +5,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
-from enrichment_job.runtime.session import C1_ONLY, driver_archive, driver_jvm_options
+import pytest
+
+from enrichment_job.runtime import session as session_module
+from enrichment_job.runtime.session import C1_ONLY, SessionStart, driver_archive, driver_jvm_options
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
 
@@ -61,7 +66,7 @@ def test_the_spark_ui_of_a_local_job_listens_on_the_loopback_only_with_its_kill_
 
 def test_with_log_format_json_the_driver_jvm_logs_json_lines_too() -> None:
     script = (
-        "from enrichment_job.driver.app import build_session\n"
+        "from enrichment_job.runtime.session import build_session\n"
         "from enrichment_job.settings import JobSettings\n"
         "build_session(JobSettings(master='local[1]')).stop()\n"
     )
@@ -101,3 +106,52 @@ def test_the_class_archive_of_a_driver_on_a_cluster_is_keyed_by_the_options_it_r
     cluster = driver_archive(JobSettings(master="spark://h:7077", class_archive_dir=str(tmp_path)), "app")
     assert local is not None and cluster is not None
     assert local.path != cluster.path  # an archive is recorded with the JIT flags it is mapped with
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_a_session_started_in_the_background_is_handed_over_once_up(monkeypatch: Any) -> None:
+    built = _Session()
+    calls: list[tuple[str, Any]] = []
+
+    def build(settings: Any, app_name: str, archive: Any) -> _Session:
+        calls.append((app_name, archive))
+        return built
+
+    monkeypatch.setattr(session_module, "build_session", build)
+    starting = SessionStart(JobSettings(), "an-app", None)
+    got: Any = starting.session()
+    assert got is built
+    assert calls == [("an-app", None)]
+    assert not built.stopped
+
+
+def test_what_the_background_start_raised_is_raised_to_the_caller(monkeypatch: Any) -> None:
+    def build(settings: Any, app_name: str, archive: Any) -> _Session:
+        raise RuntimeError("no JVM here")
+
+    monkeypatch.setattr(session_module, "build_session", build)
+    starting = SessionStart(JobSettings(), "an-app", None)
+    with pytest.raises(RuntimeError, match="no JVM here"):
+        starting.session()
+    starting.abandon()  # nothing to stop, and no second error
+
+
+def test_abandoning_a_start_stops_the_session_once_it_is_up(monkeypatch: Any) -> None:
+    built, release = _Session(), threading.Event()
+
+    def build(settings: Any, app_name: str, archive: Any) -> _Session:
+        release.wait(10)
+        return built
+
+    monkeypatch.setattr(session_module, "build_session", build)
+    starting = SessionStart(JobSettings(), "an-app", None)
+    threading.Timer(0.2, release.set).start()
+    starting.abandon()  # waits for the start, then stops what it started: no JVM left behind
+    assert built.stopped
