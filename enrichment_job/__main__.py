@@ -11,10 +11,6 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from enrichment_job.driver.app import JoinMoved, RunningJob, start
-from enrichment_job.driver.recovery import TopicsChanged
-from enrichment_job.kafka.reader import RecordsDeleted
-from enrichment_job.runtime.checkpoints import ForeignMarker
 from enrichment_job.runtime.cli import (
     CONFIG_EXIT,
     FENCED_EXIT,
@@ -22,12 +18,14 @@ from enrichment_job.runtime.cli import (
     run_until_stopped,
     stop_on_signals,
 )
+from enrichment_job.runtime.session import APP_NAME, begin_session
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
 from foundation.errors import ConfigError
 from foundation.logs import configure_or_exit
 
 if TYPE_CHECKING:
+    from enrichment_job.driver.app import RunningJob
     from enrichment_job.views.user_views import SqlViews
 
 GC_THRESHOLD = 50_000  # above what a consume call returns (kafka.reader.CONSUME_AT_MOST)
@@ -47,8 +45,16 @@ def main(argv: list[str]) -> int:
     views = None
     if settings.views_in_job:
         views = load_or_exit(ViewsSettings, [], "python -m enrichment_job", __doc__ or "")
+    # The driver JVM starts first: the job's own modules (Arrow, NumPy, the Kafka client, Delta)
+    # load meanwhile, a few tenths of a second of the start.
+    session_start = begin_session(settings, APP_NAME)
+    from enrichment_job.driver.app import JoinMoved, start  # noqa: PLC0415
+    from enrichment_job.driver.recovery import TopicsChanged  # noqa: PLC0415
+    from enrichment_job.kafka.reader import RecordsDeleted  # noqa: PLC0415
+    from enrichment_job.runtime.checkpoints import ForeignMarker  # noqa: PLC0415
+
     try:
-        job = start(settings, views)
+        job = start(settings, views, session_start)
     except (TopicsChanged, JoinMoved, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return CONFIG_EXIT

@@ -17,13 +17,12 @@ from enrichment_job.kafka.transactions import Fenced, Records, TransactionalOutp
 from enrichment_job.marker import BatchMarker
 from enrichment_job.runtime.jvm import ClassArchive
 from enrichment_job.runtime.metrics import JobCollector, Metrics, ProgressListener, Steps
-from enrichment_job.runtime.session import SessionStart, driver_archive, on_cluster
+from enrichment_job.runtime.session import APP_NAME, SessionStart, begin_session, on_cluster
 from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.tasks import TaskJoin
 from enrichment_job.tasks.enrich import Ratings
 from enrichment_job.views.app import start_queries
 from enrichment_job.views.settings import ViewsSettings
-from foundation.arrow_memory import choose_pool
 from foundation.prometheus import MetricsServer, serve
 
 __all__ = ["FIRST_BATCH_SHARE", "JoinMoved", "Pipeline", "RunningJob", "join_place", "start"]
@@ -474,13 +473,18 @@ def _prefetch(settings: JobSettings, marker: BatchMarker | None, group_id: str) 
     return Prefetch(CdcReader(settings, group_id), state, settings.customers_topic, settings.dlq_topic)
 
 
-def start(settings: JobSettings, views_settings: ViewsSettings | None = None) -> RunningJob:
-    """The job's query; with `views_settings`, the views' queries too, in the same application."""
-    log.info("Arrow's memory pool: %s", choose_pool())
+def start(
+    settings: JobSettings,
+    views_settings: ViewsSettings | None = None,
+    session_start: SessionStart | None = None,
+) -> RunningJob:
+    """The job's query; with `views_settings`, the views' queries too, in the same application.
+    `session_start`: the Spark session's start, when the caller began it (`begin_session`)."""
     # The driver JVM starts meanwhile: nothing of Spark reads or writes the state before the
     # query starts, below.
-    archive = driver_archive(settings, "ratings-enrichment")
-    session_start = SessionStart(settings, "ratings-enrichment", archive)
+    if session_start is None:
+        session_start = begin_session(settings, APP_NAME)
+    archive = session_start.archive
     try:
         # The job's identity in Kafka: it fences an earlier instance of the same name, and its
         # last commit says where this run starts.

@@ -82,9 +82,13 @@ def _spark_home() -> str:
     return str(Path(spec.origin).parent) if spec is not None and spec.origin else ""
 
 
-def archive_path(directory: Path, app_name: str, jars: str, java_options: str) -> Path:
-    """The archive for this JVM build, Spark install, jar list and JVM options, under `directory`."""
-    key = "\n".join([_java_build(), version("pyspark"), _spark_home(), _jar_stamps(jars), java_options])
+def archive_path(
+    directory: Path, app_name: str, jars: str, java_options: str, *, on_class_path: bool = False
+) -> Path:
+    """The archive for this JVM build, Spark install, jar list (on the JVM's class path or not)
+    and JVM options, under `directory`."""
+    parts = [_java_build(), version("pyspark"), _spark_home(), _jar_stamps(jars), java_options]
+    key = "\n".join([*parts, "jars on the class path"] if on_class_path else parts)
     suffix = ".aot" if java_feature_version() >= AOT_CACHE_SINCE else ".jsa"
     return directory / f"{app_name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}{suffix}"
 
@@ -167,9 +171,11 @@ def _running(pid: int) -> bool:
     return True
 
 
-def class_archive(directory: Path, app_name: str, jars: str, java_options: str) -> ClassArchive:
+def class_archive(
+    directory: Path, app_name: str, jars: str, java_options: str, *, on_class_path: bool = False
+) -> ClassArchive:
     """The archive to map, or the file to write one to (none yet)."""
-    path = archive_path(directory, app_name, jars, java_options)
+    path = archive_path(directory, app_name, jars, java_options, on_class_path=on_class_path)
     if path.exists():
         # Marked used, so that pruning keeps it before the archives of options tried once.
         with contextlib.suppress(OSError):  # a folder this user may read but not write

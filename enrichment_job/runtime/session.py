@@ -12,13 +12,26 @@ from pyspark.sql import SparkSession
 from enrichment_job.runtime.jvm import ClassArchive, class_archive
 from enrichment_job.runtime.settings import SparkJobSettings
 from enrichment_job.runtime.spark_internals import local_checkpoint_files, skip_driver_checksums
-from foundation.arrow_memory import POOL_VARIABLE
+from foundation.arrow_memory import POOL_VARIABLE, choose_pool
 from foundation.logs import log_format
 
-__all__ = ["C1_ONLY", "SessionStart", "build_session", "driver_archive", "driver_jvm_options", "on_cluster"]
+__all__ = [
+    "APP_NAME",
+    "C1_ONLY",
+    "DIST_CLASSPATH",
+    "SessionStart",
+    "begin_session",
+    "build_session",
+    "driver_archive",
+    "driver_jvm_options",
+    "jars_on_class_path",
+    "on_cluster",
+]
 
 log = logging.getLogger("enrichment_job")
 
+APP_NAME = "ratings-enrichment"  # the enrichment job's Spark application, and its class archive's
+DIST_CLASSPATH = "SPARK_DIST_CLASSPATH"
 SCHEDULER_POOLS = Path(__file__).with_name("scheduler_pools.xml")
 LOG4J_CONFIG = "log4j2.configurationFile"
 # On a cluster the driver runs no task: its JVM plans batches and schedules tasks, code that is
@@ -39,13 +52,19 @@ def driver_archive(settings: SparkJobSettings, app_name: str) -> ClassArchive | 
     if not settings.class_archive_dir or "PYSPARK_GATEWAY_PORT" in os.environ:
         return None
     directory = Path(settings.class_archive_dir).expanduser()
-    archive = class_archive(directory, app_name, settings.spark_jars, driver_jvm_options(settings))
+    archive = class_archive(
+        directory,
+        app_name,
+        settings.spark_jars,
+        driver_jvm_options(settings),
+        on_class_path=jars_on_class_path(settings),
+    )
     log.info("driver class archive: %s", archive.path if archive.writing is None else "written at the stop")
     return archive
 
 
 def build_session(
-    settings: SparkJobSettings, app_name: str = "ratings-enrichment", archive: ClassArchive | None = None
+    settings: SparkJobSettings, app_name: str = APP_NAME, archive: ClassArchive | None = None
 ) -> SparkSession:
     java_options = _java_options(driver_jvm_options(settings))
     if archive is not None:
@@ -97,7 +116,9 @@ def build_session(
         # Spark binds its UI and the driver to SPARK_LOCAL_IP, to every interface without it.
         # On one machine nothing needs more than the loopback; set SPARK_LOCAL_IP to open it.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    if settings.spark_jars:
+    if jars_on_class_path(settings):
+        _class_path_after_spark(settings.spark_jars.split(","))
+    elif settings.spark_jars:
         builder = builder.config("spark.jars", settings.spark_jars)
     if pool := os.environ.get(POOL_VARIABLE):
         # The executors' Python workers (the join in tasks) allocate as the driver does.
@@ -118,6 +139,7 @@ class SessionStart:
     start, the marker read, the state folder's claim) is mostly round trips to Kafka."""
 
     def __init__(self, settings: SparkJobSettings, app_name: str, archive: ClassArchive | None) -> None:
+        self.archive = archive
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -143,6 +165,35 @@ class SessionStart:
         """After the driver's own start failed: the session, once up, stopped (no JVM left)."""
         with contextlib.suppress(Exception):
             self.session().stop()
+
+
+def begin_session(settings: SparkJobSettings, app_name: str) -> SessionStart:
+    """Arrow's allocator chosen (the session hands it to the executors' Python workers), the
+    class archive found, and the session's start begun in the background."""
+    log.info("Arrow's memory pool: %s", choose_pool())
+    return SessionStart(settings, app_name, driver_archive(settings, app_name))
+
+
+def jars_on_class_path(settings: SparkJobSettings) -> bool:
+    """Whether the jars go on the driver JVM's own class path rather than to `spark.jars`: in
+    local mode, with a JVM this process starts. There the driver's JVM runs the tasks, and
+    `spark.jars` made its executor copy every jar into a temporary folder and fork a `chmod` for
+    each (some 50 jars: 0.8 s of every start here). On the class path they are read in place,
+    and the class archive holds their classes too. On a cluster the executors need them:
+    `spark.jars` ships them."""
+    return (
+        bool(settings.spark_jars)
+        and settings.master.startswith("local")
+        and "PYSPARK_GATEWAY_PORT" not in os.environ
+    )
+
+
+def _class_path_after_spark(jars: list[str]) -> None:
+    """`jars` on the class path of the JVM spark-submit starts, after Spark's own jars
+    (SPARK_DIST_CLASSPATH, which Spark's launcher puts last): Spark's classes keep precedence
+    over a jar's copy of them, as they had over `spark.jars`."""
+    given = [p for p in os.environ.get(DIST_CLASSPATH, "").split(":") if p]
+    os.environ[DIST_CLASSPATH] = ":".join([*given, *(j for j in jars if j and j not in given)])
 
 
 def driver_jvm_options(settings: SparkJobSettings) -> str:

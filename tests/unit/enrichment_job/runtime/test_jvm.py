@@ -47,6 +47,8 @@ def test_other_jars_jvm_options_or_java_make_another_archive(
     assert archive_path(tmp_path, "job", str(jar), "") == first
     assert archive_path(tmp_path, "job", "", "") != first
     assert archive_path(tmp_path, "job", str(jar), "-Xmx1g") != first
+    # the same jars on the JVM's class path: another class path, so another archive
+    assert archive_path(tmp_path, "job", str(jar), "", on_class_path=True) != first
     jar.write_bytes(b"xy")  # the same jar, changed
     assert archive_path(tmp_path, "job", str(jar), "") != first
     before = archive_path(tmp_path, "job", "", "")

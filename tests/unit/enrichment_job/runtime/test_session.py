@@ -6,13 +6,21 @@ import os
 import subprocess
 import sys
 import threading
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from enrichment_job.runtime import session as session_module
-from enrichment_job.runtime.session import C1_ONLY, SessionStart, driver_archive, driver_jvm_options
+from enrichment_job.runtime.session import (
+    C1_ONLY,
+    DIST_CLASSPATH,
+    SessionStart,
+    driver_archive,
+    driver_jvm_options,
+    jars_on_class_path,
+)
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
 
@@ -155,3 +163,47 @@ def test_abandoning_a_start_stops_the_session_once_it_is_up(monkeypatch: Any) ->
     threading.Timer(0.2, release.set).start()
     starting.abandon()  # waits for the start, then stops what it started: no JVM left behind
     assert built.stopped
+
+
+def test_in_local_mode_the_jars_go_on_the_class_path_after_sparks_own(monkeypatch: Any) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setenv(DIST_CLASSPATH, "/opt/hadoop/lib.jar")
+    local = JobSettings(master="local[2]", spark_jars="/j/a.jar,/j/b.jar")
+    assert jars_on_class_path(local)
+    assert not jars_on_class_path(JobSettings(master="local[2]", spark_jars=""))
+    # on a cluster the executors need them (spark.jars ships them)
+    assert not jars_on_class_path(JobSettings(master="spark://host:7077", spark_jars="/j/a.jar"))
+    # a JVM that spark-submit started has its class path already
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "4040")
+    assert not jars_on_class_path(local)
+
+
+def test_a_session_in_local_mode_loads_the_jars_from_the_class_path(tmp_path: Path) -> None:
+    """The jars reach the JVM's own class path (SPARK_DIST_CLASSPATH, after Spark's jars), not
+    spark.jars: a class of the jar loads, and no copy of it is fetched for the executor."""
+    jar = tmp_path / "marker.jar"
+    with zipfile.ZipFile(jar, "w") as archive:
+        archive.writestr("product/marker.txt", "on the class path\n")
+    script = (
+        "import json\n"
+        "from enrichment_job.runtime.session import build_session\n"
+        "from enrichment_job.settings import JobSettings\n"
+        f"spark = build_session(JobSettings(master='local[1]', spark_jars={str(jar)!r}))\n"
+        "jvm = spark.sparkContext._jvm\n"
+        "found = jvm.java.lang.ClassLoader.getSystemClassLoader().getResource('product/marker.txt')\n"
+        "print(json.dumps({'found': found is not None,\n"
+        "    'spark_jars': spark.conf.get('spark.jars', ''),\n"
+        "    'class_path': jvm.java.lang.System.getProperty('java.class.path')}))\n"
+        "spark.stop()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENRICH_") and k != DIST_CLASSPATH}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["found"], seen
+    assert seen["spark_jars"] == ""
+    entries = seen["class_path"].split(":")
+    assert entries[-1] == str(jar)  # last: Spark's own jars come first
+    assert any("pyspark/jars" in e for e in entries[:-1])
