@@ -1,11 +1,12 @@
 """python -m infra.bench.freshness: follows a view's change stream from a process of its own and
 records how old each change is when it arrives.
 
-A subscriber of the views query service: GET /views/customer_ratings/changes (Server-Sent
-Events), again after a pause whenever the service ends the stream (a view with no rows yet, or a
+A subscriber of the views query service: GET /views/customer_ratings/changes?snapshot=false
+(Server-Sent Events, the changes from the subscription on, without the view's rows first),
+again after a pause whenever the service ends the stream (a view with no rows yet, or a
 subscriber cut off for falling behind). For each change event it records the arrival time and
 now - the row's `last_rating_time`, the time its newest rating was produced: how old that rating
-is when its row becomes readable by key. The snapshot's rows are not changes and are not timed.
+is when its row becomes readable by key.
 
 It runs until SIGTERM or SIGINT, then writes `{"samples": [[arrived_ms, age_ms], ...], ...}`
 to --out. The benchmark reads the follower's CPU time from /proc by its pid.
@@ -30,7 +31,7 @@ EVENT_END = b"\n\n"
 class Follower:
     def __init__(self, port: int, view: str) -> None:
         self.port = port
-        self.path = f"/views/{view}/changes"
+        self.path = f"/views/{view}/changes?snapshot=false"
         self.samples: list[tuple[int, int]] = []
         self.changes = 0
         self.subscriptions = 0

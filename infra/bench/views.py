@@ -341,9 +341,6 @@ def service_env(env: dict[str, str], views: dict[str, str], state: Path) -> dict
         "VIEWS_COMMITS_TOPIC": views["commits"],
         "VIEWS_TOPIC_PREFIX": views["prefix"],  # the views declared in SQL too
         "VIEWS_PG_PORT": str(PG_PORT),
-        # The freshness follower reads the whole view's snapshot (100,000 rows) before it is
-        # live: with the default queue it fell behind during it and was cut off, again and again.
-        "VIEWS_SUBSCRIBER_QUEUE": "2000000",
     }
 
 

@@ -309,10 +309,14 @@ class Api:
         key_text = request.query_params.get("key")
         key = None if key_text is None else self._key(info, key_text.split("/"), name)
         types = {c["name"]: c["type"] for c in info["columns"]}
+        # ?snapshot=false: no rows first, only the changes of the batches applied from now on
+        # (Materialize's SUBSCRIBE ... WITH (SNAPSHOT = false)).
+        snapshot_text = request.query_params.get("snapshot")
+        with_rows = snapshot_text is None or parse_value(snapshot_text, "boolean", "snapshot")
         filters = [
             f
             for p, t in request.query_params.multi_items()
-            if p != "key"
+            if p not in ("key", "snapshot")
             for f in scan_filters(p, t, types, name)
         ]
         rows_filter = RowFilter(filters, tuple(info["key"])) if filters else None
@@ -321,10 +325,12 @@ class Api:
                 503,
                 f"{self.settings.max_subscribers} subscribers already (VIEWS_MAX_SUBSCRIBERS): try later",
             )
-        sub = Subscriber(name, key, asyncio.Queue(self.settings.subscriber_queue), rows=rows_filter)
+        sub = Subscriber(
+            name, key, asyncio.Queue(self.settings.subscriber_queue), rows=rows_filter, snapshot=with_rows
+        )
         self.hub.add(sub)  # first: the changelog process sends changes from now on
         try:
-            snapshot = self._snapshot(name, key)
+            snapshot = self._snapshot(sub)
             sub.after = snapshot.seq
         except BaseException:
             self.hub.remove(sub)
@@ -353,19 +359,25 @@ class Api:
                 self.hub.remove(sub)
                 key_columns = tuple(info["key"])
                 rows = RowFilter(sub.rows.filters, key_columns) if sub.rows is not None else None
-                sub = Subscriber(sub.view, sub.key, asyncio.Queue(self.settings.subscriber_queue), rows=rows)
+                sub = Subscriber(
+                    sub.view,
+                    sub.key,
+                    asyncio.Queue(self.settings.subscriber_queue),
+                    rows=rows,
+                    snapshot=sub.snapshot,
+                )
                 self.hub.add(sub)
                 yield sse("replaced", json.dumps({"view": sub.view, "key": list(key_columns)}))
-                snapshot = self._snapshot(sub.view, sub.key)
+                snapshot = self._snapshot(sub)
                 sub.after = snapshot.seq
         finally:
             snapshot.close()
             self.hub.remove(sub)
 
-    def _snapshot(self, view: str, key: str | None) -> Snapshot:
-        """The view's snapshot, closed at VIEWS_SNAPSHOT_TIMEOUT_S whatever happens to its
+    def _snapshot(self, sub: Subscriber) -> Snapshot:
+        """The subscriber's snapshot, closed at VIEWS_SNAPSHOT_TIMEOUT_S whatever happens to its
         stream (also one the server never starts: its client went at once)."""
-        snapshot = self.store.snapshot(view, key)
+        snapshot = self.store.snapshot(sub.view, sub.key, rows=sub.snapshot)
         asyncio.get_running_loop().call_later(self.settings.snapshot_timeout_s, snapshot.close)
         return snapshot
 

@@ -92,6 +92,7 @@ class Subscriber:
     overflowed: bool = False
     rows: RowFilter | None = None  # filters on the rows (all rows without)
     replaced: bool = False  # the view's new version took over: what follows is its snapshot
+    snapshot: bool = True  # the rows first (false: the changes from the subscription on only)
 
     def put(self, events: list[Event]) -> None:
         for _, _, data in events:

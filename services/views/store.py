@@ -353,13 +353,14 @@ class Store:
         sql = f"SELECT value FROM rows{tail}"  # noqa: S608 (names checked)
         return [r[0] for r in self._reader.execute(sql, (*params, limit))]
 
-    def snapshot(self, view: str, key: str | None) -> "Snapshot":
-        """The view's rows (or the key's) as of the last batch applied, to read page by page."""
+    def snapshot(self, view: str, key: str | None, *, rows: bool = True) -> "Snapshot":
+        """The view's rows (or the key's) as of the last batch applied, to read page by page;
+        with `rows` false, only the number of that batch (no rows: changes from then on)."""
         # One pass over the table, each page read once: a cache holds little more than the path
         # from the root. 1 MiB, not 8: with many subscribers reading snapshots at once, their
         # caches were half of the service's memory.
         conn = self._connect(1024)
-        return Snapshot(conn, view, key)
+        return Snapshot(conn, view, key, rows=rows)
 
     def count(self, view: str) -> int:
         return int(self._reader.execute("SELECT COUNT(*) FROM rows WHERE view = ?", (view,)).fetchone()[0])
@@ -396,18 +397,23 @@ class Snapshot:
     rows in key order, a page at a time. A connection and read transaction of its own: the pull
     queries answered between two pages read the newest rows, not the snapshot's. `close` ends it."""
 
-    def __init__(self, conn: sqlite3.Connection, view: str, key: str | None) -> None:
+    def __init__(self, conn: sqlite3.Connection, view: str, key: str | None, *, rows: bool = True) -> None:
         self._conn = conn
         conn.execute("BEGIN")
         row = conn.execute("SELECT seq FROM batches").fetchone()  # the read transaction starts here
         self.seq = int(row[0]) if row else 0
-        if key is None:
+        self._rows: sqlite3.Cursor | None = None
+        if not rows:
+            self.close()  # nothing more to read: the transaction and connection end now
+        elif key is None:
             self._rows = conn.execute("SELECT key, value FROM rows WHERE view = ? ORDER BY key", (view,))
         else:
             self._rows = conn.execute("SELECT key, value FROM rows WHERE view = ? AND key = ?", (view, key))
 
     def page(self, size: int) -> list[tuple[str, str]]:
-        """The next rows, at most `size`; none at the end."""
+        """The next rows, at most `size`; none at the end (and none for a snapshot without rows)."""
+        if self._rows is None:
+            return []
         rows: list[tuple[str, str]] = self._rows.fetchmany(size)
         return rows
 
@@ -415,7 +421,8 @@ class Snapshot:
         """Ends the read transaction, also in the middle of the rows (a connection closed with a
         statement still open would keep it)."""
         try:
-            self._rows.close()
+            if self._rows is not None:
+                self._rows.close()
             self._conn.rollback()
         except sqlite3.ProgrammingError:  # closed already
             pass

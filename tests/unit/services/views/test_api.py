@@ -258,3 +258,68 @@ def test_a_subscriber_that_stops_reading_its_snapshot_holds_a_page_and_is_cut_of
     assert released, "the timeout ended the read transaction"
     assert len(sent) == 2 and sent[0].count(b"event: snapshot\n") == 500  # one write, then the end
     assert b"VIEWS_SNAPSHOT_TIMEOUT_S" in sent[1] and b"subscribe again" in sent[1]
+
+
+def test_a_subscriber_without_a_snapshot_gets_no_rows_and_then_the_changes_from_its_subscription(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply(
+        [Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in (1, 2)],
+        {"customer_ratings": MARKER},
+        {("t", 0): 2},
+    )
+    hub = Hub()
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    app = Api(ViewsApiSettings(), store, hub, changelog).app()  # type: ignore[arg-type]
+    sent: list[bytes] = []
+
+    async def main() -> None:
+        gone = asyncio.Event()
+        scope = {**_scope("/views/customer_ratings/changes"), "query_string": b"snapshot=false"}
+
+        async def wait_for_disconnect() -> dict[str, Any]:
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def to_subscriber(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                sent.append(message["body"])
+
+        stream = asyncio.create_task(app(scope, wait_for_disconnect, to_subscriber))
+        while b"event: live" not in b"".join(sent):
+            await asyncio.sleep(0.01)
+        row = json.dumps({"user_id": 3})
+        store.apply([Change("customer_ratings", key_of([3]), ("user_id",), row)], {}, {("t", 0): 3})
+        hub.publish(store.seq, [("customer_ratings", key_of([3]), row)])
+        while b"event: change" not in b"".join(sent):
+            await asyncio.sleep(0.01)
+        gone.set()
+        stream.cancel()
+
+    asyncio.run(main())
+    body = b"".join(sent)
+    assert b"event: snapshot" not in body  # the two rows before the subscription are not sent
+    before, changes = body.split(b"event: live\n", 1)
+    assert b"user_id" not in before
+    assert b'{"user_id": 3}' in changes and b'"user_id": 1' not in body
+
+
+def test_a_snapshot_parameter_other_than_true_or_false_is_a_400(tmp_path: Path) -> None:
+    app = _app_over_rows(tmp_path)
+    answers: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        scope = {**_scope("/views/customer_ratings/changes"), "query_string": b"snapshot=no"}
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: dict[str, Any]) -> None:
+            answers.append(message)
+
+        await app(scope, receive, send)
+
+    asyncio.run(main())
+    assert answers[0]["status"] == 400
+    assert b"snapshot: 'no' is not true or false" in answers[1]["body"]
