@@ -326,7 +326,12 @@ class Api:
                 f"{self.settings.max_subscribers} subscribers already (VIEWS_MAX_SUBSCRIBERS): try later",
             )
         sub = Subscriber(
-            name, key, asyncio.Queue(self.settings.subscriber_queue), rows=rows_filter, snapshot=with_rows
+            name,
+            key,
+            asyncio.Queue(self.settings.subscriber_queue),
+            rows=rows_filter,
+            snapshot=with_rows,
+            max_bytes=self.settings.subscriber_queue_bytes,
         )
         self.hub.add(sub)  # first: the changelog process sends changes from now on
         try:
@@ -365,6 +370,7 @@ class Api:
                     asyncio.Queue(self.settings.subscriber_queue),
                     rows=rows,
                     snapshot=sub.snapshot,
+                    max_bytes=sub.max_bytes,
                 )
                 self.hub.add(sub)
                 yield sse("replaced", json.dumps({"view": sub.view, "key": list(key_columns)}))
@@ -418,6 +424,7 @@ class Api:
         while not sub.overflowed:
             try:
                 data = await asyncio.wait_for(sub.queue.get(), self.settings.heartbeat_s)
+                sub.taken(data)
             except TimeoutError:
                 yield ": keep-alive\n\n"
                 continue
@@ -434,6 +441,7 @@ class Api:
                 if len(events) == _EVENTS_PER_WRITE or sub.queue.empty():
                     break
                 data = sub.queue.get_nowait()
+                sub.taken(data)
             if events:
                 yield "".join(events)
             if data == REPLACED:

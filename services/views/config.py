@@ -43,6 +43,13 @@ class ViewsApiSettings(Settings):
     subscriber_queue: int = Field(
         10_000, gt=0, description="changes a slow SSE subscriber may fall behind before it is cut off"
     )
+    subscriber_queue_bytes: int = Field(
+        16_000_000,
+        gt=0,
+        description="the memory (bytes) the changes a slow SSE subscriber falls behind may hold before "
+        "it is cut off, whichever of this and VIEWS_SUBSCRIBER_QUEUE comes first (a change's string is "
+        "shared by the subscribers of its view: this bounds each one's share from above)",
+    )
     heartbeat_s: float = Field(15, gt=0, description="SSE comment line this often while nothing changes")
     snapshot_timeout_s: float = Field(
         30,

@@ -16,6 +16,7 @@ changes.
 import asyncio
 import functools
 import json
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,12 +94,17 @@ class Subscriber:
     rows: RowFilter | None = None  # filters on the rows (all rows without)
     replaced: bool = False  # the view's new version took over: what follows is its snapshot
     snapshot: bool = True  # the rows first (false: the changes from the subscription on only)
+    max_bytes: int = 0  # the memory its waiting changes may hold (0: the queue's count alone)
+    held_bytes: int = 0  # the memory they hold now (each change's string, shared with others)
 
     def put(self, events: list[Event]) -> None:
         for _, _, data in events:
             if self.overflowed or self.replaced:
                 return
+            size = sys.getsizeof(data)
             try:
+                if self.max_bytes and self.held_bytes + size > self.max_bytes:
+                    raise asyncio.QueueFull
                 self.queue.put_nowait(data)
             except asyncio.QueueFull:
                 # It gets no more: the changes it holds are dropped now, not when its client
@@ -106,9 +112,15 @@ class Subscriber:
                 self.overflowed = True
                 while not self.queue.empty():
                     self.queue.get_nowait()
+                self.held_bytes = 0
                 self.queue.put_nowait(OVERFLOWED)
                 return
+            self.held_bytes += size
             self.replaced = data == REPLACED
+
+    def taken(self, data: str) -> None:
+        """A change its stream took from the queue: the memory it held no longer waits."""
+        self.held_bytes = max(0, self.held_bytes - sys.getsizeof(data))
 
 
 @dataclass

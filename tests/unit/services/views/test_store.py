@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,22 @@ def test_a_subscriber_whose_queue_fills_is_marked_overflowed_and_gets_no_more() 
     assert _drain(sub.queue) == [OVERFLOWED]  # what it held is freed; its stream wakes and ends
     hub.publish(2, events_of([_change(9, 1)]))
     assert sub.queue.empty()
+
+
+def test_a_subscriber_is_cut_off_when_its_waiting_changes_hold_more_memory_than_allowed() -> None:
+    hub = Hub()
+    change = events_of([_change(1, 1)])[0][2]
+    room = 3 * sys.getsizeof(change)  # three such changes, though the queue takes a thousand
+    sub = Subscriber("customer_ratings", None, asyncio.Queue(1000), max_bytes=room)
+    hub.add(sub)
+    hub.publish(1, events_of([_change(i, 1) for i in range(3)]))
+    assert not sub.overflowed and sub.held_bytes <= room
+    sub.taken(sub.queue.get_nowait())  # its stream took one: room for one more
+    hub.publish(2, events_of([_change(7, 1)]))
+    assert not sub.overflowed and sub.queue.qsize() == 3
+    hub.publish(3, events_of([_change(8, 1)]))
+    assert sub.overflowed and sub.held_bytes == 0
+    assert _drain(sub.queue) == [OVERFLOWED]
 
 
 def test_a_snapshot_names_the_last_batch_it_holds_and_the_number_survives_a_reopen(tmp_path: Path) -> None:
