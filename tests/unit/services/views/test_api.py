@@ -37,8 +37,11 @@ def _scope(path: str) -> dict[str, Any]:
     }
 
 
-def _subscribe(app: Any, path: str, sent: list[bytes], gone: asyncio.Event) -> "asyncio.Task[None]":
-    """A subscriber of `path` in a task: its body chunks go to `sent` until `gone` is set."""
+def _subscribe(
+    app: Any, path: str, sent: list[bytes], gone: asyncio.Event, query: bytes = b""
+) -> "asyncio.Task[None]":
+    """A subscriber of `path` (with `query`) in a task: its body chunks go to `sent` until
+    `gone` is set."""
 
     async def wait_for_disconnect() -> dict[str, Any]:
         await gone.wait()
@@ -48,7 +51,15 @@ def _subscribe(app: Any, path: str, sent: list[bytes], gone: asyncio.Event) -> "
         if message["type"] == "http.response.body" and message.get("body"):
             sent.append(message["body"])
 
-    return asyncio.create_task(app(_scope(path), wait_for_disconnect, to_subscriber))
+    scope = {**_scope(path), "query_string": query}
+    return asyncio.create_task(app(scope, wait_for_disconnect, to_subscriber))
+
+
+def _served(store: Store) -> tuple[Any, Hub]:
+    """The service's app over `store`, and the hub its subscribers join."""
+    hub = Hub()
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    return Api(ViewsApiSettings(), store, hub, changelog).app(), hub  # type: ignore[arg-type]
 
 
 def _app_over_rows(folder: Path) -> Any:
@@ -163,9 +174,7 @@ def test_a_subscriber_gets_the_new_versions_snapshot_on_its_stream_when_a_replac
         {"by_user": marker},
         {("t", 0): 1},
     )
-    hub = Hub()
-    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
-    app = Api(ViewsApiSettings(), store, hub, changelog).app()  # type: ignore[arg-type]
+    app, hub = _served(store)
     sent: list[bytes] = []
 
     async def main() -> None:
@@ -269,24 +278,12 @@ def test_a_subscriber_without_a_snapshot_gets_no_rows_and_then_the_changes_from_
         {"customer_ratings": MARKER},
         {("t", 0): 2},
     )
-    hub = Hub()
-    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
-    app = Api(ViewsApiSettings(), store, hub, changelog).app()  # type: ignore[arg-type]
+    app, hub = _served(store)
     sent: list[bytes] = []
 
     async def main() -> None:
         gone = asyncio.Event()
-        scope = {**_scope("/views/customer_ratings/changes"), "query_string": b"snapshot=false"}
-
-        async def wait_for_disconnect() -> dict[str, Any]:
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        async def to_subscriber(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.body" and message.get("body"):
-                sent.append(message["body"])
-
-        stream = asyncio.create_task(app(scope, wait_for_disconnect, to_subscriber))
+        stream = _subscribe(app, "/views/customer_ratings/changes", sent, gone, b"snapshot=false")
         while b"event: live" not in b"".join(sent):
             await asyncio.sleep(0.01)
         row = json.dumps({"user_id": 3})
