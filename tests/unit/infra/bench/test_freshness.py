@@ -38,7 +38,7 @@ class _Changes(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         now_ms = int(time.time() * 1000)
         self.served_at_ms.append(now_ms)
-        self.send_response(200 if self.path == "/views/customer_ratings/changes" else 404)
+        self.send_response(200 if self.path == "/views/customer_ratings/changes?snapshot=false" else 404)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
