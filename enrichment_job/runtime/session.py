@@ -49,7 +49,7 @@ def on_cluster(master: str) -> bool:
 def driver_archive(settings: SparkJobSettings, app_name: str) -> ClassArchive | None:
     """The class archive the driver JVM maps, or writes at a clean stop; None when off."""
     # Only a JVM the job starts itself takes the options (not one spark-submit started).
-    if not settings.class_archive_dir or "PYSPARK_GATEWAY_PORT" in os.environ:
+    if not settings.class_archive_dir or not _jvm_started_here():
         return None
     directory = Path(settings.class_archive_dir).expanduser()
     archive = class_archive(
@@ -181,11 +181,13 @@ def jars_on_class_path(settings: SparkJobSettings) -> bool:
     each (some 50 jars: 0.8 s of every start here). On the class path they are read in place,
     and the class archive holds their classes too. On a cluster the executors need them:
     `spark.jars` ships them."""
-    return (
-        bool(settings.spark_jars)
-        and settings.master.startswith("local")
-        and "PYSPARK_GATEWAY_PORT" not in os.environ
-    )
+    return bool(settings.spark_jars) and settings.master.startswith("local") and _jvm_started_here()
+
+
+def _jvm_started_here() -> bool:
+    """Whether this process starts the driver JVM, and so chooses its options and class path:
+    under spark-submit the JVM is up already, and PySpark reaches it through its gateway port."""
+    return "PYSPARK_GATEWAY_PORT" not in os.environ
 
 
 def _class_path_after_spark(jars: list[str]) -> None:
