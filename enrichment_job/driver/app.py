@@ -12,16 +12,19 @@ from pyspark.sql.streaming.query import StreamingQuery
 from enrichment_job.customers.table import CdcState, CustomerTable, DeltaLog
 from enrichment_job.driver.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable, ingest
 from enrichment_job.driver.recovery import PIPELINE_CHECKPOINT, Recovery, Start, claim_state
+from enrichment_job.kafka.claim_check import StorePruner
 from enrichment_job.kafka.reader import KAFKA, RecordsDeleted, TopicReader
 from enrichment_job.kafka.transactions import Fenced, Records, TransactionalOutput
 from enrichment_job.marker import BatchMarker
+from enrichment_job.records import change_events
 from enrichment_job.runtime.jvm import ClassArchive
 from enrichment_job.runtime.metrics import JobCollector, Metrics, ProgressListener, Steps
 from enrichment_job.runtime.session import APP_NAME, SessionStart, begin_session, on_cluster
 from enrichment_job.settings import TABLE, JobSettings
-from enrichment_job.tasks import TaskJoin
+from enrichment_job.tasks import TaskJoin, enrich
 from enrichment_job.tasks.enrich import Ratings
 from enrichment_job.views.app import start_queries
+from enrichment_job.views.settings import DLQ_STAGE as VIEWS_STAGE
 from enrichment_job.views.settings import ViewsSettings
 from foundation.prometheus import MetricsServer, serve
 
@@ -437,6 +440,7 @@ class RunningJob:
     views: tuple[StreamingQuery, ...] = ()
     endpoint: MetricsServer | None = None
     archive: ClassArchive | None = None
+    pruners: tuple[StorePruner, ...] = ()
 
     def stop(self) -> None:
         """Stops the query (a batch in flight is cancelled: nothing of it is committed, and the
@@ -459,6 +463,8 @@ class RunningJob:
             self.archive.finish(gateway)
         if self.endpoint is not None:
             self.endpoint.close()
+        for pruner in self.pruners:
+            pruner.close()
 
 
 def _prefetch(settings: JobSettings, marker: BatchMarker | None, group_id: str) -> Prefetch | None:
@@ -539,6 +545,8 @@ def start(
     if spark.sparkContext.uiWebUrl:
         log.info("Spark UI at %s", spark.sparkContext.uiWebUrl)
     views: tuple[StreamingQuery, ...] = ()
+    pruners = [StorePruner.of(settings, (enrich.STAGE, change_events.STAGE), settings.dlq_topic)]
     if views_settings is not None:
         views = start_queries(spark, views_settings)
-    return RunningJob(spark, query, table, pipeline, views, endpoint, archive)
+        pruners.append(StorePruner.of(views_settings, (VIEWS_STAGE,), views_settings.dlq_topic))
+    return RunningJob(spark, query, table, pipeline, views, endpoint, archive, tuple(pruners))

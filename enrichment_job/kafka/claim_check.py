@@ -9,15 +9,26 @@ then carries `dlq.value.location` (the file's URI) and `dlq.value.bytes`. A re-r
 writes the same bytes to the same path, so the store holds one copy whatever the retries, and a
 committed dead letter always points at a whole file. The views job keeps a view's row too large
 for Kafka the same way (VIEWS_JOB_DEAD_LETTER_STORE), at `views/<view>/<batch>/<key digest>`.
+
+The store keeps a file as long as the dead-letter topic may keep the record that points at it
+(`StorePruner`): a topic that keeps records for ever (the stack's dead-letter topics) keeps the
+files for ever; one with a retention has the files of its aged-out records removed, once an
+hour, by the job's driver.
 """
 
 import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
+
+import pyarrow.fs as pafs
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from enrichment_job.kafka.transactions import Records
 from enrichment_job.runtime.settings import SparkJobSettings
@@ -27,7 +38,15 @@ from foundation.kafka_record import MAX_RECORD_BYTES
 
 log = logging.getLogger("enrichment_job")
 
-__all__ = ["MAX_VALUE_BYTES", "ClaimCheck", "Claimed"]
+__all__ = [
+    "MARGIN_MS",
+    "MAX_VALUE_BYTES",
+    "ClaimCheck",
+    "Claimed",
+    "StorePruner",
+    "record_lifetime_ms",
+    "topic_record_lifetime_ms",
+]
 
 
 # A dead letter's value at most, with room for its headers under the largest Kafka record: where
@@ -136,3 +155,161 @@ class ClaimCheck:
         location = self.store.child(relative)
         log.warning("a dead letter's %d bytes are at %s", len(value), location)
         return Claimed(location, len(value))
+
+
+# Beyond the longest a dead-letter topic may keep a record, how long its bytes stay: the broker
+# looks for segments to delete every 5 minutes (log.retention.check.interval.ms), and a batch
+# writes a file before its dead letter commits, up to the store's own retries before.
+MARGIN_MS = 3_600_000
+
+
+def record_lifetime_ms(configs: Mapping[str, str | None]) -> int | None:
+    """The longest a topic of these settings may keep a record, from the record's time: its
+    retention.ms after the segment that holds it closes, which is at most segment.ms after it was
+    written (Kafka deletes a whole segment once its newest record is older than retention.ms).
+    None for a topic that keeps records for ever (retention.ms -1)."""
+    retention = int(configs.get("retention.ms") or 604_800_000)
+    if retention < 0:
+        return None
+    return retention + int(configs.get("segment.ms") or 604_800_000)
+
+
+def topic_record_lifetime_ms(config: Mapping[str, str], topic: str, timeout_s: float = 30) -> int | None:
+    """`record_lifetime_ms` of `topic`, as the broker has its settings (DescribeConfigs). Errors
+    (no right to read them, no such topic) are raised: the caller keeps everything then."""
+    admin = AdminClient(dict(config))  # held until the answer came: its futures die with it
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout_s)
+    return record_lifetime_ms({name: entry.value for name, entry in entries.items()})
+
+
+@dataclass
+class StorePruner:
+    """Removes the files of the dead-letter store, under the folders of `stages` (the ones this
+    job writes: a store shared by two jobs keeps the other's), that are older than `keep_ms`
+    (None: keeps them all), every `every_s`, in a thread of its own. The age is decided in that
+    thread too (for the default, a question to the broker), so that a job's start never waits
+    for it."""
+
+    store: StateDir
+    stages: tuple[str, ...]
+    keep_ms: int | None = None
+    every_s: float = 3600.0
+    setting: str = "ENRICH_DEAD_LETTER_STORE_RETENTION_MS"
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(
+        cls, settings: SparkJobSettings, stages: tuple[str, ...], dlq_topic: str, first_after_s: float = 60.0
+    ) -> "StorePruner":
+        """The pruner of a job's store, by its *_DEAD_LETTER_STORE_RETENTION_MS, started (its first
+        round `first_after_s` from now, off the job's start): with the default (0), the files last
+        as long as `dlq_topic` may keep a record, and a margin."""
+        prefix = settings.model_config.get("env_prefix", "")
+        pruner = cls(settings.dead_letters, stages, setting=f"{prefix}DEAD_LETTER_STORE_RETENTION_MS")
+        chosen = settings.dead_letter_store_retention_ms
+
+        def keep_ms() -> int | None:
+            if chosen != 0:
+                return None if chosen < 0 else chosen
+            try:
+                lifetime = topic_record_lifetime_ms(settings.producer_config(), dlq_topic)
+            except (KafkaException, FutureTimeout, KeyError, ValueError) as err:
+                log.warning(
+                    "%s: the dead-letter topic %s's retention could not be read (%s): the store %s "
+                    "keeps every dead letter's bytes (set %s to remove them after a time)",
+                    pruner.setting,
+                    dlq_topic,
+                    err,
+                    settings.dead_letters.uri,
+                    pruner.setting,
+                )
+                return None
+            if lifetime is None:
+                log.info(
+                    "the dead-letter store %s keeps dead letters' bytes for ever, as %s keeps its records",
+                    settings.dead_letters.uri,
+                    dlq_topic,
+                )
+                return None
+            return lifetime + MARGIN_MS
+
+        pruner.start(keep_ms, first_after_s)
+        return pruner
+
+    def start(self, keep_ms: Callable[[], int | None], first_after_s: float = 60.0) -> None:
+        """Prunes in a thread of its own, `first_after_s` after now and then every `every_s`, with
+        the age `keep_ms()` gives (asked once, in the thread)."""
+
+        def run() -> None:
+            if self._stop.wait(first_after_s):
+                return
+            self.keep_ms = keep_ms()
+            if self.keep_ms is None:
+                return
+            log.info(
+                "the dead-letter store %s removes dead letters' bytes after %.1f h (%s), every %.0f min",
+                self.store.uri,
+                self.keep_ms / 3_600_000,
+                self.setting,
+                self.every_s / 60,
+            )
+            while True:
+                try:
+                    self.prune()
+                except OSError as err:  # the store is down: the next round tries again
+                    log.warning("the dead-letter store %s could not be pruned: %s", self.store.uri, err)
+                if self._stop.wait(self.every_s):
+                    return
+
+        self._thread = threading.Thread(target=run, name="dead-letter-store-pruner", daemon=True)
+        self._thread.start()
+
+    def prune(self, now_s: float | None = None) -> int:
+        """Removes the files older than `keep_ms` (none when it is None); how many."""
+        if self.keep_ms is None:
+            return 0
+        cutoff_ns = int(((time.time() if now_s is None else now_s) - self.keep_ms / 1000) * 1e9)
+        removed = 0
+        for stage in self.stages:
+            fs, root = self.store.locate(stage)
+            selector = pafs.FileSelector(root, allow_not_found=True, recursive=True)
+            for info in fs.get_file_info(selector):
+                if info.type != pafs.FileType.File or info.mtime_ns is None or info.mtime_ns >= cutoff_ns:
+                    continue
+                try:
+                    fs.delete_file(info.path)
+                except FileNotFoundError:  # another process of the job removed it first
+                    continue
+                removed += 1
+            if self.store.is_local:
+                _remove_empty_folders(Path(root))
+        if removed:
+            log.info(
+                "the dead-letter store %s: removed %d dead letters' bytes older than %.1f h (%s)",
+                self.store.uri,
+                removed,
+                self.keep_ms / 3_600_000,
+                self.setting,
+            )
+        return removed
+
+    def close(self) -> None:
+        """Stops the thread; a round in progress (a long listing) is left to end on its own."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+
+def _remove_empty_folders(root: Path) -> None:
+    """The folders under `root` left empty (a batch's or a partition's), deepest first."""
+    if not root.is_dir():
+        return
+    for folder in sorted(
+        (p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+    ):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty, or a batch writes into it now
+            continue

@@ -31,6 +31,7 @@ from enrichment_job.runtime.plans import Columns, select
 RAW_SCHEMA = "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP"
 CUSTOMER = to_arrow_type(CUSTOMER_FIELDS)
 OPS = ("c", "r", "u", "d")
+STAGE = "cdc"  # dlq.stage of the change events' dead letters, and their claim-check folder
 DLQ_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 # One row per CDC record, in CDC order (partition, offset). `dlq_reason` is null for a readable
@@ -273,7 +274,7 @@ def _spark_columns() -> Columns:
             F.col("source.lsn"),
         ).alias("gtid_seq"),
         F.col("source.snapshot").alias("source_snapshot"),
-        F.when(F.col("dlq_reason").isNotNull(), dead_letter_headers("cdc")).alias("headers"),
+        F.when(F.col("dlq_reason").isNotNull(), dead_letter_headers(STAGE)).alias("headers"),
     )
 
 

@@ -51,6 +51,14 @@ class SparkJobSettings(Settings, ObjectStoreSettings):
         description="how long a batch retries writing to the dead-letter store before the job stops"
         " with the store's error (nothing of the batch is committed; a restart writes it again)",
     )
+    dead_letter_store_retention_ms: int = Field(
+        0,
+        ge=-1,
+        description="how long the dead-letter store keeps a dead letter's bytes. 0: as long as the"
+        " dead-letter topic may keep the record that points at them (its retention.ms plus segment.ms"
+        " and an hour, read from the broker; for ever when retention.ms is -1 or cannot be read);"
+        " -1: for ever; more: that many ms (bytes may then go before their dead letter)",
+    )
     metrics_file: Path | None = Field(
         None,
         description="JSON file of the job's figures, rewritten each batch (default: metrics.json in "

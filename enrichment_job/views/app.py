@@ -33,7 +33,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType, StructType
 
 from enrichment_job.kafka.batches import collect, kafka_records, to_records
-from enrichment_job.kafka.claim_check import MAX_VALUE_BYTES, ClaimCheck
+from enrichment_job.kafka.claim_check import MAX_VALUE_BYTES, ClaimCheck, StorePruner
 from enrichment_job.kafka.transactions import Records, TransactionalOutput
 from enrichment_job.records.transforms import dead_letters
 from enrichment_job.runtime.checkpoints import CHECKPOINTS, check_planned, run_id
@@ -44,7 +44,7 @@ from enrichment_job.runtime.spark_internals import batch_ends, batch_starts
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, dead_letter_reason, view_rows
 from enrichment_job.views.declarations import View, declared
 from enrichment_job.views.query_marker import NewestRating, QueryMarker
-from enrichment_job.views.settings import KEYED_QUERY, ViewsSettings
+from enrichment_job.views.settings import DLQ_STAGE, KEYED_QUERY, ViewsSettings
 from enrichment_job.views.transforms import ENRICHED_FIELDS, parse_enriched
 from foundation.arrow_memory import choose_pool
 from foundation.prometheus import MetricsServer, serve
@@ -195,7 +195,7 @@ class ViewsSink(BatchSink):
     ) -> None:
         super().__init__(settings, query, out)
         self.views, self.dead_letter = views, dead_letter
-        self.claim_check = ClaimCheck.of(settings, "views")
+        self.claim_check = ClaimCheck.of(settings, DLQ_STAGE)
         previous = self.last()
         newest = previous.max_rating_time if previous is not None else None
         known = newest if isinstance(newest, Mapping) else {}
@@ -256,7 +256,7 @@ class ViewsSink(BatchSink):
             .where(F.col("dlq_reason").isNotNull())
         )
         records = kafka_records(
-            dead_letters(dead, "views", keep=("partition", "offset")),
+            dead_letters(dead, DLQ_STAGE, keep=("partition", "offset")),
             self.settings.dlq_topic,
             ("partition", "offset"),
         )
@@ -289,6 +289,7 @@ class RunningViews:
     queries: tuple[StreamingQuery, ...]
     endpoint: MetricsServer | None = None
     archive: ClassArchive | None = None
+    pruner: StorePruner | None = None
 
     def stop(self) -> None:
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
@@ -300,6 +301,8 @@ class RunningViews:
             self.archive.finish(gateway)
         if self.endpoint is not None:
             self.endpoint.close()
+        if self.pruner is not None:
+            self.pruner.close()
 
 
 def start(settings: ViewsSettings) -> RunningViews:
@@ -311,7 +314,9 @@ def start(settings: ViewsSettings) -> RunningViews:
     metrics.driver({"class_archive": archive.state if archive is not None else "off"})
     spark = build_session(settings, "ratings-views", archive)
     spark.streams.addListener(ProgressListener(metrics))
-    return RunningViews(spark, start_queries(spark, settings, OWN_POOLS), endpoint, archive)
+    queries = start_queries(spark, settings, OWN_POOLS)
+    pruner = StorePruner.of(settings, (DLQ_STAGE,), settings.dlq_topic)
+    return RunningViews(spark, queries, endpoint, archive, pruner)
 
 
 def use_rocksdb_state(spark: SparkSession) -> None:

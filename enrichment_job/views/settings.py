@@ -13,10 +13,11 @@ from pydantic_settings import SettingsConfigDict
 from enrichment_job.runtime.settings import SparkJobSettings
 from foundation.errors import ConfigError
 
-__all__ = ["BACKGROUND", "KEYED_QUERY", "ViewsSettings"]
+__all__ = ["BACKGROUND", "DLQ_STAGE", "KEYED_QUERY", "ViewsSettings"]
 
 KEYED_QUERY = "views"  # the query of the views without an event time
 BACKGROUND = "background"  # in VIEWS_JOB_QUERIES: every query but KEYED_QUERY
+DLQ_STAGE = "views"  # dlq.stage of the views' dead letters, and their claim-check folder
 
 
 class ViewsSettings(SparkJobSettings):

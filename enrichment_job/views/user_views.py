@@ -58,7 +58,7 @@ from enrichment_job.views.definition import (
     parse,
 )
 from enrichment_job.views.query_marker import QueryMarker
-from enrichment_job.views.settings import ViewsSettings
+from enrichment_job.views.settings import DLQ_STAGE, ViewsSettings
 from foundation.kafka_record import MAX_RECORD_BYTES
 from foundation.view_marker import ViewMarker
 
@@ -95,7 +95,7 @@ class SqlViewSink:
         self.sink = sink
         self.settings, self.view, self.entry = settings, view, entry
         self.topic = entry.changelog(settings.topic_prefix)
-        self.claim_check = ClaimCheck.of(settings, "views")
+        self.claim_check = ClaimCheck.of(settings, DLQ_STAGE)
         self.columns = column_types(view.rows)
         names = [c["name"] for c in self.columns]
         self.select = [
@@ -220,7 +220,7 @@ class SqlViewSink:
         headers: list[list[tuple[str, str | bytes | None]] | None] = [
             [
                 ("dlq.reason", f"view {self.view.name}: {reason}".encode()),
-                ("dlq.stage", b"views"),
+                ("dlq.stage", DLQ_STAGE.encode()),
                 ("dlq.view", self.view.name.encode()),
                 *kept,
             ]

@@ -95,8 +95,10 @@ PRINCIPALS: dict[str, list[Grant]] = {
             "enrichment-commits",
         ),
         # Its commits topic's cleanup.policy, checked at start (a policy that ages markers out
-        # would make the job start over).
+        # would make the job start over), and its dead-letter topic's retention (how long the
+        # claim-check store keeps the bytes of its dead letters).
         Grant(TOPIC, "enrichment-commits", (AclOperation.DESCRIBE_CONFIGS,)),
+        Grant(TOPIC, "enrichment-dlq", (AclOperation.DESCRIBE_CONFIGS,)),
         _transactions("enrichment"),
         _group("enrichment", prefixed=True),
         _group("marker-reader-", prefixed=True),
@@ -105,6 +107,7 @@ PRINCIPALS: dict[str, list[Grant]] = {
         *_reads("ratings-with-customer-data", "views-commits", "views-catalog"),
         *_writes("views-commits", "views-dlq"),
         Grant(TOPIC, "views-commits", (AclOperation.DESCRIBE_CONFIGS,)),
+        Grant(TOPIC, "views-dlq", (AclOperation.DESCRIBE_CONFIGS,)),
         # the changelog topics of the views declared in SQL: made with the view, deleted with it,
         # read back for a retention's windows after a restart
         Grant(TOPIC, "view.", (R, W, D, AclOperation.CREATE, AclOperation.DELETE), prefixed=True),
