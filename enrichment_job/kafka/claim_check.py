@@ -28,13 +28,12 @@ from urllib.request import url2pathname
 
 import pyarrow.fs as pafs
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource
 
 from enrichment_job.kafka.transactions import Records
 from enrichment_job.runtime.settings import SparkJobSettings
 from enrichment_job.runtime.state_dir import StateDir
 from foundation.errors import SinkUnavailable
-from foundation.kafka_record import MAX_RECORD_BYTES
+from foundation.kafka_record import MAX_RECORD_BYTES, topic_configs
 
 log = logging.getLogger("enrichment_job")
 
@@ -161,6 +160,7 @@ class ClaimCheck:
 # looks for segments to delete every 5 minutes (log.retention.check.interval.ms), and a batch
 # writes a file before its dead letter commits, up to the store's own retries before.
 MARGIN_MS = 3_600_000
+KAFKA_DEFAULT_MS = 604_800_000  # a week: Kafka's retention.ms and segment.ms unless a topic sets them
 
 
 def record_lifetime_ms(configs: Mapping[str, str | None]) -> int | None:
@@ -168,19 +168,16 @@ def record_lifetime_ms(configs: Mapping[str, str | None]) -> int | None:
     retention.ms after the segment that holds it closes, which is at most segment.ms after it was
     written (Kafka deletes a whole segment once its newest record is older than retention.ms).
     None for a topic that keeps records for ever (retention.ms -1)."""
-    retention = int(configs.get("retention.ms") or 604_800_000)
+    retention = int(configs.get("retention.ms") or KAFKA_DEFAULT_MS)
     if retention < 0:
         return None
-    return retention + int(configs.get("segment.ms") or 604_800_000)
+    return retention + int(configs.get("segment.ms") or KAFKA_DEFAULT_MS)
 
 
 def topic_record_lifetime_ms(config: Mapping[str, str], topic: str, timeout_s: float = 30) -> int | None:
-    """`record_lifetime_ms` of `topic`, as the broker has its settings (DescribeConfigs). Errors
-    (no right to read them, no such topic) are raised: the caller keeps everything then."""
-    admin = AdminClient(dict(config))  # held until the answer came: its futures die with it
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    entries = admin.describe_configs([resource])[resource].result(timeout_s)
-    return record_lifetime_ms({name: entry.value for name, entry in entries.items()})
+    """`record_lifetime_ms` of `topic`, as the broker has its settings. Errors (no right to read
+    them, no such topic) are raised: the caller keeps everything then."""
+    return record_lifetime_ms(topic_configs(config, topic, timeout_s))
 
 
 @dataclass

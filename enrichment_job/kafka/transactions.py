@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
 
 from foundation.errors import ConfigError
+from foundation.kafka_record import topic_configs
 
 __all__ = [
     "FENCED_CODES",
@@ -70,10 +70,8 @@ def check_commits_topic(config: dict[str, str], topic: str, timeout_s: float = 3
     without `compact`): the marker is the job's only memory of what it committed. Once it is
     gone the job starts over from its starting offsets, and the lake, the views and the alerts
     get every record again."""
-    admin = AdminClient(dict(config.items()))
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
-        entries = admin.describe_configs([resource])[resource].result(timeout_s)
+        configs = topic_configs(config, topic, timeout_s)
     except KafkaException as err:
         error = err.args[0] if err.args else None
         if isinstance(error, KafkaError) and error.code() in _NOT_ALLOWED:
@@ -85,7 +83,7 @@ def check_commits_topic(config: dict[str, str], topic: str, timeout_s: float = 3
             )
             return
         raise
-    policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else "delete"
+    policy = configs["cleanup.policy"] if "cleanup.policy" in configs else "delete"
     parts = {p.strip() for p in (policy or "").split(",")}
     if "compact" not in parts or "delete" in parts:
         raise CommitsTopicPolicy(

@@ -6,10 +6,9 @@ from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource
 
 from foundation.errors import SinkUnavailable
-from foundation.kafka_record import MAX_RECORD_BYTES
+from foundation.kafka_record import MAX_RECORD_BYTES, topic_configs
 from services.core.records import Rejected
 
 __all__ = ["DeadLetters", "Origin", "dead_letter_headers", "producer_for", "record_limit"]
@@ -50,11 +49,11 @@ def _size(key: bytes | None, value: bytes | None, headers: list[tuple[str, str |
 def record_limit(config: dict[str, Any], topic: str, timeout_s: float = 10.0) -> int:
     """The largest record `topic` takes, its `max.message.bytes` as the broker says; Kafka's
     usual limit (MAX_RECORD_BYTES) when that cannot be read (no DescribeConfigs right on it)."""
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    admin = AdminClient(dict(config))  # held until the answer came: its futures die with it
     try:
-        found = admin.describe_configs([resource])[resource].result(timeout_s)
-        return int(found["max.message.bytes"].value)
+        limit = topic_configs(config, topic, timeout_s)["max.message.bytes"]
+        if limit is None:
+            raise ValueError("max.message.bytes has no value")
+        return int(limit)
     except (KafkaException, FutureTimeout, KeyError, ValueError, TypeError) as err:
         log.warning(
             "dead-letter topic %s: its max.message.bytes could not be read (%s); a dead letter over %d"
