@@ -56,9 +56,6 @@ class _Held:
     ratings: Ratings | None = None  # the ratings waiting after `marker`
 
 
-# A task reads short ranges that end where the topic ends: a broker that holds an empty fetch
-# for librdkafka's default 500 ms held every marker read (a range that ends with a control record).
-FETCH_WAIT_MS = 10
 _partitions: dict[tuple[str, int], _Held] = {}
 _readers: dict[tuple[str, str], TopicReader] = {}
 # A producer made ahead for each partition this worker held, its transactions not initialised
@@ -110,9 +107,7 @@ def _reader(settings: JobSettings, topic: str) -> TopicReader:
     reader = _readers.get((settings.job_name, topic))
     if reader is None:
         timestamps = topic != settings.commits_topic
-        reader = TopicReader(
-            settings, topic, f"{settings.job_name}-tasks", timestamps=timestamps, fetch_wait_ms=FETCH_WAIT_MS
-        )
+        reader = TopicReader(settings, topic, f"{settings.job_name}-tasks", timestamps=timestamps)
         _readers[(settings.job_name, topic)] = reader
     return reader
 
