@@ -115,6 +115,16 @@ class JobSettings(SparkJobSettings):
     alert_stars_below: int = Field(3, ge=1, le=6)
     alert_club_status: Literal["bronze", "silver", "gold", "platinum"] = "platinum"
 
+    release_wait_ms: int = Field(
+        250,
+        ge=0,
+        le=60_000,
+        description="after its commit, a batch whose ratings wait only for the CDC clock (they came "
+        "after the newest heartbeat it read) waits up to this long from its start for the heartbeat "
+        "that releases them, and writes them in a second transaction instead of a trigger later; "
+        "0: they wait for the next batch. Keep it under the trigger interval",
+    )
+
     # Spark
     trigger_interval: str = "500 milliseconds"
     table_commit_interval_s: float = Field(

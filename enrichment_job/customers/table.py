@@ -28,7 +28,7 @@ from enrichment_job.customers.versions import VERSIONS, VersionStore
 from enrichment_job.kafka.batches import concat
 from enrichment_job.runtime.offsets import partition_offsets
 
-__all__ = ["CdcState", "CustomerTable", "DeltaLog", "VersionLog"]
+__all__ = ["CdcState", "CustomerTable", "DeltaLog", "VersionLog", "lacks"]
 
 log = logging.getLogger("enrichment_job")
 WRITER_THREAD = "delta-writer"  # the writer's thread
@@ -62,6 +62,11 @@ class CdcState:
             (position[0], position[1], position[2], position[3]) if position else None,
             partition_offsets(meta, "cdc_to"),
         )
+
+
+def lacks(since: CdcState, until: CdcState) -> bool:
+    """Whether a table at `since` lacks CDC offsets that `until` (a later commit) covered."""
+    return any(since.cdc_to.get(p, -1) < o for p, o in until.cdc_to.items())
 
 
 class DeltaLog:
@@ -136,16 +141,21 @@ class DeltaLog:
         """Appends now, as one commit. `batch_id` None: the catch-up of a run that goes on from
         another run's commit. Its batch ids are not this run's, and as this run's transaction
         version they would make this run's own appends up to them look done; the table's CDC
-        offsets say afterwards that it was made."""
+        offsets say afterwards that it was made.
+
+        A batch id the log took before is skipped (a batch run again), unless `state` goes
+        further than the log's CDC offsets: a batch's second transaction (the release of its
+        waiting ratings) moved them after the log took the batch, and a restart re-read what
+        it added. That is appended without the batch id, told by its offsets."""
         meta = {"batch_id": batch_id, **state.as_json()}
         transactions = None
         if batch_id is not None:
             done = self._appended(batch_id)
-            if done is not None:
+            if done is not None and not lacks(self.state, state):
                 log.info("customer table: batch %d was appended before (up to %d); skipped", batch_id, done)
                 self.batch, self.state = batch_id, state
                 return
-            transactions = [Transaction(self.app_id, batch_id)]
+            transactions = [Transaction(self.app_id, batch_id)] if done is None else None
         write_deltalake(
             self._table if self._table is not None else self.path,
             versions.cast(VERSIONS),

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -37,6 +38,13 @@ log = logging.getLogger("enrichment_job")
 # carries the customers topic's records too: with a full share of a backlog besides, the first
 # output comes noticeably later on a large table. The batches after it take full shares.
 FIRST_BATCH_SHARE = 0.25
+
+# While a batch waits for the heartbeat that releases its waiting ratings (ENRICH_RELEASE_WAIT_MS),
+# it looks at the CDC topic this often (a ListOffsets request, and a read when it moved).
+RELEASE_POLL_S = 0.01
+# A CDC clock further behind the job's own than this is a stalled CDC side (Connect down, a
+# failed task): the next heartbeat is not coming soon, and a batch does not wait for it.
+RELEASE_STALLED_MS = 2_000
 
 
 class JoinMoved(ValueError):
@@ -106,6 +114,7 @@ class Pipeline:
         self.tasks: TaskJoin | None = None  # the join in tasks (see `join_place`)
         self.join_in = join_in
         self.resumed_from = resumed_from  # the last commit's marker as this process started
+        self.unlogged: list[pa.Table] = []  # versions a release added, for the next batch's log commit
 
     @classmethod
     def resume(
@@ -164,6 +173,19 @@ class Pipeline:
     def _cdc_events(self, state: CdcState, until: dict[int, int] | None = None) -> pa.Table:
         """The CDC topic from `state`'s offsets to its end now (or to `until`), as Kafka columns."""
         return self.cdc.read(self.cdc.ranges(state.cdc_to, until))
+
+    def _cdc_read(self, state: CdcState, ranges: dict[int, tuple[int, int]]) -> CdcResult:
+        """The CDC records of `ranges` (from `state`'s offsets), ingested after `state` (not yet
+        `_cdc_checked`)."""
+        settings = self.settings
+        return ingest(self.cdc.read(ranges), state, settings.customers_topic, settings.dlq_topic, self.spark)
+
+    def _cdc_checked(self, cdc: CdcResult) -> CdcResult:
+        """`cdc` with the columns Debezium left out filled in, and a change event too large to
+        go as a dead letter with its headers with its bytes in the claim-check store, as a
+        rating's are."""
+        cdc = fill_unavailable(cdc, self.table.versions())
+        return replace(cdc, dead=self.ratings.claim_check.oversized(cdc.dead, self.settings.max_rating_bytes))
 
     def _prefetched(self) -> CdcResult | None:
         """The first batch's start of the CDC topic, when it was read ahead (`Prefetch`)."""
@@ -258,23 +280,15 @@ class Pipeline:
             log.info("batch %d is already in Kafka; not writing it again", batch_id)
             return
         started, steps = time.monotonic(), Steps()
-        settings = self.settings
         with steps("read"):
             ends = self._ratings_ends()  # before the CDC read: see the class
         with steps("cdc"):
             cdc = self._prefetched()
-            more = ingest(
-                self._cdc_events(cdc.state if cdc is not None else self.state),
-                cdc.state if cdc is not None else self.state,
-                settings.customers_topic,
-                settings.dlq_topic,
-                self.spark,
-            )
+            state = cdc.state if cdc is not None else self.state
+            more = self._cdc_read(state, self.cdc.ranges(state.cdc_to))
             cdc = cdc.then(more) if cdc is not None else more
-            cdc = fill_unavailable(self._cdc_catch_up(batch_id, cdc), self.table.versions())
-            # A change event too large to go as a dead letter with its headers keeps its bytes in
-            # the claim-check store, as a rating does.
-            cdc = replace(cdc, dead=self.ratings.claim_check.oversized(cdc.dead, settings.max_rating_bytes))
+            cdc = self._cdc_catch_up(batch_id, cdc)
+            cdc = self._cdc_checked(cdc)
         # The transaction opens now: the CDC step's records (millions in a catch-up) are
         # produced while the ratings are decided.
         self.out.begin(batch_id, [cdc.customers, cdc.dead])
@@ -354,9 +368,90 @@ class Pipeline:
         self.state, self.consumed_to, self.waiting_from = cdc.state, consumed_to, waiting_from
         if result is not None:
             self.ratings.waiting = result.waiting
-        if cdc.changes:
-            self.table.commit(batch_id, cdc.versions, cdc.state)
+        if cdc.changes or self.unlogged:
+            self.table.commit(batch_id, pa.concat_tables([*self.unlogged, cdc.versions]), cdc.state)
+            self.unlogged = []
+        release = self._release(batch_id, started, steps)
+        if release is not None:  # the second transaction's figures count in the batch's
+            released, watermark = release
+            counts = {k: v + released.get(k, 0) for k, v in counts.items()} | {
+                "waiting": released["waiting"],
+                "released": released["enriched"],
+            }
         self.metrics.batch(batch_id, counts, watermark, time.monotonic() - started, steps)
+
+    def _release(
+        self, batch_id: int, started: float, steps: Steps
+    ) -> tuple[dict[str, int], int | None] | None:
+        """Ratings left waiting only for the CDC clock, released in the batch's second
+        transaction. A rating produced after the newest heartbeat the batch read waits for the
+        next one (the database clock must pass its rating_time), and without this step it waited
+        for the next trigger: half a second for a heartbeat that comes within a tenth of one.
+        Here, after its commit, the batch reads the CDC topic on until its clock passes the
+        newest such rating, up to ENRICH_RELEASE_WAIT_MS from the batch's start, then decides
+        the waiting ratings against what it read, and commits the outcome with a marker of the
+        same batch, as the next batch would with no new ratings. A re-run of the batch finds the
+        batch committed either way. What it adds to the table goes to the Delta log with the next
+        batch's versions (a log commit per batch id; the log's CDC offsets say where it is).
+        Returns what it wrote and the watermark, or None when it wrote nothing."""
+        waiting = self.ratings.waiting
+        deadline = started + self.settings.release_wait_ms / 1000
+        if waiting is None or not waiting.num_rows or self.state.clock_ms is None or self.tasks is not None:
+            return None
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms - self.state.clock_ms > RELEASE_STALLED_MS:
+            return None
+        # The newest rating the database clock passes within the first half of the wait left:
+        # a heartbeat that late still reaches the topic before the deadline. Ratings further
+        # ahead (or from the future) wait for a later batch.
+        soon_ms = now_ms + int((deadline - time.monotonic()) * 500)
+        times = waiting.column("rating_time")
+        due = pc.max(times.filter(pc.fill_null(pc.less_equal(times, soon_ms), False))).as_py()
+        if due is None:
+            return None
+        cdc: CdcResult | None = None
+        with steps("release"):
+            while time.monotonic() + RELEASE_POLL_S < deadline and not self.cdc.short:
+                time.sleep(RELEASE_POLL_S)
+                state = cdc.state if cdc is not None else self.state
+                ranges = self.cdc.ranges(state.cdc_to)
+                if not ranges:
+                    continue
+                more = self._cdc_read(state, ranges)
+                cdc = cdc.then(more) if cdc is not None else more
+                if (cdc.state.clock_ms or 0) > due:
+                    break
+            if cdc is None or cdc.state.clock_ms == self.state.clock_ms:
+                return None
+            cdc = self._cdc_checked(cdc)
+            if cdc.changes:
+                self.table.add(cdc.versions)
+            watermark = cdc.state.clock_ms
+            result = self.ratings.step(KAFKA.empty_table(), self.table.versions(), watermark)
+            counts = {
+                "enriched": len(result.enriched),
+                "alerts": len(result.alerts),
+                "dlq": len(cdc.dead) + len(result.dead),
+                "cdc_events": cdc.events,
+                "changes": cdc.changes,
+                "duplicates": cdc.duplicates,
+            }
+            marker = BatchMarker(
+                batch_id,
+                self.out.run,
+                cdc.state,
+                self.settings.ratings_topic,
+                self.settings.cdc_topic,
+                consumed_to=self.consumed_to,
+                waiting_from=result.waiting_from,
+                counts=counts | {"waiting": _rows(result.waiting), "released": len(result.enriched)},
+            )
+            outputs = [cdc.customers, cdc.dead, result.enriched, result.alerts, result.dead]
+            self.out.write(batch_id, outputs, marker.as_json())
+        self.state, self.waiting_from, self.ratings.waiting = cdc.state, result.waiting_from, result.waiting
+        if cdc.changes:
+            self.unlogged.append(cdc.versions)
+        return counts | {"waiting": _rows(result.waiting)}, watermark
 
     def _cdc_commit(self, batch_id: int, cdc: CdcResult, steps: Steps) -> None:
         """The join in tasks: the batch's CDC outcome (the customers topic's records and the CDC

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from enrichment_job.customers.table import CdcState, CustomerTable
+from enrichment_job.customers.table import CdcState, CustomerTable, lacks
 from enrichment_job.driver.cdc import CdcReader, fill_unavailable, ingest_ranges
 from enrichment_job.kafka.reader import TopicReader
 from enrichment_job.marker import BatchMarker
@@ -29,7 +29,6 @@ __all__ = [
     "Start",
     "TopicsChanged",
     "claim_state",
-    "lacks",
     "starting_offsets",
 ]
 
@@ -135,11 +134,6 @@ class Start:
     state: CdcState
     consumed_to: dict[int, int]
     waiting_from: dict[int, int]
-
-
-def lacks(since: CdcState, until: CdcState) -> bool:
-    """Whether a table at `since` lacks CDC offsets the last commit (`until`) covered."""
-    return any(since.cdc_to.get(p, -1) < o for p, o in until.cdc_to.items())
 
 
 class Recovery:

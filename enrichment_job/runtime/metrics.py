@@ -124,7 +124,11 @@ class Metrics:
         )
         self._update(
             "enrichment",
-            {**common, **{k: counts[k] for k in ("new", "enriched", "alerts", "dlq", "waiting")}},
+            {
+                **common,
+                **{k: counts[k] for k in ("new", "enriched", "alerts", "dlq", "waiting")},
+                "released": counts.get("released", 0),  # of `enriched`: in the second transaction
+            },
         )
         log.info(
             "batch %d: %d new, %d enriched, %d alerts, %d dead letters, %d waiting, %d CDC events "

@@ -164,6 +164,44 @@ def test_e_records_of_one_customer_come_out_in_input_order(
     assert alerts == [rid for i, rid in enumerate(ids) if 1 + i % 2 < 3]
 
 
+def test_ratings_newer_than_a_batch_s_heartbeat_are_released_by_the_batch_in_a_second_transaction(
+    stack_env: StackEnv, topics: Topics, job: Job, db: Any
+) -> None:
+    """A rating newer than the newest heartbeat its batch read waits for the next one. The batch
+    waits for it (ENRICH_RELEASE_WAIT_MS) after its commit and writes those ratings in a second
+    transaction, with a marker of the same batch, instead of a trigger later. Ratings here are
+    150 ms ahead of the database clock, one every 50 ms for 2 s: each batch reads some that no
+    heartbeat it read covers, and that a heartbeat within its wait does. Each comes out once,
+    in input order."""
+    customer = insert_customer(db, "gold")
+    offset_ms = db_now_ms(db) - time.time_ns() // 1_000_000
+    ids = [next(IDS) for _ in range(40)]
+    for rid in ids:
+        now_ms = time.time_ns() // 1_000_000 + offset_ms
+        produce(stack_env, topics.name("ratings"), [rating(rid, customer, 4, now_ms + 150)])
+        time.sleep(0.05)
+    out = by_rating(stack_env, topics.name("enriched"), set(ids))
+    assert all(out[rid]["customer_matched"] for rid in ids)
+    enriched = [
+        v["rating_id"]
+        for v in values(read_topic(stack_env, topics.name("enriched"), timeout_s=10))
+        if v["user_id"] == customer
+    ]
+    assert enriched == ids, "each once, in input order across both transactions of a batch"
+    job_name = topics.env()["ENRICH_JOB_NAME"]
+    markers = [
+        json.loads(m.value())
+        for m in read_topic(stack_env, JobSettings.model_fields["commits_topic"].default, timeout_s=20)
+        if m.key() == job_name.encode()
+    ]
+    released = [m for m in markers if m.get("released")]
+    assert released, f"no batch released ratings in its second transaction: {markers[-8:]}"
+    for second in released:
+        first = [m for m in markers if m["batch_id"] == second["batch_id"] and "released" not in m]
+        assert first and first[0]["waiting"] >= second["released"], (first, second)
+        assert markers.index(first[0]) < markers.index(second)
+
+
 def test_g_bad_records_go_to_the_dlq_with_reasons_and_good_ones_around_them_are_enriched(
     stack_env: StackEnv, topics: Topics, job: Job, db: Any
 ) -> None:

@@ -127,6 +127,28 @@ def test_a_batch_appended_before_is_not_appended_again_but_another_runs_is(tmp_p
     assert DeltaLog(path, "run-c").state == CdcState(1_004, None, {0: 4})
 
 
+def test_a_batch_appended_before_is_appended_again_when_its_cdc_offsets_went_further(tmp_path: Path) -> None:
+    """A batch's second transaction (the release of its waiting ratings) moves its CDC offsets
+    after the log took the batch; a restart re-reads what it added and appends that, though
+    the batch id is taken. Later batches still append once each."""
+    path = str(tmp_path / "customer_versions")
+    log = DeltaLog(path, "run-a", commit_interval_s=0)
+    try:
+        log.append(1, _versions([1]), CdcState(1_001, None, {0: 1}))
+    finally:
+        log.close()
+    again = DeltaLog(path, "run-a")  # the restart's catch-up, to the release's offsets
+    try:
+        again.append(1, _versions([2]), CdcState(1_002, None, {0: 3}))
+        again.append(1, _versions([2]), CdcState(1_002, None, {0: 3}))  # and a re-run of it: skipped
+        again.append(2, _versions([3]), CdcState(1_003, None, {0: 4}))
+        again.append(2, _versions([3]), CdcState(1_003, None, {0: 4}))
+    finally:
+        again.close()
+    assert sorted(live_rows(tmp_path / "customer_versions").column("id").to_pylist()) == [1, 2, 3]
+    assert DeltaLog(path, "run-a").state == CdcState(1_003, None, {0: 4})
+
+
 def test_a_table_spark_wrote_is_read_back_and_continued(spark: Any, tmp_path: Path) -> None:
     """Tables written by Spark's Delta (the job wrote them that way before) go on as they are:
     the last commit's state, its transaction, its rows."""

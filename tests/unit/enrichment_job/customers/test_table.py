@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from enrichment_job.customers.table import CdcState, CustomerTable
+from enrichment_job.customers.table import CdcState, CustomerTable, lacks
 from tests.support.change_events import sample_versions
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -73,3 +73,11 @@ def test_a_failed_log_stops_the_next_batch_that_adds_versions(spark: Any) -> Non
     with pytest.raises(RuntimeError, match="Delta writer failed"):
         table.add(sample_versions(spark))
     assert len(table.versions()) == 0
+
+
+def test_a_table_behind_the_last_commit_lacks_what_it_covered_and_one_level_with_it_nothing() -> None:
+    commit = CdcState(5_000, None, {0: 900, 1: 40})
+    assert lacks(CdcState(4_000, None, {0: 700}), commit)
+    assert lacks(CdcState(4_000, None, {0: 900}), commit), "a partition the table never read"
+    assert not lacks(commit, commit)
+    assert not lacks(CdcState(), CdcState())  # a first run: nothing committed yet

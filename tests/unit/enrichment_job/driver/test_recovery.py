@@ -6,12 +6,10 @@ from typing import Any
 
 import pytest
 
-from enrichment_job.customers.table import CdcState
 from enrichment_job.driver.recovery import (
     PIPELINE_CHECKPOINT,
     TopicsChanged,
     claim_state,
-    lacks,
     starting_offsets,
 )
 from enrichment_job.marker import BatchMarker
@@ -97,11 +95,3 @@ def test_a_new_run_starts_where_the_last_commit_left_both_topics(tmp_path: Path)
         "ratings": {"0": 120, "1": 7, "2": 3},  # a partition it never read: from its start
         "asgard.demo.customers": {"0": 9000},
     }
-
-
-def test_a_table_behind_the_last_commit_lacks_what_it_covered_and_one_level_with_it_nothing() -> None:
-    commit = CdcState(5_000, None, {0: 900, 1: 40})
-    assert lacks(CdcState(4_000, None, {0: 700}), commit)
-    assert lacks(CdcState(4_000, None, {0: 900}), commit), "a partition the table never read"
-    assert not lacks(commit, commit)
-    assert not lacks(CdcState(), CdcState())  # a first run: nothing committed yet
