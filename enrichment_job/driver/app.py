@@ -4,6 +4,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -352,12 +353,9 @@ class Pipeline:
             "duplicates": cdc.duplicates,
             "deferred": deferred,
         }
-        marker = BatchMarker(
+        marker = self._marker(
             batch_id,
-            self.out.run,
             cdc.state,
-            settings.ratings_topic,
-            settings.cdc_topic,
             consumed_to=consumed_to,
             waiting_from=waiting_from,
             counts=counts,
@@ -436,12 +434,9 @@ class Pipeline:
                 "changes": cdc.changes,
                 "duplicates": cdc.duplicates,
             }
-            marker = BatchMarker(
+            marker = self._marker(
                 batch_id,
-                self.out.run,
                 cdc.state,
-                self.settings.ratings_topic,
-                self.settings.cdc_topic,
                 consumed_to=self.consumed_to,
                 waiting_from=result.waiting_from,
                 counts=counts | {"waiting": _rows(result.waiting), "released": len(result.enriched)},
@@ -453,17 +448,21 @@ class Pipeline:
             self.unlogged.append(cdc.versions)
         return counts | {"waiting": _rows(result.waiting)}, watermark
 
+    def _marker(self, batch_id: int, state: CdcState, **fields: Any) -> BatchMarker:
+        """The marker of a batch of this run that leaves the CDC side at `state`."""
+        settings = self.settings
+        return BatchMarker(
+            batch_id, self.out.run, state, settings.ratings_topic, settings.cdc_topic, **fields
+        )
+
     def _cdc_commit(self, batch_id: int, cdc: CdcResult, steps: Steps) -> None:
         """The join in tasks: the batch's CDC outcome (the customers topic's records and the CDC
         dead letters, on their way since `begin`) and its marker, in the driver's transaction.
         A re-run of the batch finds it and goes straight to the tasks, with this watermark."""
         counts = {"cdc_events": cdc.events, "changes": cdc.changes, "duplicates": cdc.duplicates}
-        marker = BatchMarker(
+        marker = self._marker(
             batch_id,
-            self.out.run,
             cdc.state,
-            self.settings.ratings_topic,
-            self.settings.cdc_topic,
             join_in="tasks",
             counts=counts | {"dlq": len(cdc.dead)},
         )
