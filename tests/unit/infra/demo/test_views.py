@@ -3,6 +3,7 @@
 from typing import Any
 
 from enrichment_job.views.settings import ViewsSettings
+from infra.demo import views
 from infra.demo.reconcile import decode_json
 from infra.demo.views import Recount, Rules, segment_key
 
@@ -60,3 +61,20 @@ def test_bytes_that_are_not_utf8_are_read_and_reported_not_a_crash() -> None:
     assert decode_json(b'{"a": 1}') == ({"a": 1}, True)
     assert decode_json(b'{"message": "caf\xe9"}') == ({"message": "caf\ufffd"}, False)
     assert decode_json(b"{not json") == (None, True)
+
+
+def test_caught_up_waits_for_the_required_views_only(monkeypatch: Any) -> None:
+    """A view another run declared on the same stack is listed by the service but run by no
+    views job of this run: the drain does not wait for it (it waited for ever)."""
+    listed = {
+        "customer_ratings": {"freshness": {"enriched_to": {"0": 10}}},
+        "segment_hourly": {"freshness": {"enriched_to": {"0": 10}}},
+        "left_by_a_demo": {"freshness": {"enriched_to": {"0": 3}}},
+    }
+    monkeypatch.setattr(views, "catalog", lambda: listed)
+    monkeypatch.setattr(
+        views, "behind", lambda servers, topic, view: 10 - view["freshness"]["enriched_to"]["0"]
+    )
+    assert views.caught_up("kafka", "enriched", ("customer_ratings", "segment_hourly"))
+    assert not views.caught_up("kafka", "enriched", ("customer_ratings", "left_by_a_demo"))
+    assert not views.caught_up("kafka", "enriched", ("customer_ratings", "not_served_yet"))
