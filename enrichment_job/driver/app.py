@@ -171,10 +171,6 @@ class Pipeline:
             self.tasks = TaskJoin(self.spark, self.settings, str(self.out.run), self.first_starts, cut_over)
         return starting
 
-    def _cdc_events(self, state: CdcState, until: dict[int, int] | None = None) -> pa.Table:
-        """The CDC topic from `state`'s offsets to its end now (or to `until`), as Kafka columns."""
-        return self.cdc.read(self.cdc.ranges(state.cdc_to, until))
-
     def _cdc_read(self, state: CdcState, ranges: dict[int, tuple[int, int]]) -> CdcResult:
         """The CDC records of `ranges` (from `state`'s offsets), ingested after `state` (not yet
         `_cdc_checked`)."""
@@ -202,13 +198,7 @@ class Pipeline:
         if not target:
             return cdc
         while self.cdc.short:
-            more = ingest(
-                self._cdc_events(cdc.state, until=target),
-                cdc.state,
-                self.settings.customers_topic,
-                self.settings.dlq_topic,
-                self.spark,
-            )
+            more = self._cdc_read(cdc.state, self.cdc.ranges(cdc.state.cdc_to, target))
             cdc = cdc.then(more)
             left = sum(max(0, end - cdc.state.cdc_to.get(p, end)) for p, end in target.items())
             log.info(
@@ -394,7 +384,7 @@ class Pipeline:
         Returns what it wrote and the watermark, or None when it wrote nothing."""
         waiting = self.ratings.waiting
         deadline = started + self.settings.release_wait_ms / 1000
-        if waiting is None or not waiting.num_rows or self.state.clock_ms is None or self.tasks is not None:
+        if waiting is None or not waiting.num_rows or self.state.clock_ms is None:
             return None
         now_ms = time.time_ns() // 1_000_000
         if now_ms - self.state.clock_ms > RELEASE_STALLED_MS:
