@@ -139,3 +139,12 @@ class JobSettings(SparkJobSettings):
     views_in_job: bool = Field(
         False, description="also run the materialized views' queries in this application (VIEWS_JOB_*)"
     )
+
+    @property
+    def driver_handles_records(self) -> bool:
+        """The join on the driver (`auto` in local mode) runs no Spark task over the ratings: the
+        driver JVM only plans the query, and the Python side reads, joins and writes. The join in
+        tasks, or the views in this application, run tasks over records in a local driver's JVM.
+        (`auto` goes to tasks in local mode only after a commit in tasks, which the JVM's start
+        does not know yet: such a run's JVM compiles with C1 alone, which is slower, not wrong.)"""
+        return self.join_in == "tasks" or self.views_in_job

@@ -76,8 +76,9 @@ class SparkJobSettings(Settings, ObjectStoreSettings):
     driver_memory: str = "2g"
     driver_java_options: str = Field(
         "-XX:+UseParallelGC",
-        description="spark.driver.extraJavaOptions (only with python -m): in local mode the driver runs "
-        "the tasks; with a cluster's master -XX:TieredStopAtLevel=1 is added unless they choose a JIT",
+        description="spark.driver.extraJavaOptions (only with python -m); -XX:TieredStopAtLevel=1 is "
+        "added unless they choose a JIT, where the driver JVM runs no task that handles records (a "
+        "cluster's master; the enrichment job's join on the driver)",
     )
     class_archive_dir: str = Field(
         "~/.cache/ratings-enrichment",
@@ -103,6 +104,12 @@ class SparkJobSettings(Settings, ObjectStoreSettings):
     @property
     def state(self) -> StateDir:
         return StateDir(self.state_dir, self)
+
+    @property
+    def driver_handles_records(self) -> bool:
+        """Whether, in local mode, the driver JVM runs Spark tasks that handle records (and so
+        keeps the optimising compiler): a Spark job's does."""
+        return True
 
     @property
     def dead_letters(self) -> StateDir:

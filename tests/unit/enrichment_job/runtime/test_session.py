@@ -95,25 +95,36 @@ def test_with_log_format_json_the_driver_jvm_logs_json_lines_too() -> None:
     assert not [line for line in done.stderr.splitlines() if " WARN NativeCodeLoader" in line]
 
 
-def test_a_driver_on_a_cluster_compiles_with_c1_alone_unless_its_options_choose_a_jit() -> None:
+def test_a_driver_that_runs_no_task_over_records_compiles_with_c1_alone_unless_its_options_choose_a_jit() -> (
+    None
+):
     on_cluster = JobSettings(master="spark://127.0.0.1:7077")
     assert driver_jvm_options(on_cluster) == f"-XX:+UseParallelGC {C1_ONLY}"
-    # in local mode the driver JVM runs the tasks: both compilers
-    assert driver_jvm_options(JobSettings(master="local[2]")) == "-XX:+UseParallelGC"
+    assert driver_jvm_options(JobSettings(master="spark://h:7077", join_in="tasks")).endswith(C1_ONLY)
+    # local mode, the join on the driver: the JVM only plans the query
+    assert driver_jvm_options(JobSettings(master="local[2]")) == f"-XX:+UseParallelGC {C1_ONLY}"
+    assert driver_jvm_options(JobSettings(master="local[2]", join_in="driver")).endswith(C1_ONLY)
+    # local mode, the driver JVM runs tasks over records: both compilers
+    assert driver_jvm_options(JobSettings(master="local[2]", join_in="tasks")) == "-XX:+UseParallelGC"
+    assert driver_jvm_options(JobSettings(master="local[2]", views_in_job=True)) == "-XX:+UseParallelGC"
+    assert driver_jvm_options(ViewsSettings(master="local[2]")) == "-XX:+UseParallelGC"
     assert driver_jvm_options(JobSettings(master="")) == "-XX:+UseParallelGC"  # spark-submit's choice
     chosen = JobSettings(master="spark://h:7077", driver_java_options="-XX:-TieredCompilation")
     assert driver_jvm_options(chosen) == "-XX:-TieredCompilation"
+    assert driver_jvm_options(
+        JobSettings(master="local[2]", driver_java_options="-XX:-TieredCompilation")
+    ) == ("-XX:-TieredCompilation")
     views = ViewsSettings(master="spark://127.0.0.1:7077")
     assert driver_jvm_options(views).endswith(C1_ONLY)
 
 
-def test_the_class_archive_of_a_driver_on_a_cluster_is_keyed_by_the_options_it_runs_with(
-    tmp_path: Path,
-) -> None:
-    local = driver_archive(JobSettings(master="local[2]", class_archive_dir=str(tmp_path)), "app")
-    cluster = driver_archive(JobSettings(master="spark://h:7077", class_archive_dir=str(tmp_path)), "app")
-    assert local is not None and cluster is not None
-    assert local.path != cluster.path  # an archive is recorded with the JIT flags it is mapped with
+def test_the_class_archive_of_a_driver_is_keyed_by_the_options_it_runs_with(tmp_path: Path) -> None:
+    both = driver_archive(
+        JobSettings(master="local[2]", views_in_job=True, class_archive_dir=str(tmp_path)), "app"
+    )
+    c1 = driver_archive(JobSettings(master="spark://h:7077", class_archive_dir=str(tmp_path)), "app")
+    assert both is not None and c1 is not None
+    assert both.path != c1.path  # an archive is recorded with the JIT flags it is mapped with
 
 
 class _Session:
