@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.customers.table import CdcState, CustomerTable, DeltaLog
-from enrichment_job.driver.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable, ingest
+from enrichment_job.driver.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable, ingest, latest_rows
 from enrichment_job.driver.recovery import PIPELINE_CHECKPOINT, Recovery, Start, claim_state
 from enrichment_job.kafka.claim_check import StorePruner
 from enrichment_job.kafka.reader import KAFKA, RecordsDeleted, TopicReader
@@ -138,11 +138,6 @@ class Pipeline:
         join_in = join_place(settings.join_in, master, last)
         where = "in Spark tasks on the executors" if join_in == "tasks" else "on the driver"
         log.info("the join runs %s (ENRICH_JOIN_IN=%s, master %s)", where, settings.join_in, master)
-        if join_in == "driver" and last is not None and last.join_in == "tasks":
-            raise JoinMoved(
-                f"setting ENRICH_JOIN_IN: job {settings.job_name!r} last committed with the join in "
-                "tasks (ENRICH_JOIN_IN=tasks); it cannot go back to the driver under the same name"
-            )
         cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
         ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
         ratings, recovery = Ratings(settings), Recovery(spark, settings, table, last, out.run)
@@ -273,6 +268,9 @@ class Pipeline:
         started, steps = time.monotonic(), Steps()
         with steps("read"):
             ends = self._ratings_ends()  # before the CDC read: see the class
+            # The ratings' records too, before the CDC's: a first batch reads them while the
+            # CDC read-ahead finishes, instead of after it.
+            taken = self._ratings_input(ends) if self.tasks is None else None
         with steps("cdc"):
             cdc = self._prefetched()
             state = cdc.state if cdc is not None else self.state
@@ -282,17 +280,25 @@ class Pipeline:
             cdc = self._cdc_checked(cdc)
         # The transaction opens now: the CDC step's records (millions in a catch-up) are
         # produced while the ratings are decided.
-        self.out.begin(batch_id, [cdc.customers, cdc.dead])
+        self.out.begin(batch_id, [latest_rows(cdc.customers), cdc.dead])
         try:
-            self._decide(batch_id, cdc, ends, started, steps)
+            self._decide(batch_id, cdc, ends, started, steps, taken=taken)
         except BaseException:
             self.out.abort(batch_id)
             raise
 
     def _decide(
-        self, batch_id: int, cdc: CdcResult, ends: dict[int, int], started: float, steps: Steps
+        self,
+        batch_id: int,
+        cdc: CdcResult,
+        ends: dict[int, int],
+        started: float,
+        steps: Steps,
+        *,
+        taken: tuple[pa.Table, dict[int, int]] | None,
     ) -> None:
-        """The batch's ratings against the table, written with the CDC step's records."""
+        """The batch's ratings against the table, written with the CDC step's records. `taken`:
+        the ratings the batch reads (`_ratings_input`), with the join on the driver."""
         settings = self.settings
         if cdc.changes:  # the join below needs them: the watermark counts them in
             with steps("table"):
@@ -304,8 +310,8 @@ class Pipeline:
         watermark = cdc.state.clock_ms
         outputs: list[Records] = []  # after the CDC step's, which are on their way
         result = None
-        with steps("read"):
-            ratings_raw, consumed_to = self._ratings_input(ends)
+        assert taken is not None  # the join on the driver read them
+        ratings_raw, consumed_to = taken
         # Waiting ratings are decided again when the CDC side moved (a heartbeat, a change):
         # without it, nothing about them can have changed.
         if consumed_to != self.consumed_to or (self.ratings.waiting_count and cdc.events):
@@ -431,7 +437,7 @@ class Pipeline:
                 waiting_from=result.waiting_from,
                 counts=counts | {"waiting": _rows(result.waiting), "released": len(result.enriched)},
             )
-            outputs = [cdc.customers, cdc.dead, result.enriched, result.alerts, result.dead]
+            outputs = [latest_rows(cdc.customers), cdc.dead, result.enriched, result.alerts, result.dead]
             self.out.write(batch_id, outputs, marker.as_json())
         self.state, self.waiting_from, self.ratings.waiting = cdc.state, result.waiting_from, result.waiting
         if cdc.changes:

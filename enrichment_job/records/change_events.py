@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
+from enrichment_job.kafka.batches import concat
 from enrichment_job.records.json_columns import object_shaped, read_objects, utf8_valid
 from enrichment_job.records.schemas import CUSTOMER_FIELDS
 from enrichment_job.records.transforms import HEARTBEAT_TABLE, dead_letter_headers, parse_cdc
@@ -92,7 +93,8 @@ _PARSE = pj.ParseOptions(explicit_schema=ENVELOPE, unexpected_field_behavior="ig
 def read(raw: pa.Table, spark: SparkSession) -> pa.Table:
     """`raw`'s records (the Kafka columns, in CDC order) as `EVENTS`."""
     events = read_arrow(raw)
-    return events if events is not None else read_spark(spark.createDataFrame(raw, RAW_SCHEMA))
+    # One chunk for Spark: PySpark's createDataFrame stops reading at an empty chunk.
+    return events if events is not None else read_spark(spark.createDataFrame(concat([raw]), RAW_SCHEMA))
 
 
 def read_arrow(raw: pa.Table) -> pa.Table | None:
@@ -367,11 +369,17 @@ class Clock:
         seen = before >= 0
         self.duplicate = ~snapshot & seen & (own <= before)
         # A snapshot read has no GTID: whether it took the history back is a matter of binlog
-        # position alone.
+        # position alone, (file, position, row) compared in order, for all the snapshot reads at
+        # once (a fresh start reads every snapshot the topic holds, 100,000 reads each here).
         self.rewound = np.zeros(len(snapshot), bool)
-        for i in np.flatnonzero(restart & seen):
-            here = tuple(int(part[i]) for part in parts[1:])
-            self.rewound[i] = here < tuple(int(x) for x in by_rank[before[i], 1:])
+        reads = np.flatnonzero(restart & seen)
+        if len(reads):
+            here = np.stack([part[reads] for part in parts[1:]], axis=1)
+            furthest = by_rank[before[reads], 1:]
+            differs = here != furthest
+            first = np.argmax(differs, axis=1)  # the first part that differs (0 when none does)
+            rows = np.arange(len(reads))
+            self.rewound[reads] = differs.any(axis=1) & (here[rows, first] < furthest[rows, first])
         # Each rewind: the furthest position before it, and the snapshot's (as Debezium gave it).
         self.rewinds: list[tuple[Position, Position]] = [
             (_position(by_rank[before[i]]), _position(np.array([part[i] for part in reported])))

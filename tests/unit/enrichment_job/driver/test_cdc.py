@@ -6,11 +6,13 @@ import json
 import logging
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from enrichment_job.customers.table import CdcState
 from enrichment_job.customers.versions import VersionStore
-from enrichment_job.driver.cdc import UNAVAILABLE, fill_unavailable, ingest
+from enrichment_job.driver.cdc import UNAVAILABLE, fill_unavailable, in_order, ingest, latest_rows
+from enrichment_job.kafka.transactions import Records
 from enrichment_job.records import change_events
 from enrichment_job.records.transforms import with_validity
 from tests.support.change_events import (
@@ -344,6 +346,23 @@ def test_after_a_failover_the_gtid_orders_changes_whose_binlog_position_is_lower
     assert _clock(values[:2], 5_000, (103, 2, 500, 0)).duplicate.tolist() == [True, True]
 
 
+def test_each_snapshot_of_many_reads_is_one_rewind_and_only_a_lower_position_rewinds() -> None:
+    values = [
+        change_event("u", 7, 1_000, 500, binlog_file=3),
+        *(change_event("r", c, 2_000, 100, binlog_file=1, snapshot="true") for c in (7, 8, 9)),
+        change_event("r", 10, 2_000, 100, binlog_file=1, snapshot="last"),
+        change_event("u", 7, 3_000, 200, binlog_file=1),
+        change_event("r", 7, 4_000, 150, binlog_file=1, snapshot="true"),  # below (1, 200)
+        change_event("r", 8, 4_000, 150, binlog_file=1, snapshot="last"),
+        change_event("u", 7, 5_000, 300, binlog_file=1),
+        change_event("r", 7, 6_000, 10, binlog_file=2, snapshot="true"),  # a later file: no rewind
+    ]
+    clock = _clock(values)
+    assert clock.rewound.tolist() == [False, True, False, False, False, False, True, False, False, False]
+    assert clock.rewinds == [((-1, 3, 500, 0), (-1, 1, 100, 0)), ((-1, 1, 200, 0), (-1, 1, 150, 0))]
+    assert clock.duplicate.tolist() == [False] * 10
+
+
 def test_without_gtids_a_lower_binlog_file_is_still_a_re_send(spark: Any) -> None:
     result = _ingest(spark, [change_event("u", 7, 60_000, 4, binlog_file=4)])
     assert (result.duplicates, result.regressions, result.changes) == (1, 1, 0)
@@ -433,3 +452,29 @@ def test_a_new_postgres_slot_s_snapshot_starts_the_history_over_and_its_changes_
     result = ingest_values(spark, values, 1_500, first.state.position)
     assert [v["club_status"] for v in result.versions.to_pylist()] == ["gold", "platinum"]
     assert (result.duplicates, result.rewinds) == (1, ())
+
+
+def test_in_order_sorts_records_by_partition_and_offset_and_leaves_ordered_ones_as_they_are() -> None:
+    def table(spots: list[tuple[int, int]]) -> pa.Table:
+        return pa.table(
+            {
+                "partition": pa.array([p for p, _ in spots], pa.int32()),
+                "offset": pa.array([o for _, o in spots], pa.int64()),
+                "value": pa.array([f"{p}:{o}".encode() for p, o in spots], pa.binary()),
+            }
+        )
+
+    ordered = [(0, 5), (0, 6), (0, 9), (1, 0), (1, 1)]
+    assert in_order(table(ordered)).equals(table(ordered))
+    for shuffled in ([(1, 0), (0, 5), (0, 9), (1, 1), (0, 6)], [(0, 6), (0, 5), (0, 9), (1, 0), (1, 1)]):
+        assert in_order(table(shuffled)).equals(table(ordered))
+    two_chunks = pa.concat_tables([table(ordered[:2]), table(ordered[2:])])
+    assert in_order(two_chunks).equals(table(ordered))
+    assert in_order(table([])).num_rows == 0
+
+
+def test_a_transaction_writes_the_latest_row_of_each_customer_in_the_order_of_those() -> None:
+    customers = Records("customers", [b"7", b"8", b"7", b"9", b"8"], [b"7a", b"8a", b"7b", b"9a", None])
+    assert latest_rows(customers) == Records("customers", [b"7", b"9", b"8"], [b"7b", b"9a", None])
+    once = Records("customers", [b"1", b"2"], [b"1a", b"2a"])
+    assert latest_rows(once) is once
