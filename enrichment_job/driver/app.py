@@ -138,6 +138,19 @@ class Pipeline:
         join_in = join_place(settings.join_in, master, last)
         where = "in Spark tasks on the executors" if join_in == "tasks" else "on the driver"
         log.info("the join runs %s (ENRICH_JOIN_IN=%s, master %s)", where, settings.join_in, master)
+        if settings.release_wait_s * 1000 < settings.release_wait_ms:
+            log.warning(
+                "ENRICH_RELEASE_WAIT_MS=%d is more than half of ENRICH_TRIGGER_INTERVAL=%r: a batch waits "
+                "at most %.0f ms for the heartbeat that releases its waiting ratings",
+                settings.release_wait_ms,
+                settings.trigger_interval,
+                settings.release_wait_s * 1000,
+            )
+        if join_in == "driver" and last is not None and last.join_in == "tasks":
+            raise JoinMoved(
+                f"setting ENRICH_JOIN_IN: job {settings.job_name!r} last committed with the join in "
+                "tasks (ENRICH_JOIN_IN=tasks); it cannot go back to the driver under the same name"
+            )
         cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
         ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
         ratings, recovery = Ratings(settings), Recovery(spark, settings, table, last, out.run)
@@ -389,7 +402,7 @@ class Pipeline:
         batch's versions (a log commit per batch id; the log's CDC offsets say where it is).
         Returns what it wrote and the watermark, or None when it wrote nothing."""
         waiting = self.ratings.waiting
-        deadline = started + self.settings.release_wait_ms / 1000
+        deadline = started + self.settings.release_wait_s
         if waiting is None or not waiting.num_rows or self.state.clock_ms is None:
             return None
         now_ms = time.time_ns() // 1_000_000

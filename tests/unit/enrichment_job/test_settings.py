@@ -9,7 +9,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from enrichment_job.settings import JobSettings
+from enrichment_job.settings import JobSettings, interval_ms
 
 REPO = Path(__file__).resolve().parents[3]
 # Not a field: it names the file the settings are read from.
@@ -38,7 +38,12 @@ def test_a_bad_value_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    "name, value", [("ENRICH_GRACE_MS", "-5"), ("ENRICH_SPARK_KAFKA_EXTRA", '{"not": json')]
+    "name, value",
+    [
+        ("ENRICH_GRACE_MS", "-5"),
+        ("ENRICH_SPARK_KAFKA_EXTRA", '{"not": json'),
+        ("ENRICH_TRIGGER_INTERVAL", "500 ms"),
+    ],
 )
 def test_the_job_stops_before_spark_with_the_setting_named(name: str, value: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENRICH_")}
@@ -70,3 +75,23 @@ def test_spark_kafka_source_holds_fetches_briefly_and_extra_options_pass_through
     assert options["kafka.fetch.max.wait.ms"] == "20"
     monkeypatch.setenv("ENRICH_SOURCE_FETCH_MAX_WAIT_MS", "0")
     assert JobSettings().kafka_options()["kafka.fetch.max.wait.ms"] == "0"
+
+
+def test_trigger_intervals_read_as_spark_reads_them() -> None:
+    assert interval_ms("500 milliseconds") == 500
+    assert interval_ms("1 second") == interval_ms("1 seconds") == 1_000
+    assert interval_ms("interval 1 minute 30 seconds") == 90_000
+    assert interval_ms("0.5 Seconds") == 500
+    for bad in ("500 ms", "", "1 month", "seconds", "1 second and more"):
+        with pytest.raises(ValueError, match="is not an interval"):
+            interval_ms(bad)
+    with pytest.raises(pydantic.ValidationError, match="trigger_interval"):
+        JobSettings(trigger_interval="half a second")
+
+
+def test_the_release_waits_at_most_half_the_trigger_interval() -> None:
+    assert JobSettings().release_wait_s == 0.25  # the defaults: 250 ms of a 500 ms trigger
+    assert JobSettings(trigger_interval="200 milliseconds").release_wait_s == 0.1
+    assert JobSettings(trigger_interval="2 seconds", release_wait_ms=700).release_wait_s == 0.7
+    assert JobSettings(release_wait_ms=0).release_wait_s == 0
+    assert JobSettings(trigger_interval="0 seconds").release_wait_s == 0  # batches back to back
