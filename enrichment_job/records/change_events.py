@@ -179,6 +179,11 @@ def read_arrow(raw: pa.Table) -> pa.Table | None:
 _MEMBER = r'"{}"\s*:'
 
 
+def _named(name: str, times: int) -> str:
+    """A pattern that matches a value naming the member `name` at least `times` times."""
+    return "(?s)" + ".*".join([_MEMBER.format(name)] * times)
+
+
 def _every_column(
     values: pa.Array, op: pa.ChunkedArray, table: pa.Array, before: pa.Array, after: pa.Array
 ) -> bool:
@@ -187,17 +192,22 @@ def _every_column(
     database would silently change the customer (its club_status null turns its alerts off).
     Where a column read null, its name must stand as a member once per row of the event
     (`before` and `after`); an event where it does not is left to Spark's parse, which looks at
-    `after` alone and says which columns are missing. Only the values with a null are searched:
-    a search of every value took 1 s per 100,000 events of a fresh start's history."""
+    `after` alone and says which columns are missing. Only the values with a null are searched,
+    and a search stops at the match it needs (a count of every member took twice as long:
+    `gender` and `comments` are null in nearly every row of a fresh start's history)."""
     rows = pc.add(pc.is_valid(before).cast(pa.int32()), pc.is_valid(after).cast(pa.int32()))
     kept = pc.fill_null(pc.and_(pc.not_equal(op, "d"), pc.not_equal(table, HEARTBEAT_TABLE)), True)
     for name in CUSTOMER.names:
         unread = pc.and_(kept, pc.fill_null(pc.is_null(pc.struct_field(after, name)), False))
         if not pc.any(unread).as_py():
             continue
-        named = pc.fill_null(pc.count_substring_regex(values.filter(unread), _MEMBER.format(name)), 0)
-        if not pc.all(pc.greater_equal(named, rows.filter(unread))).as_py():
-            return False
+        for times in (1, 2):
+            searched = pc.and_(unread, pc.equal(rows, times))
+            if not pc.any(searched).as_py():
+                continue
+            named = pc.match_substring_regex(values.filter(searched), _named(name, times))
+            if not pc.all(pc.fill_null(named, False)).as_py():
+                return False
     return True
 
 

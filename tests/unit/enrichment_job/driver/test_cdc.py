@@ -228,6 +228,17 @@ def test_a_column_name_inside_a_text_does_not_stand_for_the_column(spark: Any) -
     assert len(ingest_values(spark, [value]).dead) == 1
 
 
+def test_an_update_whose_after_row_lacks_a_null_column_goes_to_sparks_parse() -> None:
+    """An update carries two rows: a null column named in `before` alone is missing from
+    `after`, and Arrow's null there would stand for it; both rows must name it."""
+    both = change_event("u", 7, 1_000, 10, comments=None)
+    event = json.loads(both)
+    del event["after"]["comments"]
+    only_before = json.dumps(event, separators=(",", ":")).encode()
+    assert change_events.read_arrow(cdc_records([both])) is not None
+    assert change_events.read_arrow(cdc_records([only_before])) is None
+
+
 @pytest.mark.parametrize("value", [b"null", b"[1]", b" " + change_event("c", 7, 1_000, 10)])
 def test_a_value_that_is_not_one_object_goes_to_sparks_parse(spark: Any, value: bytes) -> None:
     """Arrow's reader takes a lone null for an object of nulls (and a batch of only that
