@@ -5,50 +5,17 @@ ENRICH_ENV_FILE (lines NAME=value, the same names). A bad value stops the job wi
 that names the setting.
 """
 
-import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from enrichment_job.runtime.intervals import Interval, interval_ms
 from enrichment_job.runtime.settings import SparkJobSettings
 
-__all__ = ["TABLE", "JobSettings", "interval_ms"]
+__all__ = ["TABLE", "JobSettings"]
 
 TABLE = "customer_versions"  # the customer table, in the state folder
-
-# What Spark's processingTime trigger takes: "500 milliseconds", "1 second", "interval 1 minute
-# 30 seconds" (no months or years: a trigger's interval has a fixed length).
-_UNITS_MS = {
-    "week": 604_800_000.0,
-    "day": 86_400_000.0,
-    "hour": 3_600_000.0,
-    "minute": 60_000.0,
-    "second": 1_000.0,
-    "millisecond": 1.0,
-    "microsecond": 0.001,
-}
-_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", re.IGNORECASE)
-
-
-def interval_ms(text: str) -> int:
-    """A trigger interval as Spark reads it, in whole milliseconds; ValueError for one it would
-    not take."""
-    rest = re.sub(r"^\s*interval\s+", "", text, flags=re.IGNORECASE)
-    total, at = 0.0, 0
-    while at < len(rest):
-        part = _PART.match(rest, at)
-        unit = part.group(2).lower().removesuffix("s") if part is not None else ""
-        if part is None or unit not in _UNITS_MS:
-            raise ValueError(
-                f"{text!r} is not an interval: give numbers with units (week, day, hour, minute, second,"
-                " millisecond, microsecond), e.g. '500 milliseconds' or '1 minute 30 seconds'"
-            )
-        total += float(part.group(1)) * _UNITS_MS[unit]
-        at = part.end()
-    if at == 0:
-        raise ValueError(f"{text!r} is not an interval: e.g. '500 milliseconds'")
-    return int(total)
 
 
 class JobSettings(SparkJobSettings):
@@ -161,7 +128,7 @@ class JobSettings(SparkJobSettings):
     )
 
     # Spark
-    trigger_interval: str = Field(
+    trigger_interval: Interval = Field(
         "500 milliseconds",
         description="how often a batch starts (Spark's processingTime trigger), e.g. '1 second'",
     )
@@ -186,12 +153,6 @@ class JobSettings(SparkJobSettings):
         (`auto` goes to tasks in local mode only after a commit in tasks, which the JVM's start
         does not know yet: such a run's JVM compiles with C1 alone, which is slower, not wrong.)"""
         return self.join_in == "tasks" or self.views_in_job
-
-    @field_validator("trigger_interval")
-    @classmethod
-    def _interval(cls, value: str) -> str:
-        interval_ms(value)  # raises for what Spark would not take
-        return value
 
     @property
     def release_wait_s(self) -> float:

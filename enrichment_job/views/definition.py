@@ -46,6 +46,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from enrichment_job.runtime.intervals import interval_ms
 from enrichment_job.views.transforms import EVERY_FIELD, REQUIRED
 from foundation.errors import RatingsError
 
@@ -62,7 +63,6 @@ __all__ = [
     "compile_view",
     "enriched_columns",
     "fields_read",
-    "interval_ms",
     "parse",
     "placeholder",
     "read",
@@ -240,12 +240,8 @@ def compile_view(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> Co
             raise ViewRefused(
                 f"{view.name}: header watermark: {delay!r} is not an interval ({_first_line(err)})"
             ) from None
-    if view.trigger is not None and not re.fullmatch(
-        r"\d+(\.\d+)?\s*(milliseconds?|seconds?|minutes?|hours?)", view.trigger
-    ):
-        raise ViewRefused(
-            f"{view.name}: header trigger: {view.trigger!r} is not an interval such as '5 seconds'"
-        )
+    if view.trigger is not None:
+        _header_ms(view, "trigger", view.trigger)
     rows = rows_of(spark, view, source)
     if not rows.isStreaming:
         raise ViewRefused(f"{view.name}: a view reads FROM {RELATION}")
@@ -270,16 +266,12 @@ def compile_view(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> Co
     return CompiledView(view, rows, key, window_start, _retention_ms(view, window_start))
 
 
-def interval_ms(text: str) -> int | None:
-    """'2 hours', '1 hour 30 minutes', '90 seconds'... in milliseconds; None when it is not one."""
-    if not re.fullmatch(_INTERVAL, text.strip()):
-        return None
-    return sum(int(n) * _UNIT_MS[unit] for n, unit in re.findall(_PART, text))
-
-
-_PART = r"(\d+)\s*(millisecond|second|minute|hour|day)s?"
-_INTERVAL = rf"(?:{_PART}\s*)+"
-_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+def _header_ms(view: ViewFile, header: str, text: str) -> int:
+    """A header's interval in ms, or ViewRefused naming the header."""
+    try:
+        return interval_ms(text)
+    except ValueError as err:
+        raise ViewRefused(f"{view.name}: header {header}: {err}") from None
 
 
 def _retention_ms(view: ViewFile, window_start: str | None) -> int | None:
@@ -288,11 +280,7 @@ def _retention_ms(view: ViewFile, window_start: str | None) -> int | None:
     updates must not have left the view already)."""
     if view.retention is None:
         return None
-    retention = interval_ms(view.retention)
-    if retention is None:
-        raise ViewRefused(
-            f"{view.name}: header retention: {view.retention!r} is not an interval such as '7 days'"
-        )
+    retention = _header_ms(view, "retention", view.retention)
     if view.watermark is None:
         raise ViewRefused(
             f"{view.name}: header retention needs a watermark: Spark keeps every window without one"
@@ -302,8 +290,8 @@ def _retention_ms(view: ViewFile, window_start: str | None) -> int | None:
             f"{view.name}: header retention needs the window's start selected as is (window.start AS ...):"
             " a row's window is read from it"
         )
-    delay = interval_ms(view.watermark[1])
-    if delay is None or retention < delay:
+    delay = _header_ms(view, "watermark", view.watermark[1])
+    if retention < delay:
         raise ViewRefused(
             f"{view.name}: header retention ({view.retention}) must be at least the watermark's delay"
             f" ({view.watermark[1]}): a window Spark still updates must not have left the view"

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from enrichment_job.runtime.intervals import Interval
 from enrichment_job.runtime.settings import SparkJobSettings
 from foundation.errors import ConfigError
 
@@ -64,10 +65,10 @@ class ViewsSettings(SparkJobSettings):
     )
 
     # Spark
-    trigger_interval: str = Field(
+    trigger_interval: Interval = Field(
         "1 second", description="trigger of the query of the views without an event time (customer_ratings)"
     )
-    windowed_trigger_interval: str = Field(
+    windowed_trigger_interval: Interval = Field(
         "5 seconds",
         description="trigger of each view with an event time (segment_hourly), a query of its own",
     )

@@ -211,7 +211,8 @@ def test_a_file_with_a_wrong_name_or_header_is_refused_before_spark(
             "'rating_time' is not a timestamp column of enriched (rating_ts)",
         ),
         ("-- watermark: rating_ts an hour", "'an hour' is not an interval"),
-        ("-- trigger: soon", "'soon' is not an interval such as '5 seconds'"),
+        ("-- trigger: soon", "header trigger: 'soon' is not an interval"),
+        ("-- trigger: 0.5 minutes", "header trigger: '0.5 minutes' is not an interval: only seconds"),
     ],
 )
 def test_a_header_spark_cannot_use_is_refused(spark: SparkSession, header: str, refusal: str) -> None:

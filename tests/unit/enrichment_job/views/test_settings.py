@@ -58,6 +58,10 @@ def test_a_bad_value_stops_the_job_before_spark_naming_the_setting() -> None:
     done = _run({"VIEWS_JOB_UNHAPPY_STARS_BELOW": "9"})
     assert done.returncode == 2
     assert "VIEWS_JOB_UNHAPPY_STARS_BELOW" in done.stderr
+    # A trigger Spark would refuse at the first batch (no fraction of a minute) is refused here.
+    done = _run({"VIEWS_JOB_WINDOWED_TRIGGER_INTERVAL": "0.5 minutes"})
+    assert done.returncode == 2
+    assert "VIEWS_JOB_WINDOWED_TRIGGER_INTERVAL" in done.stderr and "only seconds" in done.stderr
 
 
 def test_spark_reads_only_committed_enriched_records() -> None:
