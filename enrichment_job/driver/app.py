@@ -3,6 +3,7 @@
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,7 +17,7 @@ from enrichment_job.driver.cdc import CdcReader, CdcResult, Prefetch, fill_unava
 from enrichment_job.driver.recovery import PIPELINE_CHECKPOINT, Recovery, Start, claim_state
 from enrichment_job.kafka.claim_check import StorePruner
 from enrichment_job.kafka.reader import KAFKA, RecordsDeleted, TopicReader
-from enrichment_job.kafka.transactions import Fenced, Records, TransactionalOutput
+from enrichment_job.kafka.transactions import Fenced, TransactionalOutput
 from enrichment_job.marker import BatchMarker
 from enrichment_job.records import change_events
 from enrichment_job.runtime.jvm import ClassArchive
@@ -24,7 +25,7 @@ from enrichment_job.runtime.metrics import JobCollector, Metrics, ProgressListen
 from enrichment_job.runtime.session import APP_NAME, SessionStart, begin_session, on_cluster
 from enrichment_job.settings import TABLE, JobSettings
 from enrichment_job.tasks import TaskJoin, enrich
-from enrichment_job.tasks.enrich import Ratings
+from enrichment_job.tasks.enrich import Ratings, RatingsResult
 from enrichment_job.views.app import start_queries
 from enrichment_job.views.settings import DLQ_STAGE as VIEWS_STAGE
 from enrichment_job.views.settings import ViewsSettings
@@ -46,6 +47,46 @@ RELEASE_POLL_S = 0.01
 # A CDC clock further behind the job's own than this is a stalled CDC side (Connect down, a
 # failed task): the next heartbeat is not coming soon, and a batch does not wait for it.
 RELEASE_STALLED_MS = 2_000
+
+
+@dataclass
+class _Inputs:
+    """A batch's work before its transaction: what it read, and with the join on the driver
+    the outcome of its ratings (`Pipeline._step`)."""
+
+    started: float
+    steps: Steps
+    ends: dict[int, int]  # where each ratings partition ended as the batch began
+    cdc: CdcResult
+    ratings: tuple[pa.Table, dict[int, int]] | None  # the driver's: records, `consumed_to`
+    result: RatingsResult | None = None
+
+
+class _Ahead:
+    """`work` run in a thread of its own, begun at once; `result` waits for it."""
+
+    def __init__(self, work: Callable[[], _Inputs]) -> None:
+        self._work = work
+        self._done: _Inputs | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="first-batch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._done = self._work()
+        except BaseException as err:  # noqa: BLE001 - raised again by `result`, in the batch
+            self._error = err
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> _Inputs:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._done is not None
+        return self._done
 
 
 class JoinMoved(ValueError):
@@ -116,6 +157,7 @@ class Pipeline:
         self.join_in = join_in
         self.resumed_from = resumed_from  # the last commit's marker as this process started
         self.unlogged: list[pa.Table] = []  # versions a release added, for the next batch's log commit
+        self._ahead: _Ahead | None = None  # the first batch's inputs, taken while Spark plans it
 
     @classmethod
     def resume(
@@ -197,7 +239,7 @@ class Pipeline:
         prefetch, self.prefetch = self.prefetch, None
         return prefetch.take() if prefetch is not None else None
 
-    def _cdc_catch_up(self, batch_id: int, cdc: CdcResult) -> CdcResult:
+    def _cdc_catch_up(self, cdc: CdcResult) -> CdcResult:
         """When the limit per read left CDC records that were in the topic as the batch
         started (a fresh job on a long CDC topic, or after a long stop), the batch reads on to
         them, one limited read after the other, before any rating is decided. Otherwise ratings
@@ -209,12 +251,7 @@ class Pipeline:
             more = self._cdc_read(cdc.state, self.cdc.ranges(cdc.state.cdc_to, target))
             cdc = cdc.then(more)
             left = sum(max(0, end - cdc.state.cdc_to.get(p, end)) for p, end in target.items())
-            log.info(
-                "batch %d: catching up with the CDC topic: %d events read, %d left",
-                batch_id,
-                cdc.events,
-                left,
-            )
+            log.info("catching up with the CDC topic: %d events read, %d left", cdc.events, left)
         return cdc
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -275,9 +312,49 @@ class Pipeline:
             )
             self._in_tasks(batch_id, None, self._ratings_ends(), time.monotonic(), Steps())
             return
-        if self.out.committed(batch_id):
+        if self.out.committed(batch_id):  # what was taken ahead stays for the next batch
             log.info("batch %d is already in Kafka; not writing it again", batch_id)
             return
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            # The batch counts from here (its time, its release's deadline); `ahead` is how
+            # long it waited for the work begun ahead, whose steps it reports too.
+            started = time.monotonic()
+            inputs = ahead.result()  # what it raised, raised here
+            inputs.steps.seconds["ahead"] = time.monotonic() - started
+            inputs.started = started
+        else:
+            inputs = self._inputs()
+        # The transaction opens now: the CDC step's records (millions in a catch-up) are
+        # produced while the ratings are decided.
+        self.out.begin(batch_id, [latest_rows(inputs.cdc.customers), inputs.cdc.dead])
+        try:
+            if ahead is None:
+                self._step(inputs)
+            self._decide(batch_id, inputs)
+        except BaseException:
+            self.out.abort(batch_id)
+            raise
+
+    def take_ahead(self) -> None:
+        """Begins the first batch's inputs and step (`_inputs`, `_step`) now, in a thread of
+        its own, with the join on the driver: they read and decide while Spark starts the query
+        and plans its first micro-batch (half a second or more of a fresh start), and the first
+        batch of this run that has work to do writes them under its own id and marker. Nothing
+        is written ahead: a batch Kafka already has (Spark runs again a batch whose checkpoint
+        commit was lost) leaves them to the next one, and an idle start's first batch writes
+        what was there when it began, the next batch the rest."""
+        if self.tasks is None and self._ahead is None:
+            self._ahead = _Ahead(lambda: self._step(self._inputs()))
+
+    def settle(self) -> None:
+        """Waits for the work `take_ahead` began, before the readers it uses are closed."""
+        if self._ahead is not None:
+            self._ahead.wait()
+
+    def _inputs(self) -> _Inputs:
+        """What the batch takes in: its ratings' ends and, with the join on the driver, their
+        records; then the CDC records to where that topic ends a moment later, checked."""
         started, steps = time.monotonic(), Steps()
         with steps("read"):
             ends = self._ratings_ends()  # before the CDC read: see the class
@@ -289,48 +366,49 @@ class Pipeline:
             state = cdc.state if cdc is not None else self.state
             more = self._cdc_read(state, self.cdc.ranges(state.cdc_to))
             cdc = cdc.then(more) if cdc is not None else more
-            cdc = self._cdc_catch_up(batch_id, cdc)
+            cdc = self._cdc_catch_up(cdc)
             cdc = self._cdc_checked(cdc)
-        # The transaction opens now: the CDC step's records (millions in a catch-up) are
-        # produced while the ratings are decided.
-        self.out.begin(batch_id, [latest_rows(cdc.customers), cdc.dead])
-        try:
-            self._decide(batch_id, cdc, ends, started, steps, taken=taken)
-        except BaseException:
-            self.out.abort(batch_id)
-            raise
+        return _Inputs(started, steps, ends, cdc, taken)
 
-    def _decide(
-        self,
-        batch_id: int,
-        cdc: CdcResult,
-        ends: dict[int, int],
-        started: float,
-        steps: Steps,
-        *,
-        taken: tuple[pa.Table, dict[int, int]] | None,
-    ) -> None:
-        """The batch's ratings against the table, written with the CDC step's records. `taken`:
-        the ratings the batch reads (`_ratings_input`), with the join on the driver."""
-        settings = self.settings
-        if cdc.changes:  # the join below needs them: the watermark counts them in
+    def _step(self, inputs: _Inputs) -> _Inputs:
+        """The table moved on to the batch's CDC versions and, with the join on the driver, its
+        ratings decided against it (`Ratings.step`): nothing is written yet."""
+        cdc, steps = inputs.cdc, inputs.steps
+        if cdc.changes:  # the join needs them: the watermark counts them in
             with steps("table"):
                 self.table.add(cdc.versions)
+        if inputs.ratings is None:
+            return inputs
+        ratings_raw, consumed_to = inputs.ratings
+        # Waiting ratings are decided again when the CDC side moved (a heartbeat, a change):
+        # without it, nothing about them can have changed.
+        if consumed_to != self.consumed_to or (self.ratings.waiting_count and cdc.events):
+            with steps("ratings"):
+                inputs.result = self.ratings.step(
+                    ratings_raw, self.table.versions(), cdc.state.clock_ms, steps
+                )
+        return inputs
+
+    def _decide(self, batch_id: int, inputs: _Inputs) -> None:
+        """The batch's outcome (`_step`'s) written with the CDC step's records and its marker;
+        with the join in tasks, the CDC step committed and the ratings left to the tasks."""
+        settings = self.settings
+        cdc, ends, started, steps, result = (
+            inputs.cdc,
+            inputs.ends,
+            inputs.started,
+            inputs.steps,
+            inputs.result,
+        )
         if self.tasks is not None:
             self._cdc_commit(batch_id, cdc, steps)
             self._in_tasks(batch_id, cdc, ends, started, steps)
             return
         watermark = cdc.state.clock_ms
-        outputs: list[Records] = []  # after the CDC step's, which are on their way
-        result = None
-        assert taken is not None  # the join on the driver read them
-        ratings_raw, consumed_to = taken
-        # Waiting ratings are decided again when the CDC side moved (a heartbeat, a change):
-        # without it, nothing about them can have changed.
-        if consumed_to != self.consumed_to or (self.ratings.waiting_count and cdc.events):
-            with steps("ratings"):
-                result = self.ratings.step(ratings_raw, self.table.versions(), watermark, steps)
-            outputs += [result.enriched, result.alerts, result.dead]
+        assert inputs.ratings is not None  # the join on the driver read them
+        consumed_to = inputs.ratings[1]
+        # After the CDC step's records, which are on their way.
+        outputs = [result.enriched, result.alerts, result.dead] if result is not None else []
         deferred = sum(max(0, end - consumed_to.get(p, end)) for p, end in ends.items())
         if deferred and not self.ratings.full(settings.max_waiting_ratings, settings.max_waiting_bytes):
             log.info(  # a backlog: the batch took ENRICH_MAX_OFFSETS_PER_TRIGGER of it
@@ -555,6 +633,7 @@ class RunningJob:
         self.query.stop()
         for view in self.views:
             view.stop()
+        self.pipeline.settle()
         self.pipeline.cdc.close()
         self.pipeline.ratings_in.close()
         if self.pipeline.tasks is not None:
@@ -630,6 +709,7 @@ def start(
         prefetch=prefetch,
     )
     starting = pipeline.query_start()
+    pipeline.take_ahead()
     query = (
         _kafka_stream(spark, settings, starting)
         .writeStream.queryName("enrichment")

@@ -8,6 +8,7 @@ import json
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -430,6 +431,57 @@ def test_a_fresh_job_takes_a_smaller_share_of_a_backlog_in_its_first_batch(
     assert sum(taken) == 80, job.tail()
     assert taken[0] <= limit * FIRST_BATCH_SHARE, taken
     assert limit * FIRST_BATCH_SHARE < max(taken[1:]) <= limit, taken
+
+
+def _last_marker_batch(stack_env: StackEnv, job_name: str) -> int:
+    """The batch id of the job name's last marker in the commits topic."""
+    markers = [
+        json.loads(r.value())
+        for r in read_topic(stack_env, JobSettings().commits_topic)
+        if r.key() == job_name.encode() and r.value() is not None
+    ]
+    assert markers, f"no marker of {job_name}"
+    return int(markers[-1]["batch_id"])
+
+
+def test_a_batch_kafka_has_is_skipped_and_what_the_restart_took_ahead_is_written_once(
+    stack_env: StackEnv, db: Any, tmp_path: Path
+) -> None:
+    # A crash between a batch's Kafka commit and its checkpoint commit: Spark runs the batch
+    # again after the restart, and the job finds it in Kafka. The restart began its first
+    # batch's work ahead, while Spark planned; the batch it skips must leave that work to the
+    # next one, which writes the ratings produced while the job was down, each once.
+    own = Topics()
+    names = create_topics(stack_env, own)
+    try:
+        customer = insert_customer(db, "gold")
+        t0 = next_second(db)
+        before, after = [next(IDS) for _ in range(5)], [next(IDS) for _ in range(5)]
+        produce(stack_env, own.name("ratings"), [rating(r, customer, 4, t0) for r in before])
+        state = tmp_path / "state"
+        job = Job(stack_env, own, state, GRACE_MS).start()
+        by_rating(stack_env, own.name("enriched"), set(before))
+        assert job.stop() == 0, job.tail()
+        marked = _last_marker_batch(stack_env, own.env()["ENRICH_JOB_NAME"])
+        checkpoint = state / "checkpoints" / "pipeline"
+        # The checkpoint as the crash left it: batch `marked` planned, its commit not written.
+        for log_name, last_kept in (("commits", marked - 1), ("offsets", marked)):
+            for path in (checkpoint / log_name).iterdir():
+                batch = re.fullmatch(r"\.?(\d+)(\.crc)?", path.name)
+                if batch is not None and int(batch.group(1)) > last_kept:
+                    path.unlink()
+        produce(stack_env, own.name("ratings"), [rating(r, customer, 4, t0 + 1000) for r in after])
+        job.start()
+        out = by_rating(stack_env, own.name("enriched"), set(before + after))
+        job.stop()
+        assert all(v["customer_matched"] for v in out.values())
+        log = job.log.read_text(errors="replace")
+        assert f"batch {marked} is already in Kafka; not writing it again" in log, job.tail()
+        assert re.search(rf"batch {marked + 1}: .* ahead=", log), job.tail()  # the work taken ahead
+        enriched = Counter(v["rating_id"] for v in values(read_topic(stack_env, own.name("enriched"))))
+        assert {r: enriched[r] for r in before + after} == dict.fromkeys(before + after, 1)
+    finally:
+        delete_topics(stack_env, names)
 
 
 def test_the_job_s_real_output_reads_in_every_consumer(
