@@ -3,7 +3,7 @@
 import logging
 import threading
 import time
-from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,33 +60,6 @@ class _Inputs:
     cdc: CdcResult
     ratings: tuple[pa.Table, dict[int, int]] | None  # the driver's: records, `consumed_to`
     result: RatingsResult | None = None
-
-
-class _Ahead:
-    """`work` run in a thread of its own, begun at once; `result` waits for it."""
-
-    def __init__(self, work: Callable[[], _Inputs]) -> None:
-        self._work = work
-        self._done: _Inputs | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="first-batch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._done = self._work()
-        except BaseException as err:  # noqa: BLE001 - raised again by `result`, in the batch
-            self._error = err
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self) -> _Inputs:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._done is not None
-        return self._done
 
 
 class JoinMoved(ValueError):
@@ -157,7 +130,7 @@ class Pipeline:
         self.join_in = join_in
         self.resumed_from = resumed_from  # the last commit's marker as this process started
         self.unlogged: list[pa.Table] = []  # versions a release added, for the next batch's log commit
-        self._ahead: _Ahead | None = None  # the first batch's inputs, taken while Spark plans it
+        self._ahead: Future[_Inputs] | None = None  # the first batch's, taken while Spark plans it
 
     @classmethod
     def resume(
@@ -345,12 +318,14 @@ class Pipeline:
         commit was lost) leaves them to the next one, and an idle start's first batch writes
         what was there when it began, the next batch the rest."""
         if self.tasks is None and self._ahead is None:
-            self._ahead = _Ahead(lambda: self._step(self._inputs()))
+            thread = ThreadPoolExecutor(1, thread_name_prefix="first-batch")
+            self._ahead = thread.submit(lambda: self._step(self._inputs()))
+            thread.shutdown(wait=False)  # once the work is done
 
     def settle(self) -> None:
         """Waits for the work `take_ahead` began, before the readers it uses are closed."""
         if self._ahead is not None:
-            self._ahead.wait()
+            wait([self._ahead])
 
     def _inputs(self) -> _Inputs:
         """What the batch takes in: its ratings' ends and, with the join on the driver, their
