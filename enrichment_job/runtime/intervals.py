@@ -16,15 +16,15 @@ from pydantic import AfterValidator
 
 __all__ = ["Interval", "interval_ms"]
 
-_UNITS_MS = {
-    "week": 604_800_000,
-    "day": 86_400_000,
-    "hour": 3_600_000,
-    "minute": 60_000,
-    "second": 1_000,
-    "millisecond": 1,
+_UNITS_US = {
+    "week": 604_800_000_000,
+    "day": 86_400_000_000,
+    "hour": 3_600_000_000,
+    "minute": 60_000_000,
+    "second": 1_000_000,
+    "millisecond": 1_000,
+    "microsecond": 1,
 }
-_MICROSECOND = "microsecond"
 _NUMBER = r"\+?(?:\d+(?:\.\d*)?|\.\d+)"
 _PART = re.compile(rf"({_NUMBER})\s+([a-z]+)(?:\s+|$)", re.IGNORECASE)
 _EXAMPLE = "e.g. '500 milliseconds', '0.5 seconds' or '1 minute 30 seconds'"
@@ -45,7 +45,7 @@ def interval_ms(text: str) -> int:
                 f" day, hour, minute, second, millisecond, microsecond), {_EXAMPLE}"
             )
         number, unit = part.group(1).lstrip("+"), part.group(2).lower().removesuffix("s")
-        if unit != _MICROSECOND and unit not in _UNITS_MS:
+        if unit not in _UNITS_US:
             raise ValueError(
                 f"{text!r} is not an interval: {part.group(2)!r} is not a unit of fixed length"
                 " (week, day, hour, minute, second, millisecond, microsecond)"
@@ -53,11 +53,9 @@ def interval_ms(text: str) -> int:
         whole, point, fraction = number.partition(".")
         if point and unit != "second":
             raise ValueError(f"{text!r} is not an interval: only seconds take a fraction, {_EXAMPLE}")
-        if unit == _MICROSECOND:
-            total_us += int(whole or 0)
-        else:
-            total_us += int(whole or 0) * _UNITS_MS[unit] * 1_000
-            total_us += int((fraction + "000000")[:6]) if unit == "second" else 0
+        total_us += int(whole or 0) * _UNITS_US[unit]
+        if point:  # seconds: the fraction's first six digits are microseconds
+            total_us += int((fraction + "000000")[:6])
         at = part.end()
     return total_us // 1_000
 
