@@ -65,6 +65,10 @@ class CommitsTopicPolicy(ConfigError):
 _NOT_ALLOWED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
+# How long the broker may hold a fetch of the commits topic that finds nothing new.
+MARKER_FETCH_WAIT_MS = 10
+
+
 def check_commits_topic(config: dict[str, str], topic: str, timeout_s: float = 30) -> None:
     """Refuses a commits topic whose records can age out (`cleanup.policy` with `delete`, or
     without `compact`): the marker is the job's only memory of what it committed. Once it is
@@ -115,6 +119,9 @@ def last_markers(
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            # The end shows as a fetch that comes back empty, which the broker holds for this
+            # long (500 ms by default): half a second of every start, waiting for nothing.
+            "fetch.wait.max.ms": MARKER_FETCH_WAIT_MS,
         }
     )
     try:
@@ -161,6 +168,10 @@ def transactional_config(config: dict[str, str], transactional_id: str) -> dict[
         **config,
         "transactional.id": transactional_id,
         "enable.idempotence": True,
+        # Connected to every broker from the start: with connections made only when needed,
+        # `init_transactions` often found none up yet (the bootstrap connection is dropped
+        # once the brokers are known) and waited librdkafka's half-second retry, on each start.
+        "enable.sparse.connections": False,
         "linger.ms": 5,
         "compression.type": "lz4",
         "queue.buffering.max.messages": 2_000_000,
