@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from enrichment_job.customers.table import CdcState, CustomerTable, DeltaLog
-from enrichment_job.driver.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable, ingest, latest_rows
+from enrichment_job.driver.cdc import CdcReader, CdcResult, Prefetch, fill_unavailable, ingest
 from enrichment_job.driver.recovery import PIPELINE_CHECKPOINT, Recovery, Start, claim_state
 from enrichment_job.kafka.claim_check import StorePruner
 from enrichment_job.kafka.reader import KAFKA, RecordsDeleted, TopicReader
@@ -300,7 +300,7 @@ class Pipeline:
             inputs = self._inputs()
         # The transaction opens now: the CDC step's records (millions in a catch-up) are
         # produced while the ratings are decided.
-        self.out.begin(batch_id, [latest_rows(inputs.cdc.customers), inputs.cdc.dead])
+        self.out.begin(batch_id, [inputs.cdc.customers, inputs.cdc.dead])
         try:
             if ahead is None:
                 self._step(inputs)
@@ -342,7 +342,9 @@ class Pipeline:
             more = self._cdc_read(state, self.cdc.ranges(state.cdc_to))
             cdc = cdc.then(more) if cdc is not None else more
             cdc = self._cdc_catch_up(cdc)
-            cdc = self._cdc_checked(cdc)
+            # The customers topic's records made here, ahead of the batch on a fresh start
+            # (or by the read-ahead, while Spark started).
+            cdc = self._cdc_checked(cdc).with_customers()
         return _Inputs(started, steps, ends, cdc, taken)
 
     def _step(self, inputs: _Inputs) -> _Inputs:
@@ -503,7 +505,7 @@ class Pipeline:
                 waiting_from=result.waiting_from,
                 counts=counts | {"waiting": _rows(result.waiting), "released": len(result.enriched)},
             )
-            outputs = [latest_rows(cdc.customers), cdc.dead, result.enriched, result.alerts, result.dead]
+            outputs = [cdc.customers, cdc.dead, result.enriched, result.alerts, result.dead]
             self.out.write(batch_id, outputs, marker.as_json())
         self.state, self.waiting_from, self.ratings.waiting = cdc.state, result.waiting_from, result.waiting
         if cdc.changes:

@@ -45,7 +45,6 @@ __all__ = [
     "ingest",
     "ingest_events",
     "ingest_ranges",
-    "latest_rows",
 ]
 
 log = logging.getLogger("enrichment_job")
@@ -58,17 +57,46 @@ UNAVAILABLE = "__debezium_unavailable_value"
 class CdcResult:
     state: CdcState  # after this batch
     versions: pa.Table  # new customer versions (VERSION_FIELDS), in CDC order
-    customers: Records  # the compacted topic: latest row per customer, None on delete
+    customers_topic: str
     dead: Records  # unreadable change events
     events: int  # CDC records read (heartbeats and tombstones included)
     duplicates: int  # changes Debezium sent again, skipped
     regressions: int = 0  # of the duplicates, those in an earlier binlog file than one read
     # Snapshots that took the binlog position back (a history started over): (from, to).
     rewinds: tuple[tuple[Position, Position], ...] = ()
+    records: Records | None = None  # `customers`, once `with_customers` made them
 
     @property
     def changes(self) -> int:
         return int(self.versions.num_rows)
+
+    @property
+    def customers(self) -> Records:
+        """The compacted customers topic's records of these versions: the latest of each
+        customer alone, in the order of those (what compaction keeps of them, and what a
+        `read_committed` reader sees of them once they are committed together), its row as
+        JSON (its null columns left out, as Spark's to_json writes it), none for a delete.
+        Made from the versions when asked for, unless `with_customers` made them: a fresh
+        start's history of 300,000 changes becomes about 100,000 records, and only those are
+        written as JSON."""
+        if self.records is not None:
+            return self.records
+        versions = self.versions
+        ids = versions.column("id").to_numpy()
+        # The last change of each customer: its first place in the reversed order.
+        _, first_from_end = np.unique(ids[::-1], return_index=True)
+        kept = np.sort(len(ids) - 1 - first_from_end)
+        latest = versions.take(pa.array(kept, pa.int64())) if len(kept) < len(ids) else versions
+        keys = pc.cast(latest.column("id"), pa.string()).cast(pa.binary())
+        rows = latest.select(["id", *CUSTOMER_COLUMNS]).to_struct_array()
+        values = pc.if_else(latest.column("deleted"), None, json_objects(rows))
+        return Records(self.customers_topic, keys.to_pylist(), values.cast(pa.binary()).to_pylist())
+
+    def with_customers(self) -> "CdcResult":
+        """This result with its customers topic's records made now (`customers`), kept by
+        `then` while nothing after it changes a customer: the CDC read-ahead makes them while
+        Spark starts, not in the first batch."""
+        return self if self.records is not None else replace(self, records=self.customers)
 
     def then(self, later: "CdcResult") -> "CdcResult":
         """This result followed by `later`, which read on from this one's state."""
@@ -79,33 +107,18 @@ def chain(results: Sequence[CdcResult]) -> CdcResult:
     """The results one after the other, each read on from the state of the one before, joined
     at once: a long read of many chunks copies each chunk's rows once, not again for every
     chunk after it."""
+    first = results[0]
+    same_customers = all(r.changes == 0 for r in results[1:])
     return CdcResult(
+        records=first.records if same_customers else None,
         state=results[-1].state,
         versions=concat([r.versions for r in results]),
-        customers=_joined([r.customers for r in results]),
+        customers_topic=results[0].customers_topic,
         dead=_joined([r.dead for r in results]),
         events=sum(r.events for r in results),
         duplicates=sum(r.duplicates for r in results),
         regressions=sum(r.regressions for r in results),
         rewinds=tuple(rewind for r in results for rewind in r.rewinds),
-    )
-
-
-def latest_rows(customers: Records) -> Records:
-    """The customers topic's records of a transaction, the latest of each customer alone, in
-    the order of those: what compaction keeps of them, and what a `read_committed` reader sees
-    of them once they are committed together. A fresh start writes the CDC history's 300,000
-    changes as about 100,000 records."""
-    last = {key: i for i, key in enumerate(customers.keys)}
-    if len(last) == len(customers.keys):
-        return customers
-    kept = sorted(last.values())
-    headers = customers.headers
-    return Records(
-        customers.topic,
-        [customers.keys[i] for i in kept],
-        [customers.values[i] for i in kept],
-        [headers[i] for i in kept] if headers is not None else None,
     )
 
 
@@ -283,6 +296,7 @@ class Prefetch:
         self.chunk_size = chunk_size
         self._topics = (customers_topic, dlq_topic)
         self._parts: list[CdcResult] = []  # a chunk's result each, in CDC order
+        self._result: CdcResult | None = None  # the parts chained, once all are in
         self._unreadable = False
         self._failure: BaseException | None = None
         self._started = time.monotonic()
@@ -314,11 +328,14 @@ class Prefetch:
                     parsed = parsing.submit(self._parse, chunk)
                     pending.append(ingesting.submit(self._ingest, parsed))
                     pending[-1].add_done_callback(self._check)
-            if self._parts:
+            if self._parts and self._failure is None:
+                # The customers topic's records too, for the first batch's transaction.
+                self._result = chain(self._parts).with_customers()
                 log.info(
-                    "CDC topic read while Spark started: %d events, %d changes in %.1f s%s",
-                    sum(part.events for part in self._parts),
-                    sum(part.changes for part in self._parts),
+                    "CDC topic read while Spark started: %d events, %d changes of %d customers in %.1f s%s",
+                    self._result.events,
+                    self._result.changes,
+                    len(self._result.customers),
                     time.monotonic() - self._started,
                     "; the first batch reads on from an unreadable event" if self._unreadable else "",
                 )
@@ -351,7 +368,7 @@ class Prefetch:
         if self._failure is not None:
             log.warning("reading the CDC topic ahead failed (%s); the first batch reads it", self._failure)
             return None
-        return chain(self._parts) if self._parts else None
+        return self._result
 
 
 def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: str) -> CdcResult:
@@ -374,7 +391,7 @@ def _result(events: pa.Table, state: CdcState, customers_topic: str, dlq_topic: 
     return CdcResult(
         state=CdcState(clock.end_clock_ms, clock.position, cdc_to),
         versions=_versions(changes),
-        customers=_customers(changes, customers_topic),
+        customers_topic=customers_topic,
         dead=to_records(bad.select(["key", "value", "headers"]), dlq_topic),
         events=events.num_rows,
         duplicates=int(clock.duplicate.sum()),
@@ -415,14 +432,6 @@ def _versions(changes: pa.Table) -> pa.Table:
         "cdc_offset": changes.column("offset"),
     }
     return pa.table(columns).cast(VERSION_SCHEMA)
-
-
-def _customers(changes: pa.Table, topic: str) -> Records:
-    """The compacted topic's records: key = the customer id, value = the row as JSON (its null
-    columns left out, as Spark's to_json writes it), none for a delete."""
-    keys = pc.cast(changes.column("customer_id"), pa.string()).cast(pa.binary())
-    values = pc.if_else(pc.equal(changes.column("op"), "d"), None, json_objects(changes.column("after")))
-    return Records(topic, keys.to_pylist(), values.cast(pa.binary()).to_pylist())
 
 
 def _arrow_schema() -> pa.Schema:
@@ -480,15 +489,7 @@ def fill_unavailable(result: CdcResult, known: VersionStore) -> CdcResult:
         versions = versions.set_column(
             versions.schema.get_field_index(name), name, pa.array(values, versions.schema.field(name).type)
         )
-    rows_now = pc.take(versions.select(["id", *CUSTOMER_COLUMNS]), pa.array(rows)).to_struct_array()
-    objects = json_objects(rows_now).cast(pa.binary()).to_pylist()
-    customers = result.customers
-    values_now = list(customers.values)
-    for row, value in zip(rows.tolist(), objects, strict=True):
-        if values_now[row] is not None:  # a delete stays a tombstone
-            values_now[row] = value
-    customers = Records(customers.topic, customers.keys, values_now, customers.headers)
-    return replace(result, versions=versions, customers=customers)
+    return replace(result, versions=versions, records=None)  # its customers' records made from these
 
 
 def _latest(known: VersionStore, customer: int) -> dict[str, str | None] | None:

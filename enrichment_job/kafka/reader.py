@@ -206,9 +206,11 @@ class TopicReader:
                 if got and (count >= size or not ends):
                     records = pa.concat_tables(got)
                     got, count = [], 0
-                    # Records past a range's end (fetched with the last ones) are dropped.
+                    # Records past a range's end (fetched with the last ones) are dropped; a
+                    # chunk with none, nearly every one, is not copied for nothing.
                     end = pc.take(limits, pc.index_in(records.column("partition"), listed))
-                    yield records.filter(pc.less(records.column("offset"), end))
+                    within = pc.less(records.column("offset"), end)
+                    yield records if pc.all(within).as_py() else records.filter(within)
         finally:
             self.consumer.unassign()
 

@@ -11,8 +11,7 @@ import pytest
 
 from enrichment_job.customers.table import CdcState
 from enrichment_job.customers.versions import VersionStore
-from enrichment_job.driver.cdc import UNAVAILABLE, fill_unavailable, in_order, ingest, latest_rows
-from enrichment_job.kafka.transactions import Records
+from enrichment_job.driver.cdc import UNAVAILABLE, chain, fill_unavailable, in_order, ingest
 from enrichment_job.records import change_events
 from enrichment_job.records.transforms import with_validity
 from tests.support.change_events import (
@@ -131,12 +130,17 @@ def test_change_events_become_versions_and_the_compacted_topics_records(spark: A
         (7, 3_000, None, True, None, 2),
     ]
     assert (result.events, result.changes, len(result.dead)) == (4, 3, 0)
-    assert result.customers.keys == [b"7"] * 3
-    first, second, deleted = result.customers.values
-    assert first is not None and second is not None
-    assert json.loads(first) == {"id": 7, "first_name": "Ada", "last_name": "L", "club_status": "silver"}
-    assert json.loads(second)["comments"] == 'say "hi"\n'
-    assert deleted is None
+    # The customers topic gets the latest of each customer alone: the delete's tombstone.
+    assert (result.customers.keys, result.customers.values) == ([b"7"], [None])
+    kept = ingest_values(spark, values[:2]).customers
+    assert kept.keys == [b"7"] and kept.values[0] is not None
+    assert json.loads(kept.values[0]) == {
+        "id": 7,
+        "first_name": "Ada",
+        "last_name": "L",
+        "club_status": "platinum",
+        "comments": 'say "hi"\n',
+    }
     assert result.state == CdcState(3_000, (-1, 1, 30, 0), {0: 4})
 
 
@@ -237,6 +241,21 @@ def test_an_update_whose_after_row_lacks_a_null_column_goes_to_sparks_parse() ->
     only_before = json.dumps(event, separators=(",", ":")).encode()
     assert change_events.read_arrow(cdc_records([both])) is not None
     assert change_events.read_arrow(cdc_records([only_before])) is None
+
+
+@pytest.mark.parametrize("missing", [None, 0, 3])
+def test_a_null_column_is_looked_for_in_each_row_however_many_rows_have_it(missing: int | None) -> None:
+    """A fresh start's history has a null column in nearly every row (the search then runs
+    over every value at once) or in a few (only those are searched): either way, the one row
+    that does not name it is found."""
+    values = [change_event("c", 7 + i, 1_000 * (i + 1), 10 + i, comments=None) for i in range(5)]
+    values.append(change_event("c", 20, 9_000, 30, comments="kept"))
+    if missing is not None:
+        values[missing] = _renamed(values[missing], "comments", None)
+    found = change_events.read_arrow(cdc_records(values))
+    assert (found is None) == (missing is not None)
+    few = [values[0], *[change_event("c", 30 + i, 10_000 + i, 40 + i, comments="x") for i in range(5)]]
+    assert (change_events.read_arrow(cdc_records(few)) is None) == (missing == 0)
 
 
 @pytest.mark.parametrize("value", [b"null", b"[1]", b" " + change_event("c", 7, 1_000, 10)])
@@ -442,7 +461,7 @@ def test_a_column_debezium_could_not_read_keeps_the_customers_value_before_the_c
     assert [r["comments"] for r in rows] == [long_text, "short", "short", None]
     assert [r["club_status"] for r in rows] == ["gold", "silver", "silver", "silver"]
     published = [json.loads(v) for v in result.customers.values if v is not None]
-    assert [p.get("comments") for p in published] == [long_text, "short", "short", None]
+    assert [p.get("comments") for p in published] == [long_text, "short", None]  # customer 8's latest
     assert all(UNAVAILABLE not in json.dumps(p) for p in published)
     assert "3 customer changes had columns Debezium could not read" in caplog.text
     assert "1 values unknown to the job left null" in caplog.text
@@ -484,8 +503,31 @@ def test_in_order_sorts_records_by_partition_and_offset_and_leaves_ordered_ones_
     assert in_order(table([])).num_rows == 0
 
 
-def test_a_transaction_writes_the_latest_row_of_each_customer_in_the_order_of_those() -> None:
-    customers = Records("customers", [b"7", b"8", b"7", b"9", b"8"], [b"7a", b"8a", b"7b", b"9a", None])
-    assert latest_rows(customers) == Records("customers", [b"7", b"9", b"8"], [b"7b", b"9a", None])
-    once = Records("customers", [b"1", b"2"], [b"1a", b"2a"])
-    assert latest_rows(once) is once
+def test_a_transaction_writes_the_latest_row_of_each_customer_in_the_order_of_those(spark: Any) -> None:
+    values = [
+        change_event("c", 7, 1_000, 10),
+        change_event("c", 8, 2_000, 20),
+        change_event("u", 7, 3_000, 30, club_status="gold"),
+        change_event("c", 9, 4_000, 40),
+        change_event("d", 8, 5_000, 50),
+    ]
+    whole = ingest_values(spark, values).customers
+    assert whole.topic == "customers"
+    assert whole.keys == [b"7", b"9", b"8"]
+    assert [json.loads(v)["club_status"] if v is not None else None for v in whole.values] == [
+        "gold",
+        "silver",
+        None,
+    ]
+    # Read in two parts, one after the other: the same records.
+    first = ingest_values(spark, values[:3])
+    second = ingest(cdc_records(values[3:], first_offset=3), first.state, "customers", "dlq", spark)
+    assert chain([first, second]).customers == whole
+    # Made once: kept while what follows changes no customer, made anew when it does.
+    made = first.with_customers()
+    assert made.records == first.customers and made.with_customers() is made
+    beats = ingest(
+        cdc_records([heartbeat("1970-01-01T00:00:09.000Z", 60)], 3), first.state, "customers", "dlq", spark
+    )
+    assert chain([made, beats]).records is made.records
+    assert chain([made, second]).records is None and chain([made, second]).customers == whole
