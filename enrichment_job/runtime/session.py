@@ -5,6 +5,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -26,6 +27,7 @@ __all__ = [
     "driver_jvm_options",
     "jars_on_class_path",
     "on_cluster",
+    "query_conf",
 ]
 
 log = logging.getLogger("enrichment_job")
@@ -168,6 +170,23 @@ class SessionStart:
         """After the driver's own start failed: the session, once up, stopped (no JVM left)."""
         with contextlib.suppress(Exception):
             self.session().stop()
+
+
+@contextlib.contextmanager
+def query_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """SQL settings for the streaming queries started inside: a query copies its session's
+    settings as it starts, and keeps them; the session's own are put back after."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, was in before.items():
+            if was is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, was)
 
 
 def begin_session(settings: SparkJobSettings, app_name: str) -> SessionStart:

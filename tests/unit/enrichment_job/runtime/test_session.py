@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from enrichment_job.runtime.session import (
     driver_archive,
     driver_jvm_options,
     jars_on_class_path,
+    query_conf,
 )
 from enrichment_job.settings import JobSettings
 from enrichment_job.views.settings import ViewsSettings
@@ -218,3 +220,27 @@ def test_a_session_in_local_mode_loads_the_jars_from_the_class_path(tmp_path: Pa
     entries = seen["class_path"].split(":")
     assert entries[-1] == str(jar)  # last: Spark's own jars come first
     assert any("pyspark/jars" in e for e in entries[:-1])
+
+
+def test_a_query_keeps_the_settings_it_started_with_and_the_session_gets_its_own_back(spark: Any) -> None:
+    seen: list[str | None] = []
+    key = "spark.sql.codegen.wholeStage"
+    before = spark.conf.get(key)
+    with query_conf(spark, {key: "false", "spark.sql.unit.test.unset": "x"}):
+        query = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 1)
+            .load()
+            .writeStream.foreachBatch(lambda batch, _: seen.append(batch.sparkSession.conf.get(key)))
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+    try:
+        assert (spark.conf.get(key), spark.conf.get("spark.sql.unit.test.unset", None)) == (before, None)
+        deadline = time.monotonic() + 60
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        query.stop()
+    assert len(seen) >= 2 and set(seen) == {"false"}
+    assert spark.conf.get(key) == before
