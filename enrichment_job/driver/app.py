@@ -1,6 +1,7 @@
 """Wiring: the Spark session, the streaming query, its checkpoint, outputs and customer table."""
 
 import logging
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -40,6 +41,9 @@ log = logging.getLogger("enrichment_job")
 # carries the customers topic's records too: with a full share of a backlog besides, the first
 # output comes noticeably later on a large table. The batches after it take full shares.
 FIRST_BATCH_SHARE = 0.25
+
+# The most threads that write a batch's enriched records as JSON, with the join on the driver.
+JSON_THREADS = 4
 
 # Spark's whole-stage code generation, off for the enrichment query (see `start`).
 WHOLE_STAGE_CODEGEN = "spark.sql.codegen.wholeStage"
@@ -171,7 +175,10 @@ class Pipeline:
             )
         cdc = prefetch.reader if prefetch is not None else CdcReader(settings, group_id)
         ratings_in = TopicReader(settings, settings.ratings_topic, group_id)
-        ratings, recovery = Ratings(settings), Recovery(spark, settings, table, last, out.run)
+        # The join on the driver writes its records as JSON on as many of its cores as it has
+        # (up to JSON_THREADS); in tasks each task has one.
+        threads = min(JSON_THREADS, os.cpu_count() or 1) if join_in == "driver" else 1
+        ratings, recovery = Ratings(settings, threads), Recovery(spark, settings, table, last, out.run)
         start = recovery.resume(ratings, ratings_in.read)
         return cls(
             spark,

@@ -22,6 +22,7 @@ compilation.
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,10 +64,14 @@ Reader = Callable[[dict[int, tuple[int, int]]], pa.Table]
 class Ratings:
     """The ratings side of the pipeline: what waits between batches, and one batch's step."""
 
-    def __init__(self, settings: JobSettings) -> None:
+    def __init__(self, settings: JobSettings, threads: int = 1) -> None:
+        """`threads`: how many write a batch's enriched records as JSON at once (the join on the
+        driver: its cores; a task has one)."""
         self.settings = settings
         self.waiting: pa.Table | None = None
         self.claim_check = ClaimCheck.of(settings, STAGE)
+        self.threads = threads
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="json") if threads > 1 else None
 
     def _parse(self, raw: pa.Table) -> pa.Table:
         settings = self.settings
@@ -115,7 +120,7 @@ class Ratings:
             enriched = rows.filter(pc.equal(kind, "enriched"))
             bad = rows.filter(pc.equal(kind, "bad"))
             waiting = rows.filter(pc.equal(kind, "waiting"))
-            values = _enriched_values(enriched)
+            values = _json_values(enriched, list(ENRICHED), self._pool, self.threads)
             enriched, values, bad = _oversized(enriched, values, bad, settings.max_rating_bytes)
             keys = pc.cast(pc.cast(enriched.column("user_id"), pa.string()), pa.binary())
             alert = _alerts(enriched, settings.alert_stars_below, settings.alert_club_status)
@@ -238,15 +243,13 @@ def _joined(parsed: pa.Table, picks: Picks, watermark_ms: int | None, enriched_m
 ENRICHED = ENRICHED_NAMES
 
 
-def _enriched_values(enriched: pa.Table) -> pa.Array:
-    """The enriched records as JSON, nulls kept (an unmatched rating says club_status: null)."""
-    return _json_values(enriched, list(ENRICHED))
-
-
-def _json_values(table: pa.Table, names: list[str]) -> pa.Array:
-    """Each row's `names` columns as a JSON object (binary), nulls kept."""
+def _json_values(
+    table: pa.Table, names: list[str], pool: Executor | None = None, slices: int = 1
+) -> pa.Array:
+    """Each row's `names` columns as a JSON object (binary), nulls kept (an unmatched rating's
+    enriched record says club_status: null)."""
     rows = pa.StructArray.from_arrays([table.column(name).combine_chunks() for name in names], names=names)
-    return json_objects(rows, nulls=True).cast(pa.binary())
+    return json_objects(rows, nulls=True, pool=pool, slices=slices).cast(pa.binary())
 
 
 def _oversized(
