@@ -113,7 +113,7 @@ def chain(results: Sequence[CdcResult]) -> CdcResult:
         records=first.records if same_customers else None,
         state=results[-1].state,
         versions=concat([r.versions for r in results]),
-        customers_topic=results[0].customers_topic,
+        customers_topic=first.customers_topic,
         dead=_joined([r.dead for r in results]),
         events=sum(r.events for r in results),
         duplicates=sum(r.duplicates for r in results),
