@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from enrichment_job.kafka.reader import FETCH_WAIT_MS
 from foundation.errors import ConfigError
 from foundation.kafka_record import topic_configs
 
@@ -63,10 +64,6 @@ class CommitsTopicPolicy(ConfigError):
 # Errors that say the job may not read a topic's settings (a least-privilege principal):
 # the check is then left to the operator, with a warning.
 _NOT_ALLOWED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
-
-
-# How long the broker may hold a fetch of the commits topic that finds nothing new.
-MARKER_FETCH_WAIT_MS = 10
 
 
 def check_commits_topic(config: dict[str, str], topic: str, timeout_s: float = 30) -> None:
@@ -121,7 +118,7 @@ def last_markers(
             "enable.partition.eof": True,
             # The end shows as a fetch that comes back empty, which the broker holds for this
             # long (500 ms by default): half a second of every start, waiting for nothing.
-            "fetch.wait.max.ms": MARKER_FETCH_WAIT_MS,
+            "fetch.wait.max.ms": FETCH_WAIT_MS,  # the last fetch of the marker read finds nothing new
         }
     )
     try:

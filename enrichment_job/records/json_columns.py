@@ -4,14 +4,22 @@ Written: column by column, byte for byte as Spark's `to_json` writes the same ro
 session): compact, fields in schema order, strings escaped as Jackson escapes them, timestamps
 as `yyyy-MM-dd'T'HH:mm:ss.SSSXXX`. Read: which values Arrow's JSON reader may be given."""
 
-from concurrent.futures import Executor
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-__all__ = ["MIN_SLICE_ROWS", "json_objects", "json_strings", "object_shaped", "read_objects", "utf8_valid"]
+__all__ = [
+    "MIN_SLICE_ROWS",
+    "Slices",
+    "json_objects",
+    "json_strings",
+    "object_shaped",
+    "read_objects",
+    "utf8_valid",
+]
 
 _OPEN, _CLOSE = pa.scalar(b"{", pa.binary()), pa.scalar(b"}", pa.binary())
 
@@ -94,25 +102,31 @@ def _literal(value: pa.Array, kind: pa.DataType) -> pa.Array:
 MIN_SLICE_ROWS = 25_000
 
 
+class Slices:
+    """Up to `count` slices of a column written at once, each on a thread of its own."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.pool = ThreadPoolExecutor(count, thread_name_prefix="json")
+
+
 def json_objects(
-    rows: pa.ChunkedArray | pa.StructArray,
-    *,
-    nulls: bool = False,
-    pool: Executor | None = None,
-    slices: int = 1,
+    rows: pa.ChunkedArray | pa.StructArray, *, nulls: bool = False, slices: Slices | None = None
 ) -> pa.Array:
     """Each row of a struct as a compact JSON object (null where the row is null). A null field
     is left out, as `to_json` does by default, or written as null with `nulls`, as `to_json`
     does with `ignoreNullFields` false.
 
-    With `pool`, in up to `slices` slices at once, joined in order: Arrow's kernels let go of
-    the GIL, so each slice takes a core of its own (200,000 enriched records: 0.72 s in one,
+    With `slices`, in up to its count of slices at once, joined in order: Arrow's kernels let go
+    of the GIL, so each slice takes a core of its own (200,000 enriched records: 0.72 s in one,
     0.38 to 0.54 s in two on two cores)."""
     rows = rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows
-    count = min(slices, len(rows) // MIN_SLICE_ROWS) if pool is not None else 1
-    if pool is not None and count > 1:
+    count = min(slices.count, len(rows) // MIN_SLICE_ROWS) if slices is not None else 1
+    if slices is not None and count > 1:
         step = -(-len(rows) // count)
-        parts = pool.map(lambda start: _objects(rows.slice(start, step), nulls), range(0, len(rows), step))
+        parts = slices.pool.map(
+            lambda start: _objects(rows.slice(start, step), nulls), range(0, len(rows), step)
+        )
         return pa.concat_arrays(list(parts))
     return _objects(rows, nulls)
 

@@ -22,7 +22,6 @@ compilation.
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +33,7 @@ from enrichment_job.kafka.claim_check import ClaimCheck
 from enrichment_job.kafka.transactions import Records
 from enrichment_job.marker import BatchMarker
 from enrichment_job.records import rating_values
-from enrichment_job.records.json_columns import json_objects
+from enrichment_job.records.json_columns import Slices, json_objects
 from enrichment_job.records.rating_values import FIELDS, PARSED
 from enrichment_job.records.schemas import CUSTOMER_COLUMNS
 from enrichment_job.runtime.metrics import Steps
@@ -70,8 +69,7 @@ class Ratings:
         self.settings = settings
         self.waiting: pa.Table | None = None
         self.claim_check = ClaimCheck.of(settings, STAGE)
-        self.threads = threads
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="json") if threads > 1 else None
+        self._slices = Slices(threads) if threads > 1 else None
 
     def _parse(self, raw: pa.Table) -> pa.Table:
         settings = self.settings
@@ -120,7 +118,7 @@ class Ratings:
             enriched = rows.filter(pc.equal(kind, "enriched"))
             bad = rows.filter(pc.equal(kind, "bad"))
             waiting = rows.filter(pc.equal(kind, "waiting"))
-            values = _json_values(enriched, list(ENRICHED), self._pool, self.threads)
+            values = _json_values(enriched, list(ENRICHED), self._slices)
             enriched, values, bad = _oversized(enriched, values, bad, settings.max_rating_bytes)
             keys = pc.cast(pc.cast(enriched.column("user_id"), pa.string()), pa.binary())
             alert = _alerts(enriched, settings.alert_stars_below, settings.alert_club_status)
@@ -243,13 +241,11 @@ def _joined(parsed: pa.Table, picks: Picks, watermark_ms: int | None, enriched_m
 ENRICHED = ENRICHED_NAMES
 
 
-def _json_values(
-    table: pa.Table, names: list[str], pool: Executor | None = None, slices: int = 1
-) -> pa.Array:
+def _json_values(table: pa.Table, names: list[str], slices: Slices | None = None) -> pa.Array:
     """Each row's `names` columns as a JSON object (binary), nulls kept (an unmatched rating's
     enriched record says club_status: null)."""
     rows = pa.StructArray.from_arrays([table.column(name).combine_chunks() for name in names], names=names)
-    return json_objects(rows, nulls=True, pool=pool, slices=slices).cast(pa.binary())
+    return json_objects(rows, nulls=True, slices=slices).cast(pa.binary())
 
 
 def _oversized(

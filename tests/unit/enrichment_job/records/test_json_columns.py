@@ -1,14 +1,13 @@
 """JSON written column by column is what Spark's to_json writes for the same rows."""
 
 import datetime as dt
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from enrichment_job.records.json_columns import MIN_SLICE_ROWS, json_objects, utf8_valid
+from enrichment_job.records.json_columns import MIN_SLICE_ROWS, Slices, json_objects, utf8_valid
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 TEXTS = ["plain", 'quote " and back\\slash', "new\nline\ttab\x01bell\x1f", "ünïcödé ✓ \u2028", "", None]
@@ -56,9 +55,8 @@ def test_json_objects_are_what_sparks_to_json_writes(spark: Any, nulls: bool) ->
 def test_json_objects_in_slices_on_threads_are_the_same_objects_in_the_same_order(nulls: bool) -> None:
     rows = pa.concat_arrays([_rows()] * (3 * MIN_SLICE_ROWS // len(_rows()) + 1))
     whole = json_objects(rows, nulls=nulls)
-    with ThreadPoolExecutor(4) as pool:
-        sliced = [json_objects(rows, nulls=nulls, pool=pool, slices=n) for n in (2, 3, 4)]
-        small = json_objects(rows.slice(0, MIN_SLICE_ROWS + 1), nulls=nulls, pool=pool, slices=4)
+    sliced = [json_objects(rows, nulls=nulls, slices=Slices(n)) for n in (2, 3, 4)]
+    small = json_objects(rows.slice(0, MIN_SLICE_ROWS + 1), nulls=nulls, slices=Slices(4))
     assert all(s.equals(whole) for s in sliced)
     assert small.equals(whole.slice(0, MIN_SLICE_ROWS + 1))
 
