@@ -107,7 +107,8 @@ class ViewsSettings(SparkJobSettings):
     source_tasks: int = Field(
         1,
         ge=0,
-        description="Spark tasks that parse a batch of the views query (0: one per topic partition)",
+        description="Spark tasks that parse a batch of the views query (customer_ratings) and of each view"
+        " declared in SQL (0: one per topic partition)",
     )
     windowed_shuffle_partitions: int = Field(
         2,

@@ -355,7 +355,10 @@ class SqlViews:
         if entry.name in BUILT_IN_NAMES:
             raise ViewRefused(f"{entry.name}: a built-in view has that name")
         view = parse(entry.name, entry.sql)
-        parsed = enriched_stream(self.spark, self.settings, fields=fields_read(view.sql))
+        # As the customer_ratings query: a batch's records in VIEWS_JOB_SOURCE_TASKS tasks (one by
+        # default), since a task's fixed cost a batch outweighs its share of a live view's records.
+        tasks = self.settings.source_tasks
+        parsed = enriched_stream(self.spark, self.settings, tasks=tasks, fields=fields_read(view.sql))
         readable = parsed.where(F.col("dlq_reason").isNull())
         compiled = compile_view(self.spark, view, enriched_columns(readable))
         topic = self.topic(entry)
