@@ -21,7 +21,7 @@ The file, e.g. `views/examples/channel_hourly.sql`:
   `watermark: <timestamp column> <delay>`
   (Spark's watermark: the state of a window the watermark has passed is dropped, and a rating
   older than it is no longer counted) and `trigger: <interval>` (how often a batch runs; default
-  the job's VIEWS_JOB_TRIGGER_INTERVAL). Other comment lines are the view's description.
+  the job's VIEWS_JOB_SQL_TRIGGER_INTERVAL, 2 seconds). Other comment lines are the view's description.
 - The key of the view's rows is its GROUP BY columns, each of which must be selected; a window
   is selected by its start or end, or an expression of them alone (`window.start AS hour`,
   `date_format(window.start, 'yyyy-MM-dd HH') AS hour`).

@@ -372,7 +372,7 @@ class SqlViews:
             .outputMode("update")
             .foreachBatch(sink)
             .option("checkpointLocation", self.settings.state.child(CHECKPOINTS, folder))
-            .trigger(processingTime=view.trigger or self.settings.trigger_interval)
+            .trigger(processingTime=self.settings.sql_trigger(view.trigger))
             .start()
         )
         reach = ", ".join(f"{p}: {o}" for p, o in sorted(sink.backfill_to.items()))

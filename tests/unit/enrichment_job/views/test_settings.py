@@ -131,3 +131,12 @@ def test_the_background_process_gets_its_own_queries_state_and_ports() -> None:
 def _as_fields(env: dict[str, str]) -> dict[str, str]:
     prefix = "VIEWS_JOB_"
     return {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)}
+
+
+def test_a_view_in_sql_runs_at_its_own_trigger_else_every_two_seconds() -> None:
+    settings = ViewsSettings()
+    assert settings.sql_trigger(None) == "2 seconds" != settings.trigger_interval
+    assert settings.sql_trigger("5 seconds") == "5 seconds"
+    assert ViewsSettings(sql_trigger_interval="1 second").sql_trigger(None) == "1 second"
+    with pytest.raises(ValueError, match="sql_trigger_interval"):
+        ViewsSettings(sql_trigger_interval="every second")
