@@ -22,7 +22,7 @@ compilation.
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -192,13 +192,14 @@ def _joined(parsed: pa.Table, picks: Picks, watermark_ms: int | None, enriched_m
     versions = picks.table
     index = picks.index
     if versions.num_rows and pc.any(pc.is_valid(index)).as_py():
-        deleted = pc.fill_null(pc.take(versions.column("deleted"), index), True)
+        deleted = pc.fill_null(picks.take("deleted"), True)
         index = pc.if_else(deleted, pa.nulls(n, pa.int64()), index)
+        picks = replace(picks, index=index)
     matched = pc.is_valid(index)
     if versions.num_rows:
-        customer = {name: pc.take(versions.column(name), index) for name in CUSTOMER_COLUMNS}
-        position = [pc.take(versions.column(n_), index) for n_ in ("source_file", "source_pos", "source_row")]
-        valid_from = pc.take(versions.column("valid_from"), index)
+        customer = {name: picks.take(name) for name in CUSTOMER_COLUMNS}
+        position = [picks.take(n_) for n_ in ("source_file", "source_pos", "source_row")]
+        valid_from = picks.take("valid_from")
     else:
         customer = {name: pa.nulls(n, pa.string()) for name in CUSTOMER_COLUMNS}
         position = [pa.nulls(n, pa.string()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int32())]

@@ -25,8 +25,8 @@ def statuses(store: VersionStore, pairs: list[tuple[int | None, int | None]], gr
     picks = store.pick(
         pa.array([u for u, _ in pairs], pa.int32()), pa.array([t for _, t in pairs], pa.int64()), grace_ms
     )
-    rows = picks.table.take(picks.index).select(["club_status", "op"]).to_pylist()
-    return [None if r["op"] is None else (r["club_status"], r["op"]) for r in rows]
+    club_status, op = picks.take("club_status").to_pylist(), picks.take("op").to_pylist()
+    return [None if o is None else (s, o) for s, o in zip(club_status, op, strict=True)]
 
 
 # (user_id, rating_time, grace_ms, (club status, op) of the version picked, or None)
@@ -92,3 +92,29 @@ def test_many_versions_of_one_customer_and_a_fold_of_the_recent_part() -> None:
 
 def test_an_empty_store_picks_nothing() -> None:
     assert statuses(VersionStore(), [(7, 1_000)], 5_000) == [None]
+
+
+def test_a_picked_column_gathered_part_by_part_equals_the_whole_table_take() -> None:
+    rows = [
+        {
+            "id": n % 50,
+            "email": f"{n}@x" if n % 7 else None,
+            "club_status": str(n),
+            "valid_from": n,
+            "cdc_partition": 0,
+            "cdc_offset": n,
+            "op": "u",
+        }
+        for n in range(300)
+    ]
+    table = pa.Table.from_pylist(rows, schema=VERSIONS)
+    store = store_of(table, 260)
+    assert store.recent_rows == 40
+    ids = pa.array([n % 60 for n in range(120)] + [None], pa.int32())
+    times = pa.array([299 - n for n in range(120)] + [5], pa.int64())
+    picks = store.pick(ids, times, 0)
+    assert len(picks.parts) == 2
+    inside_recent = [i for i in picks.index.to_pylist() if i is not None and i >= 260]
+    assert inside_recent and None in picks.index.to_pylist()  # both parts and no pick
+    for name in VERSIONS.names:
+        assert picks.take(name).to_pylist() == picks.table.column(name).take(picks.index).to_pylist(), name
