@@ -446,6 +446,13 @@ class Api:
                 yield "".join(events)
             if data == REPLACED:
                 return
+        log.warning(
+            "an SSE subscriber of %s fell more than VIEWS_SUBSCRIBER_QUEUE (%d changes) or"
+            " VIEWS_SUBSCRIBER_QUEUE_BYTES (%d) behind: cut off",
+            sub.view,
+            self.settings.subscriber_queue,
+            self.settings.subscriber_queue_bytes,
+        )
         yield sse("error", json.dumps({"error": "this subscriber fell too far behind; subscribe again"}))
 
 

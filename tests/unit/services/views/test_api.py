@@ -3,6 +3,7 @@ stream does to the pull queries answered beside it."""
 
 import asyncio
 import json
+import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -55,11 +56,12 @@ def _subscribe(
     return asyncio.create_task(app(scope, wait_for_disconnect, to_subscriber))
 
 
-def _served(store: Store) -> tuple[Any, Hub]:
+def _served(store: Store, settings: ViewsApiSettings | None = None) -> tuple[Any, Hub]:
     """The service's app over `store`, and the hub its subscribers join."""
     hub = Hub()
     changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
-    return Api(ViewsApiSettings(), store, hub, changelog).app(), hub  # type: ignore[arg-type]
+    api = Api(settings or ViewsApiSettings(), store, hub, changelog)  # type: ignore[arg-type]
+    return api.app(), hub
 
 
 def _app_over_rows(folder: Path) -> Any:
@@ -300,6 +302,36 @@ def test_a_subscriber_without_a_snapshot_gets_no_rows_and_then_the_changes_from_
     before, changes = body.split(b"event: live\n", 1)
     assert b"user_id" not in before
     assert b'{"user_id": 3}' in changes and b'"user_id": 1' not in body
+
+
+def test_a_subscriber_that_falls_behind_its_queue_is_cut_off_with_an_error_and_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply([], {"customer_ratings": MARKER}, {("t", 0): 0})
+    app, hub = _served(store, ViewsApiSettings(subscriber_queue=3))
+    sent: list[bytes] = []
+
+    async def main() -> None:
+        gone = asyncio.Event()
+        stream = _subscribe(app, "/views/customer_ratings/changes", sent, gone, b"snapshot=false")
+        while b"event: live" not in b"".join(sent):
+            await asyncio.sleep(0.01)
+        rows = [json.dumps({"user_id": i}) for i in range(10)]
+        hub.publish(store.seq + 1, [("customer_ratings", key_of([i]), row) for i, row in enumerate(rows)])
+        while b"event: error" not in b"".join(sent):
+            await asyncio.sleep(0.01)
+        gone.set()
+        stream.cancel()
+
+    with caplog.at_level(logging.WARNING, logger="views"):
+        asyncio.run(main())
+    body = b"".join(sent)
+    assert b"fell too far behind; subscribe again" in body and b"event: change" not in body
+    assert any(
+        "customer_ratings" in r.getMessage() and "VIEWS_SUBSCRIBER_QUEUE (3 changes)" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_a_snapshot_parameter_other_than_true_or_false_is_a_400(tmp_path: Path) -> None:
