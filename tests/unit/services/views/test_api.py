@@ -5,6 +5,7 @@ import asyncio
 import json
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -62,6 +63,26 @@ def _served(store: Store, settings: ViewsApiSettings | None = None) -> tuple[Any
     changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
     api = Api(settings or ViewsApiSettings(), store, hub, changelog)  # type: ignore[arg-type]
     return api.app(), hub
+
+
+def _follow_without_snapshot(app: Any, publish: Callable[[], None], until: bytes) -> bytes:
+    """What a subscriber of customer_ratings with `snapshot=false` is sent: once it is live,
+    `publish` runs, and the stream is read until it has sent `until`."""
+    sent: list[bytes] = []
+
+    async def main() -> None:
+        gone = asyncio.Event()
+        stream = _subscribe(app, "/views/customer_ratings/changes", sent, gone, b"snapshot=false")
+        while b"event: live" not in b"".join(sent):
+            await asyncio.sleep(0.01)
+        publish()
+        while until not in b"".join(sent):
+            await asyncio.sleep(0.01)
+        gone.set()
+        stream.cancel()
+
+    asyncio.run(main())
+    return b"".join(sent)
 
 
 def _app_over_rows(folder: Path) -> Any:
@@ -281,23 +302,13 @@ def test_a_subscriber_without_a_snapshot_gets_no_rows_and_then_the_changes_from_
         {("t", 0): 2},
     )
     app, hub = _served(store)
-    sent: list[bytes] = []
 
-    async def main() -> None:
-        gone = asyncio.Event()
-        stream = _subscribe(app, "/views/customer_ratings/changes", sent, gone, b"snapshot=false")
-        while b"event: live" not in b"".join(sent):
-            await asyncio.sleep(0.01)
+    def publish() -> None:
         row = json.dumps({"user_id": 3})
         store.apply([Change("customer_ratings", key_of([3]), ("user_id",), row)], {}, {("t", 0): 3})
         hub.publish(store.seq, [("customer_ratings", key_of([3]), row)])
-        while b"event: change" not in b"".join(sent):
-            await asyncio.sleep(0.01)
-        gone.set()
-        stream.cancel()
 
-    asyncio.run(main())
-    body = b"".join(sent)
+    body = _follow_without_snapshot(app, publish, until=b"event: change")
     assert b"event: snapshot" not in body  # the two rows before the subscription are not sent
     before, changes = body.split(b"event: live\n", 1)
     assert b"user_id" not in before
@@ -310,23 +321,13 @@ def test_a_subscriber_that_falls_behind_its_queue_is_cut_off_with_an_error_and_a
     store = Store(tmp_path / "s.sqlite3")
     store.apply([], {"customer_ratings": MARKER}, {("t", 0): 0})
     app, hub = _served(store, ViewsApiSettings(subscriber_queue=3))
-    sent: list[bytes] = []
 
-    async def main() -> None:
-        gone = asyncio.Event()
-        stream = _subscribe(app, "/views/customer_ratings/changes", sent, gone, b"snapshot=false")
-        while b"event: live" not in b"".join(sent):
-            await asyncio.sleep(0.01)
+    def publish() -> None:  # ten changes in one batch, before the stream takes any
         rows = [json.dumps({"user_id": i}) for i in range(10)]
         hub.publish(store.seq + 1, [("customer_ratings", key_of([i]), row) for i, row in enumerate(rows)])
-        while b"event: error" not in b"".join(sent):
-            await asyncio.sleep(0.01)
-        gone.set()
-        stream.cancel()
 
     with caplog.at_level(logging.WARNING, logger="views"):
-        asyncio.run(main())
-    body = b"".join(sent)
+        body = _follow_without_snapshot(app, publish, until=b"event: error")
     assert b"fell too far behind; subscribe again" in body and b"event: change" not in body
     assert any(
         "customer_ratings" in r.getMessage() and "VIEWS_SUBSCRIBER_QUEUE (3 changes)" in r.getMessage()
