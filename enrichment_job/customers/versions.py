@@ -9,6 +9,7 @@ searches both parts.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -123,18 +124,27 @@ class Picks:
         parts = self.parts or (self.table,)
         if len(parts) == 1:
             return pc.take(parts[0].column(name), self.index)
-        index = np.asarray(pc.fill_null(self.index, -1).to_numpy(zero_copy_only=False), np.int64)
         out: pa.Array | None = None
-        start = 0
-        for part in parts:
-            end = start + part.num_rows
-            inside = (index >= start) & (index < end)
-            local = pa.array(np.where(inside, index - start, 0), pa.int64(), mask=~inside)
+        for part, (local, inside) in zip(parts, self._within_parts, strict=True):
             got = pc.take(part.column(name), local)
-            out = got if out is None else pc.if_else(pa.array(inside), got, out)
-            start = end
+            out = got if out is None else pc.if_else(inside, got, out)
         assert out is not None
         return out
+
+    @cached_property
+    def _within_parts(self) -> list[tuple[pa.Array, pa.Array]]:
+        """Per part: each rating's row within it (null where its pick is elsewhere or none), and
+        whether its pick is in it. The same for every column taken."""
+        index = np.asarray(pc.fill_null(self.index, -1).to_numpy(zero_copy_only=False), np.int64)
+        within, start = [], 0
+        for part in self.parts:
+            end = start + part.num_rows
+            inside = (index >= start) & (index < end)
+            within.append(
+                (pa.array(np.where(inside, index - start, 0), pa.int64(), mask=~inside), pa.array(inside))
+            )
+            start = end
+        return within
 
 
 class VersionStore:

@@ -190,12 +190,10 @@ def _joined(parsed: pa.Table, picks: Picks, watermark_ms: int | None, enriched_m
     none), plus the Kafka columns and reason it carries. A deleted version matches no one."""
     n = parsed.num_rows
     versions = picks.table
-    index = picks.index
-    if versions.num_rows and pc.any(pc.is_valid(index)).as_py():
+    if versions.num_rows and pc.any(pc.is_valid(picks.index)).as_py():
         deleted = pc.fill_null(picks.take("deleted"), True)
-        index = pc.if_else(deleted, pa.nulls(n, pa.int64()), index)
-        picks = replace(picks, index=index)
-    matched = pc.is_valid(index)
+        picks = replace(picks, index=pc.if_else(deleted, pa.nulls(n, pa.int64()), picks.index))
+    matched = pc.is_valid(picks.index)
     if versions.num_rows:
         customer = {name: picks.take(name) for name in CUSTOMER_COLUMNS}
         position = [picks.take(n_) for n_ in ("source_file", "source_pos", "source_row")]
