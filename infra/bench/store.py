@@ -138,6 +138,7 @@ class CaughtUp:
 
     failed = None
     caught_up = threading.Event()
+    loading: frozenset[str] = frozenset()  # every view read to its topic's end
 
 
 def service_pull(rows: list[tuple[str, str]], folder: Path) -> dict[str, float]:

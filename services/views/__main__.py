@@ -77,7 +77,12 @@ def main(argv: list[str]) -> int:
     api = Api(settings, store, hub, changelog)
     pg = None
     if settings.pg_port:
-        sql = SqlReader(store, max_rows=settings.pg_max_rows, timeout_s=settings.pg_timeout_s)
+        sql = SqlReader(
+            store,
+            max_rows=settings.pg_max_rows,
+            timeout_s=settings.pg_timeout_s,
+            loading=api.loading_views,
+        )
         pg = PgServer(sql, settings.pg())
     server = _Server(
         uvicorn.Config(

@@ -26,7 +26,7 @@ from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Hub, RowFilter, Subscriber, Turns, change_data, sse
 from services.views.metrics import ViewsCollector
-from services.views.store import STAGED, Change, Snapshot, Store, key_of
+from services.views.store import STAGED, Change, Snapshot, Store, key_of, still_loading
 
 __all__ = ["Api", "BadRequest", "decode_cursor", "encode_cursor", "parse_value", "scan_filters"]
 
@@ -166,7 +166,7 @@ class Api:
         answer without the app; None for anything else, which the routes answer, refusals
         included."""
         parts = target.decode("latin-1").split("?", 1)[0].split("/")  # "", "views", name, key parts
-        if len(parts) < 4 or parts[1] != "views" or parts[2] not in self.names:
+        if len(parts) < 4 or parts[1] != "views" or parts[2] not in self.names or self.loading(parts[2]):
             return None
         if len(parts) == 4 and parts[3] == "changes":
             return None
@@ -181,9 +181,20 @@ class Api:
         return None if value is None else value.encode()
 
     # what a view is
+    def loading_views(self) -> frozenset[str]:
+        """The views whose changelog topic is not yet read to its end since the service began
+        reading it: every view, until the changelog process has said which."""
+        loading = self.changelog.loading
+        return frozenset(self.names) if loading is None else loading
+
+    def loading(self, name: str) -> bool:
+        return self.changelog.loading is None or name in self.changelog.loading
+
     def _view(self, name: str) -> dict[str, Any]:
         if name not in self.names:
             raise BadRequest(404, f"view {name!r} does not exist; the views are {', '.join(self.names)}")
+        if self.loading(name):
+            raise BadRequest(503, still_loading(name))
         info = self.store.view_info(name)
         if info is None:
             raise BadRequest(404, f"view {name!r} has no data yet")
@@ -247,6 +258,7 @@ class Api:
             "name": name,
             "topic": marker.topic or self.topic(name),
             "state": marker.state or ("live" if known else "loading"),
+            "loading": served and self.loading(name),  # its queries answer 503 until it is read
             "error": marker.error,
             "sql": marker.sql,
             "created_at_ms": marker.created_at_ms,
@@ -469,7 +481,8 @@ def _passing(page: list[tuple[str, str]], rows_filter: RowFilter | None) -> list
 
 async def _refused(_: Request, err: Exception) -> Response:
     assert isinstance(err, BadRequest)
-    return JSONResponse({"error": str(err)}, err.status)
+    retry = {"Retry-After": "1"} if err.status == 503 else None  # loading, or subscribers at the cap
+    return JSONResponse({"error": str(err)}, err.status, headers=retry)
 
 
 async def _http_error(_: Request, err: Exception) -> Response:

@@ -67,7 +67,8 @@ def fetched(consumer: Consumer, wait_s: float = 0.2) -> list[Message]:
 class Changelog:
     """The reading and applying, in the changelog process. `send` takes each message for the
     server's process: ("batch", seq, records, descriptions or None, events or None), a batch's
-    events in several such messages when they are many; ("caught_up", records)."""
+    events in several such messages when they are many; ("caught_up", records); ("loading",
+    views) whenever the views still loading change (`loading`)."""
 
     def __init__(
         self,
@@ -82,8 +83,11 @@ class Changelog:
         self.versions = dict.fromkeys(self.views.values(), 0)  # view -> the version served
         self.caught_up = False
         self.records = 0
+        # The partitions not read to their end once since they were assigned: at the start, and
+        # each topic a view's first marker starts reading later.
         self._pending: set[tuple[str, int]] = set()
         self._infos_sent: dict[str, dict[str, Any]] | None = None
+        self._loading_sent: frozenset[str] | None = None
 
     def run(self, stopping: Callable[[], bool]) -> None:
         consumer = Consumer(self.settings.consumer_config())
@@ -176,6 +180,19 @@ class Changelog:
             log.info("caught up with the changelog topics (%d records applied)", self.records)
             self.caught_up = True
             self.send(("caught_up", self.records))
+        loading = self.loading()
+        if loading != self._loading_sent:  # after the batch's commit: its rows are in the store
+            for view in sorted((self._loading_sent or frozenset()) - loading):
+                log.info("view %s: its changelog topic is read to its end; served", view)
+            self._loading_sent = loading
+            self.send(("loading", loading))
+
+    def loading(self) -> frozenset[str]:
+        """The served views (not a new version still staged) whose changelog topic has a
+        partition not yet read to its end since it was assigned: the store holds part of their
+        rows, so the server refuses their queries rather than answer from that part."""
+        views = (self.views.get(topic) for topic, _ in self._pending)
+        return frozenset(v for v in views if v is not None and STAGED not in v)
 
     def _apply(self, batch: "_Batch", read: int) -> None:
         offsets = batch.offsets
@@ -233,6 +250,7 @@ class Changelog:
                 log.info("view %s: its topic %s does not exist (dropped since); marker skipped", name, topic)
                 return
             consumer.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+            self._pending |= {(topic, p) for p in meta.partitions}
             self.views[topic] = own
             self.versions.setdefault(name, version)
             which = "" if own == name else f" (its version of {version})"
@@ -439,13 +457,17 @@ class FrameReader(asyncio.Protocol):
 
 class ChangelogProcess:
     """The server's side: starts the changelog process, and on the event loop takes its
-    messages: batches for the hub, the store's view descriptions, caught up, failed."""
+    messages: batches for the hub, the store's view descriptions, caught up, the views still
+    loading, failed."""
 
     def __init__(self, settings: ViewsApiSettings, store: Store, hub: Hub) -> None:
         self.settings, self.store, self.hub = settings, store, hub
         self.caught_up = threading.Event()
         self.failed: BaseException | None = None
         self.records = 0
+        # The views whose changelog topic the process has not yet read to its end since it began
+        # reading it; None until it says (at its start: every view).
+        self.loading: frozenset[str] | None = None
         self.on_end: Callable[[], None] = lambda: None  # failed, or stopped by a signal
         self._stopping = _CONTEXT.Event()
         self._subscribers = _CONTEXT.Value("i", 0)
@@ -494,6 +516,8 @@ class ChangelogProcess:
         elif kind == "caught_up":
             self.records = message[1]
             self.caught_up.set()
+        elif kind == "loading":
+            self.loading = message[1]
         elif kind == "failed":
             self._fail(RuntimeError(message[1]))
 

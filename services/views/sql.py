@@ -15,13 +15,14 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from foundation.errors import RatingsError
-from services.views.store import Store, column_sql, key_of, served, view_literal
+from services.views.store import Store, column_sql, key_of, served, still_loading, view_literal
 
-__all__ = ["PG_TYPES", "Column", "Result", "SqlError", "SqlReader", "pg_column"]
+__all__ = ["PG_TYPES", "Column", "Result", "SqlError", "SqlReader", "named", "pg_column"]
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
 PG_TYPES = {
@@ -93,15 +94,29 @@ def _first_word(sql: str) -> str:
 class SqlReader:
     """Runs queries over the store's served views (its `infos()`, a new dict whenever one
     changed): a read-only connection per thread, with a table per view. Key lookups go through
-    the store's own `get`, as an HTTP pull does."""
+    the store's own `get`, as an HTTP pull does. A query that names a view still `loading` (its
+    changelog topic not yet read to its end) is refused with SQLSTATE 57P03, as PostgreSQL
+    refuses connections while it starts, rather than answered from part of it."""
 
-    def __init__(self, store: Store, *, max_rows: int, timeout_s: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_rows: int,
+        timeout_s: float,
+        loading: Callable[[], frozenset[str]] = frozenset,
+    ) -> None:
         self.path = store.path
         self.infos = store.infos
         self.get = store.get
         self.max_rows = max_rows
         self.timeout_s = timeout_s
+        self.loading = loading
         self._local = threading.local()
+
+    def _refuse_loading(self, names: set[str]) -> None:
+        if waiting := sorted(names & self.loading()):
+            raise SqlError("57P03", still_loading(waiting[0]))
 
     def tables(self) -> dict[str, tuple[Column, ...]]:
         """Each view's columns, as a PostgreSQL client sees them."""
@@ -157,6 +172,7 @@ class SqlReader:
         kinds = {c["name"]: c.get("type", "string") for c in info["columns"]}
         if kinds.get(column) not in ("int", "long"):
             return None
+        self._refuse_loading({view})
         found = self.get(view, key_of([int(number)]))
         columns = tuple(pg_column(c["name"], kinds[c["name"]]) for c in info["columns"])
         if found is None:
@@ -176,6 +192,7 @@ class SqlReader:
             raise SqlError("0A000", f"only SELECT, WITH and VALUES are served, not {word}")
         if word not in _READABLE:
             raise SqlError("42601", f'syntax error at or near "{word[:40]}"')
+        self._refuse_loading(named(sql))
         conn = self._connection()
         deadline = time.monotonic() + self.timeout_s
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
@@ -214,6 +231,19 @@ _KEY_LOOKUP = re.compile(
     r"\s*SELECT\s+\*\s+FROM\s+([A-Za-z_][A-Za-z0-9_]*)\s+WHERE\s+([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(-?[0-9]{1,18})\s*;?\s*",
     re.IGNORECASE,
 )
+
+
+_STRING = re.compile(r"'(?:[^']|'')*'")
+_IDENTIFIER = re.compile(r'"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*)')
+
+
+def named(sql: str) -> set[str]:
+    """The identifiers `sql` names outside its string literals, in lower case (SQLite matches
+    names without regard to ASCII case, quoted or not): a superset of the views it reads."""
+    return {
+        (quoted.replace('""', '"') or bare).lower()
+        for quoted, bare in _IDENTIFIER.findall(_STRING.sub("", sql))
+    }
 
 
 class _Unlike(Exception):

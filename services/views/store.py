@@ -33,6 +33,7 @@ __all__ = [
     "infer_columns",
     "key_of",
     "served",
+    "still_loading",
     "view_literal",
 ]
 
@@ -64,6 +65,14 @@ _OPERATORS = ("=", ">=", ">", "<=", "<")
 
 
 STAGED = "@"  # a view's new version backfilling beside it is stored as <view>@<created_at_ms>
+
+
+def still_loading(view: str) -> str:
+    """What a query of a view still loading (`Changelog.loading`) is told, over HTTP and SQL."""
+    return (
+        f"view {view!r} is loading: the query service has not yet read its changelog topic to the"
+        " end since it began reading it, and answers from part of its rows nowhere; try again shortly"
+    )
 
 
 def served(infos: dict[str, dict[str, Any]]) -> list[str]:

@@ -39,7 +39,8 @@ async function loadCatalog() {
     row.dataset.view = view.name;
     if (view.name === chosen) row.classList.add("chosen");
     cell(row, view.name);
-    cell(row, view.replacing ? `${view.state}; new version ${view.replacing.state}` : view.state);
+    const state = view.loading ? `${view.state}; loading` : view.state;
+    cell(row, view.replacing ? `${state}; new version ${view.replacing.state}` : state);
     cell(row, view.rows);
     cell(row, (view.key || []).join(", "));
     cell(row, ago(view.freshness && view.freshness.max_rating_time));
@@ -119,6 +120,15 @@ function follow(view) {
   source.addEventListener("change", (event) => show(event, true));
   source.addEventListener("live", () => {
     document.getElementById("status").textContent = `${view.name}: live`;
+  });
+  // Refused (503 while the service loads the view, or at its subscriber cap): asked again.
+  const asked = source;
+  asked.addEventListener("error", () => {
+    if (asked.readyState !== EventSource.CLOSED || asked !== source) return;
+    document.getElementById("status").textContent = `${view.name}: not served yet; asking again`;
+    setTimeout(() => {
+      if (asked === source && chosen === view.name) follow(view);
+    }, 1000);
   });
   // A new version took over; its columns may differ: follow it from its own description.
   source.addEventListener("replaced", async () => {

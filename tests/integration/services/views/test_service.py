@@ -254,14 +254,30 @@ def test_a_restart_answers_as_before_and_reads_only_the_tail(
     assert service.stop() == 0
 
 
-def test_health_is_503_until_the_topics_are_read_to_their_end(
+def test_until_the_topics_are_read_to_their_end_health_pulls_and_sql_refuse_rather_than_answer_from_part(
     stack_env: StackEnv, views: Views, tmp_path: Path
 ) -> None:
     for start in range(0, 60_000, 10_000):
         views.write([customer(i, 1) for i in range(start, start + 10_000)])
     service = Service(stack_env, views, tmp_path).start()
-    seen = service.wait_healthy()
-    assert seen[0] == 503 and seen[-1] == 200
+    health, pulls, counts = [], [], []  # what each was answered, in order, while the service loads
+    deadline = time.monotonic() + 60
+    while not pulls or pulls[-1] != 200:
+        assert time.monotonic() < deadline, f"the last row never served: {pulls[-5:]}\n{service.tail()}"
+        try:
+            health.append(service.get("/health")[0])
+            pulls.append(service.get("/views/customer_ratings/59999")[0])  # the last row written
+        except OSError:  # not listening yet
+            time.sleep(0.05)
+            continue
+        asked = service.psql("SELECT count(*) FROM customer_ratings")
+        if asked.returncode != 2:  # 2: psql could not connect (the port opens just after HTTP's)
+            counts.append(
+                asked.stdout.strip() or asked.stderr.split("ERROR:", 1)[-1].split(":", 1)[0].strip()
+            )
+    assert health[0] == 503 and service.wait_healthy()[-1] == 200
+    assert pulls[0] == 503 and set(pulls) == {503, 200}, pulls  # never a 404 for a row not read yet
+    assert counts[0] == "57P03" and set(counts) <= {"57P03", "60000"}, counts  # never part of the view
     assert service.get("/views")[1]["views"][0]["rows"] == 60_000
     assert service.stop() == 0
 

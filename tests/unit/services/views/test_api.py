@@ -60,7 +60,7 @@ def _subscribe(
 def _served(store: Store, settings: ViewsApiSettings | None = None) -> tuple[Any, Hub]:
     """The service's app over `store`, and the hub its subscribers join."""
     hub = Hub()
-    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None, loading=frozenset())
     api = Api(settings or ViewsApiSettings(), store, hub, changelog)  # type: ignore[arg-type]
     return api.app(), hub
 
@@ -92,7 +92,7 @@ def _app_over_rows(folder: Path) -> Any:
         Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in range(ROWS)
     ]
     store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): ROWS})
-    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None, loading=frozenset())
     return Api(ViewsApiSettings(), store, Hub(), changelog).app()  # type: ignore[arg-type]
 
 
@@ -226,7 +226,7 @@ def test_a_view_refused_before_it_had_rows_is_listed_with_its_reason_and_not_que
     store = Store(tmp_path / "s.sqlite3")
     refused = {"view": "unkeyed", "state": "refused", "error": "GROUP BY user_id is not selected"}
     store.apply([], {"unkeyed": ViewMarker.decode(refused)}, {("views-commits", 0): 1})
-    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None, loading=frozenset())
     api = Api(ViewsApiSettings(), store, Hub(), changelog)  # type: ignore[arg-type]
     listed = asyncio.run(api.catalog(None))  # type: ignore[arg-type]
     described = {v["name"]: v for v in json.loads(bytes(listed.body))["views"]}["unkeyed"]
@@ -247,7 +247,7 @@ def test_a_subscriber_that_stops_reading_its_snapshot_holds_a_page_and_is_cut_of
         Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in range(ROWS)
     ]
     store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): ROWS})
-    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None, loading=frozenset())
     app = Api(ViewsApiSettings(snapshot_timeout_s=0.5), store, Hub(), changelog).app()  # type: ignore[arg-type]
     sent: list[bytes] = []
 
@@ -353,3 +353,45 @@ def test_a_snapshot_parameter_other_than_true_or_false_is_a_400(tmp_path: Path) 
     asyncio.run(main())
     assert answers[0]["status"] == 400
     assert b"snapshot: 'no' is not true or false" in answers[1]["body"]
+
+
+def _answer(app: Any, path: str) -> tuple[int, dict[str, str], bytes]:
+    """One GET of `path` through the app: its status, headers and body."""
+    answers: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: dict[str, Any]) -> None:
+            answers.append(message)
+
+        path_only, _, query = path.partition("?")
+        await app({**_scope(path_only), "query_string": query.encode()}, receive, send)
+
+    asyncio.run(main())
+    headers = {k.decode(): v.decode() for k, v in answers[0]["headers"]}
+    return answers[0]["status"], headers, b"".join(m.get("body", b"") for m in answers[1:])
+
+
+def test_a_view_still_loading_answers_503_rather_than_from_part_of_its_rows(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    row = Change("customer_ratings", key_of([1]), ("user_id",), '{"user_id":1}')
+    store.apply([row], {"customer_ratings": MARKER}, {("view.customer_ratings", 0): 1})
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None, loading=None)
+    api = Api(ViewsApiSettings(), store, Hub(), changelog)  # type: ignore[arg-type]
+    app = api.app()
+    # Before the changelog process has said which views it has read to their end: every view.
+    queries = ("/views/customer_ratings/1", "/views/customer_ratings/2", "/views/customer_ratings?limit=5")
+    for path in (*queries, "/views/customer_ratings/changes"):
+        status, headers, body = _answer(app, path)
+        assert (status, headers.get("retry-after")) == (503, "1"), (path, body)
+        assert b"view 'customer_ratings' is loading" in body
+    assert api.pull(b"/views/customer_ratings/1") is None  # the HTTP protocol hands it to the app
+    assert _answer(app, "/views/nope/1")[0] == 404  # a view that does not exist is not loading
+    listed = json.loads(_answer(app, "/views")[2])["views"]
+    assert {v["name"]: v["loading"] for v in listed} == {"customer_ratings": True, "segment_hourly": False}
+    changelog.loading = frozenset({"segment_hourly"})  # customer_ratings is read to its topic's end
+    assert api.pull(b"/views/customer_ratings/1") == b'{"user_id":1}'
+    assert [_answer(app, path)[0] for path in queries] == [200, 404, 200]
+    assert not json.loads(_answer(app, "/views")[2])["views"][0]["loading"]

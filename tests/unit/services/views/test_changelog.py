@@ -370,3 +370,54 @@ def test_a_configured_views_marker_keeps_it_on_its_own_topic(tmp_path: Path) -> 
     changelog._step(consumer, [_Marker(0, built_in)])  # type: ignore[list-item]
     assert consumer.assigned == []  # not view.customer_ratings, another deployment's topic
     assert changelog.views["test-view-1.customer_ratings"] == "customer_ratings"
+
+
+class _End(_Record):
+    """librdkafka's event for a partition read to its end (enable.partition.eof)."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(0, 0)
+        self._topic, self._partition = topic, partition
+
+    def error(self) -> Any:
+        from confluent_kafka import KafkaError  # noqa: PLC0415
+
+        return KafkaError(KafkaError._PARTITION_EOF)
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+
+def test_a_view_is_loading_until_each_partition_of_its_topic_is_read_to_its_end(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    sent: list[tuple[Any, ...]] = []
+    changelog = Changelog(ViewsApiSettings(), store, sent.append)
+    consumer = _Assigning()
+    changelog._pending = {(TOPIC, 0), (TOPIC, 1), ("view.segment_hourly", 0), ("views-commits", 0)}
+    changelog._step(consumer, [_Record(0, 1)])  # type: ignore[list-item]
+    assert [m for m in sent if m[0] == "loading"] == [("loading", {"customer_ratings", "segment_hourly"})]
+    sent.clear()
+    changelog._step(consumer, [_Record(1, 2), _End(TOPIC, 0), _End("view.segment_hourly", 0)])  # type: ignore[list-item]
+    assert [m for m in sent if m[0] == "loading"] == [("loading", {"customer_ratings"})]  # partition 1 left
+    sent.clear()
+    changelog._step(consumer, [_End(TOPIC, 1)])  # type: ignore[list-item]
+    assert [m for m in sent if m[0] == "loading"] == [("loading", frozenset())]
+    assert ("caught_up", 2) not in sent  # the commits topic is still read: health waits for it
+    changelog._step(consumer, [_End("views-commits", 0)])  # type: ignore[list-item]
+    assert ("caught_up", 2) in sent
+    # A view declared in SQL, whose first marker comes later: loading from its topic's start on
+    sent.clear()
+    columns = [{"name": "channel", "type": "string"}, {"name": "ratings", "type": "long"}]
+    live = {"view": "by_channel", "key": ["channel"], "columns": columns, "state": "live"}
+    changelog._step(consumer, [_Marker(0, live), _Row(3, 0)])  # type: ignore[list-item]
+    assert store.count("by_channel") == 1
+    assert [m for m in sent if m[0] == "loading"] == [("loading", {"by_channel"})]
+    changelog._step(consumer, [_End("view.by_channel", 0), _End("view.by_channel", 1)])  # type: ignore[list-item]
+    assert changelog.loading() == frozenset()
+    # a new version is staged, not served: it is never said to be loading
+    v2 = {**live, "state": "backfilling", "created_at_ms": 2, "topic": "view.by_channel.2"}
+    changelog._step(consumer, [_Marker(1, v2)])  # type: ignore[list-item]
+    assert ("view.by_channel.2", 0) in changelog._pending and changelog.loading() == frozenset()

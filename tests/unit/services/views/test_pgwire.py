@@ -17,7 +17,7 @@ import pytest
 
 from foundation.view_marker import ViewMarker
 from services.views.pgwire import PROTOCOL_V3, PgServer, PgSettings
-from services.views.sql import SqlReader
+from services.views.sql import SqlError, SqlReader, named
 from services.views.store import Change, Store, key_of
 from tests.support.psql import psql
 
@@ -300,3 +300,27 @@ def test_a_pull_by_key_over_the_wire_is_answered_without_a_worker_thread(
         assert threads == []
         assert served.rows("SELECT user_id FROM customer_ratings WHERE ratings = 70") == ["7"]
         assert threads == ["query"]
+
+
+def test_a_query_that_names_a_view_still_loading_is_refused_with_57p03(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply([_row(u) for u in range(1, 8)], {"customer_ratings": MARKER}, {})
+    loading = [frozenset({"customer_ratings", "segment_hourly"})]
+    reader = SqlReader(store, max_rows=5, timeout_s=1, loading=lambda: loading[0])
+    for sql in (
+        "SELECT * FROM customer_ratings WHERE user_id = 7",  # the key look-up's own path
+        "SELECT count(*) FROM Customer_Ratings",
+        'WITH c AS (SELECT * FROM "customer_ratings") SELECT count(*) FROM c',
+    ):
+        with pytest.raises(SqlError) as refused:
+            reader.query(sql)
+        assert refused.value.sqlstate == "57P03" and "'customer_ratings' is loading" in str(refused.value)
+    assert reader.query("SELECT 'customer_ratings'").rows == [("customer_ratings",)]  # a string reads nothing
+    loading[0] = frozenset({"segment_hourly"})
+    assert reader.query("SELECT * FROM customer_ratings WHERE user_id = 7").rows[0][:2] == ("7", "70")
+    assert reader.query("SELECT count(*) FROM customer_ratings").rows == [("7",)]
+
+
+def test_the_names_a_query_gives_leave_out_its_strings_and_keep_quoted_identifiers() -> None:
+    sql = 'SELECT a, "Odd ""Name""" FROM v1 JOIN "V2" ON x = \'v3 isn\'\'t read\' -- v4'
+    assert named(sql) == {"select", "a", 'odd "name"', "from", "v1", "join", "v2", "on", "x", "v4"}

@@ -38,7 +38,7 @@ class Server:
             Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i})) for i in (1, 2)
         ]
         store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): 2})
-        changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None)
+        changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None, loading=frozenset())
         api = Api(ViewsApiSettings(), store, Hub(), changelog)  # type: ignore[arg-type]
         self.store = store
         app, self.app_paths = api.app(), list[str]()
