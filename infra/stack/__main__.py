@@ -40,12 +40,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "install":
             install(settings, load_versions())
         elif args.command == "up":
-            stack.up(settings)
+            with stack.exclusive(settings):
+                stack.up(settings)
             stack.status(settings)
         elif args.command == "down":
-            stack.down(settings)
+            with stack.exclusive(settings):
+                stack.down(settings)
         elif args.command == "clean":
-            stack.clean(settings)
+            with stack.exclusive(settings):
+                stack.clean(settings)
         elif args.command == "status":
             return 0 if stack.status(settings) else 1
         elif args.command == "env":

@@ -1,11 +1,14 @@
 """up, down, status, clean: the local stack's life cycle."""
 
+import fcntl
+import hashlib
 import logging
 import os
 import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from infra.stack import bootstrap, kafka_security
@@ -78,6 +81,28 @@ def check_ports(settings: StackSettings, sup: Supervisor) -> None:
 # configuration in the service folder. Spark is not among them: its executors read and write
 # the jobs' state folders, which belong to the user who starts the jobs.
 SERVICE_COMPONENTS = ("mariadb", "postgres", "elasticsearch", "kafka", "s3", "connect")
+
+
+@contextmanager
+def exclusive(settings: StackSettings) -> Iterator[None]:
+    """One `up`, `down` or `clean` of a state folder at a time. Every `make` target that needs the
+    stack runs `up` first, and two of them started together (`make views-job` and `make
+    views-api` in two terminals) prepared the same components at once: one failed on the
+    Elasticsearch configuration the other was writing. The second now waits for the first, then
+    finds the stack up. The lock is a file in the cache folder named after the state folder, so
+    that `clean` can remove the state folder while it holds it."""
+    folder = settings.cache_dir / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(str(settings.state_dir.resolve()).encode()).hexdigest()[:16]
+    with (folder / f"stack-{name}.lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info(
+                "another start or stop of the stack in %s is under way: waiting for it", settings.state_dir
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # the lock goes with the file's closing
 
 
 def _private_state(settings: StackSettings) -> None:

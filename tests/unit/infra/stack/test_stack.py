@@ -2,7 +2,9 @@
 with the tail of its log. These run a real supervisord with tiny programs, no stack needed."""
 
 import configparser
+import logging
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from supervisor.datatypes import dict_of_key_value_pairs
 from infra.stack.components import Component
 from infra.stack.errors import ComponentFailed, PortInUse
 from infra.stack.settings import StackSettings
-from infra.stack.stack import _private_state, _source_mode, _wait, check_ports
+from infra.stack.stack import _private_state, _source_mode, _wait, check_ports, exclusive
 from infra.stack.supervise import Supervisor, render_config
 
 
@@ -191,3 +193,27 @@ def test_a_stack_made_before_the_source_was_a_setting_is_mariadb_s(tmp_path: Pat
     (tmp_path / "kafka" / "data" / "meta.properties").write_text("cluster.id=x\n")
     with pytest.raises(ComponentFailed, match="made with STACK_SOURCE=mariadb, not postgres"):
         _source_mode(StackSettings(state_dir=tmp_path, service_dir=tmp_path, source="postgres"))
+
+
+def test_a_second_start_of_the_same_stack_waits_for_the_first_and_another_stack_does_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = StackSettings(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
+    other = StackSettings(state_dir=tmp_path / "state-secured", cache_dir=tmp_path / "cache")
+    entered = threading.Event()
+
+    def second() -> None:
+        with exclusive(settings):
+            entered.set()
+
+    caplog.set_level(logging.INFO, logger="stack")
+    with exclusive(settings):
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not entered.wait(0.5)  # held by the first
+        with exclusive(other):  # another state folder's stack is not held up
+            pass
+        assert not (tmp_path / "state").exists()  # not in the state folder, which clean removes
+    assert entered.wait(10)
+    thread.join(10)
+    assert "another start or stop of the stack" in caplog.text and str(tmp_path / "state") in caplog.text
