@@ -70,8 +70,8 @@ STAGED = "@"  # a view's new version backfilling beside it is stored as <view>@<
 def still_loading(view: str) -> str:
     """What a query of a view still loading (`Changelog.loading`) is told, over HTTP and SQL."""
     return (
-        f"view {view!r} is loading: the query service has not yet read its changelog topic to the"
-        " end since it began reading it, and answers from part of its rows nowhere; try again shortly"
+        f"view {view!r} is loading: the query service has not yet read its changelog topic to its"
+        " end, and does not answer from part of its rows; try again shortly"
     )
 
 
