@@ -130,7 +130,7 @@ class Api:
         self.built_in = [settings.view_name(t) for t in settings.changelog_topics]
         self._topics = dict(zip(self.built_in, settings.changelog_topics, strict=True))
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(ViewsCollector(lambda: self.names, store, hub, changelog))
+        self.registry.register(ViewsCollector(lambda: self.names, self.loading_views, store, hub, changelog))
 
     @property
     def names(self) -> list[str]:

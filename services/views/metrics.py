@@ -1,6 +1,6 @@
-"""The query service's figures for Prometheus, served at GET /metrics beside the API: rows and
-freshness per view, the changelog records applied, whether the store has caught up, and the
-SSE subscribers."""
+"""The query service's figures for Prometheus, served at GET /metrics beside the API: rows,
+freshness and whether it is still loading per view, the changelog records applied, whether the
+store has caught up, and the SSE subscribers."""
 
 import time
 from collections.abc import Callable, Iterator
@@ -15,9 +15,15 @@ from services.views.store import Store
 
 class ViewsCollector(Collector):
     def __init__(
-        self, names: Callable[[], list[str]], store: Store, hub: Hub, changelog: ChangelogProcess
+        self,
+        names: Callable[[], list[str]],
+        loading: Callable[[], frozenset[str]],
+        store: Store,
+        hub: Hub,
+        changelog: ChangelogProcess,
     ) -> None:
-        self.names, self.store, self.hub, self.changelog = names, store, hub, changelog
+        self.names, self.loading, self.store, self.hub = names, loading, store, hub
+        self.changelog = changelog
 
     def collect(self) -> Iterator[Metric]:
         applied = CounterMetricFamily(
@@ -38,6 +44,12 @@ class ViewsCollector(Collector):
         subscribers.add_metric([], self.hub.count())
         yield subscribers
         rows = GaugeMetricFamily("ratings_views_rows", "rows of the view in the store", labels=["view"])
+        refused = GaugeMetricFamily(
+            "ratings_views_loading",
+            "1 while the view's changelog topic is not yet read to its end: its queries answer 503",
+            labels=["view"],
+        )
+        loading = self.loading()
         behind = GaugeMetricFamily(
             "ratings_views_rating_lag_seconds",
             "now minus the newest rating time the view reflects",
@@ -45,10 +57,12 @@ class ViewsCollector(Collector):
         )
         for name in self.names():
             rows.add_metric([name], self.store.count(name))
+            refused.add_metric([name], 1.0 if name in loading else 0.0)
             info = self.store.view_info(name) or {}
             marker = info.get("marker")
             newest = marker.max_rating_time if marker is not None else None  # ms
             if isinstance(newest, int | float):
                 behind.add_metric([name], max(0.0, time.time() - newest / 1000))
         yield rows
+        yield refused
         yield behind

@@ -52,6 +52,7 @@ def test_pull_by_key_composite_keys_filters_and_freshness(
     assert 'ratings_views_rows{view="customer_ratings"} 30.0' in scraped
     assert 'ratings_views_rows{view="segment_hourly"} 1.0' in scraped
     assert "ratings_views_caught_up 1.0" in scraped
+    assert 'ratings_views_loading{view="customer_ratings"} 0.0' in scraped
     lag = 'ratings_views_rating_lag_seconds{view="customer_ratings"} '
     behind = [float(line.removeprefix(lag)) for line in scraped.splitlines() if line.startswith(lag)]
     assert behind and behind[0] >= time.time() - 1_795_000_000.001 - 5
