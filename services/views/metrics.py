@@ -12,6 +12,8 @@ from services.views.changelog import ChangelogProcess
 from services.views.hub import Hub
 from services.views.store import Store
 
+__all__ = ["ViewsCollector"]
+
 
 class ViewsCollector(Collector):
     def __init__(
