@@ -188,7 +188,7 @@ class Api:
         return frozenset(self.names) if loading is None else loading
 
     def loading(self, name: str) -> bool:
-        return self.changelog.loading is None or name in self.changelog.loading
+        return name in self.loading_views()
 
     def _view(self, name: str) -> dict[str, Any]:
         if name not in self.names:
