@@ -343,8 +343,9 @@ def _validate(files: list[Path]) -> int:
                 print(f"refused: {err}", file=sys.stderr)
                 refused += 1
                 continue
-            columns = ", ".join(f"{name} {kind}" for name, kind in compiled.rows.dtypes)
-            print(f"{view.name}: valid; key ({', '.join(compiled.key)}); columns: {columns}")
+            columns = ", ".join(f"{name} {kind}" for name, kind in compiled.columns)
+            having = "; a row leaves the view while it does not match HAVING" if compiled.having else ""
+            print(f"{view.name}: valid; key ({', '.join(compiled.key)}); columns: {columns}{having}")
     finally:
         spark.stop()
     return 1 if refused else 0

@@ -26,11 +26,16 @@ The file, e.g. `views/examples/channel_hourly.sql`:
   is selected by its start or end, or an expression of them alone (`window.start AS hour`,
   `date_format(window.start, 'yyyy-MM-dd HH') AS hour`).
 
+HAVING is kept exactly, though Spark's update mode never takes a row back: the aggregation keeps
+every group, each changed row carries whether it matches the condition (`VISIBLE`), and the
+sink writes a row that does not as a tombstone, so that it leaves the view, and comes back when
+it matches again (`having_kept`).
+
 Refused: a syntax error (with its position); what Spark refuses for a streaming query in update
 mode (distinct aggregates, ORDER BY, LIMIT, session windows, an aggregate over an aggregate);
-HAVING (update mode never takes back a row that stops matching it); joins; non-deterministic
-functions (a rebuilt view must give the same rows); a view without GROUP BY, or with a GROUP BY
-column that is not selected.
+a filter over the aggregation other than HAVING; joins; non-deterministic functions (a rebuilt
+view must give the same rows); a view without GROUP BY, or with a GROUP BY column that is not
+selected.
 """
 
 import difflib
@@ -56,6 +61,7 @@ __all__ = [
     "HEADERS",
     "NAME",
     "RELATION",
+    "VISIBLE",
     "CompiledView",
     "ViewFile",
     "ViewRefused",
@@ -63,6 +69,7 @@ __all__ = [
     "compile_view",
     "enriched_columns",
     "fields_read",
+    "having_kept",
     "parse",
     "placeholder",
     "read",
@@ -74,6 +81,8 @@ RELATION = "enriched"
 EVENT_TIME = "rating_ts"  # rating_time as a timestamp, beside the enriched fields
 NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 HEADERS = ("retention", "trigger", "watermark")
+# A view with HAVING: the extra column of its rows that says whether a row matches the condition.
+VISIBLE = "__having"
 # pyspark logs every SQL error it raises, with the Java stack; a refusal says it once, plainly.
 logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
 _HEADER = re.compile(r"--\s*([a-z][a-z_]*)\s*:\s*(.*)")
@@ -82,7 +91,7 @@ _CLOCKS = {"CurrentTimestamp", "Now", "CurrentDate", "LocalTimestamp", "CurrentB
 # Plan nodes that may stand above the view's aggregation, and what the others above it mean.
 _ABOVE_OK = {"Project", "SubqueryAlias"}
 _ABOVE = {
-    "Filter": "HAVING: update mode never takes back a row that stops matching it; filter in the query",
+    "Filter": "a filter over the aggregation: write it as the view's HAVING, or filter when you query it",
     "Sort": "ORDER BY: a view's rows have no order; order them when you query it",
     "GlobalLimit": "LIMIT: a view keeps every group; limit when you query it",
     "LocalLimit": "LIMIT: a view keeps every group; limit when you query it",
@@ -126,10 +135,16 @@ class CompiledView:
     key: tuple[str, ...]
     window_start: str | None = None  # the key column that is the window's start, when selected
     retention_ms: int | None = None
+    having: bool = False  # `rows` has VISIBLE: a row that does not match HAVING leaves the view
 
     @property
     def name(self) -> str:
         return self.definition.name
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        """The view's columns and their Spark types, as its rows have them (without VISIBLE)."""
+        return [(n, t) for n, t in self.rows.dtypes if not (self.having and n == VISIBLE)]
 
 
 def read(path: Path) -> ViewFile:
@@ -245,6 +260,9 @@ def compile_view(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> Co
     rows = rows_of(spark, view, source)
     if not rows.isStreaming:
         raise ViewRefused(f"{view.name}: a view reads FROM {RELATION}")
+    kept = having_kept(spark, view.name, rows)
+    having = kept is not None
+    rows = kept if kept is not None else rows
     plan = rows._jdf.queryExecution().analyzed()
     aggregate = _check_shape(view.name, plan)
     _check_deterministic(view.name, plan)
@@ -259,11 +277,56 @@ def compile_view(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> Co
             f"{view.name}: Spark cannot keep it as a streaming view: {_java_message(err)}"
         ) from None
     names = list(rows.columns)
+    if VISIBLE in names[: len(names) - having]:
+        raise ViewRefused(f"{view.name}: the column name {VISIBLE} is the views job's own: name it otherwise")
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ViewRefused(f"{view.name}: more than one column named {', '.join(twice)}: name each with AS")
     key, window_start = _key(view.name, aggregate), _window_start(aggregate)
-    return CompiledView(view, rows, key, window_start, _retention_ms(view, window_start))
+    return CompiledView(view, rows, key, window_start, _retention_ms(view, window_start), having)
+
+
+def having_kept(spark: SparkSession, name: str, rows: DataFrame) -> DataFrame | None:
+    """The rows of a view with HAVING as every group's row and VISIBLE, whether it matches the
+    condition (null counts as not, as in SQL); None for a view without HAVING.
+
+    Spark plans HAVING as a filter on the aggregation's output (`Filter` over `Aggregate`, under
+    a projection when the condition reads an aggregate the SELECT does not). In update mode that
+    filter would pass a group's row while it matches and then say nothing once it stops: the
+    row would stay in the view for ever. So the filter is taken out of the plan, its condition
+    becomes a column beside the SELECT's, and the sink writes the rows that do not match as
+    tombstones. The condition and the SELECT's columns are Spark's own resolved expressions,
+    given back as SQL over the aggregation's output; ViewRefused when that does not give the
+    same columns."""
+    plan = rows._jdf.queryExecution().analyzed()
+    top = plan if plan.nodeName() == "Project" else None
+    node = top.child() if top is not None else plan
+    if node.nodeName() != "Filter" or node.child().nodeName() != "Aggregate":
+        return None
+    condition, aggregate = node.condition(), node.child()
+    outputs = [str(a.name()) for a in _seq(aggregate.output())]
+    if len({o.lower() for o in outputs}) != len(outputs):
+        raise ViewRefused(f"{name}: HAVING: name each aggregate with AS (two have the same name)")
+    jvm = spark._jvm
+    assert jvm is not None
+    try:
+        counted = DataFrame(
+            jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, aggregate), spark
+        )
+        selected = (
+            [F.expr(str(e.sql())) for e in _seq(top.projectList())]
+            if top is not None
+            else [F.col("`" + o.replace("`", "``") + "`") for o in outputs]
+        )
+        visible = F.coalesce(F.expr(str(condition.sql())), F.lit(False)).alias(VISIBLE)
+        kept = counted.select(*selected, visible)
+    except Exception as err:  # noqa: BLE001 (py4j's or Spark's error: the plan could not be given back)
+        raise ViewRefused(f"{name}: HAVING: cannot be kept as written: {_first_line(err)}") from None
+    if kept.dtypes[:-1] != rows.dtypes:
+        raise ViewRefused(
+            f"{name}: HAVING: cannot be kept as written (its columns came out as {kept.dtypes[:-1]})"
+        )
+    return kept
 
 
 def _header_ms(view: ViewFile, header: str, text: str) -> int:

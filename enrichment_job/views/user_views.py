@@ -50,6 +50,7 @@ from enrichment_job.views.catalog import (
     marker_key,
 )
 from enrichment_job.views.definition import (
+    VISIBLE,
     CompiledView,
     ViewRefused,
     compile_view,
@@ -77,10 +78,11 @@ _WINDOW_MS = "__window_start_ms"  # a retention's extra column: the row's window
 
 class SqlViewSink:
     """foreachBatch handler of a SQL view: its changed rows (key: the key columns as JSON; value:
-    the row as JSON, nulls kept) and its marker, in one transaction. A row whose key is over
-    VIEWS_JOB_MAX_KEY_BYTES, or whose record would be over Kafka's limit, goes to the views'
-    dead-letter topic with the reason instead (a record too large would stop the view on every
-    retry)."""
+    the row as JSON, nulls kept) and its marker, in one transaction. A row that does not match
+    the view's HAVING is a tombstone: it leaves the view (a group that never matched gets one
+    too, as a filtered KTable's does). A row whose key is over VIEWS_JOB_MAX_KEY_BYTES, or whose
+    record would be over Kafka's limit, goes to the views' dead-letter topic with the reason
+    instead (a record too large would stop the view on every retry)."""
 
     def __init__(  # noqa: PLR0917 - what `open` made and read, handed over
         self,
@@ -96,11 +98,13 @@ class SqlViewSink:
         self.settings, self.view, self.entry = settings, view, entry
         self.topic = entry.changelog(settings.topic_prefix)
         self.claim_check = ClaimCheck.of(settings, DLQ_STAGE)
-        self.columns = column_types(view.rows)
+        shown = {name for name, _ in view.columns}  # not VISIBLE
+        self.columns = [c for c in column_types(view.rows) if c["name"] in shown]
         names = [c["name"] for c in self.columns]
+        value = F.to_json(F.struct(*[F.col(n) for n in names]), {"ignoreNullFields": "false"})
         self.select = [
             F.to_json(F.struct(*[F.col(k) for k in view.key])).alias("key"),
-            F.to_json(F.struct(*[F.col(n) for n in names]), {"ignoreNullFields": "false"}).alias("value"),
+            (F.when(F.col(VISIBLE), value) if view.having else value).alias("value"),
         ]
         self.newest = "last_rating_time" if "last_rating_time" in names else None
         # With a retention: each window's keys in the changelog, to write their tombstones once
@@ -142,7 +146,7 @@ class SqlViewSink:
             if newest is not None and (self.max_rating_time is None or newest > self.max_rating_time):
                 self.max_rating_time = newest
         rows, dead = self._split(table, batch_id)
-        written = {k for k in rows.keys if k is not None}
+        written = {k for k, v in zip(rows.keys, rows.values, strict=True) if k is not None and v is not None}
         expired = self._expire(table, written) if self.view.retention_ms is not None else []
         tombstones = Records(rows.topic, expired, [None] * len(expired))
         self.sink.write(batch_id, [rows, tombstones, dead], self.max_rating_time, self._marker)

@@ -35,7 +35,7 @@ SELECT coalesce(channel, 'none') AS channel, count(*) AS ratings, sum(stars) AS 
 FROM enriched
 GROUP BY coalesce(channel, 'none')
 """
-HAVING = "SELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id HAVING count(*) > 1\n"
+ORDERED = "SELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id ORDER BY ratings DESC\n"
 
 
 def ratings(first: int, count: int) -> list[dict[str, Any]]:
@@ -138,12 +138,12 @@ def test_a_view_created_in_sql_while_the_job_runs_backfills_goes_live_is_served_
     view_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}by_channel"
 
     # refused by the checks: nothing is created
-    (tmp_path / "unhappy_repeaters.sql").write_text(HAVING)
-    refused = views_cli(stack_env, topics, "create", str(tmp_path / "unhappy_repeaters.sql"))
+    (tmp_path / "top_customers.sql").write_text(ORDERED)
+    refused = views_cli(stack_env, topics, "create", str(tmp_path / "top_customers.sql"))
     assert refused.returncode == 1, refused.stderr[-2000:]
-    assert "refused: unhappy_repeaters: HAVING" in refused.stderr
+    assert "refused: top_customers: ORDER BY" in refused.stderr
     assert views_cli(stack_env, topics, "list").stdout == ""
-    assert not topic_exists(stack_env, f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}unhappy_repeaters")
+    assert not topic_exists(stack_env, f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}top_customers")
 
     # created: a backfill of what the enriched topic holds, then live
     (tmp_path / "by_channel.sql").write_text(BY_CHANNEL)
@@ -258,14 +258,16 @@ def a_refused_replacement_leaves_v1_serving(
     checkpoints = tmp_path / "views-state" / "checkpoints"
     before = sorted(p.name for p in checkpoints.glob("sql-by_channel-*"))
     (tmp_path / "by_channel.sql").write_text(
-        "SELECT channel, count(*) AS ratings FROM enriched GROUP BY channel HAVING count(*) > 1\n"
+        "SELECT channel, count(*) AS ratings FROM enriched GROUP BY channel ORDER BY ratings\n"
     )
     refused = views_cli(stack_env, topics, "replace", str(tmp_path / "by_channel.sql"))
-    assert refused.returncode == 1 and "refused: by_channel: HAVING" in refused.stderr, refused.stderr[-3000:]
+    assert refused.returncode == 1 and "refused: by_channel: ORDER BY" in refused.stderr, refused.stderr[
+        -3000:
+    ]
     assert "no views job answered" not in refused.stdout + refused.stderr  # the job's own verdict
     assert service.get("/views/by_channel/web") == (200, v1)
     shown = views_cli(stack_env, topics, "show", "by_channel")
-    assert "state: live" in shown.stdout and "HAVING" not in shown.stdout  # the catalog names v1 again
+    assert "state: live" in shown.stdout and "ORDER BY" not in shown.stdout  # the catalog names v1 again
     deadline = time.monotonic() + 30  # the service reads the job's word on the commits topic
     while True:
         listed = {v["name"]: v for v in service.get("/views")[1]["views"]}["by_channel"]
@@ -273,7 +275,7 @@ def a_refused_replacement_leaves_v1_serving(
             break
         time.sleep(0.3)
     assert listed["state"] == "live" and listed["replacing"]["state"] == "refused", listed
-    assert "HAVING" in listed["replacing"]["error"]
+    assert "ORDER BY" in listed["replacing"]["error"]
     assert sorted(p.name for p in checkpoints.glob("sql-by_channel-*")) == before
 
 
@@ -382,4 +384,98 @@ def test_a_retention_removes_the_rows_of_old_windows_from_the_topic_as_newer_one
     wait_until(rows_are({first: 10, second: 10}), job)
     produce(stack_env, topics.enriched, [as_kafka(r) for r in hour(3, 300)])
     wait_until(rows_are({fourth: 10}), job)  # the first two hours are past the retention
+    assert job.stop() == 0, job.tail()
+
+
+UNHAPPY = """-- Customers whose ratings average under 3 stars, from their second rating on.
+-- trigger: 1 second
+SELECT user_id, count(*) AS ratings, sum(stars) AS stars
+FROM enriched
+GROUP BY user_id
+HAVING avg(stars) < 3 AND count(*) >= 2
+"""
+
+
+def unhappy(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """UNHAPPY recomputed: each customer's row while it matches the HAVING."""
+    stars: dict[int, list[int]] = defaultdict(list)
+    for r in records:
+        stars[r["user_id"]].append(r["stars"])
+    return {
+        json.dumps({"user_id": u}, separators=(",", ":")): {"user_id": u, "ratings": len(s), "stars": sum(s)}
+        for u, s in stars.items()
+        if sum(s) / len(s) < 3 and len(s) >= 2
+    }
+
+
+def test_a_view_with_having_holds_the_rows_that_match_it_and_a_row_that_stops_matching_leaves(
+    stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
+) -> None:
+    def rated(first: int, stars: dict[int, list[int]]) -> list[dict[str, Any]]:
+        given = [(u, s) for u, each in stars.items() for s in each]
+        return [
+            enriched_record(first + i, user_id=u, stars=s, rating_time=1_795_000_000_000 + first + i)
+            for i, (u, s) in enumerate(given)
+        ]
+
+    # 1 matches (1.5 stars, two ratings), 2 does not (5.0), 3 not yet (one rating)
+    first = rated(0, {1: [1, 2], 2: [5, 5], 3: [1]})
+    produce(stack_env, topics.enriched, [as_kafka(r) for r in first])
+    job = ViewsJob(stack_env, topics, tmp_path).start()
+    (tmp_path / "unhappy.sql").write_text(UNHAPPY)
+    validated = views_cli(stack_env, topics, "validate", str(tmp_path / "unhappy.sql"))
+    assert "a row leaves the view while it does not match HAVING" in validated.stdout, validated.stderr[
+        -2000:
+    ]
+    created = views_cli(stack_env, topics, "create", str(tmp_path / "unhappy.sql"))
+    assert created.returncode == 0, created.stderr[-3000:]
+    view_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}unhappy"
+    wait_until(rows_equal(stack_env, view_topic, unhappy(first)), job)
+    assert list(unhappy(first)) == ['{"user_id":1}']
+
+    names = SimpleNamespace(
+        customers=topics.customer_ratings, segments=topics.segment_hourly, commits=topics.commits
+    )
+    (tmp_path / "api").mkdir()
+    service = Service(
+        stack_env, names, tmp_path / "api", VIEWS_TOPIC_PREFIX=topics.env()["VIEWS_JOB_TOPIC_PREFIX"]
+    )  # type: ignore[arg-type]
+    service.start()
+    service.wait_healthy()
+    deadline = time.monotonic() + 60
+    while service.get("/views/unhappy/1")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert service.get("/views/unhappy/1") == (200, {"user_id": 1, "ratings": 2, "stars": 3})
+    assert service.get("/views/unhappy/2")[0] == 404
+    events = Events(service.port, "/views/unhappy/changes")
+    events.start()
+    try:
+        assert events.wait(2)[:2] == [
+            ("snapshot", {"key": {"user_id": 1}, "row": unhappy(first)['{"user_id":1}']}),
+            ("live", {}),
+        ]
+        # 1 stops matching (3.25 stars), 2 starts (2.6), 3 starts (1.5, its second rating)
+        second = rated(100, {1: [5, 5], 2: [1, 1, 1], 3: [2]})
+        produce(stack_env, topics.enriched, [as_kafka(r) for r in second])
+        wait_until(rows_equal(stack_env, view_topic, unhappy(first + second)), job)
+        assert sorted(unhappy(first + second)) == ['{"user_id":2}', '{"user_id":3}']
+        deadline = time.monotonic() + 30
+        while service.get("/views/unhappy/1")[0] != 404 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert service.get("/views/unhappy/1")[0] == 404
+        assert service.get("/views/unhappy/2") == (200, {"user_id": 2, "ratings": 5, "stars": 13})
+        answer = service.psql("SELECT user_id, ratings FROM unhappy ORDER BY user_id")
+        assert answer.stdout.split() == ["2|5", "3|2"], answer.stderr
+        changes = {json.dumps(d["key"]): d["row"] for name, d in events.wait(5) if name == "change"}
+        assert changes == {
+            '{"user_id": 1}': None,  # a delete: the row left the view
+            '{"user_id": 2}': {"user_id": 2, "ratings": 5, "stars": 13},
+            '{"user_id": 3}': {"user_id": 3, "ratings": 2, "stars": 3},
+        }, events.events
+    finally:
+        events.close()
+    # in the changelog, a tombstone for each row that does not match (2's first rows too)
+    tombstoned = {k for k, rows in changes_per_key(stack_env, view_topic).items() if None in rows}
+    assert tombstoned >= {'{"user_id":1}', '{"user_id":2}'}
+    service.stop()
     assert job.stop() == 0, job.tail()

@@ -18,11 +18,13 @@ from enrichment_job.views.aggregation import aggregate_views, view_rows
 from enrichment_job.views.declarations import declared
 from enrichment_job.views.definition import (
     BUILT_IN,
+    VISIBLE,
     ViewFile,
     ViewRefused,
     check,
     enriched_columns,
     fields_read,
+    having_kept,
     parse,
     read,
     rows_of,
@@ -127,8 +129,12 @@ _BY_USER = "FROM enriched GROUP BY user_id"
         ),
         ("SELECT user_id, count(*) AS n, nope " + _BY_USER, "line 1, column 32: [UNRESOLVED_COLUMN"),
         (
-            "SELECT user_id, count(*) AS n " + _BY_USER + " HAVING count(*) > 2",
-            "HAVING: update mode never takes back",
+            "SELECT * FROM (SELECT user_id, count(*) AS n " + _BY_USER + ") WHERE n > 2",  # noqa: S608
+            "a filter over the aggregation: write it as the view's HAVING",
+        ),
+        (
+            "SELECT user_id, count(*) AS __having " + _BY_USER,
+            "the column name __having is the views job's own",
         ),
         (
             "SELECT user_id, count(*) AS n " + _BY_USER + " ORDER BY n",
@@ -293,3 +299,51 @@ def test_a_view_s_stream_parses_the_fields_its_sql_names_and_those_every_record_
     ]
     assert fields_read("SELECT * FROM enriched") == EVERY_FIELD  # a star reads every field
     assert fields_read("SELECT user_id, sum(stars * 2) FROM enriched GROUP BY user_id") == EVERY_FIELD
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # the condition over a column the SELECT names (Spark's plan: a filter on the aggregation)
+        "SELECT user_id, count(*) AS ratings, avg(stars) AS average_stars "
+        + _BY_USER
+        + " HAVING average_stars < 3",
+        # over aggregates the SELECT does not have (a projection above the filter drops them)
+        "SELECT user_id AS customer, count(*) AS ratings "
+        + _BY_USER
+        + " HAVING min(stars) < 3 AND count(*) >= 2",
+        # a null condition (no channel but null ones) does not match, as in SQL
+        "SELECT user_id, count(*) AS ratings " + _BY_USER + " HAVING max(channel) <> 'web'",
+        "SELECT club_status, window.start AS hour, count(*) AS ratings FROM enriched"
+        " GROUP BY club_status, window(rating_ts, '1 hour') HAVING sum(stars) > 3",
+    ],
+)
+def test_a_view_with_having_keeps_every_group_with_whether_it_matches_which_are_spark_s_own_rows(
+    spark: SparkSession, sql: str
+) -> None:
+    readable = enriched_columns(_readable(spark, RECORDS))
+    view = parse("v", sql)
+    native = rows_of(spark, view, readable)  # a batch: Spark's own HAVING
+    kept = having_kept(spark, "v", native)
+    assert kept is not None and kept.columns == [*native.columns, VISIBLE]
+    rows = [r.asDict() for r in kept.collect()]
+    matching = [{k: v for k, v in r.items() if k != VISIBLE} for r in rows if r[VISIBLE]]
+    assert _sorted(matching) == _sorted([r.asDict() for r in native.collect()])
+    assert matching and len(matching) < len(rows)  # some groups match, some do not
+    assert all(r[VISIBLE] in (True, False) for r in rows)
+    compiled = check(spark, view)  # and as a stream: every check passes
+    assert compiled.having and compiled.columns == [c for c in native.dtypes]
+    assert compiled.rows.columns == [*native.columns, VISIBLE]
+    assert compiled.key == (native.columns[0], *(("hour",) if "window" in sql else ()))
+
+
+def test_a_view_without_having_is_kept_as_written(spark: SparkSession) -> None:
+    readable = enriched_columns(_readable(spark, RECORDS))
+    assert (
+        having_kept(
+            spark, "v", rows_of(spark, parse("v", f"SELECT user_id, count(*) AS n {_BY_USER}"), readable)
+        )
+        is None
+    )
+    compiled = check(spark, parse("v", f"SELECT user_id, count(*) AS n {_BY_USER}"))
+    assert not compiled.having and compiled.columns == compiled.rows.dtypes
