@@ -22,7 +22,7 @@ from typing import Any
 from foundation.errors import RatingsError
 from services.views.store import Store, column_sql, key_of, served, still_loading, view_literal
 
-__all__ = ["PG_TYPES", "Column", "Result", "SqlError", "SqlReader", "named", "pg_column"]
+__all__ = ["PG_TYPES", "Column", "Result", "SqlError", "SqlReader", "pg_column"]
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
 PG_TYPES = {
@@ -94,9 +94,10 @@ def _first_word(sql: str) -> str:
 class SqlReader:
     """Runs queries over the store's served views (its `infos()`, a new dict whenever one
     changed): a read-only connection per thread, with a table per view. Key lookups go through
-    the store's own `get`, as an HTTP pull does. A query that names a view still `loading` (its
+    the store's own `get`, as an HTTP pull does. A query that reads a view still `loading` (its
     changelog topic not yet read to its end) is refused with SQLSTATE 57P03, as PostgreSQL
-    refuses connections while it starts, rather than answered from part of it."""
+    refuses connections while it starts, rather than answered from part of it: SQLite's
+    authorizer names the view each read of the store's rows goes through."""
 
     def __init__(
         self,
@@ -140,14 +141,30 @@ class SqlReader:
             return conn
         if conn is not None:
             conn.close()
-        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        # No statement cache: the authorizer runs as a statement is prepared, and a view may be
+        # loading again (its local copy rebuilt) under a statement prepared while it was not.
+        conn = sqlite3.connect(
+            f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, cached_statements=0
+        )
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, _MAX_SQL_BYTES)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         for view, columns in shapes.items():
             conn.execute(_view_sql(view, columns))
-        views = set(shapes)
-        conn.set_authorizer(lambda action, arg1, arg2, db, inner: _authorize(views, action, arg1, arg2, db))
+        views, local = set(shapes), self._local
+
+        def authorize(
+            action: int, arg1: str | None, arg2: str | None, db: str | None, inner: str | None
+        ) -> int:
+            # `inner` is the view a read of the store's rows goes through, as the query spells it:
+            # one still loading is refused as the statement is prepared, before a row is read.
+            loading = getattr(local, "loading", {})
+            if action == sqlite3.SQLITE_READ and inner is not None and inner.lower() in loading:
+                local.refused = loading[inner.lower()]
+                return sqlite3.SQLITE_DENY
+            return _authorize(views, action, arg1, arg2, db)
+
+        conn.set_authorizer(authorize)
         self._local.conn, self._local.infos, self._local.shapes = conn, infos, shapes
         return conn
 
@@ -192,8 +209,9 @@ class SqlReader:
             raise SqlError("0A000", f"only SELECT, WITH and VALUES are served, not {word}")
         if word not in _READABLE:
             raise SqlError("42601", f'syntax error at or near "{word[:40]}"')
-        self._refuse_loading(named(sql))
         conn = self._connection()
+        self._local.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
+        self._local.refused = None
         deadline = time.monotonic() + self.timeout_s
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
         cursor = conn.cursor()
@@ -203,6 +221,9 @@ class SqlReader:
         except (sqlite3.Warning, sqlite3.ProgrammingError):  # more than one statement
             raise SqlError("42601", "one statement at a time") from None
         except sqlite3.DatabaseError as err:
+            loading = self._local.refused or _missing(err, self._local.loading)
+            if loading is not None:
+                raise SqlError("57P03", still_loading(loading)) from None
             raise _translated(err, self.timeout_s) from None
         finally:
             cursor.close()  # a statement left open would hold its read transaction, and the WAL
@@ -231,19 +252,6 @@ _KEY_LOOKUP = re.compile(
     r"\s*SELECT\s+\*\s+FROM\s+([A-Za-z_][A-Za-z0-9_]*)\s+WHERE\s+([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(-?[0-9]{1,18})\s*;?\s*",
     re.IGNORECASE,
 )
-
-
-_STRING = re.compile(r"'(?:[^']|'')*'")
-_IDENTIFIER = re.compile(r'"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*)')
-
-
-def named(sql: str) -> set[str]:
-    """The identifiers `sql` names outside its string literals, in lower case (SQLite matches
-    names without regard to ASCII case, quoted or not): a superset of the views it reads."""
-    return {
-        (quoted.replace('""', '"') or bare).lower()
-        for quoted, bare in _IDENTIFIER.findall(_STRING.sub("", sql))
-    }
 
 
 class _Unlike(Exception):
@@ -276,6 +284,15 @@ def _authorize(views: set[str], action: int, arg1: str | None, arg2: str | None,
     if action == sqlite3.SQLITE_FUNCTION:
         return sqlite3.SQLITE_DENY if (arg2 or "").lower() in _BLOB_FUNCTIONS else sqlite3.SQLITE_OK
     return sqlite3.SQLITE_OK if action in _ALLOWED else sqlite3.SQLITE_DENY
+
+
+def _missing(err: sqlite3.DatabaseError, loading: dict[str, str]) -> str | None:
+    """The view still loading that `err` says is no table: one whose rows have not come yet,
+    before its first marker has made it a table."""
+    text = str(err)
+    if not text.startswith("no such table: "):
+        return None
+    return loading.get(text.removeprefix("no such table: ").rpartition(".")[2].lower())
 
 
 # SQLite's error text -> PostgreSQL's SQLSTATE, by how the text starts (first match).
