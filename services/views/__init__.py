@@ -1,4 +1,16 @@
 """The materialized views' query service: the views' changelog topics loaded into an embedded
 store (SQLite), served as HTTP JSON by key and by filter, and as Server-Sent Events of changes."""
 
-__all__ = ["api", "changelog", "cli", "config", "hub", "metrics", "pgwire", "protocol", "sql", "store"]
+__all__ = [
+    "api",
+    "changelog",
+    "cli",
+    "config",
+    "hub",
+    "metrics",
+    "pgwire",
+    "portals",
+    "protocol",
+    "sql",
+    "store",
+]

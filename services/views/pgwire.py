@@ -6,8 +6,16 @@ queries. What a query may be is `sql`'s to say; this module speaks the protocol.
   loopback by default; put a TLS proxy in front to serve a network). With VIEWS_TOKEN set, the
   client must give it as its password (cleartext, as over the HTTP API's bearer header);
   without it, any user name is let in.
-- Simple queries only, one statement each. The extended protocol (Parse, Bind, Execute) is
-  refused with SQLSTATE 0A000 until the client's Sync.
+- Simple queries, one statement each, and the extended protocol (Parse, Bind, Describe,
+  Execute, Close, Sync: what psycopg, JDBC and pgx send), with `$1`, `$2`... parameters in text
+  or binary (`portals`) and rows in text or binary. A portal executed with a row limit sends
+  that many rows, then PortalSuspended, as PostgreSQL does. A connection holds at most
+  MAX_PREPARED_BYTES of prepared statements and MAX_PORTALS portals (SQLSTATE 53000 past
+  them). After an error in the extended protocol, messages are skipped until the client's Sync.
+- BEGIN (or START TRANSACTION), COMMIT and ROLLBACK are answered as PostgreSQL answers them on
+  a read-only connection, with the transaction's state in every ReadyForQuery: a client that
+  opens a transaction before its first query (psycopg does) is served. Every query reads the
+  store as it is at that moment; a transaction holds no snapshot.
 - Every refusal is an ErrorResponse with PostgreSQL's SQLSTATE: 25006 for a write, 54000 for
   a result over VIEWS_PG_MAX_ROWS, 57014 for a query over VIEWS_PG_TIMEOUT_S, 53300 for a
   connection over VIEWS_PG_MAX_CONNECTIONS, 28P01 for a wrong password.
@@ -20,15 +28,29 @@ import logging
 import os
 import secrets
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.views import catalog
-from services.views.sql import Result, SqlError, SqlReader
+from services.views.portals import (
+    Portal,
+    Statement,
+    bound,
+    data_rows,
+    parameter_count,
+    parameter_description,
+    read_bind,
+    read_cstr,
+    read_parse,
+    row_description,
+)
+from services.views.sql import Params, Result, SqlError, SqlReader
 
 __all__ = [
     "CANCEL_REQUEST",
     "GSSENC_REQUEST",
     "MAX_MESSAGE_BYTES",
+    "MAX_PORTALS",
+    "MAX_PREPARED_BYTES",
     "MAX_STARTUP_BYTES",
     "PROTOCOL_V3",
     "SERVER_VERSION",
@@ -49,7 +71,20 @@ CANCEL_REQUEST = 80877102
 MAX_STARTUP_BYTES = 10_000
 MAX_MESSAGE_BYTES = 200_000  # a query's text, with room over sql's own limit
 SERVER_VERSION = "15.0 (ratings views)"  # what psql reads to choose its catalog queries
-_EXTENDED = set(b"PBDECHF")  # Parse, Bind, Describe, Execute, Close, Flush, FunctionCall
+MAX_PREPARED_BYTES = 4_000_000  # a connection's prepared statements, their text together
+# A connection's open portals: a portal suspended part way holds the rest of its rows (at most
+# VIEWS_PG_MAX_ROWS), one whose rows have all gone out holds none.
+MAX_PORTALS = 8
+_EXTENDED = set(b"PBDEC")  # Parse, Bind, Describe, Execute, Close
+# A transaction's words: the command tag, and the state a ReadyForQuery then says.
+_TRANSACTION = {
+    "BEGIN": ("BEGIN", b"T"),
+    "START": ("START TRANSACTION", b"T"),
+    "COMMIT": ("COMMIT", b"I"),
+    "END": ("COMMIT", b"I"),
+    "ROLLBACK": ("ROLLBACK", b"I"),
+    "ABORT": ("ROLLBACK", b"I"),
+}
 
 
 @dataclass(frozen=True)
@@ -78,27 +113,54 @@ def error(sqlstate: str, text: str, severity: str = "ERROR") -> bytes:
     return _message(b"E", fields + b"\0")
 
 
-def ready() -> bytes:
-    return _message(b"Z", b"I")
+def ready(state: bytes = b"I") -> bytes:
+    """ReadyForQuery: idle (I), in a transaction (T), or in a failed one (E)."""
+    return _message(b"Z", state)
 
 
 def result_messages(result: Result) -> bytes:
     """RowDescription, a DataRow per row, CommandComplete."""
-    head = struct.pack("!H", len(result.columns))
-    for c in result.columns:
-        head += _cstr(c.name) + struct.pack("!IhIhih", 0, 0, c.oid, c.size, -1, 0)
-    out = [_message(b"T", head)]
-    for row in result.rows:
-        cells = [struct.pack("!H", len(row))]
-        for value in row:
-            if value is None:
-                cells.append(struct.pack("!i", -1))
-            else:
-                data = value.encode()
-                cells.append(struct.pack("!i", len(data)) + data)
-        out.append(_message(b"D", b"".join(cells)))
+    out = [_message(b"T", row_description(result.columns))]
+    out.extend(_message(b"D", row) for row in data_rows(result, (), 0, len(result.rows)))
     out.append(_message(b"C", _cstr(f"SELECT {len(result.rows)}")))
     return b"".join(out)
+
+
+def _first_word(sql: str) -> str:
+    words = sql.split(None, 1)
+    return words[0].rstrip(";").upper() if words else ""
+
+
+class _Session:
+    """One connection's state: its transaction, prepared statements and portals."""
+
+    def __init__(self) -> None:
+        self.state = b"I"  # I: idle, T: in a transaction, E: in a failed one
+        self.skipping = False  # an extended-protocol error: messages are skipped until Sync
+        self.statements: dict[str, Statement] = {}
+        self.portals: dict[str, Portal] = {}
+
+    def failed(self) -> None:
+        if self.state == b"T":
+            self.state = b"E"
+
+    def prepare(self, name: str, statement: Statement) -> None:
+        if name and name in self.statements:
+            raise SqlError("42P05", f'prepared statement "{name}" already exists')
+        held = sum(s.size for n, s in self.statements.items() if n != name) + statement.size
+        if held > MAX_PREPARED_BYTES:
+            raise SqlError(
+                "53000",
+                f"this connection's prepared statements are over {MAX_PREPARED_BYTES} bytes: close some",
+            )
+        self.statements[name] = statement
+
+    def open(self, name: str, portal: Portal) -> None:
+        if name and name in self.portals:
+            raise SqlError("42P03", f'portal "{name}" already exists')
+        if name not in self.portals and len(self.portals) >= MAX_PORTALS:
+            raise SqlError("53000", f"this connection has {MAX_PORTALS} portals open: close some")
+        self.portals[name] = portal
 
 
 class PgServer:
@@ -196,47 +258,182 @@ class PgServer:
         return True
 
     async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        session = _Session()
         while True:
             kind, body = await _read_message(reader)
             if kind == b"X":  # Terminate
                 return
             if kind == b"Q":
-                writer.write(await self._answer(body))
+                session.skipping = False
+                writer.write(await self._simple(session, body))
+            elif kind == b"S":  # Sync: the end of an extended exchange
+                session.skipping = False
+                session.portals.pop("", None)
+                writer.write(ready(session.state))
+            elif kind == b"H":  # Flush: what is written goes out (drained below)
+                pass
             elif kind[0] in _EXTENDED:
-                writer.write(error("0A000", "the extended query protocol is not served: send simple queries"))
-                while kind != b"S":  # the client's Sync ends the refused exchange
-                    kind, _ = await _read_message(reader)
-                writer.write(ready())
-            elif kind == b"S":
-                writer.write(ready())
-            else:
-                writer.write(error("08P01", f"message {kind!r} is not served"))
-                writer.write(ready())
+                if not session.skipping:
+                    writer.write(await self._extended(session, kind, body))
+            else:  # FunctionCall, CopyData...: refused, and the client may go on
+                session.failed()
+                writer.write(error("0A000" if kind == b"F" else "08P01", f"message {kind!r} is not served"))
+                writer.write(ready(session.state))
             await writer.drain()
 
-    async def _answer(self, body: bytes) -> bytes:
+    async def _simple(self, session: _Session, body: bytes) -> bytes:
         try:
             sql = body.rstrip(b"\0").decode()
         except UnicodeDecodeError:
-            return error("22021", "the query is not valid UTF-8") + ready()
+            session.failed()
+            return error("22021", "the query is not valid UTF-8") + ready(session.state)
         if not sql.strip().strip(";").strip():
-            return _message(b"I") + ready()  # EmptyQueryResponse
+            return _message(b"I") + ready(session.state)  # EmptyQueryResponse
         try:
-            # psql's \d and \d NAME, then a pull by key on the event loop, as over HTTP;
-            # anything else in a worker thread (two thread switches a query, each a wait for
-            # the GIL on a busy host).
-            if "pg_catalog." in sql:
-                result = catalog.answer(sql, self.reader.tables())
-            elif (found := self.reader.key_lookup(sql)) is not None:
-                result = found
-            else:
-                result = await asyncio.to_thread(self.reader.query, sql)
+            tag = self._transaction(session, sql)
+            if tag is not None:
+                return _message(b"C", _cstr(tag)) + ready(session.state)
+            result = await self._result(sql, {})
         except SqlError as err:
-            return error(err.sqlstate, str(err)) + ready()
+            session.failed()
+            return error(err.sqlstate, str(err)) + ready(session.state)
         except Exception:  # a bug: the client is told, the session goes on
             log.exception("a PostgreSQL query failed: %.200s", sql)
-            return error("XX000", "internal error: the service's log has it") + ready()
-        return result_messages(result) + ready()
+            session.failed()
+            return error("XX000", "internal error: the service's log has it") + ready(session.state)
+        return result_messages(result) + ready(session.state)
+
+    @staticmethod
+    def _transaction(session: _Session, sql: str) -> str | None:
+        """The command tag of BEGIN, COMMIT or ROLLBACK (the session's state changed), or None
+        for any other statement; SqlError for one in a failed transaction."""
+        word = _first_word(sql)
+        if word in _TRANSACTION:
+            tag, state = _TRANSACTION[word]
+            if session.state == b"E" and state == b"I":
+                tag = "ROLLBACK"  # PostgreSQL's answer to COMMIT of a failed transaction
+            session.state = state
+            return tag
+        if session.state == b"E":
+            raise SqlError(
+                "25P02", "current transaction is aborted, commands ignored until end of transaction block"
+            )
+        return None
+
+    async def _result(self, sql: str, params: Params) -> Result:
+        """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
+        in a worker thread (two thread switches a query, each a wait for the GIL on a busy host)."""
+        if "pg_catalog." in sql:
+            return catalog.answer(sql, self.reader.tables())
+        found = self.reader.key_lookup(sql, params)
+        if found is not None:
+            return found
+        return await asyncio.to_thread(self.reader.query, sql, params)
+
+    async def _extended(self, session: _Session, kind: bytes, body: bytes) -> bytes:
+        """The answer to one message of the extended protocol; on an error, the error, and the
+        messages that follow are skipped until Sync."""
+        handlers = {
+            b"P": self._parse,
+            b"B": self._bind,
+            b"D": self._describe,
+            b"E": self._execute,
+            b"C": self._close,
+        }
+        try:
+            return await handlers[kind](session, body)
+        except SqlError as err:
+            session.skipping = True
+            session.failed()
+            return error(err.sqlstate, str(err))
+        except Exception:  # a bug: the client is told, the session goes on after its Sync
+            log.exception("a PostgreSQL message %r failed", kind)
+            session.skipping = True
+            session.failed()
+            return error("XX000", "internal error: the service's log has it")
+
+    @staticmethod
+    async def _parse(session: _Session, body: bytes) -> bytes:
+        parsed = read_parse(body)
+        count = parameter_count(parsed.sql, parsed.types)
+        types = parsed.types + (0,) * (count - len(parsed.types))
+        session.prepare(parsed.name, Statement(parsed.sql, types))
+        return _message(b"1")  # ParseComplete
+
+    async def _bind(self, session: _Session, body: bytes) -> bytes:
+        bind = read_bind(body)
+        statement = self._statement(session, bind.statement)
+        session.open(bind.portal, Portal(statement, bound(statement, bind), bind.result_formats))
+        return _message(b"2")  # BindComplete
+
+    @staticmethod
+    async def _close(session: _Session, body: bytes) -> bytes:
+        what, name = body[:1], read_cstr(body, 1)[0]
+        (session.statements if what == b"S" else session.portals).pop(name, None)
+        return _message(b"3")  # CloseComplete
+
+    @staticmethod
+    def _statement(session: _Session, name: str) -> Statement:
+        if name not in session.statements:
+            raise SqlError("26000", f'prepared statement "{name}" does not exist')
+        return session.statements[name]
+
+    async def _describe(self, session: _Session, body: bytes) -> bytes:
+        what, name = body[:1], read_cstr(body, 1)[0]
+        if what == b"S":
+            statement = self._statement(session, name)
+            described = _message(b"t", parameter_description(statement))
+            if _first_word(statement.sql) in _TRANSACTION or not statement.sql.strip().strip(";").strip():
+                return described + _message(b"n")  # NoData
+            if "pg_catalog." in statement.sql:
+                columns = catalog.answer(statement.sql, self.reader.tables()).columns
+            else:
+                columns = await asyncio.to_thread(self.reader.describe, statement.sql)
+            return described + _message(b"T", row_description(columns))
+        portal = session.portals.get(name)
+        if portal is None:
+            raise SqlError("34000", f'portal "{name}" does not exist')
+        if (
+            _first_word(portal.statement.sql) in _TRANSACTION
+            or not portal.statement.sql.strip().strip(";").strip()
+        ):
+            return _message(b"n")
+        result = await self._ran(session, portal)
+        return _message(b"T", row_description(result.columns, portal.result_formats))
+
+    async def _ran(self, session: _Session, portal: Portal) -> Result:
+        """The portal's rows, run once (at its Describe or its first Execute)."""
+        if portal.result is None:
+            if session.state == b"E":
+                raise SqlError(
+                    "25P02", "current transaction is aborted, commands ignored until end of transaction block"
+                )
+            portal.result = await self._result(portal.statement.sql, portal.params)
+        return portal.result
+
+    async def _execute(self, session: _Session, body: bytes) -> bytes:
+        name, at = read_cstr(body, 0)
+        (limit,) = struct.unpack_from("!i", body, at) if len(body) >= at + 4 else (0,)
+        portal = session.portals.get(name)
+        if portal is None:
+            raise SqlError("34000", f'portal "{name}" does not exist')
+        sql = portal.statement.sql
+        if not sql.strip().strip(";").strip():
+            return _message(b"I")  # EmptyQueryResponse
+        tag = self._transaction(session, sql)
+        if tag is not None:
+            return _message(b"C", _cstr(tag))
+        result = await self._ran(session, portal)
+        end = len(result.rows) if limit <= 0 else min(len(result.rows), portal.sent + limit)
+        rows = data_rows(result, portal.result_formats, portal.sent, end)
+        out = [_message(b"D", row) for row in rows]
+        portal.sent = end
+        if end < len(result.rows):
+            out.append(_message(b"s"))  # PortalSuspended: Execute again for more
+        else:
+            out.append(_message(b"C", _cstr(f"SELECT {len(rows)}")))
+            portal.result, portal.sent = replace(result, rows=[]), 0  # run out: an Execute again gets none
+        return b"".join(out)
 
 
 async def _read_message(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:

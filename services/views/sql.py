@@ -22,7 +22,7 @@ from typing import Any
 from foundation.errors import RatingsError
 from services.views.store import Store, column_sql, key_of, served, still_loading, view_literal
 
-__all__ = ["PG_TYPES", "Column", "Result", "SqlError", "SqlReader", "pg_column"]
+__all__ = ["PARAMETER", "PG_TYPES", "Column", "Params", "Result", "SqlError", "SqlReader", "pg_column"]
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
 PG_TYPES = {
@@ -42,6 +42,7 @@ _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECUR
 _BLOB_FUNCTIONS = {"randomblob", "zeroblob"}  # a row of a gigabyte in one call
 _MAX_VALUE_BYTES = 1_000_000  # SQLite's limit on one value's length (a view's row is far less)
 _MAX_SQL_BYTES = 100_000
+Params = dict[str, Any]  # a query's parameters by number: {"1": 42} for $1
 
 
 class SqlError(RatingsError):
@@ -168,20 +169,32 @@ class SqlReader:
         self._local.conn, self._local.infos, self._local.shapes = conn, infos, shapes
         return conn
 
-    def query(self, sql: str) -> Result:
-        """The rows of one read-only statement; SqlError when it is refused or fails."""
-        return self.key_lookup(sql) or self._run(sql)
+    def query(self, sql: str, params: Params | None = None) -> Result:
+        """The rows of one read-only statement; SqlError when it is refused or fails. `params`
+        are the values of its `$1`, `$2`... by number ("1", "2"...), as the extended protocol
+        binds them."""
+        return self.key_lookup(sql, params) or self._run(sql, params)
 
-    def key_lookup(self, sql: str) -> Result | None:
-        """`SELECT * FROM <view> WHERE <its integer key column> = <n>` answered from the row's
-        stored JSON, as an HTTP pull is, without SQLite's plan and a json_extract a column (a
-        third of the CPU here); None for any other query, or a row this path would not give
-        exactly as SQLite gives it. One indexed read: quick enough for the event loop, as an
-        HTTP pull is."""
+    def describe(self, sql: str) -> tuple[Column, ...]:
+        """The columns `sql` gives, without running it (its parameters null): what a client
+        that prepares a statement is told before it binds one. A column computed by the query
+        is text here, since no value says its type."""
+        self._check_readable(sql)
+        body = sql.rstrip().rstrip(";")
+        numbers = {m.group(1) for m in PARAMETER.finditer(body)}
+        return self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", dict.fromkeys(numbers)).columns  # noqa: S608
+
+    def key_lookup(self, sql: str, params: Params | None = None) -> Result | None:
+        """`SELECT * FROM <view> WHERE <its integer key column> = <n>` (or `= $1` bound to an
+        integer) answered from the row's stored JSON, as an HTTP pull is, without SQLite's plan
+        and a json_extract a column (a third of the CPU here); None for any other query, or a
+        row this path would not give exactly as SQLite gives it. One indexed read: quick enough
+        for the event loop, as an HTTP pull is."""
         asked = _KEY_LOOKUP.fullmatch(sql)
-        if asked is None:
+        number = _key_asked(asked, params) if asked is not None else None
+        if asked is None or number is None:
             return None
-        view, column, number = asked.groups()
+        view, column = asked.group(1), asked.group(2)
         infos = self.infos()
         info = infos.get(view)
         if info is None or info.get("key") != [column] or view not in served(infos):
@@ -190,7 +203,7 @@ class SqlReader:
         if kinds.get(column) not in ("int", "long"):
             return None
         self._refuse_loading({view})
-        found = self.get(view, key_of([int(number)]))
+        found = self.get(view, key_of([number]))
         columns = tuple(pg_column(c["name"], kinds[c["name"]]) for c in info["columns"])
         if found is None:
             return Result(columns, [])
@@ -201,7 +214,8 @@ class SqlReader:
             return None
         return Result(columns, [texts])
 
-    def _run(self, sql: str) -> Result:
+    @staticmethod
+    def _check_readable(sql: str) -> None:
         word = _first_word(sql)
         if word in _WRITES:
             raise SqlError("25006", f"the views are read only: {word} is refused")
@@ -209,6 +223,9 @@ class SqlReader:
             raise SqlError("0A000", f"only SELECT, WITH and VALUES are served, not {word}")
         if word not in _READABLE:
             raise SqlError("42601", f'syntax error at or near "{word[:40]}"')
+
+    def _run(self, sql: str, params: Params | None = None) -> Result:
+        self._check_readable(sql)
         conn = self._connection()
         self._local.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
         self._local.refused = None
@@ -216,9 +233,13 @@ class SqlReader:
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
         cursor = conn.cursor()
         try:
-            rows = cursor.execute(sql).fetchmany(self.max_rows + 1)
+            rows = cursor.execute(sql, params or {}).fetchmany(self.max_rows + 1)
             names = [d[0] for d in cursor.description or ()]
-        except (sqlite3.Warning, sqlite3.ProgrammingError):  # more than one statement
+        except sqlite3.ProgrammingError as err:
+            if (missing := _MISSING_PARAMETER.search(str(err))) is not None:
+                raise SqlError("42P02", f"there is no parameter ${missing.group(1)}") from None
+            raise SqlError("42601", "one statement at a time, and no ? parameters ($1, $2... are)") from None
+        except sqlite3.Warning:  # more than one statement
             raise SqlError("42601", "one statement at a time") from None
         except sqlite3.DatabaseError as err:
             loading = self._local.refused or _missing(err, self._local.loading)
@@ -249,9 +270,21 @@ class SqlReader:
 
 
 _KEY_LOOKUP = re.compile(
-    r"\s*SELECT\s+\*\s+FROM\s+([A-Za-z_][A-Za-z0-9_]*)\s+WHERE\s+([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(-?[0-9]{1,18})\s*;?\s*",
+    r"\s*SELECT\s+\*\s+FROM\s+([A-Za-z_][A-Za-z0-9_]*)\s+WHERE\s+([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"
+    r"(?:(-?[0-9]{1,18})|\$([1-9][0-9]{0,4}))\s*;?\s*",
     re.IGNORECASE,
 )
+PARAMETER = re.compile(r"\$([1-9][0-9]{0,4})")  # $1, $2...: a query's parameters
+_MISSING_PARAMETER = re.compile(r"binding parameter :([0-9]+)")
+
+
+def _key_asked(asked: re.Match[str], params: Params | None) -> int | None:
+    """The key a key look-up asks for: its literal, or its parameter bound to an integer."""
+    literal, parameter = asked.group(3), asked.group(4)
+    if parameter is None:
+        return int(literal)
+    bound = (params or {}).get(parameter)
+    return bound if isinstance(bound, int) and not isinstance(bound, bool) else None
 
 
 class _Unlike(Exception):

@@ -14,6 +14,7 @@ from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from support.services import alive, ends_within
 from support.views_api import SEGMENT_COLUMNS, Events, Service, Views, customer
@@ -114,6 +115,20 @@ def test_psql_gives_what_http_gives_for_a_key_a_range_with_a_limit_and_nothing(
     write = service.psql("DELETE FROM customer_ratings")
     assert write.returncode != 0 and "25006" in write.stderr, write.stderr
     assert service.get("/views/customer_ratings/7") == (200, row)
+    # An application's driver (the extended protocol, parameters bound): the same rows, typed
+    with psycopg.connect(host="127.0.0.1", port=service.pg_port, user="app", dbname="views") as conn:
+        pulled = conn.execute("SELECT * FROM customer_ratings WHERE user_id = %s", (7,))
+        assert [dict(zip([d.name for d in pulled.description or []], r, strict=True)) for r in pulled] == [
+            row
+        ]
+        listed = conn.execute(
+            "SELECT user_id FROM customer_ratings WHERE user_id BETWEEN %s AND %s ORDER BY 1 DESC LIMIT %s",
+            (10, 14, 3),
+        )
+        assert [r for (r,) in listed] == [r["user_id"] for r in between["rows"]]
+        assert conn.execute("SELECT * FROM customer_ratings WHERE user_id = %s", (4242,)).fetchall() == []
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            conn.execute("DELETE FROM customer_ratings WHERE user_id = %s", (7,))
     assert service.stop() == 0
 
 

@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg.pq import TransactionStatus
 
 from foundation.view_marker import ViewMarker
-from services.views.pgwire import PROTOCOL_V3, PgServer, PgSettings
+from services.views.pgwire import MAX_PORTALS, MAX_PREPARED_BYTES, PROTOCOL_V3, PgServer, PgSettings
 from services.views.sql import SqlError, SqlReader
 from services.views.store import Change, Store, key_of
 from tests.support.psql import psql
@@ -164,12 +166,33 @@ def _until(sock: socket.socket, kind: bytes) -> list[tuple[bytes, bytes]]:
     return got
 
 
-def test_the_extended_protocol_is_refused_until_sync_and_the_session_goes_on(served: Served) -> None:
+def _send(sock: socket.socket, *messages: tuple[bytes, bytes]) -> None:
+    sock.sendall(b"".join(kind + struct.pack("!I", len(body) + 4) + body for kind, body in messages))
+
+
+def _bind(portal: bytes, statement: bytes, *values: bytes, binary_rows: bool = False) -> tuple[bytes, bytes]:
+    body = portal + b"\0" + statement + b"\0" + struct.pack("!hh", 0, len(values))
+    body += b"".join(struct.pack("!i", len(v)) + v for v in values)
+    return b"B", body + (struct.pack("!hh", 1, 1) if binary_rows else struct.pack("!h", 0))
+
+
+SYNC = (b"S", b"")
+
+
+def test_an_error_in_the_extended_protocol_skips_to_sync_and_the_session_goes_on(served: Served) -> None:
     with _started(served.port) as sock:
-        parse = b"\0SELECT 1\0\0\0"
-        sock.sendall(b"P" + struct.pack("!I", len(parse) + 4) + parse + b"S\0\0\0\x04")
-        kinds = [k for k, _ in _until(sock, b"Z")]
-        assert kinds == [b"E", b"Z"]
+        _send(
+            sock,
+            (b"P", b"\0DELETE FROM customer_ratings\0\0\0"),
+            _bind(b"", b""),
+            (b"E", b"\0\0\0\0\0"),
+            SYNC,
+        )
+        answer = _until(sock, b"Z")
+        assert [k for k, _ in answer] == [b"1", b"2", b"E", b"Z"]  # Parse and Bind done; Execute refused
+        assert b"C25006" in answer[2][1] and answer[3][1] == b"I"
+        _send(sock, (b"B", b"\0nope\0\0\0\0\0\0\0"), (b"E", b"\0\0\0\0\0"), SYNC)  # skipped after the error
+        assert [k for k, _ in _until(sock, b"Z")] == [b"E", b"Z"]
         query = b"SELECT user_id FROM customer_ratings WHERE user_id = 2\0"
         sock.sendall(b"Q" + struct.pack("!I", len(query) + 4) + query)
         answer = _until(sock, b"Z")
@@ -177,6 +200,114 @@ def test_the_extended_protocol_is_refused_until_sync_and_the_session_goes_on(ser
         (oid,) = struct.unpack("!I", answer[0][1][2:].split(b"\0", 1)[1][6:10])
         assert oid == 23  # int4, as the marker names user_id
         assert answer[2][1] == b"SELECT 1\0"
+
+
+def test_a_prepared_statement_is_described_then_executed_in_parts_with_binary_rows(served: Served) -> None:
+    sql = b"SELECT user_id, average_stars, customer_matched FROM customer_ratings WHERE ratings >= $1"
+    sql += b" ORDER BY 1"
+    with _started(served.port) as sock:
+        _send(sock, (b"P", b"ranged\0" + sql + b"\0\0\0"), (b"D", b"Sranged\0"), SYNC)
+        answer = _until(sock, b"Z")
+        assert [k for k, _ in answer] == [b"1", b"t", b"T", b"Z"]
+        assert answer[1][1] == struct.pack("!hI", 1, 25)  # $1, no type declared: text
+        described = answer[2][1]
+        assert described[:2] == struct.pack("!H", 3) and b"user_id\0" in described
+        _send(
+            sock,
+            _bind(b"p", b"ranged", b"40", binary_rows=True),
+            (b"D", b"Pp\0"),
+            (b"E", b"p\0" + struct.pack("!i", 2)),
+            SYNC,
+        )
+        answer = _until(sock, b"Z")
+        assert [k for k, _ in answer] == [b"2", b"T", b"D", b"D", b"s", b"Z"]  # two rows, then suspended
+        # user 4 (ratings 40): int4, float8 and bool in their binary formats
+        assert answer[2][1] == struct.pack("!Hii", 3, 4, 4) + struct.pack("!id", 8, 4.0) + struct.pack(
+            "!iB", 1, 1
+        )
+        _send(sock, (b"E", b"p\0" + struct.pack("!i", 0)), SYNC)
+        rest = _until(sock, b"Z")
+        assert [k for k, _ in rest] == [b"D", b"D", b"C", b"Z"] and rest[2][1] == b"SELECT 2\0"
+        _send(sock, (b"C", b"Sranged\0"), (b"C", b"Pp\0"), (b"E", b"p\0\0\0\0\0"), SYNC)
+        closed = _until(sock, b"Z")
+        assert [k for k, _ in closed] == [b"3", b"3", b"E", b"Z"] and b"C34000" in closed[2][1]
+
+
+def test_a_connection_s_prepared_statements_are_bounded_in_bytes_and_its_portals_in_number(
+    served: Served,
+) -> None:
+    padding = b"SELECT 1 -- " + b"x" * 190_000
+    with _started(served.port) as sock:
+        for n in range(MAX_PREPARED_BYTES // len(padding)):
+            _send(sock, (b"P", f"s{n}".encode() + b"\0" + padding + b"\0\0\0"))
+        _send(sock, (b"P", b"one_more\0" + padding + b"\0\0\0"), SYNC)
+        answer = _until(sock, b"Z")
+        assert [k for k, _ in answer][-2:] == [b"E", b"Z"] and b"C53000" in answer[-2][1]
+        _send(sock, (b"C", b"Ss0\0"), (b"P", b"one_more\0" + padding + b"\0\0\0"), SYNC)  # room again
+        assert [k for k, _ in _until(sock, b"Z")] == [b"3", b"1", b"Z"]
+        binds = [_bind(f"p{n}".encode(), b"s1") for n in range(MAX_PORTALS + 1)]
+        _send(sock, *binds, SYNC)
+        answer = _until(sock, b"Z")
+        assert [k for k, _ in answer].count(b"2") == MAX_PORTALS and b"C53000" in answer[-2][1]
+
+
+def _connect(served: Served, **options: object) -> psycopg.Connection:
+    return psycopg.connect(
+        host="127.0.0.1", port=served.port, user="app", dbname="views", connect_timeout=5, **options
+    )  # type: ignore[arg-type]
+
+
+def test_psycopg_binds_parameters_in_a_transaction_and_reads_typed_values(served: Served) -> None:
+    with _connect(served) as conn, conn.cursor() as cur:  # not autocommit: psycopg sends BEGIN first
+        cur.execute("SELECT * FROM customer_ratings WHERE user_id = %s", (7,))
+        assert cur.fetchall() == [(7, 70, 2.5, "platinum", True)]
+        assert conn.info.transaction_status == TransactionStatus.INTRANS
+        ranged = (
+            "SELECT user_id FROM customer_ratings WHERE club_status = %s AND average_stars < %s ORDER BY 1"
+        )
+        assert cur.execute(ranged, ("platinum", 3)).fetchall() == [(1,), (5,), (7,)]
+        assert cur.execute(
+            "SELECT user_id FROM customer_ratings WHERE customer_matched = %s", (False,)
+        ).fetchall() == [(3,)]
+        counted = cur.execute(
+            "SELECT count(*) AS n, max(average_stars) AS top FROM customer_ratings"
+        ).fetchone()
+        assert counted == (7, 4.0)  # computed columns, typed by their values
+        conn.commit()
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            cur.execute("DELETE FROM customer_ratings WHERE user_id = %s", (1,))
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            cur.execute("SELECT 1")
+        conn.rollback()
+        with pytest.raises(psycopg.errors.ProtocolViolation, match="supplies 1 parameters, but"):
+            psycopg.RawCursor(conn).execute("SELECT user_id FROM customer_ratings WHERE user_id = $2", (1,))
+        conn.rollback()
+        assert cur.execute("SELECT user_id FROM customer_ratings WHERE user_id = %s", ("4",)).fetchall() == [
+            (4,)
+        ]
+
+
+def test_psycopg_in_binary_with_prepared_statements_and_autocommit(served: Served) -> None:
+    with _connect(served, autocommit=True) as conn, conn.cursor(binary=True) as cur:
+        between = "SELECT user_id, ratings, average_stars FROM customer_ratings"
+        between += " WHERE ratings BETWEEN %b AND %b ORDER BY 1"
+        for _ in range(3):  # prepared on the server from the second time on (psycopg's threshold)
+            assert cur.execute(between, (20, 40), prepare=True).fetchall() == [
+                (2, 20, 4.0),
+                (3, 30, 2.5),
+                (4, 40, 4.0),
+            ]
+        assert cur.execute(
+            "SELECT user_id FROM customer_ratings WHERE average_stars = %b ORDER BY 1 LIMIT 2", (2.5,)
+        ).fetchall() == [(1,), (3,)]
+        assert cur.execute("SELECT ratings FROM customer_ratings WHERE user_id = %t", (6,)).fetchall() == [
+            (60,)
+        ]
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded):  # 7 rows, at most 5
+            cur.execute("SELECT * FROM customer_ratings WHERE user_id > %s", (0,))
+        assert cur.execute("SELECT count(*) FROM customer_ratings").fetchone() == (7,)
 
 
 def test_past_the_connection_cap_a_client_is_refused_with_53300(tmp_path: Path) -> None:
@@ -297,6 +428,14 @@ def test_a_pull_by_key_over_the_wire_is_answered_without_a_worker_thread(
     monkeypatch.setattr(asyncio, "to_thread", counted)
     for served in _serve(tmp_path):
         assert served.rows("SELECT * FROM customer_ratings WHERE user_id = 7") == ["7|70|2.5|platinum|t"]
+        with _connect(served) as conn:  # a parameter bound to an integer: the same path
+            assert conn.execute("SELECT * FROM customer_ratings WHERE user_id = %s", (7,)).fetchone() == (
+                7,
+                70,
+                2.5,
+                "platinum",
+                True,
+            )
         assert threads == []
         assert served.rows("SELECT user_id FROM customer_ratings WHERE ratings = 70") == ["7"]
         assert threads == ["query"]

@@ -1,0 +1,255 @@
+"""The extended query protocol's pieces, for `pgwire`: a client prepares a statement (Parse),
+binds its parameters into a portal (Bind), and runs it (Execute), in text or binary formats.
+This module reads those messages, turns the parameters into the values SQLite binds to `$1`,
+`$2`... and writes rows in the formats the client asked for.
+
+Parameters in text are read by the type the client declared (an integer type as an integer, a
+floating one as a float, `numeric` as an integer when it is whole, bool as 1 or 0); a type not
+declared is bound as text, which SQLite compares with a view's typed column by the column's
+type. Binary parameters are read for bool, the integer and floating types, numeric and the
+text types; any other binary type is refused with SQLSTATE 0A000, never guessed.
+"""
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from services.views.sql import PARAMETER, Column, Params, Result, SqlError
+
+__all__ = [
+    "Bind",
+    "Parse",
+    "Portal",
+    "Statement",
+    "bound",
+    "data_rows",
+    "parameter_count",
+    "parameter_description",
+    "read_bind",
+    "read_cstr",
+    "read_parse",
+    "row_description",
+]
+
+TEXT, BINARY = 0, 1
+_BOOL, _INT8, _INT2, _INT4, _TEXT, _FLOAT4, _FLOAT8, _NUMERIC = 16, 20, 21, 23, 25, 700, 701, 1700
+_TEXTS = {0, 18, 19, 25, 1042, 1043}  # unknown, char, name, text, bpchar, varchar
+_INTEGERS = {_INT2: "!h", _INT4: "!i", _INT8: "!q"}
+_FLOATS = {_FLOAT4: "!f", _FLOAT8: "!d"}
+_TRUE = {"t", "true", "1", "yes", "on", "y"}
+_FALSE = {"f", "false", "0", "no", "off", "n"}
+
+
+@dataclass(frozen=True)
+class Parse:
+    name: str
+    sql: str
+    types: tuple[int, ...]  # the parameters' type oids the client declared (0: not declared)
+
+
+@dataclass(frozen=True)
+class Bind:
+    portal: str
+    statement: str
+    formats: tuple[int, ...]  # the parameters' formats: none (all text), one for all, or one each
+    values: tuple[bytes | None, ...]
+    result_formats: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Statement:
+    sql: str
+    types: tuple[int, ...]  # one per parameter, as declared (0: not declared)
+
+    @property
+    def size(self) -> int:
+        return len(self.sql) + 4 * len(self.types)
+
+
+@dataclass
+class Portal:
+    """A statement with its parameters bound, and once run, its rows and how many went out."""
+
+    statement: Statement
+    params: Params
+    result_formats: tuple[int, ...]
+    result: Result | None = None
+    sent: int = 0
+
+
+def read_cstr(body: bytes, at: int) -> tuple[str, int]:
+    """The NUL-ended UTF-8 string at `at`, and where the next field starts."""
+    end = body.find(b"\0", at)
+    if end < 0:
+        raise SqlError("08P01", "a message ends inside a string")
+    try:
+        return body[at:end].decode(), end + 1
+    except UnicodeDecodeError:
+        raise SqlError("22021", "a string that is not valid UTF-8") from None
+
+
+def _int16s(body: bytes, at: int) -> tuple[tuple[int, ...], int]:
+    (count,) = struct.unpack_from("!h", body, at)
+    if count < 0:
+        raise SqlError("08P01", "a negative count")
+    return struct.unpack_from(f"!{count}h", body, at + 2), at + 2 + 2 * count
+
+
+def read_parse(body: bytes) -> Parse:
+    try:
+        name, at = read_cstr(body, 0)
+        sql, at = read_cstr(body, at)
+        (count,) = struct.unpack_from("!h", body, at)
+        types = struct.unpack_from(f"!{max(count, 0)}I", body, at + 2)
+    except struct.error:
+        raise SqlError("08P01", "a Parse message shorter than it says") from None
+    return Parse(name, sql, tuple(types))
+
+
+def read_bind(body: bytes) -> Bind:
+    try:
+        portal, at = read_cstr(body, 0)
+        statement, at = read_cstr(body, at)
+        formats, at = _int16s(body, at)
+        (count,) = struct.unpack_from("!h", body, at)
+        at += 2
+        values: list[bytes | None] = []
+        for _ in range(max(count, 0)):
+            (length,) = struct.unpack_from("!i", body, at)
+            at += 4
+            if length < 0:
+                values.append(None)
+                continue
+            if at + length > len(body):
+                raise struct.error
+            values.append(body[at : at + length])
+            at += length
+        result_formats, at = _int16s(body, at)
+    except struct.error:
+        raise SqlError("08P01", "a Bind message shorter than it says") from None
+    return Bind(portal, statement, formats, tuple(values), result_formats)
+
+
+def parameter_count(sql: str, declared: Sequence[int]) -> int:
+    """How many parameters a statement takes: its highest `$n`, or more when declared."""
+    return max([len(declared), *(int(m.group(1)) for m in PARAMETER.finditer(sql))])
+
+
+def parameter_description(statement: Statement) -> bytes:
+    """ParameterDescription's payload: each parameter's type, text where none was declared."""
+    types = [t or _TEXT for t in statement.types]
+    return struct.pack(f"!h{len(types)}I", len(types), *types)
+
+
+def _format(formats: Sequence[int], index: int) -> int:
+    if not formats:
+        return TEXT
+    chosen = formats[0] if len(formats) == 1 else formats[index]
+    if chosen not in (TEXT, BINARY):
+        raise SqlError("22023", f"format code {chosen} is neither text (0) nor binary (1)")
+    return chosen
+
+
+def bound(statement: Statement, bind: Bind) -> Params:
+    """The values of a Bind's parameters, by number, for SQLite."""
+    if len(bind.values) != len(statement.types):
+        raise SqlError(
+            "08P01",
+            f"bind message supplies {len(bind.values)} parameters, but the statement requires"
+            f" {len(statement.types)}",
+        )
+    if len(bind.formats) not in (0, 1, len(bind.values)):
+        raise SqlError("08P01", f"{len(bind.formats)} parameter formats for {len(bind.values)} parameters")
+    params: Params = {}
+    for i, (value, oid) in enumerate(zip(bind.values, statement.types, strict=True)):
+        kind = _format(bind.formats, i)
+        params[str(i + 1)] = None if value is None else _value(value, oid, kind, i + 1)
+    return params
+
+
+def _value(data: bytes, oid: int, kind: int, number: int) -> Any:
+    try:
+        return _binary(data, oid, number) if kind == BINARY else _text(data.decode(), oid, number)
+    except (ValueError, struct.error, UnicodeDecodeError):
+        raise SqlError("22P02", f"parameter ${number}: not a value of type oid {oid}") from None
+
+
+def _text(text: str, oid: int, number: int) -> Any:
+    if oid in _INTEGERS:
+        return int(text)
+    if oid in _FLOATS:
+        return float(text)
+    if oid == _NUMERIC:
+        exact = Decimal(text)
+        return int(exact) if exact == exact.to_integral_value() and exact.is_finite() else float(exact)
+    if oid == _BOOL:
+        word = text.strip().lower()
+        if word not in _TRUE | _FALSE:
+            raise SqlError("22P02", f"parameter ${number}: invalid input syntax for type boolean: {text!r}")
+        return int(word in _TRUE)
+    return text
+
+
+def _binary(data: bytes, oid: int, number: int) -> Any:
+    if oid in _INTEGERS:
+        return struct.unpack(_INTEGERS[oid], data)[0]
+    if oid in _FLOATS:
+        return struct.unpack(_FLOATS[oid], data)[0]
+    if oid == _BOOL:
+        return int(data != b"\0")
+    if oid in _TEXTS:
+        return data.decode()
+    if oid == _NUMERIC:
+        return _numeric(data)
+    raise SqlError(
+        "0A000", f"parameter ${number}: binary values of type oid {oid} are not served; send it as text"
+    )
+
+
+def _numeric(data: bytes) -> int | float:
+    """PostgreSQL's binary numeric: digits in base 10,000, the first one's weight, the sign."""
+    count, weight, sign, _scale = struct.unpack_from("!hhHh", data)
+    digits = struct.unpack_from(f"!{count}H", data, 8)
+    if sign == 0xC000:
+        return float("nan")
+    exact = sum((Decimal(d) * Decimal(10_000) ** (weight - i) for i, d in enumerate(digits)), Decimal(0))
+    exact = -exact if sign == 0x4000 else exact
+    return int(exact) if exact == exact.to_integral_value() else float(exact)
+
+
+def row_description(columns: Sequence[Column], formats: Sequence[int] = ()) -> bytes:
+    """RowDescription's payload, each column in its format (text unless asked otherwise)."""
+    head = struct.pack("!H", len(columns))
+    for i, c in enumerate(columns):
+        head += c.name.encode().replace(b"\0", b"") + b"\0"
+        head += struct.pack("!IhIhih", 0, 0, c.oid, c.size, -1, _format(formats, i))
+    return head
+
+
+def data_rows(result: Result, formats: Sequence[int], start: int, end: int) -> list[bytes]:
+    """DataRow payloads of rows [start, end), each value in its column's format."""
+    kinds = [_format(formats, i) for i in range(len(result.columns))]
+    out = []
+    for row in result.rows[start:end]:
+        cells = [struct.pack("!H", len(row))]
+        for value, column, kind in zip(row, result.columns, kinds, strict=True):
+            if value is None:
+                cells.append(struct.pack("!i", -1))
+                continue
+            data = _binary_of(value, column.oid) if kind == BINARY else value.encode()
+            cells.append(struct.pack("!i", len(data)) + data)
+        out.append(b"".join(cells))
+    return out
+
+
+def _binary_of(text: str, oid: int) -> bytes:
+    """A value in PostgreSQL's text format as its type's binary format."""
+    if oid in _INTEGERS:
+        return struct.pack(_INTEGERS[oid], int(text))
+    if oid in _FLOATS:
+        return struct.pack(_FLOATS[oid], float(text))
+    if oid == _BOOL:
+        return b"\x01" if text == "t" else b"\x00"
+    return text.encode()
