@@ -11,6 +11,7 @@ __all__ = [
     "pgwire",
     "portals",
     "protocol",
+    "session",
     "sql",
     "store",
 ]

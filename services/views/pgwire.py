@@ -36,6 +36,7 @@ from services.views.portals import (
     Statement,
     bound,
     data_rows,
+    inferred_types,
     parameter_count,
     parameter_description,
     read_bind,
@@ -43,17 +44,15 @@ from services.views.portals import (
     read_parse,
     row_description,
 )
-from services.views.sql import Params, Result, SqlError, SqlReader
+from services.views.session import Session, first_word, reported
+from services.views.sql import Column, Params, Result, SqlError, SqlReader
 
 __all__ = [
     "CANCEL_REQUEST",
     "GSSENC_REQUEST",
     "MAX_MESSAGE_BYTES",
-    "MAX_PORTALS",
-    "MAX_PREPARED_BYTES",
     "MAX_STARTUP_BYTES",
     "PROTOCOL_V3",
-    "SERVER_VERSION",
     "SSL_REQUEST",
     "PgServer",
     "PgSettings",
@@ -70,21 +69,7 @@ GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
 MAX_STARTUP_BYTES = 10_000
 MAX_MESSAGE_BYTES = 200_000  # a query's text, with room over sql's own limit
-SERVER_VERSION = "15.0 (ratings views)"  # what psql reads to choose its catalog queries
-MAX_PREPARED_BYTES = 4_000_000  # a connection's prepared statements, their text together
-# A connection's open portals: a portal suspended part way holds the rest of its rows (at most
-# VIEWS_PG_MAX_ROWS), one whose rows have all gone out holds none.
-MAX_PORTALS = 8
 _EXTENDED = set(b"PBDEC")  # Parse, Bind, Describe, Execute, Close
-# A transaction's words: the command tag, and the state a ReadyForQuery then says.
-_TRANSACTION = {
-    "BEGIN": ("BEGIN", b"T"),
-    "START": ("START TRANSACTION", b"T"),
-    "COMMIT": ("COMMIT", b"I"),
-    "END": ("COMMIT", b"I"),
-    "ROLLBACK": ("ROLLBACK", b"I"),
-    "ABORT": ("ROLLBACK", b"I"),
-}
 
 
 @dataclass(frozen=True)
@@ -124,43 +109,6 @@ def result_messages(result: Result) -> bytes:
     out.extend(_message(b"D", row) for row in data_rows(result, (), 0, len(result.rows)))
     out.append(_message(b"C", _cstr(f"SELECT {len(result.rows)}")))
     return b"".join(out)
-
-
-def _first_word(sql: str) -> str:
-    words = sql.split(None, 1)
-    return words[0].rstrip(";").upper() if words else ""
-
-
-class _Session:
-    """One connection's state: its transaction, prepared statements and portals."""
-
-    def __init__(self) -> None:
-        self.state = b"I"  # I: idle, T: in a transaction, E: in a failed one
-        self.skipping = False  # an extended-protocol error: messages are skipped until Sync
-        self.statements: dict[str, Statement] = {}
-        self.portals: dict[str, Portal] = {}
-
-    def failed(self) -> None:
-        if self.state == b"T":
-            self.state = b"E"
-
-    def prepare(self, name: str, statement: Statement) -> None:
-        if name and name in self.statements:
-            raise SqlError("42P05", f'prepared statement "{name}" already exists')
-        held = sum(s.size for n, s in self.statements.items() if n != name) + statement.size
-        if held > MAX_PREPARED_BYTES:
-            raise SqlError(
-                "53000",
-                f"this connection's prepared statements are over {MAX_PREPARED_BYTES} bytes: close some",
-            )
-        self.statements[name] = statement
-
-    def open(self, name: str, portal: Portal) -> None:
-        if name and name in self.portals:
-            raise SqlError("42P03", f'portal "{name}" already exists')
-        if name not in self.portals and len(self.portals) >= MAX_PORTALS:
-            raise SqlError("53000", f"this connection has {MAX_PORTALS} portals open: close some")
-        self.portals[name] = portal
 
 
 class PgServer:
@@ -240,16 +188,7 @@ class PgServer:
                 log.warning("a PostgreSQL client gave a wrong password (user %r)", user)
                 return False
         out = [_message(b"R", struct.pack("!I", 0))]
-        for name, value in (
-            ("server_version", SERVER_VERSION),
-            ("server_encoding", "UTF8"),
-            ("client_encoding", "UTF8"),
-            ("DateStyle", "ISO, MDY"),
-            ("integer_datetimes", "on"),
-            ("standard_conforming_strings", "on"),
-            ("TimeZone", "UTC"),
-            ("default_transaction_read_only", "on"),
-        ):
+        for name, value in reported().items():
             out.append(_message(b"S", _cstr(name) + _cstr(value)))
         out.append(_message(b"K", struct.pack("!II", os.getpid() & 0x7FFFFFFF, secrets.randbits(31))))
         out.append(ready())
@@ -258,7 +197,7 @@ class PgServer:
         return True
 
     async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        session = _Session()
+        session = Session()
         while True:
             kind, body = await _read_message(reader)
             if kind == b"X":  # Terminate
@@ -281,7 +220,7 @@ class PgServer:
                 writer.write(ready(session.state))
             await writer.drain()
 
-    async def _simple(self, session: _Session, body: bytes) -> bytes:
+    async def _simple(self, session: Session, body: bytes) -> bytes:
         try:
             sql = body.rstrip(b"\0").decode()
         except UnicodeDecodeError:
@@ -290,10 +229,11 @@ class PgServer:
         if not sql.strip().strip(";").strip():
             return _message(b"I") + ready(session.state)  # EmptyQueryResponse
         try:
-            tag = self._transaction(session, sql)
-            if tag is not None:
-                return _message(b"C", _cstr(tag)) + ready(session.state)
-            result = await self._result(sql, {})
+            if session.is_command(sql):
+                answer = session.command(sql)
+            else:
+                session.refuse_if_aborted()
+                answer = await self._result(sql, {})
         except SqlError as err:
             session.failed()
             return error(err.sqlstate, str(err)) + ready(session.state)
@@ -301,24 +241,9 @@ class PgServer:
             log.exception("a PostgreSQL query failed: %.200s", sql)
             session.failed()
             return error("XX000", "internal error: the service's log has it") + ready(session.state)
-        return result_messages(result) + ready(session.state)
-
-    @staticmethod
-    def _transaction(session: _Session, sql: str) -> str | None:
-        """The command tag of BEGIN, COMMIT or ROLLBACK (the session's state changed), or None
-        for any other statement; SqlError for one in a failed transaction."""
-        word = _first_word(sql)
-        if word in _TRANSACTION:
-            tag, state = _TRANSACTION[word]
-            if session.state == b"E" and state == b"I":
-                tag = "ROLLBACK"  # PostgreSQL's answer to COMMIT of a failed transaction
-            session.state = state
-            return tag
-        if session.state == b"E":
-            raise SqlError(
-                "25P02", "current transaction is aborted, commands ignored until end of transaction block"
-            )
-        return None
+        if isinstance(answer, str):  # a command's tag
+            return _message(b"C", _cstr(answer)) + ready(session.state)
+        return result_messages(answer) + ready(session.state)
 
     async def _result(self, sql: str, params: Params) -> Result:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
@@ -330,7 +255,7 @@ class PgServer:
             return found
         return await asyncio.to_thread(self.reader.query, sql, params)
 
-    async def _extended(self, session: _Session, kind: bytes, body: bytes) -> bytes:
+    async def _extended(self, session: Session, kind: bytes, body: bytes) -> bytes:
         """The answer to one message of the extended protocol; on an error, the error, and the
         messages that follow are skipped until Sync."""
         handlers = {
@@ -352,77 +277,100 @@ class PgServer:
             session.failed()
             return error("XX000", "internal error: the service's log has it")
 
-    @staticmethod
-    async def _parse(session: _Session, body: bytes) -> bytes:
+    async def _parse(self, session: Session, body: bytes) -> bytes:
         parsed = read_parse(body)
         count = parameter_count(parsed.sql, parsed.types)
-        types = parsed.types + (0,) * (count - len(parsed.types))
-        session.prepare(parsed.name, Statement(parsed.sql, types))
+        declared = parsed.types + (0,) * (count - len(parsed.types))
+        if 0 in declared:
+            views = list(self.reader.tables().values())
+            columns = {c.name.lower(): c.oid for view in reversed(views) for c in view}  # the first view's
+            inferred = inferred_types(parsed.sql, columns)
+            declared = tuple(oid or inferred.get(i + 1, 0) for i, oid in enumerate(declared))
+        session.prepare(parsed.name, Statement(parsed.sql, declared))
         return _message(b"1")  # ParseComplete
 
-    async def _bind(self, session: _Session, body: bytes) -> bytes:
+    async def _bind(self, session: Session, body: bytes) -> bytes:
         bind = read_bind(body)
         statement = self._statement(session, bind.statement)
-        session.open(bind.portal, Portal(statement, bound(statement, bind), bind.result_formats))
+        described = session.described.get(bind.statement)
+        session.open(bind.portal, Portal(statement, bound(statement, bind), bind.result_formats, described))
         return _message(b"2")  # BindComplete
 
     @staticmethod
-    async def _close(session: _Session, body: bytes) -> bytes:
+    async def _close(session: Session, body: bytes) -> bytes:
         what, name = body[:1], read_cstr(body, 1)[0]
-        (session.statements if what == b"S" else session.portals).pop(name, None)
+        if what == b"S":
+            session.close_statement(name)
+        else:
+            session.portals.pop(name, None)
         return _message(b"3")  # CloseComplete
 
     @staticmethod
-    def _statement(session: _Session, name: str) -> Statement:
+    def _statement(session: Session, name: str) -> Statement:
         if name not in session.statements:
             raise SqlError("26000", f'prepared statement "{name}" does not exist')
         return session.statements[name]
 
-    async def _describe(self, session: _Session, body: bytes) -> bytes:
+    async def _describe(self, session: Session, body: bytes) -> bytes:
         what, name = body[:1], read_cstr(body, 1)[0]
         if what == b"S":
             statement = self._statement(session, name)
             described = _message(b"t", parameter_description(statement))
-            if _first_word(statement.sql) in _TRANSACTION or not statement.sql.strip().strip(";").strip():
-                return described + _message(b"n")  # NoData
-            if "pg_catalog." in statement.sql:
-                columns = catalog.answer(statement.sql, self.reader.tables()).columns
-            else:
-                columns = await asyncio.to_thread(self.reader.describe, statement.sql)
+            if (columns := self._described(session, statement.sql)) is not None:
+                return described + (_message(b"T", row_description(columns)) if columns else _message(b"n"))
+            columns = await asyncio.to_thread(self.reader.describe, statement.sql)
+            session.described[name] = columns
             return described + _message(b"T", row_description(columns))
-        portal = session.portals.get(name)
-        if portal is None:
-            raise SqlError("34000", f'portal "{name}" does not exist')
-        if (
-            _first_word(portal.statement.sql) in _TRANSACTION
-            or not portal.statement.sql.strip().strip(";").strip()
-        ):
-            return _message(b"n")
+        portal = self._portal(session, name)
+        known = self._described(session, portal.statement.sql)
+        if known is not None:
+            return _message(b"T", row_description(known, portal.result_formats)) if known else _message(b"n")
         result = await self._ran(session, portal)
         return _message(b"T", row_description(result.columns, portal.result_formats))
 
-    async def _ran(self, session: _Session, portal: Portal) -> Result:
-        """The portal's rows, run once (at its Describe or its first Execute)."""
-        if portal.result is None:
-            if session.state == b"E":
-                raise SqlError(
-                    "25P02", "current transaction is aborted, commands ignored until end of transaction block"
-                )
-            portal.result = await self._result(portal.statement.sql, portal.params)
-        return portal.result
+    def _described(self, session: Session, sql: str) -> tuple[Column, ...] | None:
+        """The columns of what is answered without the views' store (none: NoData): an empty
+        statement, one about the session (SHOW's one column), psql's catalog queries; None for a
+        query of the views."""
+        if not sql.strip().strip(";").strip():
+            return ()
+        if session.is_command(sql):
+            shown = session.command(sql) if first_word(sql) == "SHOW" else None  # no other has rows
+            return shown.columns if isinstance(shown, Result) else ()
+        if "pg_catalog." in sql:
+            return catalog.answer(sql, self.reader.tables()).columns
+        return None
 
-    async def _execute(self, session: _Session, body: bytes) -> bytes:
-        name, at = read_cstr(body, 0)
-        (limit,) = struct.unpack_from("!i", body, at) if len(body) >= at + 4 else (0,)
+    @staticmethod
+    def _portal(session: Session, name: str) -> Portal:
         portal = session.portals.get(name)
         if portal is None:
             raise SqlError("34000", f'portal "{name}" does not exist')
+        return portal
+
+    async def _ran(self, session: Session, portal: Portal) -> Result:
+        """The portal's rows, run once (at its Describe or its first Execute)."""
+        if portal.result is None:
+            session.refuse_if_aborted()
+            result = await self._result(portal.statement.sql, portal.params)
+            told = portal.described
+            if told is not None and [c.name for c in told] == [c.name for c in result.columns]:
+                result = replace(result, columns=told)  # the types the client was told
+            portal.result = result
+        return portal.result
+
+    async def _execute(self, session: Session, body: bytes) -> bytes:
+        name, at = read_cstr(body, 0)
+        (limit,) = struct.unpack_from("!i", body, at) if len(body) >= at + 4 else (0,)
+        portal = self._portal(session, name)
         sql = portal.statement.sql
         if not sql.strip().strip(";").strip():
             return _message(b"I")  # EmptyQueryResponse
-        tag = self._transaction(session, sql)
-        if tag is not None:
-            return _message(b"C", _cstr(tag))
+        if session.is_command(sql) and portal.result is None:
+            answer = session.command(sql)
+            if isinstance(answer, str):
+                return _message(b"C", _cstr(answer))
+            portal.result = answer
         result = await self._ran(session, portal)
         end = len(result.rows) if limit <= 0 else min(len(result.rows), portal.sent + limit)
         rows = data_rows(result, portal.result_formats, portal.sent, end)

@@ -3,13 +3,16 @@ binds its parameters into a portal (Bind), and runs it (Execute), in text or bin
 This module reads those messages, turns the parameters into the values SQLite binds to `$1`,
 `$2`... and writes rows in the formats the client asked for.
 
-Parameters in text are read by the type the client declared (an integer type as an integer, a
+A parameter the client does not declare takes the type of the view's column it is compared
+with, where the statement's text says (`inferred_types`). Parameters in text are read by their
+type (an integer type as an integer, a
 floating one as a float, `numeric` as an integer when it is whole, bool as 1 or 0); a type not
 declared is bound as text, which SQLite compares with a view's typed column by the column's
 type. Binary parameters are read for bool, the integer and floating types, numeric and the
 text types; any other binary type is refused with SQLSTATE 0A000, never guessed.
 """
 
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ __all__ = [
     "Statement",
     "bound",
     "data_rows",
+    "inferred_types",
     "parameter_count",
     "parameter_description",
     "read_bind",
@@ -70,11 +74,14 @@ class Statement:
 
 @dataclass
 class Portal:
-    """A statement with its parameters bound, and once run, its rows and how many went out."""
+    """A statement with its parameters bound, and once run, its rows and how many went out.
+    `described`: the columns the client was told its statement gives, which its rows then keep
+    (a computed column's type from the statement's text, not from the values found)."""
 
     statement: Statement
     params: Params
     result_formats: tuple[int, ...]
+    described: tuple[Column, ...] | None = None
     result: Result | None = None
     sent: int = 0
 
@@ -135,6 +142,47 @@ def read_bind(body: bytes) -> Bind:
 def parameter_count(sql: str, declared: Sequence[int]) -> int:
     """How many parameters a statement takes: its highest `$n`, or more when declared."""
     return max([len(declared), *(int(m.group(1)) for m in PARAMETER.finditer(sql))])
+
+
+_NAME = r'(?:"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*))'
+_OPERATOR = r"(?:==?|<>|!=|<=|>=|<|>|\s+(?:NOT\s+)?LIKE\s+)"
+_COLUMN_FIRST = re.compile(_NAME + r"\s*" + _OPERATOR + r"\s*\$([1-9][0-9]*)", re.IGNORECASE)
+_PARAMETER_FIRST = re.compile(r"\$([1-9][0-9]*)\s*" + _OPERATOR + r"\s*" + _NAME, re.IGNORECASE)
+_BETWEEN = re.compile(
+    _NAME + r"\s+(?:NOT\s+)?BETWEEN\s+\$([1-9][0-9]*)\s+AND\s+\$([1-9][0-9]*)", re.IGNORECASE
+)
+_IN = re.compile(_NAME + r"\s+(?:NOT\s+)?IN\s*\(([^()]*)\)", re.IGNORECASE)
+_COUNTS = re.compile(r"\b(?:LIMIT|OFFSET)\s+\$([1-9][0-9]*)", re.IGNORECASE)
+
+
+def inferred_types(sql: str, columns: dict[str, int]) -> dict[int, int]:
+    """The types of a statement's parameters that the client left undeclared, where the text
+    says: a parameter compared with a view's column (`user_id = $1`, `$1 < ratings`,
+    `ratings BETWEEN $1 AND $2`, `channel IN ($1, $2)`) takes the column's type (`columns`: name,
+    in lower case, -> type oid), one of LIMIT or OFFSET an int8. A driver that prepares, then
+    encodes each value by the type it is told (pgx), needs it, as PostgreSQL infers it."""
+    types: dict[int, int] = {}
+
+    def column(quoted: str, bare: str) -> int | None:
+        return columns.get((quoted.replace('""', '"') if quoted else bare).lower())
+
+    for quoted, bare, number in _COLUMN_FIRST.findall(sql):
+        if (oid := column(quoted, bare)) is not None:
+            types.setdefault(int(number), oid)
+    for number, quoted, bare in _PARAMETER_FIRST.findall(sql):
+        if (oid := column(quoted, bare)) is not None:
+            types.setdefault(int(number), oid)
+    for quoted, bare, low, high in _BETWEEN.findall(sql):
+        if (oid := column(quoted, bare)) is not None:
+            types.setdefault(int(low), oid)
+            types.setdefault(int(high), oid)
+    for quoted, bare, listed in _IN.findall(sql):
+        if (oid := column(quoted, bare)) is not None:
+            for number in PARAMETER.findall(listed):
+                types.setdefault(int(number), oid)
+    for number in _COUNTS.findall(sql):
+        types.setdefault(int(number), _INT8)
+    return types
 
 
 def parameter_description(statement: Statement) -> bytes:
@@ -238,7 +286,12 @@ def data_rows(result: Result, formats: Sequence[int], start: int, end: int) -> l
             if value is None:
                 cells.append(struct.pack("!i", -1))
                 continue
-            data = _binary_of(value, column.oid) if kind == BINARY else value.encode()
+            try:
+                data = _binary_of(value, column.oid) if kind == BINARY else value.encode()
+            except ValueError:
+                raise SqlError(
+                    "22P02", f"column {column.name}: {value[:40]!r} is not a {column.pg_type}"
+                ) from None
             cells.append(struct.pack("!i", len(data)) + data)
         out.append(b"".join(cells))
     return out

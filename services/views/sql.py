@@ -22,7 +22,17 @@ from typing import Any
 from foundation.errors import RatingsError
 from services.views.store import Store, column_sql, key_of, served, still_loading, view_literal
 
-__all__ = ["PARAMETER", "PG_TYPES", "Column", "Params", "Result", "SqlError", "SqlReader", "pg_column"]
+__all__ = [
+    "PARAMETER",
+    "PG_TYPES",
+    "Column",
+    "Params",
+    "Result",
+    "SqlError",
+    "SqlReader",
+    "computed_kinds",
+    "pg_column",
+]
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
 PG_TYPES = {
@@ -177,12 +187,25 @@ class SqlReader:
 
     def describe(self, sql: str) -> tuple[Column, ...]:
         """The columns `sql` gives, without running it (its parameters null): what a client
-        that prepares a statement is told before it binds one. A column computed by the query
-        is text here, since no value says its type."""
+        that prepares a statement is told before it binds one. A column of a view has the
+        view's type; one the query computes, the type its SELECT list's text says
+        (`computed_kinds`: count() an int8, avg() a float8, max(ratings) the column's...), and
+        text where it says none."""
         self._check_readable(sql)
         body = sql.rstrip().rstrip(";")
         numbers = {m.group(1) for m in PARAMETER.finditer(body)}
-        return self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", dict.fromkeys(numbers)).columns  # noqa: S608
+        columns = self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", dict.fromkeys(numbers)).columns  # noqa: S608
+        names = [c.name for c in columns]
+        kinds = {**computed_kinds(body, self._kinds_of_every_column()), **self._kinds(names)}
+        return tuple(pg_column(c.name, kinds.get(c.name, "string")) for c in columns)
+
+    def _kinds_of_every_column(self) -> dict[str, str]:
+        """Each view column's type by its name in lower case (the first view's)."""
+        kinds: dict[str, str] = {}
+        for info in self.infos().values():
+            for column in info.get("columns") or []:
+                kinds.setdefault(column["name"].lower(), column.get("type", "string"))
+        return kinds
 
     def key_lookup(self, sql: str, params: Params | None = None) -> Result | None:
         """`SELECT * FROM <view> WHERE <its integer key column> = <n>` (or `= $1` bound to an
@@ -285,6 +308,104 @@ def _key_asked(asked: re.Match[str], params: Params | None) -> int | None:
         return int(literal)
     bound = (params or {}).get(parameter)
     return bound if isinstance(bound, int) and not isinstance(bound, bool) else None
+
+
+_MASKED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\\*.*?\\*/", re.DOTALL)
+_ALIAS = re.compile(r'(.*?\S)\s+(?:AS\s+)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)', re.IGNORECASE | re.DOTALL)
+_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)", re.DOTALL)
+_CAST = re.compile(r"CAST\s*\((.*)\s+AS\s+([A-Za-z]+)[^)]*\)", re.IGNORECASE | re.DOTALL)
+_CAST_KINDS = {
+    **dict.fromkeys(("int", "integer", "bigint", "smallint"), "long"),
+    **dict.fromkeys(("real", "double", "float", "numeric"), "double"),
+    **dict.fromkeys(("text", "varchar"), "string"),
+    **dict.fromkeys(("boolean", "bool"), "boolean"),
+}
+_FUNCTION_KINDS = {
+    **dict.fromkeys(("count", "length", "instr"), "long"),
+    **dict.fromkeys(("avg", "total", "round"), "double"),
+    **dict.fromkeys(
+        ("upper", "lower", "substr", "trim", "replace", "printf", "format", "group_concat"), "string"
+    ),
+}
+_SAME_KIND = {"sum", "min", "max", "abs", "coalesce", "ifnull"}  # the kind of their first argument
+
+
+def _masked(sql: str) -> str:
+    """`sql` with its strings, quoted names and comments blanked (the same length): what is left
+    is its structure."""
+    return _MASKED.sub(lambda m: m.group(0)[0] + "_" * (len(m.group(0)) - 2) + m.group(0)[-1], sql)
+
+
+def _select_list(sql: str) -> list[str]:
+    """The items of the main SELECT list of `sql` (after any WITH), as written."""
+    masked, depth, items, start = _masked(sql), 0, [], None
+    for i, char in enumerate(masked):
+        depth += (char == "(") - (char == ")")
+        if depth:
+            continue
+        word = masked[i : i + 7].upper()
+        if start is None and word[:6] == "SELECT" and not masked[i + 6 : i + 7].isalnum():
+            start = i + 6
+        elif start is not None and char == ",":
+            items.append(sql[start:i])
+            start = i + 1
+        elif (
+            start is not None
+            and word[:4] == "FROM"
+            and not masked[i - 1].isalnum()
+            and not word[4:5].isalnum()
+        ):
+            break
+    else:
+        i = len(sql)
+    if start is not None:
+        items.append(sql[start:i])
+    first = re.sub(r"^\s*(?:DISTINCT|ALL)\s+", "", items[0], flags=re.IGNORECASE) if items else ""
+    return [first, *items[1:]] if items else []
+
+
+def _kind(expression: str, columns: dict[str, str]) -> str | None:
+    """What an expression of the SELECT list gives, where its text says."""
+    text = expression.strip()
+    while text.startswith("(") and text.endswith(")"):
+        text = text[1:-1].strip()
+    if (cast := _CAST.fullmatch(text)) is not None:
+        return _CAST_KINDS.get(cast.group(2).lower())
+    if (call := _CALL.fullmatch(text)) is not None:
+        name = call.group(1).lower()
+        if name in _SAME_KIND:
+            first = call.group(2).split(",", 1)[0]
+            return _kind(first, columns)
+        return _FUNCTION_KINDS.get(name)
+    literal = _literal_kind(text)
+    if literal is not None:
+        return literal
+    name = text.rsplit(".", 1)[-1]
+    return columns.get((name[1:-1].replace('""', '"') if name.startswith('"') else name).lower())
+
+
+def _literal_kind(text: str) -> str | None:
+    if re.fullmatch(r"-?[0-9]+", text):
+        return "long"
+    if re.fullmatch(r"-?[0-9]*\.[0-9]+(?:[eE][-+]?[0-9]+)?", text):
+        return "double"
+    return "string" if text.startswith("'") else None
+
+
+def computed_kinds(sql: str, columns: dict[str, str]) -> dict[str, str]:
+    """The types of the columns the main SELECT of `sql` computes, by the name SQLite gives each
+    (its alias, or its text), where the expression says (`columns`: each view column's type by
+    its name in lower case)."""
+    kinds: dict[str, str] = {}
+    for item in _select_list(sql):
+        aliased = _ALIAS.fullmatch(item.strip())
+        expression, name = item.strip(), item.strip()
+        if aliased is not None and not aliased.group(1).rstrip().endswith((".", "(")):
+            expression, alias = aliased.group(1), aliased.group(2)
+            name = alias[1:-1].replace('""', '"') if alias.startswith('"') else alias
+        if (kind := _kind(expression, columns)) is not None:
+            kinds[name] = kind
+    return kinds
 
 
 class _Unlike(Exception):

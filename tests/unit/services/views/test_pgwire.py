@@ -18,7 +18,8 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from foundation.view_marker import ViewMarker
-from services.views.pgwire import MAX_PORTALS, MAX_PREPARED_BYTES, PROTOCOL_V3, PgServer, PgSettings
+from services.views.pgwire import PROTOCOL_V3, PgServer, PgSettings
+from services.views.session import MAX_PORTALS, MAX_PREPARED_BYTES
 from services.views.sql import SqlError, SqlReader
 from services.views.store import Change, Store, key_of
 from tests.support.psql import psql
@@ -209,7 +210,7 @@ def test_a_prepared_statement_is_described_then_executed_in_parts_with_binary_ro
         _send(sock, (b"P", b"ranged\0" + sql + b"\0\0\0"), (b"D", b"Sranged\0"), SYNC)
         answer = _until(sock, b"Z")
         assert [k for k, _ in answer] == [b"1", b"t", b"T", b"Z"]
-        assert answer[1][1] == struct.pack("!hI", 1, 25)  # $1, no type declared: text
+        assert answer[1][1] == struct.pack("!hI", 1, 20)  # $1, not declared: compared with ratings, int8
         described = answer[2][1]
         assert described[:2] == struct.pack("!H", 3) and b"user_id\0" in described
         _send(
@@ -249,6 +250,47 @@ def test_a_connection_s_prepared_statements_are_bounded_in_bytes_and_its_portals
         _send(sock, *binds, SYNC)
         answer = _until(sock, b"Z")
         assert [k for k, _ in answer].count(b"2") == MAX_PORTALS and b"C53000" in answer[-2][1]
+
+
+def _described(payload: bytes) -> list[tuple[str, int]]:
+    """A RowDescription's columns: name and type oid."""
+    (count,) = struct.unpack_from("!H", payload)
+    at, columns = 2, []
+    for _ in range(count):
+        end = payload.index(b"\0", at)
+        (oid,) = struct.unpack_from("!I", payload, end + 7)
+        columns.append((payload[at:end].decode(), oid))
+        at = end + 19
+    return columns
+
+
+def test_a_described_statement_tells_the_types_of_its_parameters_and_computed_columns(served: Served) -> None:
+    sql = (
+        b"SELECT count(*), max(average_stars) AS top, sum(ratings) total, 'x' AS tag, club_status"
+        b" FROM customer_ratings WHERE club_status = $1 AND ratings BETWEEN $2 AND $3 LIMIT $4\0"
+    )
+    with _started(served.port) as sock:
+        _send(sock, (b"P", b"s\0" + sql + b"\0\0"), (b"D", b"Ss\0"), SYNC)
+        answer = _until(sock, b"Z")
+        assert [k for k, _ in answer] == [b"1", b"t", b"T", b"Z"]
+        assert answer[1][1] == struct.pack("!h4I", 4, 25, 20, 20, 20)  # text, int8, int8, LIMIT's int8
+        assert _described(answer[2][1]) == [
+            ("count(*)", 20),
+            ("top", 701),  # max of a float8 column
+            ("total", 20),  # sum of an int8 one
+            ("tag", 25),
+            ("club_status", 25),
+        ]
+        # the rows then keep the types told: count(*) in binary is an int8
+        _send(
+            sock,
+            _bind(b"", b"s", b"gold", b"0", b"100", b"10", binary_rows=True),
+            (b"E", b"\0\0\0\0\0"),
+            SYNC,
+        )
+        rows = _until(sock, b"Z")
+        assert [k for k, _ in rows] == [b"2", b"D", b"C", b"Z"]
+        assert rows[1][1][:14] == struct.pack("!Hiq", 5, 8, 3)  # three gold customers
 
 
 def _connect(served: Served, **options: object) -> psycopg.Connection:

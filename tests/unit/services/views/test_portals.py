@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from services.views.portals import Bind, Statement, bound, parameter_count, read_bind
+from services.views.portals import Bind, Statement, bound, inferred_types, parameter_count, read_bind
 from services.views.sql import SqlError
 
 INT2, INT4, INT8, TEXT, FLOAT8, BOOL, NUMERIC, UNKNOWN, DATE = 21, 23, 20, 25, 701, 16, 1700, 0, 1082
@@ -102,3 +102,24 @@ def test_a_bind_message_shorter_than_it_says_is_a_protocol_violation() -> None:
     with pytest.raises(SqlError) as refused:
         read_bind(body)
     assert refused.value.sqlstate == "08P01"
+
+
+def test_a_parameter_not_declared_takes_the_type_of_the_column_it_is_compared_with() -> None:
+    columns = {"user_id": INT4, "ratings": INT8, "average_stars": FLOAT8, "channel": TEXT, "odd name": BOOL}
+    sql = (
+        "SELECT * FROM v WHERE v.user_id = $1 AND $2 < ratings AND average_stars BETWEEN $3 AND $4"
+        ' AND channel NOT IN ($5, $6) AND "Odd Name" = $7 AND channel LIKE $8 AND unknown = $9'
+        " ORDER BY 1 LIMIT $10 OFFSET $11"
+    )
+    assert inferred_types(sql, columns) == {
+        1: INT4,
+        2: INT8,
+        3: FLOAT8,
+        4: FLOAT8,
+        5: TEXT,
+        6: TEXT,
+        7: BOOL,
+        8: TEXT,
+        10: INT8,
+        11: INT8,
+    }  # $9: no column of that name, left to the client (text)

@@ -1,0 +1,230 @@
+"""A PostgreSQL client's session with the views: its transaction's state, its prepared statements
+and portals, and the statements that are about the session rather than the views.
+
+Drivers and tools send these before and between their queries, and stop at the first refusal:
+JDBC sets `extra_float_digits` and `application_name` as it connects, psycopg opens a
+transaction before its first query, others ask `SHOW transaction_isolation`. They are answered
+as a read-only PostgreSQL answers them:
+
+- BEGIN (START TRANSACTION), COMMIT (END) and ROLLBACK (ABORT) move the session's state, which
+  every ReadyForQuery carries; a statement that fails inside a transaction fails it, and
+  further queries get 25P02 until ROLLBACK. A transaction holds no snapshot: each query reads
+  the views as they are at that moment (READ COMMITTED, as PostgreSQL's default).
+- SET and RESET of the settings in SETTABLE are kept for SHOW and change nothing else: the
+  views hold no time zone or float to format (a timestamp is text). `client_encoding` takes
+  UTF8 only, a transaction READ WRITE is refused with 25006, and every other setting with
+  0A000 naming the ones that are taken (`statement_timeout` among them: VIEWS_PG_TIMEOUT_S
+  bounds every query).
+- SHOW of those settings and of the server's own (`server_version`, `transaction_isolation`...).
+"""
+
+import re
+
+from services.views.portals import Portal, Statement
+from services.views.sql import Column, Result, SqlError, pg_column
+
+__all__ = [
+    "MAX_PORTALS",
+    "MAX_PREPARED_BYTES",
+    "SERVER_VERSION",
+    "SETTABLE",
+    "Session",
+    "first_word",
+    "reported",
+]
+
+SERVER_VERSION = "15.0 (ratings views)"  # what psql reads to choose its catalog queries
+MAX_PREPARED_BYTES = 4_000_000  # a connection's prepared statements, their text together
+# A connection's open portals: a portal suspended part way holds the rest of its rows (at most
+# VIEWS_PG_MAX_ROWS), one whose rows have all gone out holds none.
+MAX_PORTALS = 8
+# A transaction's words: the command tag, and the state a ReadyForQuery then says.
+_TRANSACTION = {
+    "BEGIN": ("BEGIN", b"T"),
+    "START": ("START TRANSACTION", b"T"),
+    "COMMIT": ("COMMIT", b"I"),
+    "END": ("COMMIT", b"I"),
+    "ROLLBACK": ("ROLLBACK", b"I"),
+    "ABORT": ("ROLLBACK", b"I"),
+}
+# What the start-up exchange reports (ParameterStatus), by PostgreSQL's spelling.
+_REPORTED = {
+    "server_version": SERVER_VERSION,
+    "server_encoding": "UTF8",
+    "client_encoding": "UTF8",
+    "DateStyle": "ISO, MDY",
+    "integer_datetimes": "on",
+    "standard_conforming_strings": "on",
+    "TimeZone": "UTC",
+    "default_transaction_read_only": "on",
+}
+# Settings a client may SET, and their values before it does.
+SETTABLE = {
+    "application_name": "",
+    "client_encoding": "UTF8",
+    "DateStyle": "ISO, MDY",
+    "extra_float_digits": "1",
+    "search_path": '"$user", public',
+    "TimeZone": "UTC",
+    "IntervalStyle": "postgres",
+}
+_SHOWN = {
+    **_REPORTED,
+    "transaction_isolation": "read committed",
+    "transaction_read_only": "on",
+    "max_identifier_length": "63",
+    "server_version_num": "150000",
+}
+_UTF8 = {"utf8", "utf-8", "unicode"}
+_SET = re.compile(
+    r"\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*(?:=|\s+TO\s+)\s*(.*?)\s*;?\s*",
+    re.IGNORECASE | re.DOTALL,
+)
+_SET_TIME_ZONE = re.compile(r"\s*SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(.*?)\s*;?\s*", re.IGNORECASE)
+_TRANSACTION_MODE = re.compile(
+    r"\s*SET\s+(?:SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\s+(.*?)\s*;?\s*", re.IGNORECASE | re.DOTALL
+)
+_RESET = re.compile(r"\s*RESET\s+([A-Za-z_][A-Za-z0-9_.]*)\s*;?\s*", re.IGNORECASE)
+_SHOW = re.compile(r"\s*SHOW\s+(.+?)\s*;?\s*", re.IGNORECASE | re.DOTALL)
+_ABORTED = "current transaction is aborted, commands ignored until end of transaction block"
+
+
+def first_word(sql: str) -> str:
+    words = sql.split(None, 1)
+    return words[0].rstrip(";").upper() if words else ""
+
+
+def reported() -> dict[str, str]:
+    """The server's parameters as the start-up exchange reports them."""
+    return dict(_REPORTED)
+
+
+def _canonical(name: str) -> str | None:
+    """A setting's name as PostgreSQL spells it, for any case; None for one not known here."""
+    lowered = name.lower()
+    return next((known for known in (*SETTABLE, *_SHOWN) if known.lower() == lowered), None)
+
+
+def _unquoted(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1].replace(value[0] * 2, value[0])
+    return value
+
+
+class Session:
+    """One connection's state: its transaction, settings, prepared statements and portals."""
+
+    def __init__(self) -> None:
+        self.state = b"I"  # I: idle, T: in a transaction, E: in a failed one
+        self.skipping = False  # an extended-protocol error: messages are skipped until Sync
+        self.statements: dict[str, Statement] = {}
+        self.described: dict[str, tuple[Column, ...]] = {}  # the statements' columns, as told
+        self.portals: dict[str, Portal] = {}
+        self.settings = dict(SETTABLE)
+
+    def failed(self) -> None:
+        if self.state == b"T":
+            self.state = b"E"
+
+    def prepare(self, name: str, statement: Statement) -> None:
+        if name and name in self.statements:
+            raise SqlError("42P05", f'prepared statement "{name}" already exists')
+        held = sum(s.size for n, s in self.statements.items() if n != name) + statement.size
+        if held > MAX_PREPARED_BYTES:
+            raise SqlError(
+                "53000",
+                f"this connection's prepared statements are over {MAX_PREPARED_BYTES} bytes: close some",
+            )
+        self.statements[name] = statement
+        self.described.pop(name, None)
+
+    def close_statement(self, name: str) -> None:
+        self.statements.pop(name, None)
+        self.described.pop(name, None)
+
+    def open(self, name: str, portal: Portal) -> None:
+        if name and name in self.portals:
+            raise SqlError("42P03", f'portal "{name}" already exists')
+        if name not in self.portals and len(self.portals) >= MAX_PORTALS:
+            raise SqlError("53000", f"this connection has {MAX_PORTALS} portals open: close some")
+        self.portals[name] = portal
+
+    def refuse_if_aborted(self) -> None:
+        if self.state == b"E":
+            raise SqlError("25P02", _ABORTED)
+
+    @staticmethod
+    def is_command(sql: str) -> bool:
+        """Whether `sql` is about the session (no rows of the views): a transaction's word,
+        SET, RESET or SHOW."""
+        return first_word(sql) in (*_TRANSACTION, "SET", "RESET", "SHOW")
+
+    def command(self, sql: str) -> str | Result:
+        """The answer to a statement about the session (`is_command`): its command tag, or
+        SHOW's one row; SqlError for a refused one, or for any but the end of a transaction
+        that failed."""
+        word = first_word(sql)
+        if word in _TRANSACTION:
+            tag, state = _TRANSACTION[word]
+            if self.state == b"E" and state == b"I":
+                tag = "ROLLBACK"  # PostgreSQL's answer to COMMIT of a failed transaction
+            self.state = state
+            return tag
+        self.refuse_if_aborted()
+        if word == "SHOW":
+            return self._show(sql)
+        if word == "RESET":
+            return self._reset(sql)
+        return self._set(sql)
+
+    def _set(self, sql: str) -> str:
+        mode = _TRANSACTION_MODE.fullmatch(sql)
+        if mode is not None:
+            if "READ WRITE" in " ".join(mode.group(1).upper().split()):
+                raise SqlError("25006", "the views are read only: a transaction READ WRITE is refused")
+            return "SET"
+        zone = _SET_TIME_ZONE.fullmatch(sql)
+        found = ("TimeZone", zone.group(1)) if zone is not None else None
+        if found is None and (setting := _SET.fullmatch(sql)) is not None:
+            found = (setting.group(1), setting.group(2))
+        if found is None:
+            raise SqlError("42601", "syntax error in SET: SET name = value")
+        name, value = _canonical(found[0]), _unquoted(found[1])
+        if name not in SETTABLE:
+            taken = ", ".join(sorted(SETTABLE, key=str.lower))
+            raise SqlError(
+                "0A000",
+                f"SET {found[0]} is not served (these are: {taken}); VIEWS_PG_TIMEOUT_S bounds queries",
+            )
+        if value.upper() == "DEFAULT":
+            value = SETTABLE[name]
+        if name == "client_encoding" and value.lower() not in _UTF8:
+            raise SqlError("22023", f"client_encoding {value!r}: only UTF8 is served")
+        if name == "extra_float_digits" and not (value.lstrip("-").isdigit() and -15 <= int(value) <= 3):
+            raise SqlError("22023", f"extra_float_digits {value!r}: an integer from -15 to 3")
+        self.settings[name] = "UTF8" if name == "client_encoding" else value[:63]
+        return "SET"
+
+    def _reset(self, sql: str) -> str:
+        asked = _RESET.fullmatch(sql)
+        if asked is None:
+            raise SqlError("42601", "syntax error in RESET: RESET name, or RESET ALL")
+        if asked.group(1).upper() == "ALL":
+            self.settings = dict(SETTABLE)
+            return "RESET"
+        name = _canonical(asked.group(1))
+        if name not in SETTABLE:
+            raise SqlError("0A000", f"RESET {asked.group(1)} is not served")
+        self.settings[name] = SETTABLE[name]
+        return "RESET"
+
+    def _show(self, sql: str) -> Result:
+        asked = _SHOW.fullmatch(sql)
+        words = " ".join(asked.group(1).split()).lower() if asked is not None else ""
+        aliases = {"transaction isolation level": "transaction_isolation", "time zone": "TimeZone"}
+        name = _canonical(aliases.get(words, words))
+        if name is None:
+            raise SqlError("42704", f'unrecognized configuration parameter "{words}"')
+        value = self.settings.get(name, _SHOWN.get(name, ""))
+        return Result((pg_column(name, "string"),), [(value,)])

@@ -1,0 +1,72 @@
+"""A PostgreSQL session's own statements: transactions, SET, RESET and SHOW, answered as a
+read-only PostgreSQL answers the ones drivers send, and refused with an SQLSTATE otherwise."""
+
+import pytest
+
+from services.views.session import SERVER_VERSION, Session
+from services.views.sql import Result, SqlError
+
+
+def _shown(session: Session, sql: str) -> str | None:
+    answer = session.command(sql)
+    assert isinstance(answer, Result)
+    return answer.rows[0][0]
+
+
+def test_the_settings_drivers_send_are_taken_and_shown() -> None:
+    session = Session()
+    assert session.command("SET extra_float_digits = 3") == "SET"  # JDBC, as it connects
+    assert session.command("SET application_name = 'PostgreSQL JDBC Driver'") == "SET"
+    assert session.command("set SESSION search_path TO public;") == "SET"
+    assert session.command("SET TIME ZONE 'Europe/Paris'") == "SET"
+    assert session.command("SET client_encoding TO 'utf8'") == "SET"
+    assert (
+        session.command("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED") == "SET"
+    )
+    assert _shown(session, "SHOW application_name") == "PostgreSQL JDBC Driver"
+    assert _shown(session, "SHOW EXTRA_FLOAT_DIGITS") == "3"
+    assert _shown(session, "show time zone") == "Europe/Paris"
+    assert _shown(session, "SHOW client_encoding") == "UTF8"
+    assert _shown(session, "SHOW transaction isolation level") == "read committed"
+    assert _shown(session, "SHOW server_version") == SERVER_VERSION
+    assert session.command("RESET application_name") == "RESET"
+    assert _shown(session, "SHOW application_name") == ""
+    assert session.command("RESET ALL") == "RESET"
+    assert _shown(session, "SHOW timezone") == "UTC"
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "text"),
+    [
+        (
+            "SET statement_timeout = 1000",
+            "0A000",
+            "SET statement_timeout is not served (these are: application_name",
+        ),
+        ("SET client_encoding = 'LATIN1'", "22023", "only UTF8 is served"),
+        ("SET extra_float_digits = 9", "22023", "an integer from -15 to 3"),
+        ("SET TRANSACTION READ WRITE", "25006", "read only"),
+        ("SET", "42601", "SET name = value"),
+        ("SHOW work_mem", "42704", 'unrecognized configuration parameter "work_mem"'),
+        ("RESET work_mem", "0A000", "RESET work_mem is not served"),
+    ],
+)
+def test_a_setting_not_served_is_refused_with_its_sqlstate(sql: str, sqlstate: str, text: str) -> None:
+    with pytest.raises(SqlError) as refused:
+        Session().command(sql)
+    assert refused.value.sqlstate == sqlstate and text in str(refused.value)
+
+
+def test_a_failed_transaction_refuses_all_but_its_end_and_commit_of_it_rolls_back() -> None:
+    session = Session()
+    assert session.command("BEGIN") == "BEGIN" and session.state == b"T"
+    session.failed()
+    assert session.state == b"E"
+    with pytest.raises(SqlError) as refused:
+        session.command("SHOW application_name")
+    assert refused.value.sqlstate == "25P02"
+    assert session.command("COMMIT") == "ROLLBACK" and session.state == b"I"
+    session.failed()  # outside a transaction a failure leaves the session idle
+    assert session.state == b"I"
+    assert session.command("START TRANSACTION READ ONLY") == "START TRANSACTION" and session.state == b"T"
+    assert session.command("END") == "COMMIT" and session.state == b"I"

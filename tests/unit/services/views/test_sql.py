@@ -1,0 +1,31 @@
+"""What a prepared statement's computed columns are told to be, from its SELECT list's text."""
+
+import pytest
+
+from services.views.sql import computed_kinds
+
+COLUMNS = {"user_id": "int", "ratings": "long", "average_stars": "double", "club_status": "string"}
+
+
+@pytest.mark.parametrize(
+    ("sql", "kinds"),
+    [
+        (
+            "SELECT count(*), max(average_stars) AS top, sum(ratings) total, avg(ratings) FROM v",
+            {"count(*)": "long", "top": "double", "total": "long", "avg(ratings)": "double"},
+        ),
+        (
+            "SELECT DISTINCT upper(club_status) AS s, CAST(ratings AS REAL) r, 1 AS one, 2.5 AS half,"
+            " 'a, b' AS text, coalesce(v.user_id, 0) AS id FROM v WHERE x IN (1, 2)",
+            {"s": "string", "r": "double", "one": "long", "half": "double", "text": "string", "id": "int"},
+        ),
+        (
+            'WITH w AS (SELECT ratings FROM v) SELECT min("ratings") AS "Low, est" FROM w',
+            {"Low, est": "long"},
+        ),
+        ("SELECT ratings * 2 AS doubled, json_extract(x, '$.a') AS a FROM v", {}),  # not said: text
+        ("SELECT 1", {"1": "long"}),
+    ],
+)
+def test_a_computed_column_is_typed_by_what_its_expression_says(sql: str, kinds: dict[str, str]) -> None:
+    assert computed_kinds(sql, COLUMNS) == kinds
