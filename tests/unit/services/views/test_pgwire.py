@@ -4,6 +4,7 @@ which the stack installs) and by a raw socket where psql cannot say what the ser
 import asyncio
 import contextlib
 import json
+import random
 import socket
 import sqlite3
 import struct
@@ -291,6 +292,33 @@ def test_a_described_statement_tells_the_types_of_its_parameters_and_computed_co
         rows = _until(sock, b"Z")
         assert [k for k, _ in rows] == [b"2", b"D", b"C", b"Z"]
         assert rows[1][1][:14] == struct.pack("!Hiq", 5, 8, 3)  # three gold customers
+
+
+def test_malformed_extended_messages_get_errors_and_the_session_goes_on(served: Served) -> None:
+    rng = random.Random(7)
+    pieces = [
+        b"\0",
+        b"s\0",
+        b"SELECT $1\0",
+        b"\xff\xfe",
+        struct.pack("!h", -1),
+        struct.pack("!h", 3),
+        b"S",
+        b"P",
+    ]
+    with _started(served.port) as sock:
+        for _ in range(300):
+            kind = rng.choice([b"P", b"B", b"D", b"E", b"C"])
+            body = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+            body += rng.randbytes(rng.randint(0, 12))
+            _send(sock, (kind, body), SYNC)
+            answer = _until(sock, b"Z")
+            assert answer[-1] == (b"Z", b"I")
+            assert all(k in b"123EntTsDCI" for k, _ in answer[:-1]), answer
+            assert not [b for k, b in answer if k == b"E" and b"CXX000" in b], (kind, body)  # no bug's error
+        query = b"SELECT ratings FROM customer_ratings WHERE user_id = 2\0"
+        sock.sendall(b"Q" + struct.pack("!I", len(query) + 4) + query)
+        assert [k for k, _ in _until(sock, b"Z")] == [b"T", b"D", b"C", b"Z"]
 
 
 def _connect(served: Served, **options: object) -> psycopg.Connection:
