@@ -256,6 +256,11 @@ class Demo:
             self.show("draining: waiting for the views to catch up")
             time.sleep(2)
         self.before_views_check()
+        print(
+            f"==> checking the views: {len(records):,} enriched records recounted, every row they touch"
+            " asked of the query service (a minute for 50,000 ratings)",
+            flush=True,
+        )
         count = views.Recount.of_run(views.Rules.of(ViewsSettings()), records)
         checks = [Check("enriched records not UTF-8 (whole topic)", views.recount(servers, topic, count), 0)]
         for view, expected in count.counts.items():
