@@ -10,7 +10,7 @@ Written against psql 15's queries (Debian 12's postgresql-client). Any other que
 import re
 from collections.abc import Sequence
 
-from services.views.sql import Column, Result, SqlError, pg_column
+from services.views.sql import VERSION, Column, Result, SqlError, pg_column, select_list
 
 FIRST_OID = 16384  # PostgreSQL's first oid for user objects
 _OWNER = "views"
@@ -25,15 +25,33 @@ def _result(
 
 
 _PATTERN = re.compile(r"OPERATOR\(pg_catalog\.~\) '\^\((.*?)\)\$'")
+_TYPE_INFO = re.compile(r"\bFROM\s+pg_type\s+t\s+WHERE\s+t\.oid\s*=", re.IGNORECASE)
+_VERSION = re.compile(r"SELECT pg_catalog\.version\(\) ?;?", re.IGNORECASE)
 _VIEWDEF = re.compile(r"SELECT pg_catalog\.pg_get_viewdef\('(\d+)'")
 _OID = re.compile(r"(?:c\.oid|a\.attrelid|attrelid|ev_class|tgrelid|inhrelid|conrelid|polrelid) = '(\d+)'")
 
 
+def asks(sql: str) -> bool:
+    """Whether `sql` is a query of PostgreSQL's catalog (which `answer` answers or refuses)."""
+    return "pg_catalog." in sql or _TYPE_INFO.search(sql) is not None
+
+
 def answer(sql: str, tables: dict[str, tuple[Column, ...]]) -> Result:
-    """The answer to one of psql's describe queries; SqlError for any other catalog query."""
+    """The answer to one of psql's describe queries, to `SELECT pg_catalog.version()`
+    (SQLAlchemy's first question), or to psycopg's look-up of a type by name (none here: the
+    views' columns are of built-in types); SqlError for any other catalog query."""
+    text = " ".join(sql.split())
+    if _VERSION.fullmatch(text):
+        return _result(["version"], [(VERSION,)])
+    if _TYPE_INFO.search(text):
+        names = ["name", "oid", "array_oid", "regtype", "delimiter"]
+        return _result(names, [], ["string", "long", "long", "string", "string"])
+    return _described(text, tables)
+
+
+def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:
     oids = {FIRST_OID + i: name for i, name in enumerate(sorted(tables))}
     by_name = {name: oid for oid, name in oids.items()}
-    text = " ".join(sql.split())
     if 'as "Owner"' in text and "FROM pg_catalog.pg_class c" in text and "c.relkind IN" in text:
         return _listing(text, sorted(tables))
     found = _PATTERN.search(text)
@@ -108,23 +126,5 @@ def _format_type(column: Column) -> str:
 
 
 def _select_items(text: str) -> int:
-    """How many items the query's select list has (commas outside parentheses and quotes,
-    before its first top-level FROM)."""
-    depth, count, quoted = 0, 1, False
-    body = text[len("SELECT ") :]
-    i = 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "'":
-            quoted = not quoted
-        elif not quoted:
-            if ch == "(":
-                depth += 1
-            elif ch == ")":
-                depth -= 1
-            elif ch == "," and depth == 0:
-                count += 1
-            elif depth == 0 and body.startswith(" FROM ", i):
-                break
-        i += 1
-    return count
+    """How many items the query's select list has."""
+    return len(select_list(text))

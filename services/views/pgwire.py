@@ -248,7 +248,7 @@ class PgServer:
     async def _result(self, sql: str, params: Params) -> Result:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
         in a worker thread (two thread switches a query, each a wait for the GIL on a busy host)."""
-        if "pg_catalog." in sql:
+        if catalog.asks(sql):
             return catalog.answer(sql, self.reader.tables())
         found = self.reader.key_lookup(sql, params)
         if found is not None:
@@ -337,7 +337,7 @@ class PgServer:
         if session.is_command(sql):
             shown = session.command(sql) if first_word(sql) == "SHOW" else None  # no other has rows
             return shown.columns if isinstance(shown, Result) else ()
-        if "pg_catalog." in sql:
+        if catalog.asks(sql):
             return catalog.answer(sql, self.reader.tables()).columns
         return None
 

@@ -8,7 +8,8 @@ as a read-only PostgreSQL answers them:
 
 - BEGIN (START TRANSACTION), COMMIT (END) and ROLLBACK (ABORT) move the session's state, which
   every ReadyForQuery carries; a statement that fails inside a transaction fails it, and
-  further queries get 25P02 until ROLLBACK. A transaction holds no snapshot: each query reads
+  further queries get 25P02 until ROLLBACK, or ROLLBACK TO a SAVEPOINT (psycopg's nested
+  transactions; RELEASE too). A transaction holds no snapshot: each query reads
   the views as they are at that moment (READ COMMITTED, as PostgreSQL's default).
 - SET and RESET of the settings in SETTABLE are kept for SHOW and change nothing else: the
   views hold no time zone or float to format (a timestamp is text). `client_encoding` takes
@@ -87,6 +88,11 @@ _TRANSACTION_MODE = re.compile(
 _RESET = re.compile(r"\s*RESET\s+([A-Za-z_][A-Za-z0-9_.]*)\s*;?\s*", re.IGNORECASE)
 _SHOW = re.compile(r"\s*SHOW\s+(.+?)\s*;?\s*", re.IGNORECASE | re.DOTALL)
 _ABORTED = "current transaction is aborted, commands ignored until end of transaction block"
+_SAVEPOINT = re.compile(
+    r"\s*(SAVEPOINT|RELEASE(?:\s+SAVEPOINT)?|ROLLBACK(?:\s+WORK|\s+TRANSACTION)?\s+TO(?:\s+SAVEPOINT)?)\s+"
+    r'("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)\s*;?\s*',
+    re.IGNORECASE,
+)
 
 
 def first_word(sql: str) -> str:
@@ -122,6 +128,7 @@ class Session:
         self.described: dict[str, tuple[Column, ...]] = {}  # the statements' columns, as told
         self.portals: dict[str, Portal] = {}
         self.settings = dict(SETTABLE)
+        self.savepoints: list[str] = []
 
     def failed(self) -> None:
         if self.state == b"T":
@@ -158,14 +165,18 @@ class Session:
     def is_command(sql: str) -> bool:
         """Whether `sql` is about the session (no rows of the views): a transaction's word,
         SET, RESET or SHOW."""
-        return first_word(sql) in (*_TRANSACTION, "SET", "RESET", "SHOW")
+        return first_word(sql) in (*_TRANSACTION, "SAVEPOINT", "RELEASE", "SET", "RESET", "SHOW")
 
     def command(self, sql: str) -> str | Result:
         """The answer to a statement about the session (`is_command`): its command tag, or
         SHOW's one row; SqlError for a refused one, or for any but the end of a transaction
         that failed."""
         word = first_word(sql)
+        savepoint = _SAVEPOINT.fullmatch(sql)
+        if savepoint is not None:
+            return self._savepoint(savepoint.group(1).split()[0].upper(), savepoint.group(2))
         if word in _TRANSACTION:
+            self.savepoints.clear()
             tag, state = _TRANSACTION[word]
             if self.state == b"E" and state == b"I":
                 tag = "ROLLBACK"  # PostgreSQL's answer to COMMIT of a failed transaction
@@ -177,6 +188,28 @@ class Session:
         if word == "RESET":
             return self._reset(sql)
         return self._set(sql)
+
+    def _savepoint(self, verb: str, name: str) -> str:
+        """SAVEPOINT, RELEASE and ROLLBACK TO inside a transaction (psycopg's nested
+        transactions): a savepoint has nothing to keep here, but ROLLBACK TO ends a failure, as
+        in PostgreSQL."""
+        name = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
+        if self.state == b"I":
+            raise SqlError("25P01", f"{verb} can only be used in transaction blocks")
+        if verb == "SAVEPOINT":
+            self.refuse_if_aborted()
+            self.savepoints.append(name)
+            return "SAVEPOINT"
+        if name not in self.savepoints:
+            raise SqlError("3B001", f'savepoint "{name}" does not exist')
+        at = len(self.savepoints) - 1 - self.savepoints[::-1].index(name)
+        if verb == "RELEASE":
+            self.refuse_if_aborted()
+            del self.savepoints[at:]
+            return "RELEASE"
+        del self.savepoints[at + 1 :]  # ROLLBACK TO: the savepoint stays
+        self.state = b"T"
+        return "ROLLBACK"
 
     def _set(self, sql: str) -> str:
         mode = _TRANSACTION_MODE.fullmatch(sql)

@@ -53,6 +53,8 @@ _BLOB_FUNCTIONS = {"randomblob", "zeroblob"}  # a row of a gigabyte in one call
 _MAX_VALUE_BYTES = 1_000_000  # SQLite's limit on one value's length (a view's row is far less)
 _MAX_SQL_BYTES = 100_000
 Params = dict[str, Any]  # a query's parameters by number: {"1": 42} for $1
+VERSION = "PostgreSQL 15.0 (ratings views), the materialized views' query service, read only"
+_SESSION_FUNCTIONS = {"version": VERSION, "current_schema": "public", "current_database": "views"}
 
 
 class SqlError(RatingsError):
@@ -162,6 +164,8 @@ class SqlReader:
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         for view, columns in shapes.items():
             conn.execute(_view_sql(view, columns))
+        for name, value in _SESSION_FUNCTIONS.items():  # what drivers and tools ask as they connect
+            conn.create_function(name, 0, lambda v=value: v, deterministic=True)
         views, local = set(shapes), self._local
 
         def authorize(
@@ -336,7 +340,7 @@ def _masked(sql: str) -> str:
     return _MASKED.sub(lambda m: m.group(0)[0] + "_" * (len(m.group(0)) - 2) + m.group(0)[-1], sql)
 
 
-def _select_list(sql: str) -> list[str]:
+def select_list(sql: str) -> list[str]:
     """The items of the main SELECT list of `sql` (after any WITH), as written."""
     masked, depth, items, start = _masked(sql), 0, [], None
     for i, char in enumerate(masked):
@@ -397,7 +401,7 @@ def computed_kinds(sql: str, columns: dict[str, str]) -> dict[str, str]:
     (its alias, or its text), where the expression says (`columns`: each view column's type by
     its name in lower case)."""
     kinds: dict[str, str] = {}
-    for item in _select_list(sql):
+    for item in select_list(sql):
         aliased = _ALIAS.fullmatch(item.strip())
         expression, name = item.strip(), item.strip()
         if aliased is not None and not aliased.group(1).rstrip().endswith((".", "(")):

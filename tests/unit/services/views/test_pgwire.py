@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psycopg
+import psycopg.types
 import pytest
 from psycopg.pq import TransactionStatus
 
@@ -378,6 +379,24 @@ def test_psycopg_in_binary_with_prepared_statements_and_autocommit(served: Serve
         with pytest.raises(psycopg.errors.ProgramLimitExceeded):  # 7 rows, at most 5
             cur.execute("SELECT * FROM customer_ratings WHERE user_id > %s", (0,))
         assert cur.execute("SELECT count(*) FROM customer_ratings").fetchone() == (7,)
+
+
+def test_what_sqlalchemy_and_psycopg_ask_as_they_connect_is_answered(served: Served) -> None:
+    with _connect(served) as conn:
+        assert conn.execute("select pg_catalog.version()").fetchone()[0].startswith("PostgreSQL 15.0")  # type: ignore[index]
+        assert conn.execute("select current_schema(), current_database(), version()").fetchone()[:2] == (  # type: ignore[index]
+            "public",
+            "views",
+        )
+        assert conn.execute("show standard_conforming_strings").fetchone() == ("on",)
+        assert conn.execute("show transaction isolation level").fetchone() == ("read committed",)
+        assert psycopg.types.TypeInfo.fetch(conn, "hstore") is None  # a SAVEPOINT, pg_type, a RELEASE
+        with conn.transaction():  # nested: a savepoint
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction), conn.transaction():
+                conn.execute("DELETE FROM customer_ratings")
+            assert conn.execute("SELECT count(*) FROM customer_ratings").fetchone() == (
+                7,
+            )  # rolled back to it
 
 
 def test_past_the_connection_cap_a_client_is_refused_with_53300(tmp_path: Path) -> None:

@@ -70,3 +70,23 @@ def test_a_failed_transaction_refuses_all_but_its_end_and_commit_of_it_rolls_bac
     assert session.state == b"I"
     assert session.command("START TRANSACTION READ ONLY") == "START TRANSACTION" and session.state == b"T"
     assert session.command("END") == "COMMIT" and session.state == b"I"
+
+
+def test_savepoints_nest_in_a_transaction_and_rolling_back_to_one_ends_a_failure() -> None:
+    session = Session()
+    with pytest.raises(SqlError) as outside:
+        session.command("SAVEPOINT a")
+    assert outside.value.sqlstate == "25P01"
+    session.command("BEGIN")
+    assert session.command("SAVEPOINT _pg3_1") == "SAVEPOINT"
+    assert session.command('SAVEPOINT "B"') == "SAVEPOINT"
+    session.failed()
+    with pytest.raises(SqlError, match="aborted"):
+        session.command("RELEASE SAVEPOINT _pg3_1")
+    assert session.command("ROLLBACK TO SAVEPOINT _pg3_1") == "ROLLBACK" and session.state == b"T"
+    with pytest.raises(SqlError) as gone:
+        session.command('RELEASE "B"')  # rolled back past it
+    assert gone.value.sqlstate == "3B001"
+    session.state = b"T"
+    assert session.command("RELEASE _pg3_1") == "RELEASE" and session.savepoints == []
+    assert session.command("COMMIT") == "COMMIT" and session.state == b"I"
