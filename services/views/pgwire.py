@@ -1,6 +1,7 @@
 """The views over PostgreSQL's wire protocol (version 3), read only: `psql -h 127.0.0.1 -p 6875
--c "SELECT * FROM customer_ratings WHERE user_id = 42"`, or any client that sends simple
-queries. What a query may be is `sql`'s to say; this module speaks the protocol.
+-c "SELECT * FROM customer_ratings WHERE user_id = 42"`, or an application's driver (psycopg,
+JDBC, pgx). What a query may be is `sql`'s to say, what a session's own statements (BEGIN, SET,
+SHOW...) do is `session`'s; this module speaks the protocol.
 
 - Start-up: an SSL or GSS encryption request is answered "no" (the service listens on
   loopback by default; put a TLS proxy in front to serve a network). With VIEWS_TOKEN set, the
@@ -12,10 +13,8 @@ queries. What a query may be is `sql`'s to say; this module speaks the protocol.
   that many rows, then PortalSuspended, as PostgreSQL does. A connection holds at most
   MAX_PREPARED_BYTES of prepared statements and MAX_PORTALS portals (SQLSTATE 53000 past
   them). After an error in the extended protocol, messages are skipped until the client's Sync.
-- BEGIN (or START TRANSACTION), COMMIT and ROLLBACK are answered as PostgreSQL answers them on
-  a read-only connection, with the transaction's state in every ReadyForQuery: a client that
-  opens a transaction before its first query (psycopg does) is served. Every query reads the
-  store as it is at that moment; a transaction holds no snapshot.
+- Every ReadyForQuery carries the session's transaction state (idle, in a transaction, or in
+  a failed one), as drivers that open a transaction before their first query expect.
 - Every refusal is an ErrorResponse with PostgreSQL's SQLSTATE: 25006 for a write, 54000 for
   a result over VIEWS_PG_MAX_ROWS, 57014 for a query over VIEWS_PG_TIMEOUT_S, 53300 for a
   connection over VIEWS_PG_MAX_CONNECTIONS, 28P01 for a wrong password.
