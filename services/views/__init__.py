@@ -14,4 +14,5 @@ __all__ = [
     "session",
     "sql",
     "store",
+    "subscription",
 ]

@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
             timeout_s=settings.pg_timeout_s,
             loading=api.loading_views,
         )
-        pg = PgServer(sql, settings.pg())
+        pg = PgServer(sql, settings.pg(), follow=api.follow)
     server = _Server(
         uvicorn.Config(
             api.app(),

@@ -9,7 +9,7 @@ import logging
 import re
 import sqlite3
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Hub, RowFilter, Subscriber, Turns, change_data, sse
 from services.views.metrics import ViewsCollector
+from services.views.sql import SqlError
 from services.views.store import STAGED, Change, Snapshot, Store, key_of, still_loading
 
 __all__ = ["Api", "BadRequest", "decode_cursor", "encode_cursor", "parse_value", "scan_filters"]
@@ -332,6 +333,29 @@ class Api:
             for f in scan_filters(p, t, types, name)
         ]
         rows_filter = RowFilter(filters, tuple(info["key"])) if filters else None
+        return StreamingResponse(
+            self._subscribed(name, info, key, with_rows, rows_filter),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    def follow(self, name: str, with_rows: bool = True) -> AsyncGenerator[str, None]:
+        """A view's stream of SSE events, as GET /views/<name>/changes gives it: its rows
+        (unless `with_rows` is false), then its changes, with the same bounds; the PostgreSQL
+        protocol's SUBSCRIBE reads it. SqlError where the route answers an error, with
+        PostgreSQL's SQLSTATE for it."""
+        try:
+            return self._subscribed(name, self._view(name), None, with_rows, None)
+        except BadRequest as err:
+            if err.status == 503:  # loading, or the subscribers' cap
+                sqlstate = "57P03" if name in self.loading_views() else "53300"
+            else:
+                sqlstate = {404: "42P01", 409: "55000"}.get(err.status, "22023")
+            raise SqlError(sqlstate, str(err)) from None
+
+    def _subscribed(
+        self, name: str, info: dict[str, Any], key: str | None, with_rows: bool, rows_filter: RowFilter | None
+    ) -> AsyncGenerator[str, None]:
         if self.hub.count() >= self.settings.max_subscribers:
             raise BadRequest(
                 503,
@@ -352,15 +376,11 @@ class Api:
         except BaseException:
             self.hub.remove(sub)
             raise
-        return StreamingResponse(
-            self._stream(sub, snapshot, tuple(info["key"])),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return self._stream(sub, snapshot, tuple(info["key"]))
 
     async def _stream(
         self, sub: Subscriber, snapshot: Snapshot, key_columns: tuple[str, ...]
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         try:
             while True:
                 async for text in self._session(sub, snapshot, key_columns):

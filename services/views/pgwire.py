@@ -23,13 +23,15 @@ SHOW...) do is `session`'s; this module speaks the protocol.
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import os
 import secrets
 import struct
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
-from services.views import catalog
+from services.views import catalog, subscription
 from services.views.portals import (
     Portal,
     Statement,
@@ -115,11 +117,22 @@ class PgServer:
     a worker thread (a long one never holds the event loop, nor the HTTP pulls), but a pull by
     key, answered on the event loop as an HTTP pull is."""
 
-    def __init__(self, reader: SqlReader, settings: PgSettings) -> None:
+    def __init__(
+        self,
+        reader: SqlReader,
+        settings: PgSettings,
+        follow: Callable[[str, bool], AsyncGenerator[str, None]] | None = None,
+    ) -> None:
+        """`follow`: a view's SSE stream (`api.Api.follow`; SqlError when the view is not
+        served), for SUBSCRIBE; without it, SUBSCRIBE is refused."""
         self.reader = reader
         self.settings = settings
+        self.follow = follow
         self.connections = 0
         self._server: asyncio.Server | None = None
+        self._pid = os.getpid() & 0x7FFFFFFF  # BackendKeyData's process id, with a secret per connection
+        self._streaming: dict[int, asyncio.Task[None]] = {}  # secret -> a connection in a SUBSCRIBE
+        self._cancelled: set[int] = set()  # the secrets a CancelRequest named
 
     async def start(self) -> None:
         s = self.settings
@@ -138,11 +151,12 @@ class PgServer:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        secret = secrets.randbits(31)
         try:
             async with asyncio.timeout(self.settings.startup_timeout_s):
-                started = await self._startup(reader, writer)
+                started = await self._startup(reader, writer, secret)
             if started:
-                await self._queries(reader, writer)
+                await self._queries(reader, writer, secret)
         except (_Closed, TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -151,7 +165,7 @@ class PgServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _startup(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _startup(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int) -> bool:
         """The start-up exchange; False when the client is not let in (the reason sent)."""
         while True:
             (length,) = struct.unpack("!I", await reader.readexactly(4))
@@ -162,8 +176,13 @@ class PgServer:
             if code in (SSL_REQUEST, GSSENC_REQUEST):
                 writer.write(b"N")  # no encryption here: the client may go on in the clear
                 continue
-            if code == CANCEL_REQUEST:
-                raise _Closed  # queries end at their own time limit
+            if code == CANCEL_REQUEST:  # a SUBSCRIBE ends; queries end at their own time limit
+                pid, named = struct.unpack_from("!II", payload, 4) if len(payload) >= 12 else (0, 0)
+                task = self._streaming.get(named) if pid == self._pid else None
+                if task is not None:
+                    self._cancelled.add(named)
+                    task.cancel()
+                raise _Closed
             if code != PROTOCOL_V3:
                 writer.write(error("08P01", f"protocol {code >> 16}.{code & 0xFFFF} is not served; 3.0 is"))
                 await writer.drain()
@@ -189,19 +208,22 @@ class PgServer:
         out = [_message(b"R", struct.pack("!I", 0))]
         for name, value in reported().items():
             out.append(_message(b"S", _cstr(name) + _cstr(value)))
-        out.append(_message(b"K", struct.pack("!II", os.getpid() & 0x7FFFFFFF, secrets.randbits(31))))
+        out.append(_message(b"K", struct.pack("!II", self._pid, secret)))
         out.append(ready())
         writer.write(b"".join(out))
         await writer.drain()
         return True
 
-    async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int) -> None:
         session = Session()
         while True:
             kind, body = await _read_message(reader)
             if kind == b"X":  # Terminate
                 return
-            if kind == b"Q":
+            asked = subscription.parse(body.rstrip(b"\0").decode(errors="replace")) if kind == b"Q" else None
+            if asked is not None:
+                await self._subscribe(session, asked, writer, secret)
+            elif kind == b"Q":
                 session.skipping = False
                 writer.write(await self._simple(session, body))
             elif kind == b"S":  # Sync: the end of an extended exchange
@@ -243,6 +265,63 @@ class PgServer:
         if isinstance(answer, str):  # a command's tag
             return _message(b"C", _cstr(answer)) + ready(session.state)
         return result_messages(answer) + ready(session.state)
+
+    async def _subscribe(
+        self, session: Session, asked: subscription.Subscribe, writer: asyncio.StreamWriter, secret: int
+    ) -> None:
+        """COPY (SUBSCRIBE ...) TO STDOUT: the view's rows and changes as COPY rows, until the
+        client cancels (57014, then the session goes on), goes away, or the stream ends."""
+        try:
+            session.refuse_if_aborted()
+            if self.follow is None:
+                raise SqlError("0A000", "SUBSCRIBE is not served here")
+            columns = self.reader.tables().get(asked.view, ())
+            stream = self.follow(asked.view, asked.snapshot)  # SqlError for a view not served
+        except SqlError as err:
+            session.failed()
+            writer.write(error(err.sqlstate, str(err)) + ready(session.state))
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._streaming[secret] = task
+        try:
+            count = 1 + len(columns)
+            writer.write(
+                _message(b"H", struct.pack(f"!bh{count}h", 0, count, *([0] * count)))
+            )  # CopyOutResponse
+            ended = await self._copied(stream, columns, writer)
+            session.failed()
+            writer.write(error("57000", ended) + ready(session.state))
+        except asyncio.CancelledError:
+            if secret not in self._cancelled:
+                raise  # the service stops
+            task.uncancel()
+            session.failed()
+            writer.write(error("57014", "canceling statement due to user request") + ready(session.state))
+        finally:
+            self._streaming.pop(secret, None)
+            self._cancelled.discard(secret)
+            await stream.aclose()  # the subscriber leaves the hub
+
+    @staticmethod
+    async def _copied(
+        stream: AsyncIterator[str], columns: tuple[Column, ...], writer: asyncio.StreamWriter
+    ) -> str:
+        """Writes the stream's rows and changes as CopyData until it ends; why it ended."""
+        async for text in stream:
+            out = []
+            for event, data in subscription.events(text):
+                if event in ("snapshot", "change"):
+                    out.append(_message(b"d", subscription.copy_line(data, columns)))
+                elif event == "replaced":
+                    writer.write(b"".join(out))
+                    return "the view was replaced by a new version (its columns may differ): subscribe again"
+                elif event == "error":
+                    writer.write(b"".join(out))
+                    return str(json.loads(data).get("error", data))
+            writer.write(b"".join(out))
+            await writer.drain()
+        return "the view's stream ended: subscribe again"
 
     async def _result(self, sql: str, params: Params) -> Result:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else

@@ -132,6 +132,49 @@ def test_psql_gives_what_http_gives_for_a_key_a_range_with_a_limit_and_nothing(
     assert service.stop() == 0
 
 
+def test_subscribe_over_the_wire_protocol_gives_the_rows_then_the_changes_until_cancelled(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    views.write([customer(i, i) for i in range(1, 4)])
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    _, row = service.get("/views/customer_ratings/2")
+    columns = list(row)
+    with psycopg.connect(
+        host="127.0.0.1", port=service.pg_port, user="app", dbname="views", autocommit=True
+    ) as conn:
+        got: list[tuple[str | None, ...]] = []
+        with (
+            pytest.raises(psycopg.errors.QueryCanceled),
+            conn.cursor().copy("COPY (SUBSCRIBE customer_ratings) TO STDOUT") as copy,
+        ):
+            for line in copy.rows():
+                got.append(line)
+                if len(got) == 3:  # the snapshot: then a change, written to the changelog topic
+                    views.write([customer(2, 20, "platinum")])
+                if len(got) == 4:
+                    conn.cancel_safe()
+        assert sorted(got[:3]) == [
+            ("upsert", str(i), *(_pg_text(customer(i, i)[c]) or None for c in columns[1:])) for i in (1, 2, 3)
+        ]
+        changed = customer(2, 20, "platinum")
+        assert got[3] == ("upsert", "2", *(_pg_text(changed[c]) or None for c in columns[1:]))
+        assert conn.execute("SELECT ratings FROM customer_ratings WHERE user_id = 2").fetchone() == (20,)
+    deadline = time.monotonic() + 10  # the subscriber left the service when the client cancelled
+    while _subscribers(service) != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _subscribers(service) == 0
+    assert service.stop() == 0
+
+
+def _subscribers(service: Service) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return float(
+        next(line.split()[-1] for line in text.splitlines() if line.startswith("ratings_views_subscribers "))
+    )
+
+
 def _pg_text(value: Any) -> str:
     """A JSON value as psql prints it unaligned: null empty, booleans t/f."""
     if value is None:

@@ -10,7 +10,7 @@ import sqlite3
 import struct
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -67,11 +67,16 @@ class Served:
         return done.stderr.split("ERROR:", 1)[1].split(":", 1)[0].strip()
 
 
-def _serve(tmp_path: Path, token: bytes | None = None, max_connections: int = 5) -> Iterator[Served]:
+def _serve(
+    tmp_path: Path,
+    token: bytes | None = None,
+    max_connections: int = 5,
+    follow: Callable[[str, bool], AsyncGenerator[str, None]] | None = None,
+) -> Iterator[Served]:
     store = Store(tmp_path / "s.sqlite3")
     store.apply([_row(u) for u in range(1, 8)], {"customer_ratings": MARKER}, {})
     reader = SqlReader(store, max_rows=5, timeout_s=1)
-    server = PgServer(reader, PgSettings("127.0.0.1", 0, max_connections, 5, token))
+    server = PgServer(reader, PgSettings("127.0.0.1", 0, max_connections, 5, token), follow)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -397,6 +402,52 @@ def test_what_sqlalchemy_and_psycopg_ask_as_they_connect_is_answered(served: Ser
             assert conn.execute("SELECT count(*) FROM customer_ratings").fetchone() == (
                 7,
             )  # rolled back to it
+
+
+def test_subscribe_streams_the_rows_and_changes_as_copy_rows_until_the_client_cancels(tmp_path: Path) -> None:
+    asked: list[tuple[str, bool]] = []
+    closed: list[bool] = []
+
+    async def follow(view: str, with_rows: bool) -> AsyncGenerator[str, None]:
+        asked.append((view, with_rows))
+        try:
+            yield 'event: snapshot\ndata: {"key":{"user_id":1},"row":' + _row(1).value + "}\n\n"  # type: ignore[operator]
+            yield "event: live\ndata: {}\n\n: keep-alive\n\n"
+            yield 'id: 1\nevent: change\ndata: {"key":{"user_id":3},"row":null}\n\n'
+            await asyncio.Event().wait()  # no more changes: until the client cancels
+        finally:
+            closed.append(True)
+
+    for served in _serve(tmp_path, follow=follow):
+        with _connect(served, autocommit=True) as conn:
+            got: list[tuple[str | None, ...]] = []
+            with (
+                pytest.raises(psycopg.errors.QueryCanceled),
+                conn.cursor().copy("COPY (SUBSCRIBE customer_ratings) TO STDOUT") as copy,
+            ):
+                for row in copy.rows():
+                    got.append(row)
+                    if len(got) == 2:
+                        conn.cancel_safe()  # psql's Ctrl-C
+            assert got == [
+                ("upsert", "1", "10", "2.5", "platinum", "t"),
+                ("delete", "3", None, None, None, None),
+            ]
+            assert asked == [("customer_ratings", True)] and closed == [True]
+            assert conn.execute("SELECT count(*) FROM customer_ratings").fetchone() == (
+                7,
+            )  # the session goes on
+
+
+def test_subscribe_is_refused_without_the_stream_or_for_a_view_the_service_refuses(tmp_path: Path) -> None:
+    for served in _serve(tmp_path):  # no stream to follow
+        assert served.refused("COPY (SUBSCRIBE customer_ratings) TO STDOUT") == "0A000"
+
+    def follow(view: str, with_rows: bool) -> AsyncGenerator[str, None]:
+        raise SqlError("42P01", f"view {view!r} does not exist")
+
+    for served in _serve(tmp_path / "b", follow=follow):
+        assert served.refused("COPY (SUBSCRIBE nope WITH (SNAPSHOT = false)) TO STDOUT") == "42P01"
 
 
 def test_past_the_connection_cap_a_client_is_refused_with_53300(tmp_path: Path) -> None:

@@ -1,0 +1,81 @@
+"""SUBSCRIBE over PostgreSQL's wire protocol, as Materialize serves it to psql:
+
+    psql -h 127.0.0.1 -p 6875 -c "COPY (SUBSCRIBE customer_ratings) TO STDOUT"
+
+streams the view's rows, then each change, as COPY rows in text format until the client
+cancels (Ctrl-C in psql: SQLSTATE 57014, and the session goes on). The stream is the one
+`GET /views/<name>/changes` serves (`api.Api.follow`: the same snapshot, gap-free changes,
+and bounds); `WITH (SNAPSHOT = false)` leaves the rows out, as there. Each COPY row is
+`mz_state` (`upsert`, or `delete` with the key columns set and the others null), then the
+view's columns, as Materialize's `ENVELOPE UPSERT` gives them. A stream the service ends (the
+view replaced by a new version, or a subscriber that fell too far behind) ends the COPY with
+an error that says so.
+"""
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from services.views.sql import Column
+
+__all__ = ["STATE_COLUMN", "Subscribe", "copy_line", "events", "parse"]
+
+STATE_COLUMN = "mz_state"
+_ASKED = re.compile(
+    r'\s*COPY\s*\(\s*SUBSCRIBE\s+(?:TO\s+)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
+    r"\s*(?:WITH\s*\(\s*SNAPSHOT\s*=?\s*(TRUE|FALSE)\s*\))?\s*\)\s*TO\s+STDOUT\s*;?\s*",
+    re.IGNORECASE,
+)
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    view: str
+    snapshot: bool
+
+
+def parse(sql: str) -> Subscribe | None:
+    """`COPY (SUBSCRIBE [TO] <view> [WITH (SNAPSHOT = false)]) TO STDOUT`, or None."""
+    asked = _ASKED.fullmatch(sql)
+    if asked is None:
+        return None
+    name = asked.group(1)
+    view = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
+    return Subscribe(view, (asked.group(2) or "true").lower() == "true")
+
+
+def events(text: str) -> Iterator[tuple[str, str]]:
+    """The (event, data) pairs of a piece of an SSE stream (whole events, as the API yields
+    them); comments (keep-alives) are left out."""
+    for block in text.split("\n\n"):
+        event, data = "message", None
+        for line in block.split("\n"):
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                data = line[6:]
+        if data is not None:
+            yield event, data
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, dict | list):
+        value = json.dumps(value, separators=(",", ":"))
+    return str(value).translate(_ESCAPES)
+
+
+def copy_line(data: str, columns: tuple[Column, ...]) -> bytes:
+    """A change's SSE data (`{"key": {...}, "row": {...} or null}`) as one COPY row in text
+    format: its state, then the view's columns (a deleted row's key columns only)."""
+    change = json.loads(data)
+    row, key = change.get("row"), change.get("key") or {}
+    state, values = ("upsert", row) if row is not None else ("delete", key)
+    cells = [state, *(_text(values.get(c.name)) for c in columns)]
+    return ("\t".join(cells) + "\n").encode()
