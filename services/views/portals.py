@@ -5,11 +5,11 @@ This module reads those messages, turns the parameters into the values SQLite bi
 
 A parameter the client does not declare takes the type of the view's column it is compared
 with, where the statement's text says (`inferred_types`). Parameters in text are read by their
-type (an integer type as an integer, a
-floating one as a float, `numeric` as an integer when it is whole, bool as 1 or 0); a type not
-declared is bound as text, which SQLite compares with a view's typed column by the column's
-type. Binary parameters are read for bool, the integer and floating types, numeric and the
-text types; any other binary type is refused with SQLSTATE 0A000, never guessed.
+type: an integer type as an integer, a floating one as a float, `numeric` as an integer when it
+is whole, bool as 1 or 0; one of no type is bound as text, which SQLite compares with a view's
+typed column by the column's type. Binary parameters are read for bool, the integer and
+floating types, numeric and the text types; any other binary type is refused with SQLSTATE
+0A000, never guessed.
 """
 
 import re
@@ -22,6 +22,7 @@ from typing import Any
 from services.views.sql import PARAMETER, Column, Params, Result, SqlError
 
 __all__ = [
+    "MAX_PARAMETERS",
     "Bind",
     "Parse",
     "Portal",
@@ -139,9 +140,15 @@ def read_bind(body: bytes) -> Bind:
     return Bind(portal, statement, formats, tuple(values), result_formats)
 
 
+MAX_PARAMETERS = 32_767  # what a Bind message can count
+
+
 def parameter_count(sql: str, declared: Sequence[int]) -> int:
     """How many parameters a statement takes: its highest `$n`, or more when declared."""
-    return max([len(declared), *(int(m.group(1)) for m in PARAMETER.finditer(sql))])
+    count = max([len(declared), *(int(m.group(1)) for m in PARAMETER.finditer(sql))])
+    if count > MAX_PARAMETERS:
+        raise SqlError("54000", f"more than {MAX_PARAMETERS} parameters")
+    return count
 
 
 _NAME = r'(?:"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*))'

@@ -200,7 +200,7 @@ class SqlReader:
         numbers = {m.group(1) for m in PARAMETER.finditer(body)}
         columns = self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", dict.fromkeys(numbers)).columns  # noqa: S608
         names = [c.name for c in columns]
-        kinds = {**computed_kinds(body, self._kinds_of_every_column()), **self._kinds(names)}
+        kinds = {**self._kinds(names), **computed_kinds(body, self._kinds_of_every_column())}
         return tuple(pg_column(c.name, kinds.get(c.name, "string")) for c in columns)
 
     def _kinds_of_every_column(self) -> dict[str, str]:

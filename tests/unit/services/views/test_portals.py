@@ -95,6 +95,9 @@ def test_a_parameter_that_cannot_be_read_is_refused_with_its_sqlstate(
 def test_a_statement_takes_its_highest_parameter_or_as_many_as_it_declares() -> None:
     assert parameter_count("SELECT * FROM v WHERE a = $1 AND b = $3", ()) == 3
     assert parameter_count("SELECT 1", (23, 23)) == 2
+    with pytest.raises(SqlError) as refused:
+        parameter_count("SELECT $99999", ())
+    assert refused.value.sqlstate == "54000"
 
 
 def test_a_bind_message_shorter_than_it_says_is_a_protocol_violation() -> None:
