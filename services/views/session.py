@@ -163,8 +163,8 @@ class Session:
 
     @staticmethod
     def is_command(sql: str) -> bool:
-        """Whether `sql` is about the session (no rows of the views): a transaction's word,
-        SET, RESET or SHOW."""
+        """Whether `sql` is about the session (no rows of the views): a transaction's word, a
+        savepoint's, SET, RESET or SHOW."""
         return first_word(sql) in (*_TRANSACTION, "SAVEPOINT", "RELEASE", "SET", "RESET", "SHOW")
 
     def command(self, sql: str) -> str | Result:
@@ -175,6 +175,8 @@ class Session:
         savepoint = _SAVEPOINT.fullmatch(sql)
         if savepoint is not None:
             return self._savepoint(savepoint.group(1).split()[0].upper(), savepoint.group(2))
+        if word in ("SAVEPOINT", "RELEASE"):
+            raise SqlError("42601", f"syntax error in {word}: {word} name")
         if word in _TRANSACTION:
             self.savepoints.clear()
             tag, state = _TRANSACTION[word]

@@ -49,6 +49,7 @@ def test_the_settings_drivers_send_are_taken_and_shown() -> None:
         ("SET", "42601", "SET name = value"),
         ("SHOW work_mem", "42704", 'unrecognized configuration parameter "work_mem"'),
         ("RESET work_mem", "0A000", "RESET work_mem is not served"),
+        ("RELEASE", "42601", "syntax error in RELEASE"),
     ],
 )
 def test_a_setting_not_served_is_refused_with_its_sqlstate(sql: str, sqlstate: str, text: str) -> None:
