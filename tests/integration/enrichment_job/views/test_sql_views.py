@@ -78,8 +78,9 @@ def topic_exists(stack_env: StackEnv, topic: str) -> bool:
     return topic in admin.list_topics(timeout=10).topics
 
 
-def served(stack_env: StackEnv, topics: ViewTopics, tmp_path: Path, web: dict[str, Any]) -> Service:
-    """The query service over the job's topics serves the view like the built-in ones."""
+def serving(stack_env: StackEnv, topics: ViewTopics, tmp_path: Path, path: str) -> Service:
+    """The query service over the job's topics, started, once `path` answers 200 (a row of a
+    view declared in SQL: the service reads it from its first marker on)."""
     names = SimpleNamespace(
         customers=topics.customer_ratings, segments=topics.segment_hourly, commits=topics.commits
     )
@@ -90,8 +91,14 @@ def served(stack_env: StackEnv, topics: ViewTopics, tmp_path: Path, web: dict[st
     service.start()
     service.wait_healthy()
     deadline = time.monotonic() + 60
-    while service.get("/views/by_channel/web")[0] != 200 and time.monotonic() < deadline:
+    while service.get(path)[0] != 200 and time.monotonic() < deadline:
         time.sleep(0.5)
+    return service
+
+
+def served(stack_env: StackEnv, topics: ViewTopics, tmp_path: Path, web: dict[str, Any]) -> Service:
+    """The query service over the job's topics serves the view like the built-in ones."""
+    service = serving(stack_env, topics, tmp_path, "/views/by_channel/web")
     assert service.get("/views/by_channel/web") == (200, web)
     answer = service.psql("SELECT channel, ratings, stars FROM by_channel WHERE channel = 'web'")
     assert answer.returncode == 0, answer.stderr
@@ -433,18 +440,7 @@ def test_a_view_with_having_holds_the_rows_that_match_it_and_a_row_that_stops_ma
     wait_until(rows_equal(stack_env, view_topic, unhappy(first)), job)
     assert list(unhappy(first)) == ['{"user_id":1}']
 
-    names = SimpleNamespace(
-        customers=topics.customer_ratings, segments=topics.segment_hourly, commits=topics.commits
-    )
-    (tmp_path / "api").mkdir()
-    service = Service(
-        stack_env, names, tmp_path / "api", VIEWS_TOPIC_PREFIX=topics.env()["VIEWS_JOB_TOPIC_PREFIX"]
-    )  # type: ignore[arg-type]
-    service.start()
-    service.wait_healthy()
-    deadline = time.monotonic() + 60
-    while service.get("/views/unhappy/1")[0] != 200 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    service = serving(stack_env, topics, tmp_path, "/views/unhappy/1")
     assert service.get("/views/unhappy/1") == (200, {"user_id": 1, "ratings": 2, "stars": 3})
     assert service.get("/views/unhappy/2")[0] == 404
     events = Events(service.port, "/views/unhappy/changes")
