@@ -16,7 +16,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.stack import kafka_security
+from infra.stack import es_security, kafka_security
 from infra.stack.artifacts import Installed
 from infra.stack.errors import ComponentFailed
 from infra.stack.secrets import CONNECT_REST_USER, CONNECT_SECRET, SPARK_SECRET
@@ -418,7 +418,7 @@ def postgres(settings: StackSettings, installed: Installed) -> Component:
     )
 
 
-def elasticsearch(settings: StackSettings, installed: Installed) -> Component:
+def elasticsearch(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -> Component:
     state = settings.service_state_dir / "elasticsearch"
     home = state / "home"
     if not (home / "bin" / "elasticsearch").exists():
@@ -431,6 +431,9 @@ def elasticsearch(settings: StackSettings, installed: Installed) -> Component:
     heap = settings.elasticsearch_heap
     (conf / "jvm.options.d").mkdir(exist_ok=True)
     (conf / "jvm.options.d" / "heap.options").write_text(f"-Xms{heap}\n-Xmx{heap}\n")
+    secured = settings.kafka_security == "scram"
+    if secured:  # the secured mode: basic authentication, a least-privilege user for the sink
+        es_security.render(conf, secrets)
     for sub in ("data", "logs"):
         (state / sub).mkdir(parents=True, exist_ok=True)
     user = _service_user(settings)
@@ -450,6 +453,7 @@ def elasticsearch(settings: StackSettings, installed: Installed) -> Component:
             f"http.port={settings.elasticsearch_port}",
             "-E",
             f"transport.port={settings.elasticsearch_transport_port}",
+            *(es_security.node_arguments() if secured else []),
         ],
         directory=state,
         environment={"ES_JAVA_HOME": str(installed.java_home), "ES_PATH_CONF": str(conf)},
@@ -619,7 +623,7 @@ def prepare_components(
         database,
         kafka(settings, installed, secrets),
         s3(settings, installed, secrets),
-        elasticsearch(settings, installed),
+        elasticsearch(settings, installed, secrets),
         connect(settings, installed, secrets),
         *(spark_cluster(settings, installed, secrets[SPARK_SECRET]) if settings.spark_cluster else []),
     ]

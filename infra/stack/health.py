@@ -15,6 +15,7 @@ from botocore.config import Config
 from confluent_kafka.admin import AdminClient
 
 from foundation import customer_db
+from infra.stack import es_security
 from infra.stack.components import spark_ports
 from infra.stack.kafka_security import admin_config
 from infra.stack.secrets import CONNECT_REST_USER, CONNECT_SECRET
@@ -94,7 +95,9 @@ def check_connect(settings: StackSettings, secrets: dict[str, str]) -> str:
 
 
 def check_elasticsearch(settings: StackSettings, secrets: dict[str, str]) -> str:
-    health = http_json("GET", f"{settings.elasticsearch_url}/_cluster/health")
+    secured = settings.kafka_security == "scram"
+    auth = es_security.admin_auth(secrets) if secured else None
+    health = http_json("GET", f"{settings.elasticsearch_url}/_cluster/health", auth=auth)
     if health["status"] not in {"green", "yellow"}:
         raise RuntimeError(f"cluster health {health['status']}")
     return f"cluster {health['status']}"

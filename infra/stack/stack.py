@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from infra.stack import bootstrap, kafka_security
+from infra.stack import bootstrap, es_security, kafka_security
 from infra.stack.artifacts import Installed, install
 from infra.stack.components import (
     component_ports,
@@ -205,7 +205,7 @@ def up(settings: StackSettings) -> None:
     secured = settings.kafka_security == "scram"
     extra = (
         CONNECT_SECRET,
-        *(kafka_security.SECRET_NAMES if secured else ()),
+        *((*kafka_security.SECRET_NAMES, *es_security.SECRET_NAMES) if secured else ()),
         *((SPARK_SECRET,) if settings.spark_cluster else ()),
     )
     secrets = ensure_secrets(settings.state_dir, extra)
@@ -288,6 +288,12 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
     }
     if settings.kafka_security == "scram":  # each program's principal: kafka_security.PRINCIPALS
         values |= {name: secrets[name] for name in kafka_security.client_secret_names()}
+        values |= {  # Elasticsearch's users: the stack's own tooling, and the sink's
+            "ELASTICSEARCH_USER": es_security.ADMIN_USER,
+            "ELASTICSEARCH_PASSWORD": secrets[es_security.ADMIN_SECRET],
+            "ES_SINK_USERNAME": es_security.SINK_USER,
+            "ES_SINK_PASSWORD": secrets[es_security.SINK_SECRET],
+        }
     write_env_file(
         stack_env_path(settings), values, "Written by `make up`: how clients reach the local stack."
     )

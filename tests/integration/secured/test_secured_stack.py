@@ -1,7 +1,8 @@
 """The secured stack (SASL/SCRAM, ACLs): a client without a valid password is refused, each
 program's principal reaches its own topics and no others, and the whole pipeline runs through
 it: the load generator, Debezium in Connect, the enrichment job, the views job and query service,
-the Slack notifier, the Elasticsearch and S3 sinks, each signed in as itself."""
+the Slack notifier, the Elasticsearch and S3 sinks, each signed in as itself. Elasticsearch signs
+every request in, and the sink's user may only create documents and indices of its own."""
 
 import json
 import os
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from elasticsearch import Elasticsearch
+from elasticsearch import AuthenticationException, AuthorizationException, ConflictError, Elasticsearch
 from support.enrichment import Job, Topics, db_now_ms, insert_customer, rating
 from support.lake import Lake
 from support.secured import client, kafka_extra, spark_kafka_extra
@@ -159,6 +160,53 @@ def _until(condition: Callable[[], Any], what: str, services: list[Any], timeout
     pytest.fail(f"no {what} within {timeout_s} s:\n{logs}")
 
 
+def _elasticsearch(stack_env: StackEnv, sink: bool = False) -> Elasticsearch:
+    """A client signed in as the stack's administrator, or as the sink's user."""
+    names = (
+        ("ES_SINK_USERNAME", "ES_SINK_PASSWORD") if sink else ("ELASTICSEARCH_USER", "ELASTICSEARCH_PASSWORD")
+    )
+    auth = (stack_env[names[0]], stack_env[names[1]])
+    return Elasticsearch(stack_env["ELASTICSEARCH_URL"], basic_auth=auth, request_timeout=30)
+
+
+def test_elasticsearch_signs_everyone_in_and_lets_the_sink_only_create_documents_of_its_own(
+    stack_env: StackEnv,
+) -> None:
+    url = stack_env["ELASTICSEARCH_URL"]
+    for auth in (None, (stack_env["ES_SINK_USERNAME"], "not-the-password"), ("nobody", "x")):
+        with pytest.raises(AuthenticationException):
+            Elasticsearch(url, basic_auth=auth).search(index="ratings", size=1)
+    admin = _elasticsearch(stack_env)
+    sink = _elasticsearch(stack_env, sink=True)
+    assert sink.security.authenticate()["roles"] == ["ratings_es_sink"]
+    index = f"ratings-secured-{uuid.uuid4().hex[:8]}"
+    private = f"private-{uuid.uuid4().hex[:8]}"  # an index of someone else's
+    admin.create(index=private, id="1", document={"secret": "s"}, refresh=True)
+    try:
+        assert sink.create(index=index, id="1", document={"rating_id": 1})["result"] == "created"
+        assert sink.mget(index=index, ids=["1"])["docs"][0]["_source"] == {"rating_id": 1}
+        with pytest.raises(ConflictError):  # the same id again: a 409, as the sink expects
+            sink.create(index=index, id="1", document={"rating_id": 2})
+        refused = {
+            "overwrite a document": lambda: sink.index(index=index, id="1", document={"rating_id": 3}),
+            "delete a document": lambda: sink.delete(index=index, id="1"),
+            "delete an index": lambda: sink.indices.delete(index=index),
+            "write another index": lambda: sink.create(index=f"other-{index}", id="1", document={}),
+            "read another index": lambda: sink.search(index=private, size=1),
+            "get another index's document": lambda: sink.get(index=private, id="1"),
+            "change cluster settings": lambda: sink.cluster.put_settings(
+                persistent={"action.auto_create_index": "false"}
+            ),
+        }
+        for what, call in refused.items():
+            with pytest.raises(AuthorizationException):
+                call()
+                pytest.fail(f"the sink's user could {what}")
+        assert admin.get(index=index, id="1")["_source"] == {"rating_id": 1}  # unchanged
+    finally:
+        admin.indices.delete(index=[index, private], ignore_unavailable=True)
+
+
 def test_the_pipeline_runs_through_the_secured_broker(
     stack_env: StackEnv, db: Any, s3: Any, tmp_path: Path
 ) -> None:
@@ -176,7 +224,6 @@ def test_the_pipeline_runs_through_the_secured_broker(
     )
     views_port = free_port()
     lake = Lake(s3, stack_env["S3_BUCKET"], f"secured-{uuid.uuid4().hex[:8]}")
-    es_prefix = f"secured-{uuid.uuid4().hex[:8]}-"
     with fake_slack() as slack:
         programs = {
             "enrichment_job.views": (
@@ -218,12 +265,10 @@ def test_the_pipeline_runs_through_the_secured_broker(
             "services.es_sink": (
                 "ES_SINK_",
                 "es-sink",
-                {
+                {  # signed in as its own user, whose role names the default index families
                     "ES_SINK_URL": stack_env["ELASTICSEARCH_URL"],
-                    "ES_SINK_RATINGS_INDEX_PREFIX": f"{es_prefix}ratings-",
-                    "ES_SINK_RATINGS_ALIAS": f"{es_prefix}ratings",
-                    "ES_SINK_ALERTS_INDEX_PREFIX": f"{es_prefix}alerts-",
-                    "ES_SINK_ALERTS_ALIAS": f"{es_prefix}alerts",
+                    "ES_SINK_USERNAME": stack_env["ES_SINK_USERNAME"],
+                    "ES_SINK_PASSWORD": stack_env["ES_SINK_PASSWORD"],
                     "ES_SINK_BATCH_MAX_WAIT_MS": "200",
                 },
             ),
@@ -264,13 +309,13 @@ def test_the_pipeline_runs_through_the_secured_broker(
 
             posts = _until(covering, "Slack post", watched, 180)
             assert len(posts) == 1 and message in json.dumps(posts[0]), posts
-            es = Elasticsearch(stack_env["ELASTICSEARCH_URL"])
+            es = _elasticsearch(stack_env)
 
             def indexed() -> list[Any]:
-                if not es.indices.exists_alias(name=f"{es_prefix}ratings"):
+                if not es.indices.exists_alias(name="ratings"):
                     return []
-                es.indices.refresh(index=f"{es_prefix}ratings")
-                found = es.search(index=f"{es_prefix}ratings", query={"term": {"rating_id": rating_id}})
+                es.indices.refresh(index="ratings")
+                found = es.search(index="ratings", query={"term": {"rating_id": rating_id}})
                 return list(found["hits"]["hits"])
 
             assert len(_until(indexed, "Elasticsearch document", watched)) == 1
