@@ -45,8 +45,8 @@ from services.views.portals import (
     read_parse,
     row_description,
 )
-from services.views.session import Session, first_word, reported
-from services.views.sql import Column, Params, Result, SqlError, SqlReader
+from services.views.session import Session, reported
+from services.views.sql import Column, Params, Result, SqlError, SqlReader, first_word, pg_column
 
 __all__ = [
     "CANCEL_REQUEST",
@@ -220,12 +220,18 @@ class PgServer:
             kind, body = await _read_message(reader)
             if kind == b"X":  # Terminate
                 return
-            asked = subscription.parse(body.rstrip(b"\0").decode(errors="replace")) if kind == b"Q" else None
-            if asked is not None:
-                await self._subscribe(session, asked, writer, secret)
-            elif kind == b"Q":
+            if kind == b"Q":
                 session.skipping = False
-                writer.write(await self._simple(session, body))
+                try:
+                    sql = body.rstrip(b"\0").decode()
+                except UnicodeDecodeError:
+                    session.failed()
+                    writer.write(error("22021", "the query is not valid UTF-8") + ready(session.state))
+                else:
+                    if (asked := subscription.parse(sql)) is not None:
+                        await self._subscribe(session, asked, writer, secret)
+                    else:
+                        writer.write(await self._simple(session, sql))
             elif kind == b"S":  # Sync: the end of an extended exchange
                 session.skipping = False
                 session.portals.pop("", None)
@@ -241,12 +247,7 @@ class PgServer:
                 writer.write(ready(session.state))
             await writer.drain()
 
-    async def _simple(self, session: Session, body: bytes) -> bytes:
-        try:
-            sql = body.rstrip(b"\0").decode()
-        except UnicodeDecodeError:
-            session.failed()
-            return error("22021", "the query is not valid UTF-8") + ready(session.state)
+    async def _simple(self, session: Session, sql: str) -> bytes:
         if not sql.strip().strip(";").strip():
             return _message(b"I") + ready(session.state)  # EmptyQueryResponse
         try:
@@ -360,8 +361,7 @@ class PgServer:
         count = parameter_count(parsed.sql, parsed.types)
         declared = parsed.types + (0,) * (count - len(parsed.types))
         if 0 in declared:
-            views = list(self.reader.tables().values())
-            columns = {c.name.lower(): c.oid for view in reversed(views) for c in view}  # the first view's
+            columns = {name: pg_column(name, kind).oid for name, kind in self.reader.column_kinds().items()}
             inferred = inferred_types(parsed.sql, columns)
             declared = tuple(oid or inferred.get(i + 1, 0) for i, oid in enumerate(declared))
         session.prepare(parsed.name, Statement(parsed.sql, declared))

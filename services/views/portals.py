@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from services.views.sql import PARAMETER, Column, Params, Result, SqlError
+from services.views.sql import PARAMETER, PG_TYPES, Column, Params, Result, SqlError
 
 __all__ = [
     "MAX_PARAMETERS",
@@ -39,7 +39,10 @@ __all__ = [
 ]
 
 TEXT, BINARY = 0, 1
-_BOOL, _INT8, _INT2, _INT4, _TEXT, _FLOAT4, _FLOAT8, _NUMERIC = 16, 20, 21, 23, 25, 700, 701, 1700
+_BOOL, _INT8, _INT4, _TEXT, _FLOAT8 = (
+    PG_TYPES[kind][1] for kind in ("boolean", "long", "int", "string", "double")
+)
+_INT2, _FLOAT4, _NUMERIC = 21, 700, 1700  # no view's column has these; drivers send them
 _TEXTS = {0, 18, 19, 25, 1042, 1043}  # unknown, char, name, text, bpchar, varchar
 _INTEGERS = {_INT2: "!h", _INT4: "!i", _INT8: "!q"}
 _FLOATS = {_FLOAT4: "!f", _FLOAT8: "!d"}

@@ -22,7 +22,7 @@ as a read-only PostgreSQL answers them:
 import re
 
 from services.views.portals import Portal, Statement
-from services.views.sql import Column, Result, SqlError, pg_column
+from services.views.sql import Column, Result, SqlError, first_word, pg_column, uncommented
 
 __all__ = [
     "MAX_PORTALS",
@@ -30,7 +30,6 @@ __all__ = [
     "SERVER_VERSION",
     "SETTABLE",
     "Session",
-    "first_word",
     "reported",
 ]
 
@@ -93,11 +92,6 @@ _SAVEPOINT = re.compile(
     r'("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)\s*;?\s*',
     re.IGNORECASE,
 )
-
-
-def first_word(sql: str) -> str:
-    words = sql.split(None, 1)
-    return words[0].rstrip(";").upper() if words else ""
 
 
 def reported() -> dict[str, str]:
@@ -171,6 +165,7 @@ class Session:
         """The answer to a statement about the session (`is_command`): its command tag, or
         SHOW's one row; SqlError for a refused one, or for any but the end of a transaction
         that failed."""
+        sql = uncommented(sql)
         word = first_word(sql)
         savepoint = _SAVEPOINT.fullmatch(sql)
         if savepoint is not None:

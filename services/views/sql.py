@@ -31,7 +31,9 @@ __all__ = [
     "SqlError",
     "SqlReader",
     "computed_kinds",
+    "first_word",
     "pg_column",
+    "uncommented",
 ]
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
@@ -91,17 +93,26 @@ def _view_sql(view: str, columns: list[dict[str, str]]) -> str:
     )
 
 
-def _first_word(sql: str) -> str:
+def uncommented(sql: str) -> str:
+    """The statement without the whitespace and comments before it."""
     text = sql.lstrip()
-    while text.startswith(("--", "/*", "(")):
+    while text.startswith(("--", "/*")):
         if text.startswith("--"):
             text = text.split("\n", 1)[1] if "\n" in text else ""
-        elif text.startswith("/*"):
-            text = text.split("*/", 1)[1] if "*/" in text else ""
         else:
-            text = text[1:]
+            text = text.split("*/", 1)[1] if "*/" in text else ""
         text = text.lstrip()
-    return text.split(None, 1)[0].upper() if text else ""
+    return text
+
+
+def first_word(sql: str) -> str:
+    """The statement's first word in upper case, after comments and opening parentheses (and
+    without a semicolon right after it): what it is."""
+    text = uncommented(sql)
+    while text.startswith("("):
+        text = uncommented(text[1:])
+    words = text.split(None, 1)
+    return words[0].rstrip(";").upper() if words else ""
 
 
 class SqlReader:
@@ -199,15 +210,19 @@ class SqlReader:
         body = sql.rstrip().rstrip(";")
         numbers = {m.group(1) for m in PARAMETER.finditer(body)}
         columns = self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", dict.fromkeys(numbers)).columns  # noqa: S608
-        names = [c.name for c in columns]
-        kinds = {**self._kinds(names), **computed_kinds(body, self._kinds_of_every_column())}
+        every = self.column_kinds()
+        kinds = {c.name: every[c.name.lower()] for c in columns if c.name.lower() in every}
+        kinds |= computed_kinds(body, every)
         return tuple(pg_column(c.name, kinds.get(c.name, "string")) for c in columns)
 
-    def _kinds_of_every_column(self) -> dict[str, str]:
-        """Each view column's type by its name in lower case (the first view's)."""
+    def column_kinds(self) -> dict[str, str]:
+        """Each served view column's type by its name in lower case (where two views have a
+        column of that name, the first view's by name): the type of a result column so named,
+        and of a parameter compared with one."""
+        infos = self.infos()
         kinds: dict[str, str] = {}
-        for info in self.infos().values():
-            for column in info.get("columns") or []:
+        for view in sorted(served(infos)):
+            for column in infos[view]["columns"]:
                 kinds.setdefault(column["name"].lower(), column.get("type", "string"))
         return kinds
 
@@ -243,7 +258,7 @@ class SqlReader:
 
     @staticmethod
     def _check_readable(sql: str) -> None:
-        word = _first_word(sql)
+        word = first_word(sql)
         if word in _WRITES:
             raise SqlError("25006", f"the views are read only: {word} is refused")
         if word in _NOT_SERVED:
@@ -281,19 +296,12 @@ class SqlReader:
                 "54000",
                 f"the query gives more than {self.max_rows} rows (VIEWS_PG_MAX_ROWS): add a WHERE or a LIMIT",
             )
-        kinds = self._kinds(names)
-        columns = tuple(pg_column(name, kinds.get(name) or _kind_of(rows, i)) for i, name in enumerate(names))
+        kinds = self.column_kinds()
+        columns = tuple(
+            pg_column(name, kinds.get(name.lower()) or _kind_of(rows, i)) for i, name in enumerate(names)
+        )
         texts = [tuple(_text(v, c.pg_type) for v, c in zip(row, columns, strict=True)) for row in rows]
         return Result(columns, texts)
-
-    def _kinds(self, names: list[str]) -> dict[str, str]:
-        """The declared type of a result column named as a view's column (the first view's)."""
-        kinds: dict[str, str] = {}
-        for info in self.infos().values():
-            for column in info.get("columns") or []:
-                if column["name"] in names:
-                    kinds.setdefault(column["name"], column.get("type", "string"))
-        return kinds
 
 
 _KEY_LOOKUP = re.compile(

@@ -103,6 +103,21 @@ def test_psql_reads_a_view_by_key_with_its_columns_typed_as_the_marker_names_the
     assert served.rows("SELECT count(*) FROM customer_ratings WHERE average_stars > 3") == ["3"]
 
 
+def test_a_view_s_column_keeps_its_type_however_the_query_spells_it_and_with_no_row(served: Served) -> None:
+    reader = SqlReader(served.store, max_rows=5, timeout_s=1)
+    for sql in (
+        "SELECT USER_ID, Average_Stars, club_status FROM customer_ratings WHERE ratings > 1000",
+        "SELECT USER_ID, Average_Stars, club_status FROM customer_ratings WHERE user_id = 7",
+    ):
+        answer = reader.query(sql)
+        assert [(c.name, c.pg_type) for c in answer.columns] == [
+            ("user_id", "int4"),
+            ("average_stars", "float8"),
+            ("club_status", "text"),
+        ], sql
+    assert reader.column_kinds()["average_stars"] == "double"
+
+
 def test_where_order_by_and_limit_work_and_an_empty_result_is_no_rows(served: Served) -> None:
     ranged = "SELECT user_id FROM customer_ratings WHERE ratings BETWEEN 20 AND 60 ORDER BY 1 DESC LIMIT 3"
     assert served.rows(ranged) == ["6", "5", "4"]
@@ -322,6 +337,17 @@ def test_malformed_extended_messages_get_errors_and_the_session_goes_on(served: 
             assert answer[-1] == (b"Z", b"I")
             assert all(k in b"123EntTsDCI" for k, _ in answer[:-1]), answer
             assert not [b for k, b in answer if k == b"E" and b"CXX000" in b], (kind, body)  # no bug's error
+        query = b"SELECT ratings FROM customer_ratings WHERE user_id = 2\0"
+        sock.sendall(b"Q" + struct.pack("!I", len(query) + 4) + query)
+        assert [k for k, _ in _until(sock, b"Z")] == [b"T", b"D", b"C", b"Z"]
+
+
+def test_a_simple_query_that_is_not_utf8_is_refused_and_the_session_goes_on(served: Served) -> None:
+    with _started(served.port) as sock:
+        for query in (b"SELECT 'caf\xe9'\0", b"COPY (SUBSCRIBE customer_ratings\xff) TO STDOUT\0"):
+            sock.sendall(b"Q" + struct.pack("!I", len(query) + 4) + query)
+            answer = _until(sock, b"Z")
+            assert [k for k, _ in answer] == [b"E", b"Z"] and b"C22021\0" in answer[0][1], answer
         query = b"SELECT ratings FROM customer_ratings WHERE user_id = 2\0"
         sock.sendall(b"Q" + struct.pack("!I", len(query) + 4) + query)
         assert [k for k, _ in _until(sock, b"Z")] == [b"T", b"D", b"C", b"Z"]

@@ -91,3 +91,13 @@ def test_savepoints_nest_in_a_transaction_and_rolling_back_to_one_ends_a_failure
     session.state = b"T"
     assert session.command("RELEASE _pg3_1") == "RELEASE" and session.savepoints == []
     assert session.command("COMMIT") == "COMMIT" and session.state == b"I"
+
+
+def test_comments_before_a_session_statement_are_skipped_as_postgresql_skips_them() -> None:
+    session = Session()
+    assert Session.is_command("-- a driver's note\nBEGIN") and Session.is_command("/* x */ SET a = b")
+    assert not Session.is_command("-- BEGIN\nSELECT 1")
+    assert session.command("-- opened by the report\n  BEGIN;") == "BEGIN" and session.state == b"T"
+    assert session.command("/* set by the tool */ SET application_name = 'report'") == "SET"
+    assert _shown(session, "-- what it is\nSHOW application_name") == "report"
+    assert session.command("/* done */ COMMIT") == "COMMIT" and session.state == b"I"
