@@ -376,11 +376,64 @@ def select_list(sql: str) -> list[str]:
     return [first, *items[1:]] if items else []
 
 
+def _enclosed(text: str) -> bool:
+    """Whether `text` is one parenthesised whole: `(a + b)`, not `(a) + (b)`."""
+    if not text.startswith("("):
+        return False
+    masked, depth = _masked(text), 0
+    for i, char in enumerate(masked):
+        depth += (char == "(") - (char == ")")
+        if depth == 0:
+            return i == len(masked) - 1
+    return False
+
+
+_EXPONENT = re.compile(r"[0-9]*\.?[0-9]+[eE]")  # 2.5e-3: its sign is not an operator
+
+
+def _operands(text: str) -> tuple[list[str], set[str]]:
+    """`text` split at its outermost operators (+ - * / % ||), and those operators; a sign
+    with nothing before it is not one (`-x`, `2 * -x`)."""
+    masked, depth, parts, operators, start, i = _masked(text), 0, [], set(), 0, 0
+    while i < len(masked):
+        char, before = masked[i], masked[start:i].strip()
+        depth += (char == "(") - (char == ")")
+        width = 2 if masked.startswith("||", i) else 1
+        if depth == 0 and (width == 2 or char in "*/%" or (char in "+-" and before)):
+            if not (char in "+-" and _EXPONENT.fullmatch(before)):
+                parts.append(text[start:i])
+                operators.add(masked[i : i + width])
+                start = i + width
+        i += width
+    return [*parts, text[start:]], operators
+
+
+def _arithmetic_kind(parts: list[str], operators: set[str], columns: dict[str, str]) -> str | None:
+    """What `a + b * 2` gives: text for a concatenation, else the widest of its numeric operands
+    (double over long over int), or nothing said when one of them says nothing."""
+    if "||" in operators:
+        return "string"
+    # an integer literal is an int where it fits one, as in PostgreSQL: user_id + 1 stays an int
+    kinds = ["int" if _small_integer(part) else _kind(part, columns) for part in parts]
+    if any(kind not in ("int", "long", "double") for kind in kinds):
+        return None
+    return next(kind for kind in ("double", "long", "int") if kind in kinds)
+
+
+def _small_integer(text: str) -> bool:
+    return re.fullmatch(r"\s*-?[0-9]{1,10}\s*", text) is not None and abs(int(text)) < 2**31
+
+
 def _kind(expression: str, columns: dict[str, str]) -> str | None:
     """What an expression of the SELECT list gives, where its text says."""
     text = expression.strip()
-    while text.startswith("(") and text.endswith(")"):
+    while _enclosed(text):
         text = text[1:-1].strip()
+    parts, operators = _operands(text)
+    if not operators and text[:1] in ("-", "+") and _literal_kind(text) is None:
+        parts, operators = [text[1:]], {text[0]}  # a sign: the kind of what it signs
+    if operators:
+        return _arithmetic_kind(parts, operators, columns)
     if (cast := _CAST.fullmatch(text)) is not None:
         return _CAST_KINDS.get(cast.group(2).lower())
     if (call := _CALL.fullmatch(text)) is not None:

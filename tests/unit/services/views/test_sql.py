@@ -23,7 +23,25 @@ COLUMNS = {"user_id": "int", "ratings": "long", "average_stars": "double", "club
             'WITH w AS (SELECT ratings FROM v) SELECT min("ratings") AS "Low, est" FROM w',
             {"Low, est": "long"},
         ),
-        ("SELECT ratings * 2 AS doubled, json_extract(x, '$.a') AS a FROM v", {}),  # not said: text
+        (
+            "SELECT ratings * 2 AS doubled, user_id + 1 AS next, user_id % 2 odd, average_stars / 2 AS half,"
+            " (ratings - 1) * 2.5e-1 AS q, -ratings AS neg, 2 * -user_id AS neg2, club_status || '!' AS loud,"
+            " abs(ratings) + abs(user_id) AS both, (ratings) + (user_id) AS sum2 FROM v",
+            {
+                "doubled": "long",
+                "next": "int",
+                "odd": "int",
+                "half": "double",
+                "q": "double",
+                "neg": "long",
+                "neg2": "int",
+                "loud": "string",
+                "both": "long",
+                "sum2": "long",
+            },
+        ),
+        # not said: text (an operand of no type known; a function of its own)
+        ("SELECT ratings * $1 AS p, -club_status AS n, json_extract(x, '$.a') AS a, 1e-3 - 'x' y FROM v", {}),
         ("SELECT 1", {"1": "long"}),
     ],
 )
