@@ -7,6 +7,7 @@ __all__ = [
     "cli",
     "config",
     "hub",
+    "metadata",
     "metrics",
     "pgwire",
     "portals",

@@ -3,14 +3,16 @@ and their types. psql asks them with queries on `pg_catalog`, which the store do
 each one psql sends for these commands is told by its shape and answered from the views'
 descriptions. Each view shows as a view of schema `public`, owned by `views`.
 
-Written against psql 15's queries (Debian 12's postgresql-client). Any other query on
-`pg_catalog` is refused with SQLSTATE 0A000: `GET /views` gives the same description.
+Written against psql 15's queries (Debian 12's postgresql-client). The JDBC driver's metadata
+queries are `metadata`'s. Any other query on `pg_catalog` is refused with SQLSTATE 0A000:
+`GET /views` gives the same description.
 """
 
 import re
 from collections.abc import Sequence
 
-from services.views.sql import VERSION, Column, Result, SqlError, pg_column, select_list
+from services.views import metadata
+from services.views.sql import VERSION, Column, Params, Result, SqlError, pg_column, select_list
 
 FIRST_OID = 16384  # PostgreSQL's first oid for user objects
 _OWNER = "views"
@@ -27,22 +29,38 @@ def _result(
 _PATTERN = re.compile(r"OPERATOR\(pg_catalog\.~\) '\^\((.*?)\)\$'")
 _TYPE_INFO = re.compile(r"\bFROM\s+pg_type\s+t\s+WHERE\s+t\.oid\s*=", re.IGNORECASE)
 _VERSION = re.compile(r"SELECT pg_catalog\.version\(\) ?;?", re.IGNORECASE)
+_CURRENT_CATALOG = re.compile(r"\s*SELECT\s+current_catalog\s*;?\s*", re.IGNORECASE)
 _VIEWDEF = re.compile(r"SELECT pg_catalog\.pg_get_viewdef\('(\d+)'")
 _OID = re.compile(r"(?:c\.oid|a\.attrelid|attrelid|ev_class|tgrelid|inhrelid|conrelid|polrelid) = '(\d+)'")
 
 
 def asks(sql: str) -> bool:
     """Whether `sql` is a query of PostgreSQL's catalog (which `answer` answers or refuses)."""
-    return "pg_catalog." in sql or _TYPE_INFO.search(sql) is not None
+    return (
+        "pg_catalog." in sql
+        or _TYPE_INFO.search(sql) is not None
+        or _CURRENT_CATALOG.fullmatch(sql) is not None
+    )
 
 
-def answer(sql: str, tables: dict[str, tuple[Column, ...]]) -> Result:
-    """The answer to one of psql's describe queries, to `SELECT pg_catalog.version()`
-    (SQLAlchemy's first question), or to psycopg's look-up of a type by name (none here: the
-    views' columns are of built-in types); SqlError for any other catalog query."""
+def answer(
+    sql: str,
+    tables: dict[str, tuple[Column, ...]],
+    keys: dict[str, list[str]] | None = None,
+    params: Params | None = None,
+) -> Result:
+    """The answer to one of psql's describe queries, to one of the JDBC driver's metadata
+    queries (`metadata`; `keys`: each view's key columns, `params`: the statement's bound
+    parameters), to `SELECT pg_catalog.version()` (SQLAlchemy's first question) or
+    `current_catalog`, or to psycopg's look-up of a type by name (none here: the views' columns
+    are of built-in types); SqlError for any other catalog query."""
     text = " ".join(sql.split())
     if _VERSION.fullmatch(text):
         return _result(["version"], [(VERSION,)])
+    if _CURRENT_CATALOG.fullmatch(text):
+        return _result(["current_catalog"], [(metadata.CATALOG,)])
+    if (found := metadata.answer(text, tables, keys or {}, params)) is not None:
+        return found
     if _TYPE_INFO.search(text):
         names = ["name", "oid", "array_oid", "regtype", "delimiter"]
         return _result(names, [], ["string", "long", "long", "string", "string"])

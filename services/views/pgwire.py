@@ -328,7 +328,7 @@ class PgServer:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
         in a worker thread (two thread switches a query, each a wait for the GIL on a busy host)."""
         if catalog.asks(sql):
-            return catalog.answer(sql, self.reader.tables())
+            return catalog.answer(sql, self.reader.tables(), self.reader.keys(), params)
         found = self.reader.key_lookup(sql, params)
         if found is not None:
             return found

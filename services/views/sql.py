@@ -34,6 +34,7 @@ __all__ = [
     "first_word",
     "pg_column",
     "uncommented",
+    "unqualified",
 ]
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
@@ -105,6 +106,22 @@ def uncommented(sql: str) -> str:
     return text
 
 
+_SCHEMA_PREFIX = re.compile(r'(?<![\w."$])(?:public|"public")\s*\.\s*(?=[A-Za-z_"])', re.IGNORECASE)
+
+
+def unqualified(sql: str) -> str:
+    """`sql` with the schema `public` taken off the names it qualifies (`public.v`,
+    `"public"."v"`, `public.v.column`), outside strings and comments: the views are all the
+    schema there is, and tools write their names in full."""
+    if "public" not in sql.lower():
+        return sql
+    masked = _masked(sql)  # a name's quotes stay, a string's or a comment's letters do not
+    cuts = [m.span() for m in _SCHEMA_PREFIX.finditer(sql) if masked[m.start()] == sql[m.start()]]
+    for start, end in reversed(cuts):
+        sql = sql[:start] + sql[end:]
+    return sql
+
+
 def first_word(sql: str) -> str:
     """The statement's first word in upper case, after comments and opening parentheses (and
     without a semicolon right after it): what it is."""
@@ -150,6 +167,11 @@ class SqlReader:
             view: tuple(pg_column(c["name"], c.get("type", "string")) for c in infos[view]["columns"])
             for view in sorted(served(infos))
         }
+
+    def keys(self) -> dict[str, list[str]]:
+        """Each view's key columns, in the key's order."""
+        infos = self.infos()
+        return {view: list(infos[view].get("key") or []) for view in sorted(served(infos))}
 
     def _connection(self) -> sqlite3.Connection:
         """This thread's connection, with a table per served view. It is made again when the
@@ -232,7 +254,7 @@ class SqlReader:
         and a json_extract a column (a third of the CPU here); None for any other query, or a
         row this path would not give exactly as SQLite gives it. One indexed read: quick enough
         for the event loop, as an HTTP pull is."""
-        asked = _KEY_LOOKUP.fullmatch(sql)
+        asked = _KEY_LOOKUP.fullmatch(unqualified(sql))
         number = _key_asked(asked, params) if asked is not None else None
         if asked is None or number is None:
             return None
@@ -267,6 +289,7 @@ class SqlReader:
             raise SqlError("42601", f'syntax error at or near "{word[:40]}"')
 
     def _run(self, sql: str, params: Params | None = None) -> Result:
+        sql = unqualified(sql)
         self._check_readable(sql)
         conn = self._connection()
         self._local.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case

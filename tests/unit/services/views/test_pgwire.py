@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import socket
 import sqlite3
 import struct
@@ -351,6 +352,37 @@ def test_a_simple_query_that_is_not_utf8_is_refused_and_the_session_goes_on(serv
         query = b"SELECT ratings FROM customer_ratings WHERE user_id = 2\0"
         sock.sendall(b"Q" + struct.pack("!I", len(query) + 4) + query)
         assert [k for k, _ in _until(sock, b"Z")] == [b"T", b"D", b"C", b"Z"]
+
+
+def test_a_jdbc_tool_lists_the_views_their_columns_and_keys_and_reads_them_by_full_name(
+    served: Served,
+) -> None:
+    queries = json.loads((Path(__file__).parent / "jdbc_metadata_queries.json").read_text())
+
+    def asked(name: str, *params: str) -> list[tuple[object, ...]]:  # over the extended protocol
+        sql = re.sub(r"\$[0-9]", "%s", queries[name])
+        return [tuple(row) for row in conn.execute(sql, params).fetchall()]
+
+    with _connect(served, autocommit=True) as conn:
+        assert conn.execute("select current_catalog").fetchone() == ("views",)
+        assert [(r[1], r[2], r[3]) for r in asked("getTables", "public", "cust%")] == [
+            ("public", "customer_ratings", "VIEW")
+        ]
+        assert [(r[3], r[4]) for r in asked("getColumns", "public", "customer_ratings", "%")] == [
+            ("user_id", 23),
+            ("ratings", 20),
+            ("average_stars", 701),
+            ("club_status", 25),
+            ("customer_matched", 16),
+        ]
+        assert [r[3] for r in asked("getPrimaryKeys", "public", "customer_ratings")] == ["user_id"]
+        qualified = 'SELECT ratings FROM "public"."customer_ratings" WHERE user_id = %s'
+        assert conn.execute(qualified, (3,)).fetchone() == (30,)
+        assert conn.execute(
+            "SELECT count(*) FROM public.customer_ratings c WHERE c.ratings > 20"
+        ).fetchone() == (5,)
+        with pytest.raises(psycopg.errors.UndefinedTable):  # another schema is not the views'
+            conn.execute("SELECT * FROM other.customer_ratings")
 
 
 def _connect(served: Served, **options: object) -> psycopg.Connection:

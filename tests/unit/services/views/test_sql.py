@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.views.sql import computed_kinds
+from services.views.sql import computed_kinds, unqualified
 
 COLUMNS = {"user_id": "int", "ratings": "long", "average_stars": "double", "club_status": "string"}
 
@@ -47,3 +47,13 @@ COLUMNS = {"user_id": "int", "ratings": "long", "average_stars": "double", "club
 )
 def test_a_computed_column_is_typed_by_what_its_expression_says(sql: str, kinds: dict[str, str]) -> None:
     assert computed_kinds(sql, COLUMNS) == kinds
+
+
+def test_the_schema_public_is_taken_off_names_and_left_in_strings_comments_and_other_names() -> None:
+    assert (
+        unqualified('SELECT v.a FROM "public"."v" JOIN PUBLIC . w USING (a)')
+        == 'SELECT v.a FROM "v" JOIN w USING (a)'
+    )
+    assert unqualified("SELECT public.v.a FROM public.v") == "SELECT v.a FROM v"
+    kept = "SELECT 'public.v', \"public\" AS p FROM republic.v, mypublic.w -- public.v"
+    assert unqualified(kept) == kept

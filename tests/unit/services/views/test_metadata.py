@@ -1,0 +1,91 @@
+"""JDBC's DatabaseMetaData over the views: the PostgreSQL JDBC driver's own queries (42.7.14's,
+captured as it sent them for getSchemas, getTables, getColumns and getPrimaryKeys) answered
+from the views' descriptions, with their name patterns applied."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from services.views import metadata
+from services.views.sql import pg_column
+
+QUERIES: dict[str, str] = json.loads((Path(__file__).parent / "jdbc_metadata_queries.json").read_text())
+TABLES = {
+    "customer_ratings": (
+        pg_column("user_id", "int"),
+        pg_column("ratings", "long"),
+        pg_column("average_stars", "double"),
+    ),
+    "segment_hourly": (pg_column("club_status", "string"), pg_column("channel", "string")),
+}
+KEYS = {"customer_ratings": ["user_id"], "segment_hourly": ["club_status", "channel"]}
+
+
+def _rows(query: str, *params: str) -> list[tuple[str | None, ...]]:
+    answer = metadata.answer(QUERIES[query], TABLES, KEYS, {str(i): p for i, p in enumerate(params, 1)})
+    assert answer is not None
+    return [tuple(row) for row in answer.rows]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value", "matches"),
+    [
+        ("%", "", True),
+        ("cust%", "customer_ratings", True),
+        ("Cust%", "customer_ratings", False),  # case-sensitive, as PostgreSQL's LIKE
+        ("customer_ratings", "customer_ratings", True),
+        ("customer\\_ratings", "customer_ratings", True),
+        ("customer\\_ratings", "customerXratings", False),  # an escaped _ is itself
+        ("customer_ratings", "customerXratings", True),
+        ("segment.hourly", "segment_hourly", False),  # a dot is a dot, not any character
+        ("%hour%", "segment_hourly", True),
+    ],
+)
+def test_like_is_postgresql_s(pattern: str, value: str, matches: bool) -> None:
+    assert metadata.like(pattern, value) is matches
+
+
+def test_the_schema_is_public_and_the_catalog_views() -> None:
+    assert _rows("getSchemas") == [("public", "views")]
+
+
+def test_tables_are_the_views_by_schema_and_name_pattern_when_views_are_asked_for() -> None:
+    assert [(r[1], r[2], r[3]) for r in _rows("getTables", "public", "%")] == [
+        ("public", "customer_ratings", "VIEW"),
+        ("public", "segment_hourly", "VIEW"),
+    ]
+    assert [r[2] for r in _rows("getTables", "public", "seg%")] == ["segment_hourly"]
+    assert _rows("getTables", "other", "%") == [] and _rows("getTables", "public", "x%") == []
+    assert _rows("getTablesOfTablesOnly", "%") == []  # TABLE only: the views are views
+
+
+def test_columns_come_in_order_with_their_type_oids_and_the_patterns_apply() -> None:
+    rows = _rows("getColumns", "public", "customer_ratings", "%")
+    assert [(r[2], r[3], r[4], r[5], r[9]) for r in rows] == [
+        ("customer_ratings", "user_id", "23", "f", "1"),
+        ("customer_ratings", "ratings", "20", "f", "2"),
+        ("customer_ratings", "average_stars", "701", "f", "3"),
+    ]
+    assert [(r[2], r[3]) for r in _rows("getColumns", "%", "%", "c%")] == [
+        ("segment_hourly", "club_status"),
+        ("segment_hourly", "channel"),
+    ]
+    assert _rows("getColumns", "other", "%", "%") == []
+
+
+def test_a_view_s_primary_key_is_its_key_in_order() -> None:
+    assert _rows("getPrimaryKeys", "public", "segment_hourly") == [
+        ("views", "public", "segment_hourly", "club_status", "1", "segment_hourly_pkey"),
+        ("views", "public", "segment_hourly", "channel", "2", "segment_hourly_pkey"),
+    ]
+    assert _rows("getPrimaryKeys", "public", "segment") == []  # = is not LIKE
+
+
+def test_a_statement_described_before_its_parameters_are_bound_has_the_columns() -> None:
+    answer = metadata.answer(QUERIES["getColumns"], TABLES, KEYS, None)
+    assert answer is not None and len(answer.columns) == 16 and len(answer.rows) == 5
+
+
+def test_any_other_query_is_not_one_of_these() -> None:
+    assert metadata.answer("SELECT datname FROM pg_catalog.pg_database", TABLES, KEYS, None) is None
