@@ -155,7 +155,7 @@ def parameter_count(sql: str, declared: Sequence[int]) -> int:
 
 
 _NAME = r'(?:"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*))'
-_OPERATOR = r"(?:==?|<>|!=|<=|>=|<|>|\s+(?:NOT\s+)?LIKE\s+)"
+_OPERATOR = r"(?:==?|<>|!=|<=|>=|<|>|[-+*/%]|\|\||\s+(?:NOT\s+)?LIKE\s+)"  # compared or computed with
 _COLUMN_FIRST = re.compile(_NAME + r"\s*" + _OPERATOR + r"\s*\$([1-9][0-9]*)", re.IGNORECASE)
 _PARAMETER_FIRST = re.compile(r"\$([1-9][0-9]*)\s*" + _OPERATOR + r"\s*" + _NAME, re.IGNORECASE)
 _BETWEEN = re.compile(
@@ -167,10 +167,11 @@ _COUNTS = re.compile(r"\b(?:LIMIT|OFFSET)\s+\$([1-9][0-9]*)", re.IGNORECASE)
 
 def inferred_types(sql: str, columns: dict[str, int]) -> dict[int, int]:
     """The types of a statement's parameters that the client left undeclared, where the text
-    says: a parameter compared with a view's column (`user_id = $1`, `$1 < ratings`,
-    `ratings BETWEEN $1 AND $2`, `channel IN ($1, $2)`) takes the column's type (`columns`: name,
-    in lower case, -> type oid), one of LIMIT or OFFSET an int8. A driver that prepares, then
-    encodes each value by the type it is told (pgx), needs it, as PostgreSQL infers it."""
+    says: a parameter compared or computed with a view's column (`user_id = $1`, `$1 < ratings`,
+    `ratings BETWEEN $1 AND $2`, `channel IN ($1, $2)`, `ratings - $1`) takes the column's type
+    (`columns`: name, in lower case, -> type oid), one of LIMIT or OFFSET an int8. A driver that
+    prepares, then encodes each value by the type it is told (pgx), needs it, as PostgreSQL
+    infers it."""
     types: dict[int, int] = {}
 
     def column(quoted: str, bare: str) -> int | None:

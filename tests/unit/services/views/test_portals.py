@@ -112,6 +112,7 @@ def test_a_parameter_not_declared_takes_the_type_of_the_column_it_is_compared_wi
     sql = (
         "SELECT * FROM v WHERE v.user_id = $1 AND $2 < ratings AND average_stars BETWEEN $3 AND $4"
         ' AND channel NOT IN ($5, $6) AND "Odd Name" = $7 AND channel LIKE $8 AND unknown = $9'
+        " AND abs(ratings - $12) < 5 AND $13 * average_stars > 1 AND channel || $14 = 'x'"
         " ORDER BY 1 LIMIT $10 OFFSET $11"
     )
     assert inferred_types(sql, columns) == {
@@ -125,4 +126,7 @@ def test_a_parameter_not_declared_takes_the_type_of_the_column_it_is_compared_wi
         8: TEXT,
         10: INT8,
         11: INT8,
+        12: INT8,
+        13: FLOAT8,
+        14: TEXT,
     }  # $9: no column of that name, left to the client (text)
