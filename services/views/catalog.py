@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from services.views import metadata
 from services.views.sql import VERSION, Column, Params, Result, SqlError, pg_column, select_list
 
-FIRST_OID = 16384  # PostgreSQL's first oid for user objects
+FIRST_OID = metadata.FIRST_OID
 _OWNER = "views"
 _TEXT = pg_column("name", "string")
 
@@ -132,15 +132,9 @@ def _attributes(text: str, columns: tuple[Column, ...]) -> Result:
     rows = []
     for column in columns:
         storage = "x" if column.pg_type == "text" else "p"  # extended, plain
-        row = [column.name, _format_type(column), None, "f", None, "", "", storage, None, None, None]
+        row = [column.name, metadata.format_type(column), None, "f", None, "", "", storage, None, None, None]
         rows.append(tuple(row[:count]))
     return _result([f"c{i}" for i in range(count)], rows)
-
-
-def _format_type(column: Column) -> str:
-    return {"int4": "integer", "int8": "bigint", "float8": "double precision", "bool": "boolean"}.get(
-        column.pg_type, "text"
-    )
 
 
 def _select_items(text: str) -> int:

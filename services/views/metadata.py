@@ -7,15 +7,19 @@ applied as PostgreSQL applies them. Each view is a VIEW of schema `public` whose
 the view's key.
 
 Written against the queries of the PostgreSQL JDBC driver 42.7 (`getSchemas`, `getTables`,
-`getColumns`, `getPrimaryKeys`); `answer` gives None for any other query.
+`getColumns`, `getPrimaryKeys`) and of SQLAlchemy 2's PostgreSQL dialect, whose inspector
+(pandas' `read_sql_table`, Superset) asks for schema, table, view and column names, types
+and keys the same way; `answer` gives None for any other query.
 """
 
 import re
 from collections.abc import Sequence
 
-from services.views.sql import Column, Params, Result, pg_column
+from services.views.sql import Column, Params, Result, pg_column, select_list
 
-__all__ = ["CATALOG", "answer", "like"]
+FIRST_OID = 16384  # PostgreSQL's first oid for user objects: the views' oids from here, by name
+
+__all__ = ["CATALOG", "FIRST_OID", "answer", "format_type", "like"]
 
 CATALOG = "views"  # current_database(), the JDBC catalog
 _SCHEMA = "public"
@@ -73,7 +77,7 @@ def answer(
     space), or None for any other query."""
     kind = next((k for k, shape in _SHAPES.items() if shape.search(text)), None)
     if kind is None:
-        return None
+        return _reflected(text, tables, params)
     text = text.split(" WHERE ", 1)[1] if " WHERE " in text else ""  # the filters, not the CASEs
     if kind == "schemas":
         shown = _matches(text, "nspname", _SCHEMA, params)
@@ -148,3 +152,93 @@ def _keys(text: str, keys: dict[str, list[str]], params: Params | None) -> Resul
                 for seq, column in enumerate(keys[view], start=1):
                     rows.append((CATALOG, _SCHEMA, view, column, str(seq), f"{view}_pkey"))
     return _result(names, ["string"] * 4 + ["int", "string"], rows)
+
+
+# SQLAlchemy's inspector. Its queries name everything in full (pg_catalog.pg_class.relname) and
+# bind its constants as parameters ($1::VARCHAR): the kinds of relation asked for, the names.
+_SA_SCHEMAS = re.compile(r"^SELECT pg_catalog\.pg_namespace\.nspname FROM pg_catalog\.pg_namespace\b")
+_SA_RELATIONS = re.compile(
+    r"^SELECT (pg_catalog\.pg_class\.oid, )?pg_catalog\.pg_class\.relname FROM pg_catalog\.pg_class JOIN"
+)
+_SA_COLUMNS = re.compile(r"^SELECT pg_catalog\.pg_attribute\.attname AS name, pg_catalog\.format_type\(")
+_SA_KINDS = re.compile(r"pg_catalog\.pg_class\.relkind = ANY \(ARRAY\[([^\]]*)\]\)")
+_SA_NAMES = re.compile(r"pg_catalog\.pg_class\.relname IN \(([^)]*)\)")
+_SA_SCHEMA = re.compile(r"pg_catalog\.pg_namespace\.nspname = (\$[0-9]+(?:::VARCHAR)?|'[^']*')")
+_TOKEN = re.compile(r"\$([0-9]+)(?:::[A-Z]+)?|'((?:[^']|'')*)'")
+
+
+def _values(listed: str, params: Params | None) -> list[str] | None:
+    """The values of a list of parameters and literals; None when one is not bound yet."""
+    values = []
+    for number, literal in _TOKEN.findall(listed):
+        value = (params or {}).get(number) if number else literal.replace("''", "'")
+        if value is None:
+            return None
+        values.append(str(value))
+    return values
+
+
+def _relations(text: str, names: list[str], params: Params | None) -> list[str]:
+    """The views a query of relations asks for: views among its kinds (`v`), in schema public
+    (or the search path), among its names if it names some. Not bound yet: all of them."""
+    kinds = _SA_KINDS.search(text)
+    wanted = _values(kinds.group(1), params) if kinds else None
+    if wanted is not None and "v" not in wanted:
+        return []
+    schema = _SA_SCHEMA.search(text)
+    if schema is not None and (_values(schema.group(1), params) or [_SCHEMA]) != [_SCHEMA]:
+        return []
+    listed = _SA_NAMES.search(text)
+    only = _values(listed.group(1), params) if listed else None
+    return [name for name in names if only is None or name in only]
+
+
+# Constraints, indexes, comments and storage options: a view has none, as in PostgreSQL (the
+# view's key is given to JDBC tools as its primary key; SQLAlchemy's reflection of a view, as
+# PostgreSQL's, has no primary key).
+_SA_NONE = re.compile(
+    r"^SELECT (?:attr\.conrelid, array_agg\("
+    r"|pg_catalog\.pg_class\.relname, pg_catalog\.pg_(?:constraint|description)\."
+    r"|pg_catalog\.pg_class\.oid, pg_catalog\.pg_class\.relname, pg_catalog\.pg_class\.reloptions"
+    r"|pg_catalog\.pg_index\.indrelid, |pg_catalog\.pg_am\.oid, |pg_catalog\.pg_opclass\.oid, )"
+)
+
+
+def _named(item: str) -> str:
+    """The name a SELECT list's item gives its column: its alias, or its last name."""
+    words = item.split()
+    if len(words) > 2 and words[-2].upper() == "AS":
+        return words[-1].strip('"')
+    return item.strip().rsplit(".", 1)[-1].strip('"')
+
+
+def _reflected(text: str, tables: dict[str, tuple[Column, ...]], params: Params | None) -> Result | None:
+    if _SA_NONE.search(text):
+        names = [_named(item) for item in select_list(text)]
+        return _result(names, ["string"] * len(names), [])
+    if _SA_SCHEMAS.search(text):
+        return _result(["nspname"], ["string"], [(_SCHEMA,)])
+    if (relations := _SA_RELATIONS.search(text)) is not None:
+        shown = _relations(text, sorted(tables), params)
+        if relations.group(1):  # with their oids, as catalog's \\d gives them
+            oids = {name: str(FIRST_OID + i) for i, name in enumerate(sorted(tables))}
+            return _result(["oid", "relname"], ["long", "string"], [(oids[n], n) for n in shown])
+        return _result(["relname"], ["string"], [(name,) for name in shown])
+    if _SA_COLUMNS.search(text):
+        names = ["name", "format_type", "default", "not_null", "table_name", "comment", "generated"]
+        names += ["identity_options", "collation"]
+        kinds = ["string", "string", "string", "boolean", "string", "string", "string", "string", "string"]
+        rows = [
+            (c.name, format_type(c), None, "f", view, None, "", None, None)
+            for view in _relations(text, sorted(tables), params)
+            for c in tables[view]
+        ]
+        return _result(names, kinds, rows)
+    return None
+
+
+def format_type(column: Column) -> str:
+    """PostgreSQL's name of a column's type, as `format_type()` gives it."""
+    return {"int4": "integer", "int8": "bigint", "float8": "double precision", "bool": "boolean"}.get(
+        column.pg_type, "text"
+    )

@@ -163,16 +163,32 @@ _BETWEEN = re.compile(
 )
 _IN = re.compile(_NAME + r"\s+(?:NOT\s+)?IN\s*\(([^()]*)\)", re.IGNORECASE)
 _COUNTS = re.compile(r"\b(?:LIMIT|OFFSET)\s+\$([1-9][0-9]*)", re.IGNORECASE)
+_CAST = re.compile(
+    r"\$([1-9][0-9]*)\s*::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s+(?:precision|varying))?)", re.IGNORECASE
+)
+_CAST_TYPES = {
+    **dict.fromkeys(("int", "integer", "int4"), _INT4),
+    **dict.fromkeys(("bigint", "int8"), _INT8),
+    **dict.fromkeys(("smallint", "int2"), _INT2),
+    **dict.fromkeys(("real", "float4"), _FLOAT4),
+    **dict.fromkeys(("float", "float8", "double precision"), _FLOAT8),
+    **dict.fromkeys(("numeric", "decimal"), _NUMERIC),
+    **dict.fromkeys(("text", "varchar", "character varying", "char", "character", "name"), _TEXT),
+    **dict.fromkeys(("bool", "boolean"), _BOOL),
+}
 
 
 def inferred_types(sql: str, columns: dict[str, int]) -> dict[int, int]:
     """The types of a statement's parameters that the client left undeclared, where the text
-    says: a parameter compared or computed with a view's column (`user_id = $1`, `$1 < ratings`,
-    `ratings BETWEEN $1 AND $2`, `channel IN ($1, $2)`, `ratings - $1`) takes the column's type
-    (`columns`: name, in lower case, -> type oid), one of LIMIT or OFFSET an int8. A driver that
-    prepares, then encodes each value by the type it is told (pgx), needs it, as PostgreSQL
-    infers it."""
+    says: a parameter cast to a type (`$1::integer`) has it; one compared or computed with a
+    view's column (`user_id = $1`, `$1 < ratings`, `ratings BETWEEN $1 AND $2`, `channel IN ($1,
+    $2)`, `ratings - $1`) takes the column's type (`columns`: name, in lower case, -> type oid),
+    one of LIMIT or OFFSET an int8. A driver that prepares, then encodes each value by the type
+    it is told (pgx), needs it, as PostgreSQL infers it."""
     types: dict[int, int] = {}
+    for number, name in _CAST.findall(sql):  # $1::INTEGER: the type it is cast to, first
+        if (oid := _CAST_TYPES.get(" ".join(name.lower().split()))) is not None:
+            types.setdefault(int(number), oid)
 
     def column(quoted: str, bare: str) -> int | None:
         return columns.get((quoted.replace('""', '"') if quoted else bare).lower())

@@ -32,6 +32,7 @@ __all__ = [
     "SqlReader",
     "computed_kinds",
     "first_word",
+    "pg_casts",
     "pg_column",
     "uncommented",
     "unqualified",
@@ -119,6 +120,50 @@ def unqualified(sql: str) -> str:
     cuts = [m.span() for m in _SCHEMA_PREFIX.finditer(sql) if masked[m.start()] == sql[m.start()]]
     for start, end in reversed(cuts):
         sql = sql[:start] + sql[end:]
+    return sql
+
+
+_CAST_TYPE = re.compile(
+    r"::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s+(?:precision|varying))?)(\s*\([0-9,\s]*\))?(\s*\[\s*\])?",
+    re.IGNORECASE,
+)
+_OPERAND_END = re.compile(r"[\w.$\"]")
+
+
+def _operand_start(masked: str, end: int) -> int:
+    """Where the operand that ends at `end` (exclusive) starts: a name, a number, a parameter, a
+    string, or a parenthesised group with the name of the function it calls, if any."""
+    i = end
+    while i > 0 and masked[i - 1].isspace():
+        i -= 1
+    if i > 0 and masked[i - 1] == "'":  # a string: its opening quote (a string's inside is masked)
+        return masked.rindex("'", 0, i - 1)
+    if i > 0 and masked[i - 1] == ")":
+        depth, i = 0, i - 1
+        while i >= 0:
+            depth += (masked[i] == ")") - (masked[i] == "(")
+            if depth == 0:
+                break
+            i -= 1
+    while i > 0 and _OPERAND_END.match(masked[i - 1]):
+        i -= 1
+    return i
+
+
+def pg_casts(sql: str) -> str:
+    """PostgreSQL's `x::type` written as `CAST(x AS type)`, which SQLite reads (`$1::int`,
+    `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`), outside strings and comments."""
+    if "::" not in sql:
+        return sql
+    masked = _masked(sql)
+    for found in reversed([m for m in _CAST_TYPE.finditer(sql) if masked[m.start()] == ":"]):
+        start = _operand_start(masked, found.start())
+        if start == found.start():
+            continue  # nothing before it to cast: SQLite says what is wrong
+        operand = sql[start : found.start()].strip()
+        cast = f"CAST({operand} AS {found.group(1)}{found.group(2) or ''})"
+        sql = sql[:start] + cast + sql[found.end() :]
+        masked = masked[:start] + cast + masked[found.end() :]
     return sql
 
 
@@ -229,7 +274,7 @@ class SqlReader:
         (`computed_kinds`: count() an int8, avg() a float8, max(ratings) the column's...), and
         text where it says none."""
         self._check_readable(sql)
-        body = sql.rstrip().rstrip(";")
+        body = pg_casts(unqualified(sql)).rstrip().rstrip(";")
         numbers = {m.group(1) for m in PARAMETER.finditer(body)}
         columns = self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", dict.fromkeys(numbers)).columns  # noqa: S608
         every = self.column_kinds()
@@ -291,6 +336,7 @@ class SqlReader:
     def _run(self, sql: str, params: Params | None = None) -> Result:
         sql = unqualified(sql)
         self._check_readable(sql)
+        sql = pg_casts(sql)
         conn = self._connection()
         self._local.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
         self._local.refused = None
@@ -329,7 +375,7 @@ class SqlReader:
 
 _KEY_LOOKUP = re.compile(
     r"\s*SELECT\s+\*\s+FROM\s+([A-Za-z_][A-Za-z0-9_]*)\s+WHERE\s+([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"
-    r"(?:(-?[0-9]{1,18})|\$([1-9][0-9]{0,4}))\s*;?\s*",
+    r"(?:(-?[0-9]{1,18})|\$([1-9][0-9]{0,4})(?:::\s*(?:INTEGER|INT|INT4|BIGINT|INT8))?)\s*;?\s*",
     re.IGNORECASE,
 )
 PARAMETER = re.compile(r"\$([1-9][0-9]{0,4})")  # $1, $2...: a query's parameters

@@ -89,3 +89,55 @@ def test_a_statement_described_before_its_parameters_are_bound_has_the_columns()
 
 def test_any_other_query_is_not_one_of_these() -> None:
     assert metadata.answer("SELECT datname FROM pg_catalog.pg_database", TABLES, KEYS, None) is None
+
+
+# SQLAlchemy 2.1's PostgreSQL dialect, as its inspector and Table(..., autoload_with=...) sent
+# them (the views' names are bound as parameters, with the kinds of relation asked for).
+REFLECTION: dict[str, object] = json.loads(
+    (Path(__file__).parent / "sqlalchemy_reflection_queries.json").read_text()
+)
+
+
+def _reflected(query: str, params: dict[str, str]) -> list[tuple[str | None, ...]]:
+    text = REFLECTION[query]
+    assert isinstance(text, str)
+    answer = metadata.answer(text, TABLES, KEYS, params)
+    assert answer is not None
+    return [tuple(row) for row in answer.rows]
+
+
+def test_sqlalchemy_finds_the_views_as_views_and_their_columns_with_postgresql_s_type_names() -> None:
+    assert _reflected("schemas", {"1": "pg_"}) == [("public",)]
+    assert _reflected("views", {"1": "v", "2": "t", "3": "pg_catalog"}) == [
+        ("customer_ratings",),
+        ("segment_hourly",),
+    ]
+    assert _reflected("tables", {"1": "r", "2": "p", "3": "t", "4": "pg_catalog"}) == []
+    kinds = {str(i): kind for i, kind in enumerate("rpfvm", 2)}
+    assert _reflected("has_table", {"1": "segment_hourly", **kinds, "7": "pg_catalog"}) == [
+        ("segment_hourly",)
+    ]
+    assert _reflected("has_table", {"1": "nothing", **kinds, "7": "pg_catalog"}) == []
+    oids = _reflected(
+        "oids",
+        {**{str(i): kind for i, kind in enumerate("rpfvm", 1)}, "6": "pg_catalog", "7": "segment_hourly"},
+    )
+    assert oids == [("16385", "segment_hourly")]  # the second view by name, as psql's \d numbers them
+    asked = {str(i): kind for i, kind in enumerate("rpfvm", 15)} | {
+        "20": "pg_catalog",
+        "21": "customer_ratings",
+    }
+    assert [(r[0], r[1], r[3], r[4]) for r in _reflected("columns", asked)] == [
+        ("user_id", "integer", "f", "customer_ratings"),
+        ("ratings", "bigint", "f", "customer_ratings"),
+        ("average_stars", "double precision", "f", "customer_ratings"),
+    ]
+
+
+def test_sqlalchemy_finds_no_constraint_index_or_comment_on_a_view_as_postgresql_has_none() -> None:
+    queries = REFLECTION["none"]
+    assert isinstance(queries, list) and len(queries) == 8
+    for text in queries:
+        answer = metadata.answer(text, TABLES, KEYS, {})
+        assert answer is not None and answer.rows == [], text[:80]
+        assert all(c.name and " " not in c.name and "." not in c.name for c in answer.columns), answer.columns

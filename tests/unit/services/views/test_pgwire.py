@@ -385,6 +385,18 @@ def test_a_jdbc_tool_lists_the_views_their_columns_and_keys_and_reads_them_by_fu
             conn.execute("SELECT * FROM other.customer_ratings")
 
 
+def test_postgresql_casts_work_on_columns_literals_and_parameters(served: Served) -> None:
+    assert served.rows(
+        "SELECT ratings::float8 / 4, '7'::int + 1 FROM customer_ratings WHERE user_id = 3"
+    ) == ["7.5|8"]
+    with _connect(served, autocommit=True) as conn:
+        by_key = "SELECT * FROM customer_ratings WHERE user_id = %s::INTEGER"  # SQLAlchemy's way
+        assert conn.execute(by_key, ("3",)).fetchone() == (3, 30, 2.5, None, False)
+        assert conn.execute(
+            "SELECT count(*)::int FROM customer_ratings WHERE ratings > %s::bigint", ("20",)
+        ).fetchone() == (5,)
+
+
 def _connect(served: Served, **options: object) -> psycopg.Connection:
     return psycopg.connect(
         host="127.0.0.1", port=served.port, user="app", dbname="views", connect_timeout=5, **options

@@ -113,6 +113,7 @@ def test_a_parameter_not_declared_takes_the_type_of_the_column_it_is_compared_wi
         "SELECT * FROM v WHERE v.user_id = $1 AND $2 < ratings AND average_stars BETWEEN $3 AND $4"
         ' AND channel NOT IN ($5, $6) AND "Odd Name" = $7 AND channel LIKE $8 AND unknown = $9'
         " AND abs(ratings - $12) < 5 AND $13 * average_stars > 1 AND channel || $14 = 'x'"
+        " AND user_id = $15::BIGINT AND $16::double precision > 0 AND $17::varchar = ''"
         " ORDER BY 1 LIMIT $10 OFFSET $11"
     )
     assert inferred_types(sql, columns) == {
@@ -129,4 +130,7 @@ def test_a_parameter_not_declared_takes_the_type_of_the_column_it_is_compared_wi
         12: INT8,
         13: FLOAT8,
         14: TEXT,
+        15: INT8,  # its cast says, before the column it is compared with
+        16: FLOAT8,
+        17: TEXT,
     }  # $9: no column of that name, left to the client (text)

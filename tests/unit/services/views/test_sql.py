@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.views.sql import computed_kinds, unqualified
+from services.views.sql import computed_kinds, pg_casts, unqualified
 
 COLUMNS = {"user_id": "int", "ratings": "long", "average_stars": "double", "club_status": "string"}
 
@@ -57,3 +57,32 @@ def test_the_schema_public_is_taken_off_names_and_left_in_strings_comments_and_o
     assert unqualified("SELECT public.v.a FROM public.v") == "SELECT v.a FROM v"
     kept = "SELECT 'public.v', \"public\" AS p FROM republic.v, mypublic.w -- public.v"
     assert unqualified(kept) == kept
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlite"),
+    [
+        (
+            "SELECT * FROM v WHERE user_id = $1::INTEGER",
+            "SELECT * FROM v WHERE user_id = CAST($1 AS INTEGER)",
+        ),
+        (
+            "SELECT count(*)::float8, avg(x)::numeric(10,2) FROM v",
+            "SELECT CAST(count(*) AS float8), CAST(avg(x) AS numeric(10,2)) FROM v",
+        ),
+        (
+            "SELECT '7'::bigint, (a + b)::double precision, v.x::int",
+            "SELECT CAST('7' AS bigint), CAST((a + b) AS double precision), CAST(v.x AS int)",
+        ),
+        (
+            'SELECT f(g(x))::text, "Odd"::int FROM v',
+            'SELECT CAST(f(g(x)) AS text), CAST("Odd" AS int) FROM v',
+        ),
+        (
+            "SELECT 'a::int', x FROM v -- y::int",
+            "SELECT 'a::int', x FROM v -- y::int",
+        ),  # strings and comments kept
+    ],
+)
+def test_postgresql_s_casts_are_written_as_sqlite_reads_them(sql: str, sqlite: str) -> None:
+    assert pg_casts(sql) == sqlite
