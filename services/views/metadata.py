@@ -1,15 +1,15 @@
-"""JDBC's DatabaseMetaData over the views: what a tool that browses a database through the
-PostgreSQL JDBC driver (Metabase, DataGrip, DBeaver's generic mode, a report writer) asks to
-list schemas, tables, columns and primary keys. The driver asks each with a query on
-`pg_catalog`, which the store does not have; each is told by its shape and answered from the
-views' descriptions, its name patterns (`LIKE`, bound as parameters or written as literals)
-applied as PostgreSQL applies them. Each view is a VIEW of schema `public` whose primary key is
-the view's key.
+"""What tools ask to browse the views as a database: JDBC's DatabaseMetaData (a tool on the
+PostgreSQL JDBC driver: Metabase, DataGrip, DBeaver's generic mode, a report writer) and
+SQLAlchemy's inspector (pandas' `read_sql_table`, Superset, `Table(..., autoload_with=...)`).
+Each asks with queries on `pg_catalog`, which the store does not have; each query is told by
+its shape and answered from the views' descriptions, its name filters (`LIKE` or `=`, bound as
+parameters or written as literals) applied as PostgreSQL applies them. Each view is a VIEW of
+schema `public`; JDBC is told the view's key as its primary key, SQLAlchemy finds no
+constraint, index or comment, as PostgreSQL reflects a view.
 
-Written against the queries of the PostgreSQL JDBC driver 42.7 (`getSchemas`, `getTables`,
-`getColumns`, `getPrimaryKeys`) and of SQLAlchemy 2's PostgreSQL dialect, whose inspector
-(pandas' `read_sql_table`, Superset) asks for schema, table, view and column names, types
-and keys the same way; `answer` gives None for any other query.
+Written against the PostgreSQL JDBC driver 42.7's queries (`getSchemas`, `getTables`,
+`getColumns`, `getPrimaryKeys`) and SQLAlchemy 2.1's PostgreSQL dialect; `answer` gives None
+for any other query.
 """
 
 import re
@@ -17,10 +17,9 @@ from collections.abc import Sequence
 
 from services.views.sql import Column, Params, Result, pg_column, select_list
 
-FIRST_OID = 16384  # PostgreSQL's first oid for user objects: the views' oids from here, by name
-
 __all__ = ["CATALOG", "FIRST_OID", "answer", "format_type", "like"]
 
+FIRST_OID = 16384  # PostgreSQL's first oid for user objects: the views' oids from here, by name
 CATALOG = "views"  # current_database(), the JDBC catalog
 _SCHEMA = "public"
 _TABLES = re.compile(
@@ -73,8 +72,9 @@ def _result(names: list[str], kinds: list[str], rows: Sequence[tuple[str | None,
 def answer(
     text: str, tables: dict[str, tuple[Column, ...]], keys: dict[str, list[str]], params: Params | None
 ) -> Result | None:
-    """The answer to one of the JDBC driver's metadata queries (`text`: its words joined by one
-    space), or None for any other query."""
+    """The answer to one of the JDBC driver's or SQLAlchemy's metadata queries (`text`: its words
+    joined by one space; `keys`: each view's key columns; `params`: its bound parameters, None
+    before its Bind), or None for any other query."""
     kind = next((k for k, shape in _SHAPES.items() if shape.search(text)), None)
     if kind is None:
         return _reflected(text, tables, params)
