@@ -15,7 +15,7 @@ for any other query.
 import re
 from collections.abc import Sequence
 
-from services.views.sql import Column, Params, Result, pg_column, select_list
+from services.views.sql import PG_TYPE_NAMES, Column, Params, Result, pg_column, select_list
 
 __all__ = ["CATALOG", "FIRST_OID", "answer", "format_type", "like"]
 
@@ -239,6 +239,4 @@ def _reflected(text: str, tables: dict[str, tuple[Column, ...]], params: Params 
 
 def format_type(column: Column) -> str:
     """PostgreSQL's name of a column's type, as `format_type()` gives it."""
-    return {"int4": "integer", "int8": "bigint", "float8": "double precision", "bool": "boolean"}.get(
-        column.pg_type, "text"
-    )
+    return PG_TYPE_NAMES.get(column.pg_type, "text")

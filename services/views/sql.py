@@ -25,6 +25,7 @@ from services.views.store import Store, column_sql, key_of, served, still_loadin
 __all__ = [
     "PARAMETER",
     "PG_TYPES",
+    "PG_TYPE_NAMES",
     "Column",
     "Params",
     "Result",
@@ -32,6 +33,7 @@ __all__ = [
     "SqlReader",
     "computed_kinds",
     "first_word",
+    "information_schema",
     "pg_casts",
     "pg_column",
     "uncommented",
@@ -45,6 +47,14 @@ PG_TYPES = {
     "double": ("float8", 701, 8),
     "boolean": ("bool", 16, 1),
     "string": ("text", 25, -1),
+}
+# PostgreSQL's name of each of those types, as format_type() and information_schema give it.
+PG_TYPE_NAMES = {
+    "int4": "integer",
+    "int8": "bigint",
+    "float8": "double precision",
+    "bool": "boolean",
+    "text": "text",
 }
 _READABLE = {"SELECT", "WITH", "VALUES"}
 _WRITES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "REPLACE", "TRUNCATE", "GRANT"}
@@ -93,6 +103,79 @@ def _view_sql(view: str, columns: list[dict[str, str]]) -> str:
         f"CREATE TEMP VIEW {_quoted(view)} AS SELECT {', '.join(parts)} "  # noqa: S608 (quoted names)
         f"FROM main.rows WHERE view = {view_literal(view)}"
     )
+
+
+# information_schema's tables that tools read to list the views and their columns, each a
+# temporary view of the views' descriptions (made with the connection's views).
+_INFORMATION_SCHEMA = {
+    "schemata": ("catalog_name", "schema_name", "schema_owner"),
+    "tables": ("table_catalog", "table_schema", "table_name", "table_type", "is_insertable_into"),
+    "views": ("table_catalog", "table_schema", "table_name", "view_definition", "is_updatable"),
+    "columns": (
+        "table_catalog",
+        "table_schema",
+        "table_name",
+        "column_name",
+        "ordinal_position",
+        "column_default",
+        "is_nullable",
+        "data_type",
+        "udt_name",
+    ),
+}
+_INFORMATION_VIEWS = {f"information_schema__{table}" for table in _INFORMATION_SCHEMA}
+_INFORMATION_NAME = re.compile(
+    r'(?<![\w."$])(?:information_schema|"information_schema")\s*\.\s*("?)('
+    + "|".join(_INFORMATION_SCHEMA)
+    + r')\1(?![\w"$])',
+    re.IGNORECASE,
+)
+
+
+def _information_sql(shapes: dict[str, list[dict[str, str]]]) -> list[str]:
+    """The statements that make information_schema's tables of these views."""
+    rows: dict[str, list[tuple[object, ...]]] = {
+        "schemata": [("views", "public", "views")],
+        "tables": [("views", "public", view, "VIEW", "NO") for view in sorted(shapes)],
+        "views": [("views", "public", view, None, "NO") for view in sorted(shapes)],
+        "columns": [
+            ("views", "public", view, c["name"], i, None, "YES", *_type_names(c.get("type", "string")))
+            for view in sorted(shapes)
+            for i, c in enumerate(shapes[view], start=1)
+        ],
+    }
+    made = []
+    for table, columns in _INFORMATION_SCHEMA.items():
+        values = ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in rows[table])
+        body = f"VALUES {values}" if values else f"SELECT {', '.join(['NULL'] * len(columns))} WHERE 0"
+        made.append(f"CREATE TEMP VIEW information_schema__{table}({', '.join(columns)}) AS {body}")
+    return made
+
+
+def _type_names(kind: str) -> tuple[str, str]:
+    """information_schema's data_type and udt_name of a view column's type."""
+    pg_type = PG_TYPES.get(kind, PG_TYPES["string"])[0]
+    return PG_TYPE_NAMES[pg_type], pg_type
+
+
+def _literal(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def information_schema(sql: str) -> str:
+    """`sql` with information_schema's tables (`information_schema.columns`...) named as the
+    connection has them, outside strings and comments."""
+    if "information_schema" not in sql.lower():
+        return sql
+    masked = _masked(sql)
+    for found in reversed(list(_INFORMATION_NAME.finditer(sql))):
+        if masked[found.start()] == sql[found.start()]:
+            sql = f"{sql[: found.start()]}information_schema__{found.group(2).lower()}{sql[found.end() :]}"
+    return sql
 
 
 def uncommented(sql: str) -> str:
@@ -242,6 +325,8 @@ class SqlReader:
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         for view, columns in shapes.items():
             conn.execute(_view_sql(view, columns))
+        for statement in _information_sql(shapes):
+            conn.execute(statement)
         for name, value in _SESSION_FUNCTIONS.items():  # what drivers and tools ask as they connect
             conn.create_function(name, 0, lambda v=value: v, deterministic=True)
         views, local = set(shapes), self._local
@@ -334,7 +419,7 @@ class SqlReader:
             raise SqlError("42601", f'syntax error at or near "{word[:40]}"')
 
     def _run(self, sql: str, params: Params | None = None) -> Result:
-        sql = unqualified(sql)
+        sql = information_schema(unqualified(sql))
         self._check_readable(sql)
         sql = pg_casts(sql)
         conn = self._connection()
@@ -567,7 +652,7 @@ def _as_sqlite(value: Any, kind: str) -> Any:
 def _authorize(views: set[str], action: int, arg1: str | None, arg2: str | None, db: str | None) -> int:
     if action == sqlite3.SQLITE_READ:
         # A view's table reads the store's rows; a common table expression is no database's.
-        allowed = db is None or arg1 == "rows" or arg1 in views
+        allowed = db is None or arg1 == "rows" or arg1 in views or arg1 in _INFORMATION_VIEWS
         return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_FUNCTION:
         return sqlite3.SQLITE_DENY if (arg2 or "").lower() in _BLOB_FUNCTIONS else sqlite3.SQLITE_OK

@@ -397,6 +397,28 @@ def test_postgresql_casts_work_on_columns_literals_and_parameters(served: Served
         ).fetchone() == (5,)
 
 
+def test_information_schema_lists_the_views_and_their_columns_for_any_query(served: Served) -> None:
+    tables = (
+        "SELECT table_schema, table_name, table_type FROM information_schema.tables"
+        " WHERE table_schema = 'public'"
+    )
+    assert served.rows(tables) == ["public|customer_ratings|VIEW"]
+    columns = (
+        'SELECT column_name, data_type, udt_name FROM INFORMATION_SCHEMA."columns"'
+        " WHERE table_name = 'customer_ratings' AND ordinal_position <= 3 ORDER BY ordinal_position"
+    )
+    assert served.rows(columns) == [
+        "user_id|integer|int4",
+        "ratings|bigint|int8",
+        "average_stars|double precision|float8",
+    ]
+    assert served.rows("SELECT schema_name FROM information_schema.schemata") == ["public"]
+    assert served.rows("SELECT 'information_schema.tables'") == [
+        "information_schema.tables"
+    ]  # a string stays
+    assert served.refused("SELECT * FROM information_schema.routines") == "42P01"  # not served
+
+
 def _connect(served: Served, **options: object) -> psycopg.Connection:
     return psycopg.connect(
         host="127.0.0.1", port=served.port, user="app", dbname="views", connect_timeout=5, **options

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.views.sql import computed_kinds, pg_casts, unqualified
+from services.views.sql import computed_kinds, information_schema, pg_casts, unqualified
 
 COLUMNS = {"user_id": "int", "ratings": "long", "average_stars": "double", "club_status": "string"}
 
@@ -86,3 +86,13 @@ def test_the_schema_public_is_taken_off_names_and_left_in_strings_comments_and_o
 )
 def test_postgresql_s_casts_are_written_as_sqlite_reads_them(sql: str, sqlite: str) -> None:
     assert pg_casts(sql) == sqlite
+
+
+def test_information_schema_s_tables_are_named_as_the_connection_has_them() -> None:
+    assert information_schema(
+        'SELECT * FROM information_schema.tables t, "information_schema"."COLUMNS"'
+    ) == ("SELECT * FROM information_schema__tables t, information_schema__columns")
+    kept = (
+        "SELECT 'information_schema.tables', x FROM information_schema.routines -- information_schema.views"
+    )
+    assert information_schema(kept) == kept
