@@ -59,12 +59,34 @@ def answer(
         return _result(["version"], [(VERSION,)])
     if _CURRENT_CATALOG.fullmatch(text):
         return _result(["current_catalog"], [(metadata.CATALOG,)])
-    if (found := metadata.answer(text, tables, keys or {}, params)) is not None:
+    found = metadata.answer(text, tables, keys or {}, params)
+    if found is not None or (found := _listed(text)) is not None:
         return found
     if _TYPE_INFO.search(text):
         names = ["name", "oid", "array_oid", "regtype", "delimiter"]
         return _result(names, [], ["string", "long", "long", "string", "string"])
     return _described(text, tables)
+
+
+# psql's \l (the one database), \dn (the one schema) and \dT (no type of the user's): the row
+# each shows, its columns named by the query (\l+ and \dn+ ask for more, shown empty).
+_LISTS: tuple[tuple[str, tuple[str, ...] | None], ...] = (
+    (
+        'SELECT d.datname as "Name", pg_catalog.pg_get_userbyid(d.datdba)',
+        ("views", _OWNER, "UTF8", "C", "C", "", "libc"),
+    ),
+    ('SELECT n.nspname AS "Name", pg_catalog.pg_get_userbyid(n.nspowner)', ("public", _OWNER)),
+    ('SELECT n.nspname as "Schema", pg_catalog.format_type(t.oid, NULL) AS "Name"', None),
+)
+
+
+def _listed(text: str) -> Result | None:
+    for start, row in _LISTS:
+        if text.startswith(start):
+            names = [metadata.column_name(item) for item in select_list(text)]
+            rows = [tuple([*row, *[""] * len(names)][: len(names)])] if row is not None else []
+            return _result(names, rows)
+    return None
 
 
 def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:

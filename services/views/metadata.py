@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from services.views.sql import PG_TYPE_NAMES, Column, Params, Result, pg_column, select_list
 
-__all__ = ["CATALOG", "FIRST_OID", "answer", "format_type", "like"]
+__all__ = ["CATALOG", "FIRST_OID", "answer", "column_name", "format_type", "like"]
 
 FIRST_OID = 16384  # PostgreSQL's first oid for user objects: the views' oids from here, by name
 CATALOG = "views"  # current_database(), the JDBC catalog
@@ -204,17 +204,20 @@ _SA_NONE = re.compile(
 )
 
 
-def _named(item: str) -> str:
+_ALIAS = re.compile(r'\s+AS\s+("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)\s*$', re.IGNORECASE)
+
+
+def column_name(item: str) -> str:
     """The name a SELECT list's item gives its column: its alias, or its last name."""
-    words = item.split()
-    if len(words) > 2 and words[-2].upper() == "AS":
-        return words[-1].strip('"')
+    if (alias := _ALIAS.search(item)) is not None:
+        name = alias.group(1)
+        return name[1:-1].replace('""', '"') if name.startswith('"') else name
     return item.strip().rsplit(".", 1)[-1].strip('"')
 
 
 def _reflected(text: str, tables: dict[str, tuple[Column, ...]], params: Params | None) -> Result | None:
     if _SA_NONE.search(text):
-        names = [_named(item) for item in select_list(text)]
+        names = [column_name(item) for item in select_list(text)]
         return _result(names, ["string"] * len(names), [])
     if _SA_SCHEMAS.search(text):
         return _result(["nspname"], ["string"], [(_SCHEMA,)])

@@ -559,6 +559,14 @@ def _psql_lines(served: Served, command: str) -> list[str]:
     return done.stdout.splitlines()
 
 
+def test_psql_lists_the_one_database_the_one_schema_and_no_type_of_its_own(served: Served) -> None:
+    assert _psql_lines(served, "\\l") == ["views|views|UTF8|C|C||libc|"]
+    assert _psql_lines(served, "\\l+")[0].startswith("views|views|UTF8|")
+    assert _psql_lines(served, "\\dn") == ["public|views"]
+    assert _psql_lines(served, "\\dn+") == ["public|views||"]
+    assert _psql_lines(served, "\\dT") == []
+
+
 def test_psql_describe_lists_the_views_and_a_view_s_columns_with_their_types(served: Served) -> None:
     assert _psql_lines(served, "\\d") == ["public|customer_ratings|view|views"]
     assert _psql_lines(served, "\\dt") == []  # tables: none, views only
