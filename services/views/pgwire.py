@@ -71,6 +71,7 @@ CANCEL_REQUEST = 80877102
 MAX_STARTUP_BYTES = 10_000
 MAX_MESSAGE_BYTES = 200_000  # a query's text, with room over sql's own limit
 _EXTENDED = set(b"PBDEC")  # Parse, Bind, Describe, Execute, Close
+_HELD_BYTES = 65_536  # answers held for the Sync are written once they reach this size
 
 
 @dataclass(frozen=True)
@@ -216,36 +217,53 @@ class PgServer:
 
     async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int) -> None:
         session = Session()
+        held: list[bytes] = []  # the extended protocol's answers, sent together at Sync or Flush
+        size = 0
         while True:
             kind, body = await _read_message(reader)
             if kind == b"X":  # Terminate
                 return
-            if kind == b"Q":
-                session.skipping = False
-                try:
-                    sql = body.rstrip(b"\0").decode()
-                except UnicodeDecodeError:
-                    session.failed()
-                    writer.write(error("22021", "the query is not valid UTF-8") + ready(session.state))
-                else:
-                    if (asked := subscription.parse(sql)) is not None:
-                        await self._subscribe(session, asked, writer, secret)
-                    else:
-                        writer.write(await self._simple(session, sql))
-            elif kind == b"S":  # Sync: the end of an extended exchange
-                session.skipping = False
-                session.portals.pop("", None)
-                writer.write(ready(session.state))
-            elif kind == b"H":  # Flush: what is written goes out (drained below)
-                pass
-            elif kind[0] in _EXTENDED:
+            if kind[0] in _EXTENDED:
                 if not session.skipping:
-                    writer.write(await self._extended(session, kind, body))
-            else:  # FunctionCall, CopyData...: refused, and the client may go on
-                session.failed()
-                writer.write(error("0A000" if kind == b"F" else "08P01", f"message {kind!r} is not served"))
-                writer.write(ready(session.state))
+                    held.append(await self._extended(session, kind, body))
+                    size += len(held[-1])
+                if size < _HELD_BYTES:
+                    continue  # as PostgreSQL: one write for the exchange, not one a message
+            if held and kind == b"Q":  # a simple query after messages not synced: theirs first
+                writer.write(b"".join(held))
+                held = []
+            held.append(await self._answer(session, kind, body, writer, secret))
+            writer.write(b"".join(held))
+            held, size = [], 0
             await writer.drain()
+
+    async def _answer(
+        self, session: Session, kind: bytes, body: bytes, writer: asyncio.StreamWriter, secret: int
+    ) -> bytes:
+        """The answer to a message other than the extended protocol's (whose answers are held
+        until this one): a simple query (a subscription writes its own), Sync, Flush, or one
+        that is not served."""
+        if kind == b"Q":
+            session.skipping = False
+            try:
+                sql = body.rstrip(b"\0").decode()
+            except UnicodeDecodeError:
+                session.failed()
+                return error("22021", "the query is not valid UTF-8") + ready(session.state)
+            if (asked := subscription.parse(sql)) is not None:
+                await self._subscribe(session, asked, writer, secret)
+                return b""
+            return await self._simple(session, sql)
+        if kind == b"S":  # Sync: the end of an extended exchange
+            session.skipping = False
+            session.portals.pop("", None)
+            return ready(session.state)
+        if kind == b"H" or kind[0] in _EXTENDED:  # Flush, or answers past the bound: nothing more
+            return b""
+        session.failed()  # FunctionCall, CopyData...: refused, and the client may go on
+        return error("0A000" if kind == b"F" else "08P01", f"message {kind!r} is not served") + ready(
+            session.state
+        )
 
     async def _simple(self, session: Session, sql: str) -> bytes:
         if not sql.strip().strip(";").strip():

@@ -203,6 +203,56 @@ def _bind(portal: bytes, statement: bytes, *values: bytes, binary_rows: bool = F
 SYNC = (b"S", b"")
 
 
+class _Writes:
+    """A stream writer that keeps each write apart."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    async def drain(self) -> None:
+        return None
+
+
+def test_an_extended_exchange_is_answered_in_one_write_at_its_sync(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    store.apply([_row(u) for u in range(1, 8)], {"customer_ratings": MARKER}, {})
+    server = PgServer(SqlReader(store, max_rows=5, timeout_s=1), PgSettings("127.0.0.1", 0, 5, 5, None))
+    exchange = [
+        (b"P", b"\0SELECT ratings FROM customer_ratings WHERE user_id = $1\0\0\0"),
+        _bind(b"", b"", b"3"),
+        (b"D", b"P\0"),
+        (b"E", b"\0\0\0\0\0"),
+        SYNC,
+        (b"P", b"\0SELECT 1\0\0\0"),
+        (b"H", b""),  # Flush: what is held goes out
+        (b"X", b""),
+    ]
+
+    async def run() -> list[bytes]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"".join(kind + struct.pack("!I", len(body) + 4) + body for kind, body in exchange))
+        writer = _Writes()
+        await server._queries(reader, writer, 0)  # type: ignore[arg-type]
+        return writer.writes
+
+    writes = asyncio.run(run())
+    assert len(writes) == 2, writes  # one for the exchange with its Sync, one at the Flush
+    kinds = [writes[0][i : i + 1] for i in _offsets(writes[0])]
+    assert kinds == [b"1", b"2", b"T", b"D", b"C", b"Z"]
+    assert writes[1] == b"1\0\0\0\4"  # ParseComplete
+
+
+def _offsets(data: bytes) -> list[int]:
+    at, found = 0, []
+    while at < len(data):
+        found.append(at)
+        at += 1 + struct.unpack("!I", data[at + 1 : at + 5])[0]
+    return found
+
+
 def test_an_error_in_the_extended_protocol_skips_to_sync_and_the_session_goes_on(served: Served) -> None:
     with _started(served.port) as sock:
         _send(
