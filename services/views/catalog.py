@@ -116,7 +116,8 @@ def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:
         return Result((_TEXT,), [])
     raise SqlError(
         "0A000",
-        "this catalog query is not served; psql's \\d and \\d NAME are, and GET /views describes the views",
+        "this catalog query is not served (psql's \\d commands, JDBC's and SQLAlchemy's metadata and "
+        "information_schema.tables and .columns are); GET /views describes the views",
     )
 
 

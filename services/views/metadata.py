@@ -34,6 +34,19 @@ _COLUMNS = re.compile(
 )
 _KEYS = re.compile(r'^SELECT result\.TABLE_CAT AS "TABLE_CAT".*con\.contype = \'p\'')
 _SHAPES = {"schemas": _SCHEMAS, "tables": _TABLES, "columns": _COLUMNS, "keys": _KEYS}
+_SETTING = re.compile(r"^SELECT setting FROM pg_catalog\.pg_settings WHERE name='([a-z_]+)'$")
+_SETTINGS = {"max_index_keys": "32"}  # PostgreSQL's (the driver asks it before getImportedKeys)
+_CATALOGS = re.compile(r'^SELECT datname AS "TABLE_CAT" FROM pg_catalog\.pg_database WHERE datallowconn')
+# JDBC's queries of what a view has none of, in PostgreSQL as here: indexes (getIndexInfo),
+# foreign keys (getImportedKeys, getExportedKeys), functions, procedures, user-defined types.
+_NONE = re.compile(
+    r'^SELECT (?:tmp\.TABLE_CAT AS "TABLE_CAT", .*tmp\.NON_UNIQUE AS "NON_UNIQUE"'
+    r'|current_database\(\) AS "PKTABLE_CAT", pkn\.nspname AS "PKTABLE_SCHEM"'
+    r'|current_database\(\) AS "(?:FUNCTION|PROCEDURE)_CAT"'
+    r'|current_database\(\) as "TYPE_CAT", n\.nspname as "TYPE_SCHEM", t\.typname as "TYPE_NAME", '
+    r'null as "CLASS_NAME")',
+    re.IGNORECASE,
+)
 # A name filter: `n.nspname LIKE $1`, `c.relname = 'x'`, `attname LIKE E'cust%'`...
 _FILTER = r"\b{}\s+(LIKE|=)\s+(?:\$([0-9]+)|E?'((?:[^']|'')*)')"
 
@@ -77,7 +90,7 @@ def answer(
     before its Bind), or None for any other query."""
     kind = next((k for k, shape in _SHAPES.items() if shape.search(text)), None)
     if kind is None:
-        return _reflected(text, tables, params)
+        return _other(text) or _reflected(text, tables, params)
     text = text.split(" WHERE ", 1)[1] if " WHERE " in text else ""  # the filters, not the CASEs
     if kind == "schemas":
         shown = _matches(text, "nspname", _SCHEMA, params)
@@ -89,6 +102,18 @@ def answer(
     if kind == "columns":
         return _columns(text, tables, params)
     return _keys(text, keys, params)
+
+
+def _other(text: str) -> Result | None:
+    """A setting the driver asks, the one catalog (getCatalogs), or what a view has none of."""
+    if (setting := _SETTING.match(text)) is not None and setting.group(1) in _SETTINGS:
+        return _result(["setting"], ["string"], [(_SETTINGS[setting.group(1)],)])
+    if _CATALOGS.match(text):
+        return _result(["TABLE_CAT"], ["string"], [(CATALOG,)])
+    if _NONE.match(text):
+        names = [column_name(item) for item in select_list(text)]
+        return _result(names, ["string"] * len(names), [])
+    return None
 
 
 def _tables(text: str, names: list[str], params: Params | None) -> Result:

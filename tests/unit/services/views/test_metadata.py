@@ -4,13 +4,14 @@ from the views' descriptions, with their name patterns applied."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.views import metadata
 from services.views.sql import pg_column
 
-QUERIES: dict[str, str] = json.loads((Path(__file__).parent / "jdbc_metadata_queries.json").read_text())
+QUERIES: dict[str, Any] = json.loads((Path(__file__).parent / "jdbc_metadata_queries.json").read_text())
 TABLES = {
     "customer_ratings": (
         pg_column("user_id", "int"),
@@ -85,6 +86,19 @@ def test_a_view_s_primary_key_is_its_key_in_order() -> None:
 def test_a_statement_described_before_its_parameters_are_bound_has_the_columns() -> None:
     answer = metadata.answer(QUERIES["getColumns"], TABLES, KEYS, None)
     assert answer is not None and len(answer.columns) == 16 and len(answer.rows) == 5
+
+
+def test_the_one_catalog_and_the_setting_asked_before_foreign_keys() -> None:
+    assert _rows("getCatalogs") == [("views",)]
+    assert _rows("maxIndexKeys") == [("32",)]
+
+
+def test_indexes_foreign_keys_functions_procedures_and_types_are_none_as_for_a_postgresql_view() -> None:
+    assert len(QUERIES["none"]) == 6  # getIndexInfo, imported and exported keys, functions, procedures, UDTs
+    for text in QUERIES["none"]:
+        answer = metadata.answer(text, TABLES, KEYS, {})
+        assert answer is not None and answer.rows == [], text[:60]
+        assert answer.columns and all('"' not in c.name and " " not in c.name for c in answer.columns)
 
 
 def test_any_other_query_is_not_one_of_these() -> None:
