@@ -1,6 +1,7 @@
-"""JDBC's DatabaseMetaData over the views: the PostgreSQL JDBC driver's own queries (42.7.14's,
-captured as it sent them for getSchemas, getTables, getColumns and getPrimaryKeys) answered
-from the views' descriptions, with their name patterns applied."""
+"""Tools' metadata queries over the views: the PostgreSQL JDBC driver's own (42.7.14's, captured
+as it sent them for getSchemas, getTables, getColumns, getPrimaryKeys, getCatalogs and what a
+view has none of) and SQLAlchemy 2.1's reflection, answered from the views' descriptions, with
+their name patterns applied."""
 
 import json
 from pathlib import Path
