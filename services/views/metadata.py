@@ -7,9 +7,10 @@ parameters or written as literals) applied as PostgreSQL applies them. Each view
 schema `public`; JDBC is told the view's key as its primary key, SQLAlchemy finds no
 constraint, index or comment, as PostgreSQL reflects a view.
 
-Written against the PostgreSQL JDBC driver 42.7's queries (`getSchemas`, `getTables`,
-`getColumns`, `getPrimaryKeys`) and SQLAlchemy 2.1's PostgreSQL dialect; `answer` gives None
-for any other query.
+Written against the PostgreSQL JDBC driver 42.7's queries (`getSchemas`, `getCatalogs`,
+`getTables`, `getColumns`, `getPrimaryKeys`, and `getIndexInfo`, `getImportedKeys`,
+`getExportedKeys`, `getFunctions`, `getProcedures`, `getUDTs`, which find none) and SQLAlchemy
+2.1's PostgreSQL dialect; `answer` gives None for any other query.
 """
 
 import re
