@@ -129,6 +129,20 @@ def test_psql_gives_what_http_gives_for_a_key_a_range_with_a_limit_and_nothing(
         assert conn.execute("SELECT * FROM customer_ratings WHERE user_id = %s", (4242,)).fetchall() == []
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             conn.execute("DELETE FROM customer_ratings WHERE user_id = %s", (7,))
+    # As tools write it: the schema named, a cast; and what they read to list views and columns
+    with psycopg.connect(host="127.0.0.1", port=service.pg_port, user="app", dbname="views") as conn:
+        full = 'SELECT ratings FROM "public"."customer_ratings" WHERE user_id = %s::integer'
+        assert conn.execute(full, ("7",)).fetchone() == (row["ratings"],)
+        listed = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1"
+        )
+        assert [name for (name,) in listed] == ["customer_ratings", "segment_hourly"]
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
+            " ORDER BY ordinal_position",
+            ("customer_ratings",),
+        )
+        assert [name for (name,) in columns] == names
     assert service.stop() == 0
 
 
