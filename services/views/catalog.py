@@ -12,7 +12,17 @@ import re
 from collections.abc import Sequence
 
 from services.views import metadata
-from services.views.sql import VERSION, Column, Params, Result, SqlError, pg_column, select_list
+from services.views.sql import (
+    DATABASE,
+    SCHEMA,
+    VERSION,
+    Column,
+    Params,
+    Result,
+    SqlError,
+    pg_column,
+    select_list,
+)
 
 FIRST_OID = metadata.FIRST_OID
 _OWNER = "views"
@@ -73,9 +83,9 @@ def answer(
 _LISTS: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     (
         'SELECT d.datname as "Name", pg_catalog.pg_get_userbyid(d.datdba)',
-        ("views", _OWNER, "UTF8", "C", "C", "", "libc"),
+        (DATABASE, _OWNER, "UTF8", "C", "C", "", "libc"),
     ),
-    ('SELECT n.nspname AS "Name", pg_catalog.pg_get_userbyid(n.nspowner)', ("public", _OWNER)),
+    ('SELECT n.nspname AS "Name", pg_catalog.pg_get_userbyid(n.nspowner)', (SCHEMA, _OWNER)),
     ('SELECT n.nspname as "Schema", pg_catalog.format_type(t.oid, NULL) AS "Name"', None),
 )
 
@@ -100,7 +110,7 @@ def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:
             pattern = re.compile(_psql_pattern(found.group(1)))
         except re.error as err:
             raise SqlError("2201B", f"invalid regular expression: {err}") from None
-        rows = [(str(by_name[n]), "public", n) for n in sorted(tables) if pattern.fullmatch(n)]
+        rows = [(str(by_name[n]), SCHEMA, n) for n in sorted(tables) if pattern.fullmatch(n)]
         return _result(["oid", "nspname", "relname"], rows, ["long", "string", "string"])
     oid = _OID.search(text)
     name = oids.get(int(oid.group(1))) if oid else None
@@ -130,7 +140,7 @@ def _listing(text: str, names: list[str]) -> Result:
     """`\\d` (and `\\dv`): the views; `\\dt`, `\\di`, `\\ds`: none of those kinds."""
     kinds = text.split("c.relkind IN (", 1)[1].split(")", 1)[0]
     shown = names if "'v'" in kinds else []
-    rows: list[tuple[str | None, ...]] = [("public", n, "view", _OWNER) for n in shown]
+    rows: list[tuple[str | None, ...]] = [(SCHEMA, n, "view", _OWNER) for n in shown]
     if "pg_catalog.obj_description" in text or '"Size"' in text:  # \d+ asks for more columns
         rows = [(*row, "permanent", "", "0 bytes", "") for row in rows]
         more = ["Persistence", "Access method", "Size", "Description"]

@@ -16,13 +16,13 @@ Written against the PostgreSQL JDBC driver 42.7's queries (`getSchemas`, `getCat
 import re
 from collections.abc import Sequence
 
-from services.views.sql import PG_TYPE_NAMES, Column, Params, Result, pg_column, select_list
+from services.views.sql import DATABASE, PG_TYPE_NAMES, SCHEMA, Column, Params, Result, pg_column, select_list
 
 __all__ = ["CATALOG", "FIRST_OID", "answer", "column_name", "format_type", "like"]
 
 FIRST_OID = 16384  # PostgreSQL's first oid for user objects: the views' oids from here, by name
-CATALOG = "views"  # current_database(), the JDBC catalog
-_SCHEMA = "public"
+CATALOG = DATABASE  # current_database(), the JDBC catalog
+_SCHEMA = SCHEMA
 _TABLES = re.compile(
     r'AS "TABLE_CAT", n\.nspname AS "TABLE_SCHEM", c\.relname AS "TABLE_NAME".* '
     r"FROM pg_catalog\.pg_namespace n, pg_catalog\.pg_class c"

@@ -23,9 +23,11 @@ from foundation.errors import RatingsError
 from services.views.store import Store, column_sql, key_of, served, still_loading, view_literal
 
 __all__ = [
+    "DATABASE",
     "PARAMETER",
     "PG_TYPES",
     "PG_TYPE_NAMES",
+    "SCHEMA",
     "Column",
     "Params",
     "Result",
@@ -68,7 +70,8 @@ _MAX_VALUE_BYTES = 1_000_000  # SQLite's limit on one value's length (a view's r
 _MAX_SQL_BYTES = 100_000
 Params = dict[str, Any]  # a query's parameters by number: {"1": 42} for $1
 VERSION = "PostgreSQL 15.0 (ratings views), the materialized views' query service, read only"
-_SESSION_FUNCTIONS = {"version": VERSION, "current_schema": "public", "current_database": "views"}
+DATABASE, SCHEMA = "views", "public"  # the one database and schema the views are, to every tool
+_SESSION_FUNCTIONS = {"version": VERSION, "current_schema": SCHEMA, "current_database": DATABASE}
 
 
 class SqlError(RatingsError):
@@ -135,11 +138,11 @@ _INFORMATION_NAME = re.compile(
 def _information_sql(shapes: dict[str, list[dict[str, str]]]) -> list[str]:
     """The statements that make information_schema's tables of these views."""
     rows: dict[str, list[tuple[object, ...]]] = {
-        "schemata": [("views", "public", "views")],
-        "tables": [("views", "public", view, "VIEW", "NO") for view in sorted(shapes)],
-        "views": [("views", "public", view, None, "NO") for view in sorted(shapes)],
+        "schemata": [(DATABASE, SCHEMA, DATABASE)],
+        "tables": [(DATABASE, SCHEMA, view, "VIEW", "NO") for view in sorted(shapes)],
+        "views": [(DATABASE, SCHEMA, view, None, "NO") for view in sorted(shapes)],
         "columns": [
-            ("views", "public", view, c["name"], i, None, "YES", *_type_names(c.get("type", "string")))
+            (DATABASE, SCHEMA, view, c["name"], i, None, "YES", *_type_names(c.get("type", "string")))
             for view in sorted(shapes)
             for i, c in enumerate(shapes[view], start=1)
         ],
