@@ -9,7 +9,6 @@ queries are `metadata`'s. Any other query on `pg_catalog` is refused with SQLSTA
 """
 
 import re
-from collections.abc import Sequence
 
 from services.views import metadata
 from services.views.sql import (
@@ -24,16 +23,8 @@ from services.views.sql import (
     select_list,
 )
 
-FIRST_OID = metadata.FIRST_OID
 _OWNER = "views"
 _TEXT = pg_column("name", "string")
-
-
-def _result(
-    names: list[str], rows: Sequence[tuple[str | None, ...]], kinds: list[str] | None = None
-) -> Result:
-    kinds = kinds or ["string"] * len(names)
-    return Result(tuple(pg_column(n, k) for n, k in zip(names, kinds, strict=True)), list(rows))
 
 
 _PATTERN = re.compile(r"OPERATOR\(pg_catalog\.~\) '\^\((.*?)\)\$'")
@@ -66,15 +57,15 @@ def answer(
     are of built-in types); SqlError for any other catalog query."""
     text = " ".join(sql.split())
     if _VERSION.fullmatch(text):
-        return _result(["version"], [(VERSION,)])
+        return metadata.result(["version"], [(VERSION,)])
     if _CURRENT_CATALOG.fullmatch(text):
-        return _result(["current_catalog"], [(metadata.CATALOG,)])
+        return metadata.result(["current_catalog"], [(DATABASE,)])
     found = metadata.answer(text, tables, keys or {}, params)
     if found is not None or (found := _listed(text)) is not None:
         return found
     if _TYPE_INFO.search(text):
         names = ["name", "oid", "array_oid", "regtype", "delimiter"]
-        return _result(names, [], ["string", "long", "long", "string", "string"])
+        return metadata.result(names, [], ["string", "long", "long", "string", "string"])
     return _described(text, tables)
 
 
@@ -95,13 +86,13 @@ def _listed(text: str) -> Result | None:
         if text.startswith(start):
             names = [metadata.column_name(item) for item in select_list(text)]
             rows = [tuple([*row, *[""] * len(names)][: len(names)])] if row is not None else []
-            return _result(names, rows)
+            return metadata.result(names, rows)
     return None
 
 
 def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:
-    oids = {FIRST_OID + i: name for i, name in enumerate(sorted(tables))}
-    by_name = {name: oid for oid, name in oids.items()}
+    by_name = metadata.oids(list(tables))
+    oids = {oid: name for name, oid in by_name.items()}
     if 'as "Owner"' in text and "FROM pg_catalog.pg_class c" in text and "c.relkind IN" in text:
         return _listing(text, sorted(tables))
     found = _PATTERN.search(text)
@@ -111,7 +102,7 @@ def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:
         except re.error as err:
             raise SqlError("2201B", f"invalid regular expression: {err}") from None
         rows = [(str(by_name[n]), SCHEMA, n) for n in sorted(tables) if pattern.fullmatch(n)]
-        return _result(["oid", "nspname", "relname"], rows, ["long", "string", "string"])
+        return metadata.result(["oid", "nspname", "relname"], rows, ["long", "string", "string"])
     oid = _OID.search(text)
     name = oids.get(int(oid.group(1))) if oid else None
     if name is not None and text.startswith("SELECT c.relchecks, c.relkind"):
@@ -121,7 +112,7 @@ def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:
     viewdef = _VIEWDEF.match(text)
     if viewdef and int(viewdef.group(1)) in oids:  # \d+ NAME: what the view is
         definition = " -- kept by the views job from the enriched topic; GET /views gives its freshness"
-        return _result(["pg_get_viewdef"], [(definition,)])
+        return metadata.result(["pg_get_viewdef"], [(definition,)])
     if name is not None:  # rules, triggers, policies... of a view: none
         return Result((_TEXT,), [])
     raise SqlError(
@@ -144,8 +135,8 @@ def _listing(text: str, names: list[str]) -> Result:
     if "pg_catalog.obj_description" in text or '"Size"' in text:  # \d+ asks for more columns
         rows = [(*row, "permanent", "", "0 bytes", "") for row in rows]
         more = ["Persistence", "Access method", "Size", "Description"]
-        return _result(["Schema", "Name", "Type", "Owner", *more], rows)
-    return _result(["Schema", "Name", "Type", "Owner"], rows)
+        return metadata.result(["Schema", "Name", "Type", "Owner", *more], rows)
+    return metadata.result(["Schema", "Name", "Type", "Owner"], rows)
 
 
 def _table_info(text: str) -> Result:
@@ -155,7 +146,7 @@ def _table_info(text: str) -> Result:
     values = ["0", "v", "f", "f", "f", "f", "f", "f", "f", "", "0", "", "p", "d", None]
     names = [f"c{i}" for i in range(len(values))]
     count = _select_items(text)
-    return _result(names[:count], [tuple(values[:count])])
+    return metadata.result(names[:count], [tuple(values[:count])])
 
 
 def _attributes(text: str, columns: tuple[Column, ...]) -> Result:
@@ -167,7 +158,7 @@ def _attributes(text: str, columns: tuple[Column, ...]) -> Result:
         storage = "x" if column.pg_type == "text" else "p"  # extended, plain
         row = [column.name, metadata.format_type(column), None, "f", None, "", "", storage, None, None, None]
         rows.append(tuple(row[:count]))
-    return _result([f"c{i}" for i in range(count)], rows)
+    return metadata.result([f"c{i}" for i in range(count)], rows)
 
 
 def _select_items(text: str) -> int:

@@ -18,23 +18,21 @@ from collections.abc import Sequence
 
 from services.views.sql import DATABASE, PG_TYPE_NAMES, SCHEMA, Column, Params, Result, pg_column, select_list
 
-__all__ = ["CATALOG", "FIRST_OID", "answer", "column_name", "format_type", "like"]
+__all__ = ["FIRST_OID", "answer", "column_name", "format_type", "like", "oids", "result"]
 
 FIRST_OID = 16384  # PostgreSQL's first oid for user objects: the views' oids from here, by name
-CATALOG = DATABASE  # current_database(), the JDBC catalog
-_SCHEMA = SCHEMA
 _TABLES = re.compile(
     r'AS "TABLE_CAT", n\.nspname AS "TABLE_SCHEM", c\.relname AS "TABLE_NAME".* '
     r"FROM pg_catalog\.pg_namespace n, pg_catalog\.pg_class c"
 )
-_SCHEMAS = re.compile(
+SCHEMAS = re.compile(
     r'^SELECT nspname AS "TABLE_SCHEM", current_database\(\) AS "TABLE_CATALOG" FROM pg_catalog'
 )
 _COLUMNS = re.compile(
     r"^SELECT \* FROM \(SELECT current_database\(\) AS current_database, n\.nspname,c\.relname,a\.attname,"
 )
 _KEYS = re.compile(r'^SELECT result\.TABLE_CAT AS "TABLE_CAT".*con\.contype = \'p\'')
-_SHAPES = {"schemas": _SCHEMAS, "tables": _TABLES, "columns": _COLUMNS, "keys": _KEYS}
+_SHAPES = {"schemas": SCHEMAS, "tables": _TABLES, "columns": _COLUMNS, "keys": _KEYS}
 _SETTING = re.compile(r"^SELECT setting FROM pg_catalog\.pg_settings WHERE name='([a-z_]+)'$")
 _SETTINGS = {"max_index_keys": "32"}  # PostgreSQL's (the driver asks it before getImportedKeys)
 _CATALOGS = re.compile(r'^SELECT datname AS "TABLE_CAT" FROM pg_catalog\.pg_database WHERE datallowconn')
@@ -79,8 +77,17 @@ def _matches(text: str, column: str, value: str, params: Params | None) -> bool:
     return True
 
 
-def _result(names: list[str], kinds: list[str], rows: Sequence[tuple[str | None, ...]]) -> Result:
+def result(
+    names: list[str], rows: Sequence[tuple[str | None, ...]], kinds: list[str] | None = None
+) -> Result:
+    """A catalog answer: its columns by name (text unless `kinds` says), and its rows as text."""
+    kinds = kinds or ["string"] * len(names)
     return Result(tuple(pg_column(n, k) for n, k in zip(names, kinds, strict=True)), list(rows))
+
+
+def oids(names: list[str]) -> dict[str, int]:
+    """Each view's oid, as psql's \\d and SQLAlchemy are told it: from FIRST_OID, by name."""
+    return {name: FIRST_OID + i for i, name in enumerate(sorted(names))}
 
 
 def answer(
@@ -94,10 +101,8 @@ def answer(
         return _other(text) or _reflected(text, tables, params)
     text = text.split(" WHERE ", 1)[1] if " WHERE " in text else ""  # the filters, not the CASEs
     if kind == "schemas":
-        shown = _matches(text, "nspname", _SCHEMA, params)
-        return _result(
-            ["TABLE_SCHEM", "TABLE_CATALOG"], ["string"] * 2, [(_SCHEMA, CATALOG)] if shown else []
-        )
+        shown = _matches(text, "nspname", SCHEMA, params)
+        return result(["TABLE_SCHEM", "TABLE_CATALOG"], [(SCHEMA, DATABASE)] if shown else [])
     if kind == "tables":
         return _tables(text, sorted(tables), params)
     if kind == "columns":
@@ -108,12 +113,12 @@ def answer(
 def _other(text: str) -> Result | None:
     """A setting the driver asks, the one catalog (getCatalogs), or what a view has none of."""
     if (setting := _SETTING.match(text)) is not None and setting.group(1) in _SETTINGS:
-        return _result(["setting"], ["string"], [(_SETTINGS[setting.group(1)],)])
+        return result(["setting"], [(_SETTINGS[setting.group(1)],)])
     if _CATALOGS.match(text):
-        return _result(["TABLE_CAT"], ["string"], [(CATALOG,)])
+        return result(["TABLE_CAT"], [(DATABASE,)])
     if _NONE.match(text):
         names = [column_name(item) for item in select_list(text)]
-        return _result(names, ["string"] * len(names), [])
+        return result(names, [])
     return None
 
 
@@ -123,13 +128,13 @@ def _tables(text: str, names: list[str], params: Params | None) -> Result:
         name
         for name in names
         if "c.relkind = 'v'" in text
-        and _matches(text, "n.nspname", _SCHEMA, params)
+        and _matches(text, "n.nspname", SCHEMA, params)
         and _matches(text, "c.relname", name, params)
     ]
     columns = ["TABLE_CAT", "TABLE_SCHEM", "TABLE_NAME", "TABLE_TYPE", "REMARKS"]
     columns += ["TYPE_CAT", "TYPE_SCHEM", "TYPE_NAME", "SELF_REFERENCING_COL_NAME", "REF_GENERATION"]
-    rows = [(CATALOG, _SCHEMA, name, "VIEW", None, "", "", "", "", "") for name in shown]
-    return _result(columns, ["string"] * len(columns), rows)
+    rows = [(DATABASE, SCHEMA, name, "VIEW", None, "", "", "", "", "") for name in shown]
+    return result(columns, rows)
 
 
 def _columns(text: str, tables: dict[str, tuple[Column, ...]], params: Params | None) -> Result:
@@ -145,7 +150,7 @@ def _columns(text: str, tables: dict[str, tuple[Column, ...]], params: Params | 
         + ["long", "string"]
     )
     rows = []
-    if _matches(text, "n.nspname", _SCHEMA, params):
+    if _matches(text, "n.nspname", SCHEMA, params):
         for view in sorted(tables):
             if not _matches(text, "c.relname", view, params):
                 continue
@@ -153,8 +158,8 @@ def _columns(text: str, tables: dict[str, tuple[Column, ...]], params: Params | 
                 if _matches(text, "attname", column.name, params):
                     size = str(column.size)
                     row = (
-                        CATALOG,
-                        _SCHEMA,
+                        DATABASE,
+                        SCHEMA,
                         view,
                         column.name,
                         str(column.oid),
@@ -165,31 +170,31 @@ def _columns(text: str, tables: dict[str, tuple[Column, ...]], params: Params | 
                         str(number),
                     )
                     rows.append((*row, None, None, None, None, "0", "b"))
-    return _result(names, kinds, rows)
+    return result(names, rows, kinds)
 
 
 def _keys(text: str, keys: dict[str, list[str]], params: Params | None) -> Result:
     """getPrimaryKeys: a view's key columns, in the key's order."""
     names = ["TABLE_CAT", "TABLE_SCHEM", "TABLE_NAME", "COLUMN_NAME", "KEY_SEQ", "PK_NAME"]
     rows = []
-    if _matches(text, "n.nspname", _SCHEMA, params):
+    if _matches(text, "n.nspname", SCHEMA, params):
         for view in sorted(keys):
             if _matches(text, "ct.relname", view, params):
                 for seq, column in enumerate(keys[view], start=1):
-                    rows.append((CATALOG, _SCHEMA, view, column, str(seq), f"{view}_pkey"))
-    return _result(names, ["string"] * 4 + ["int", "string"], rows)
+                    rows.append((DATABASE, SCHEMA, view, column, str(seq), f"{view}_pkey"))
+    return result(names, rows, ["string"] * 4 + ["int", "string"])
 
 
 # SQLAlchemy's inspector. Its queries name everything in full (pg_catalog.pg_class.relname) and
 # bind its constants as parameters ($1::VARCHAR): the kinds of relation asked for, the names.
-_SA_SCHEMAS = re.compile(r"^SELECT pg_catalog\.pg_namespace\.nspname FROM pg_catalog\.pg_namespace\b")
+_SASCHEMAS = re.compile(r"^SELECT pg_catalog\.pg_namespace\.nspname FROM pg_catalog\.pg_namespace\b")
 _SA_RELATIONS = re.compile(
     r"^SELECT (pg_catalog\.pg_class\.oid, )?pg_catalog\.pg_class\.relname FROM pg_catalog\.pg_class JOIN"
 )
 _SA_COLUMNS = re.compile(r"^SELECT pg_catalog\.pg_attribute\.attname AS name, pg_catalog\.format_type\(")
 _SA_KINDS = re.compile(r"pg_catalog\.pg_class\.relkind = ANY \(ARRAY\[([^\]]*)\]\)")
 _SA_NAMES = re.compile(r"pg_catalog\.pg_class\.relname IN \(([^)]*)\)")
-_SA_SCHEMA = re.compile(r"pg_catalog\.pg_namespace\.nspname = (\$[0-9]+(?:::VARCHAR)?|'[^']*')")
+_SASCHEMA = re.compile(r"pg_catalog\.pg_namespace\.nspname = (\$[0-9]+(?:::VARCHAR)?|'[^']*')")
 _TOKEN = re.compile(r"\$([0-9]+)(?:::[A-Z]+)?|'((?:[^']|'')*)'")
 
 
@@ -211,8 +216,8 @@ def _relations(text: str, names: list[str], params: Params | None) -> list[str]:
     wanted = _values(kinds.group(1), params) if kinds else None
     if wanted is not None and "v" not in wanted:
         return []
-    schema = _SA_SCHEMA.search(text)
-    if schema is not None and (_values(schema.group(1), params) or [_SCHEMA]) != [_SCHEMA]:
+    schema = _SASCHEMA.search(text)
+    if schema is not None and (_values(schema.group(1), params) or [SCHEMA]) != [SCHEMA]:
         return []
     listed = _SA_NAMES.search(text)
     only = _values(listed.group(1), params) if listed else None
@@ -244,15 +249,15 @@ def column_name(item: str) -> str:
 def _reflected(text: str, tables: dict[str, tuple[Column, ...]], params: Params | None) -> Result | None:
     if _SA_NONE.search(text):
         names = [column_name(item) for item in select_list(text)]
-        return _result(names, ["string"] * len(names), [])
-    if _SA_SCHEMAS.search(text):
-        return _result(["nspname"], ["string"], [(_SCHEMA,)])
+        return result(names, [])
+    if _SASCHEMAS.search(text):
+        return result(["nspname"], [(SCHEMA,)])
     if (relations := _SA_RELATIONS.search(text)) is not None:
         shown = _relations(text, sorted(tables), params)
         if relations.group(1):  # with their oids, as catalog's \\d gives them
-            oids = {name: str(FIRST_OID + i) for i, name in enumerate(sorted(tables))}
-            return _result(["oid", "relname"], ["long", "string"], [(oids[n], n) for n in shown])
-        return _result(["relname"], ["string"], [(name,) for name in shown])
+            numbered = oids(list(tables))
+            return result(["oid", "relname"], [(str(numbered[n]), n) for n in shown], ["long", "string"])
+        return result(["relname"], [(name,) for name in shown])
     if _SA_COLUMNS.search(text):
         names = ["name", "format_type", "default", "not_null", "table_name", "comment", "generated"]
         names += ["identity_options", "collation"]
@@ -262,7 +267,7 @@ def _reflected(text: str, tables: dict[str, tuple[Column, ...]], params: Params 
             for view in _relations(text, sorted(tables), params)
             for c in tables[view]
         ]
-        return _result(names, kinds, rows)
+        return result(names, rows, kinds)
     return None
 
 

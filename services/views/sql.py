@@ -164,9 +164,7 @@ def _type_names(kind: str) -> tuple[str, str]:
 def _literal(value: object) -> str:
     if value is None:
         return "NULL"
-    if isinstance(value, int):
-        return str(value)
-    return "'" + str(value).replace("'", "''") + "'"
+    return str(value) if isinstance(value, int) else view_literal(str(value))
 
 
 def information_schema(sql: str) -> str:
@@ -174,10 +172,15 @@ def information_schema(sql: str) -> str:
     connection has them, outside strings and comments."""
     if "information_schema" not in sql.lower():
         return sql
+    return _outside_strings(sql, _INFORMATION_NAME, lambda m: f"information_schema__{m.group(2).lower()}")
+
+
+def _outside_strings(sql: str, pattern: re.Pattern[str], replaced: Callable[[re.Match[str]], str]) -> str:
+    """`sql` with each match of `pattern` that starts outside a string or a comment replaced (a
+    name's quotes stay in `_masked`'s text, a string's or a comment's letters do not)."""
     masked = _masked(sql)
-    for found in reversed(list(_INFORMATION_NAME.finditer(sql))):
-        if masked[found.start()] == sql[found.start()]:
-            sql = f"{sql[: found.start()]}information_schema__{found.group(2).lower()}{sql[found.end() :]}"
+    for found in reversed([m for m in pattern.finditer(sql) if masked[m.start()] == sql[m.start()]]):
+        sql = sql[: found.start()] + replaced(found) + sql[found.end() :]
     return sql
 
 
@@ -202,11 +205,7 @@ def unqualified(sql: str) -> str:
     schema there is, and tools write their names in full."""
     if "public" not in sql.lower():
         return sql
-    masked = _masked(sql)  # a name's quotes stay, a string's or a comment's letters do not
-    cuts = [m.span() for m in _SCHEMA_PREFIX.finditer(sql) if masked[m.start()] == sql[m.start()]]
-    for start, end in reversed(cuts):
-        sql = sql[:start] + sql[end:]
-    return sql
+    return _outside_strings(sql, _SCHEMA_PREFIX, lambda _: "")
 
 
 _CAST_TYPE = re.compile(
