@@ -129,9 +129,12 @@ def build_session(
         # The executors' Python workers (the join in tasks) allocate as the driver does.
         builder = builder.config(f"spark.executorEnv.{POOL_VARIABLE}", pool)
     # Tasks that run Python (the join in tasks) start the executors' Python workers with
-    # PYSPARK_PYTHON; without it, the driver's own interpreter (its packages: pyarrow, the
-    # product), not whatever `python3` is first on the executors' PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # PYSPARK_PYTHON: the setting's, else the driver's own interpreter (its packages: pyarrow,
+    # the product), not whatever `python3` is first on the executors' PATH.
+    if settings.executor_python:
+        os.environ["PYSPARK_PYTHON"] = settings.executor_python
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     skip_driver_checksums(spark)

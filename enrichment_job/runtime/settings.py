@@ -86,6 +86,12 @@ class SparkJobSettings(Settings, ObjectStoreSettings):
         "writes it, later starts map it and start faster (empty: off)",
     )
     ui_enabled: bool = Field(True, description="Spark's web UI (its kill links off)")
+    executor_python: str = Field(
+        "",
+        description="the interpreter the executors' Python workers run (PYSPARK_PYTHON): on a cluster,"
+        " one every executor has, with the product and its packages (the local stack's"
+        " SPARK_EXECUTOR_PYTHON); empty: the driver's own",
+    )
 
     @field_validator("state_dir", mode="before")
     @classmethod

@@ -24,11 +24,19 @@ def app_db(env: dict[str, str]) -> Any:
 def spark_job_on_cluster(env: dict[str, str], prefix: str = "ENRICH_") -> dict[str, str]:
     """The settings of a Spark job (`prefix`: ENRICH_ or VIEWS_JOB_) to run on the stack's
     standalone cluster, in client mode (the driver here, the executors on the workers), with
-    the cluster's SPARK_CONF_DIR (its shared secret: the cluster refuses a job without it)."""
+    the cluster's SPARK_CONF_DIR (its shared secret: the cluster refuses a job without it), and
+    the interpreter its executors' Python workers run where the stack names one."""
     master = env.get("SPARK_MASTER_URL")
     if not master:
         raise ValueError("the stack runs no Spark cluster: make up with STACK_SPARK_CLUSTER=true")
-    return {f"{prefix}MASTER": master, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_CONF_DIR": env["SPARK_CONF_DIR"]}
+    settings = {
+        f"{prefix}MASTER": master,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_CONF_DIR": env["SPARK_CONF_DIR"],
+    }
+    if python := env.get("SPARK_EXECUTOR_PYTHON"):
+        settings[f"{prefix}EXECUTOR_PYTHON"] = python
+    return settings
 
 
 def spark_job_state_in_s3(env: dict[str, str], path: str, prefix: str = "ENRICH_") -> dict[str, str]:

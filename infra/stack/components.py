@@ -16,7 +16,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.stack import es_security, kafka_security
+from infra.stack import es_security, executor_python, kafka_security
 from infra.stack.artifacts import Installed
 from infra.stack.errors import ComponentFailed
 from infra.stack.secrets import CONNECT_REST_USER, CONNECT_SECRET, SPARK_SECRET
@@ -133,6 +133,8 @@ def prune_copies(settings: StackSettings, installed: Installed) -> list[str]:
     if not lib.is_dir():
         return []
     used = {_copy_name(p) for p in (installed.kafka_lib, installed.connect_plugins, installed.s3proxy_lib)}
+    if settings.spark_cluster:  # the cluster's SPARK_HOME and its executors' Python
+        used |= {executor_python.spark_home_name(), executor_python.ENVIRONMENT}
     removed = sorted(entry.name for entry in lib.iterdir() if entry.name not in used)
     for name in removed:  # a running component keeps the jars it has open
         shutil.rmtree(lib / name, ignore_errors=True)
@@ -511,8 +513,21 @@ def s3(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -
 def spark_cluster(settings: StackSettings, installed: Installed, secret: str) -> list[Component]:
     """A Spark standalone master and its workers, from the pyspark package's own jars (the same
     release as the jobs' driver), on the Spark jobs' JDK, bound to the loopback. A worker starts
-    each executor as a JVM of its own, with the package as SPARK_HOME."""
-    return spark_daemons(settings, installed.spark_java, secret)
+    each executor as a JVM of its own, with the package as SPARK_HOME. Run as root, they run as
+    the service user, from copies it can read (`executor_python`), so that an application's
+    code never runs as root on the executors."""
+    user = _service_user(settings)
+    if user is not None:
+        executor_python.environment(settings, user)
+    return spark_daemons(settings, installed.spark_java, secret, user)
+
+
+def executor_python_path(settings: StackSettings) -> str:
+    """stack.env's SPARK_EXECUTOR_PYTHON: the interpreter a job on the cluster names for its
+    executors' Python workers; empty where they run as the job's user (its own interpreter)."""
+    if not settings.spark_cluster or _service_user(settings) is None:
+        return ""
+    return str(settings.service_state_dir / "lib" / executor_python.ENVIRONMENT / "bin" / "python")
 
 
 def spark_conf_dir(settings: StackSettings) -> Path:
@@ -539,18 +554,28 @@ def write_spark_defaults(settings: StackSettings, secret: str) -> Path:
     return path
 
 
-def spark_daemons(settings: StackSettings, spark_java: Path, secret: str) -> list[Component]:
+def spark_daemons(
+    settings: StackSettings, spark_java: Path, secret: str, user: str | None = None
+) -> list[Component]:
     """The master and workers of `spark_cluster` on the JDK at `spark_java` (the scale benchmark
     starts a cluster of its own from these, on other ports), authenticating with `secret`: the
-    properties file of `write_spark_defaults`, so the secret is on no command line."""
+    properties file of `write_spark_defaults`, so the secret is on no command line. With a
+    `user`, they run as it, in its folder, with a copy of the properties file it alone reads."""
     from infra.stack.artifacts import pyspark_jars_dir  # noqa: PLC0415 - imports pyspark
 
-    jars = pyspark_jars_dir()
-    state = settings.state_dir / "spark"
-    defaults = str(write_spark_defaults(settings, secret))
+    defaults = write_spark_defaults(settings, secret)
+    if user is None:
+        home = pyspark_jars_dir().parent
+        state = settings.state_dir / "spark"
+    else:
+        home = executor_python.spark_home(settings)
+        state = settings.service_state_dir / "spark"
+        (state / "conf").mkdir(parents=True, exist_ok=True)
+        defaults = Path(shutil.copy(defaults, state / "conf" / defaults.name))
+    jars = home / "jars"
     java = str(spark_java / "bin" / "java")
     environment = {
-        "SPARK_HOME": str(jars.parent),
+        "SPARK_HOME": str(home),
         "JAVA_HOME": str(spark_java),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_DIRS": str(state / "tmp"),
@@ -564,14 +589,19 @@ def spark_daemons(settings: StackSettings, spark_java: Path, secret: str) -> lis
         (state / name).mkdir(parents=True, exist_ok=True)
         command = [java, f"-Xmx{settings.spark_daemon_heap}", *props, "-cp", f"{jars}/*", main, *args]
         return Component(
-            name=name, ports=ports[name], command=command, directory=state / name, environment=environment
+            name=name,
+            ports=ports[name],
+            command=command,
+            directory=state / name,
+            environment=environment,
+            user=user,
         )
 
     master = daemon(
         "spark-master",
         "org.apache.spark.deploy.master.Master",
         "--properties-file",
-        defaults,
+        str(defaults),
         "--host",
         "127.0.0.1",
         "--port",
@@ -595,7 +625,7 @@ def spark_daemons(settings: StackSettings, spark_java: Path, secret: str) -> lis
             f"spark-worker-{i}",
             "org.apache.spark.deploy.worker.Worker",
             "--properties-file",
-            defaults,
+            str(defaults),
             "--host",
             f"127.0.0.{i}",
             "--cores",
@@ -611,6 +641,8 @@ def spark_daemons(settings: StackSettings, spark_java: Path, secret: str) -> lis
         )
         for i in spark_worker_ids(settings)
     ]
+    (state / "tmp").mkdir(parents=True, exist_ok=True)
+    _chown_tree(state, user)
     return [master, *workers]
 
 

@@ -38,7 +38,7 @@ class StackSettings(BaseSettings):
     )
     service_user: str = Field(
         "ratings-stack",
-        description="unprivileged user for every component but the Spark cluster when run as root",
+        description="unprivileged user that runs every component when run as root",
     )
     service_dir: Path | None = Field(
         None,
@@ -84,6 +84,13 @@ class StackSettings(BaseSettings):
     elasticsearch_heap: str = "768m"
     s3_heap: str = "256m"
     spark_daemon_heap: str = Field("256m", description="heap of the Spark master and each worker")
+    spark_python: Path | None = Field(
+        None,
+        description="run as root: the interpreter of the Python environment the stack builds for the "
+        "cluster's executors (stack.env's SPARK_EXECUTOR_PYTHON), of the venv's minor version, one "
+        "the service user can run; default: the venv's own base interpreter if it can, else "
+        "/usr/bin/python3.<minor>",
+    )
 
     s3_bucket: str = "ratings-lake"
     s3_state_bucket: str = Field(

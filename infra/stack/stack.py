@@ -15,6 +15,7 @@ from infra.stack import bootstrap, es_security, kafka_security
 from infra.stack.artifacts import Installed, install
 from infra.stack.components import (
     component_ports,
+    executor_python_path,
     prepare_components,
     spark_conf_dir,
     spark_master_url,
@@ -77,9 +78,9 @@ def check_ports(settings: StackSettings, sup: Supervisor) -> None:
                 )
 
 
-# What the service user runs when `make up` runs as root: each keeps its data and rendered
-# configuration in the service folder. Spark is not among them: its executors read and write
-# the jobs' state folders, which belong to the user who starts the jobs.
+# What the service user runs when `make up` runs as root, whose folders an earlier state folder
+# kept in itself (they move to the service folder). The Spark cluster runs as the service user
+# too, and always had its folder apart from the jobs' copy of its secret.
 SERVICE_COMPONENTS = ("mariadb", "postgres", "elasticsearch", "kafka", "s3", "connect")
 
 
@@ -136,6 +137,10 @@ def _private_state(settings: StackSettings) -> None:
             if old.exists() and not (service / name).exists():
                 log.info("moving %s to %s", old, service / name)
                 shutil.move(old, service / name)
+        # The Spark cluster ran as root from the state folder; its executors' folders are left.
+        for old in sorted((settings.state_dir / "spark").glob("spark-*")):
+            log.info("removing %s: the Spark cluster runs from %s now", old, service / "spark")
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -283,6 +288,9 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
         # A job on the cluster starts with it: spark-defaults.conf there holds the shared secret.
         "SPARK_CONF_DIR": str(spark_conf_dir(settings)) if settings.spark_cluster else "",
         "SPARK_MASTER_UI_URL": f"http://127.0.0.1:{settings.spark_ui_port}" if settings.spark_cluster else "",
+        # Run as root, the cluster runs as the service user: its executors' Python workers run
+        # this interpreter, which has the product and its packages (`executor_python`).
+        "SPARK_EXECUTOR_PYTHON": executor_python_path(settings),
         "JAVA_HOME": str(installed.spark_java),  # who reads it starts a Spark job
         "KAFKA_SECURITY": settings.kafka_security,
     }

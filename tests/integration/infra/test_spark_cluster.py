@@ -1,8 +1,13 @@
 """The stack's Spark cluster runs only the applications that have its shared secret: a local
-user without it cannot submit work that would run as the stack's user."""
+user without it cannot submit work that would run as the stack's user. Under a root `make up`,
+the master, the workers and the executors with their Python workers run as the service user,
+with the product's packages in the executors' Python."""
 
+import ast
 import json
 import os
+import pwd
+import re
 import subprocess
 import sys
 import time
@@ -10,7 +15,18 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from infra.stack.settings import StackSettings
+
 StackEnv = dict[str, str]
+DAEMONS = re.compile(rb"\x00org\.apache\.spark\.deploy\.(master\.Master|worker\.Worker)\x00")
+# Where the product's package lies in the executors' Python environment.
+PRODUCT = Path(
+    "lib",
+    f"python{sys.version_info.major}.{sys.version_info.minor}",
+    "site-packages",
+    "enrichment_job",
+    "__init__.py",
+)
 
 APPLICATION = """
 import sys
@@ -18,6 +34,12 @@ from pyspark.sql import SparkSession
 builder = SparkSession.builder.master(sys.argv[1]).appName(sys.argv[2])
 spark = builder.config("spark.ui.enabled", "false").getOrCreate()
 print("sum", spark.sparkContext.parallelize(range(10), 2).sum(), flush=True)
+
+def where(_):
+    import os, sys, enrichment_job
+    return os.geteuid(), sys.prefix, enrichment_job.__file__
+
+print("ran", sorted(set(spark.sparkContext.parallelize(range(4), 4).map(where).collect())), flush=True)
 spark.stop()
 """
 
@@ -25,6 +47,8 @@ spark.stop()
 def _application(stack_env: StackEnv, name: str, tmp_path: Path, with_secret: bool) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "SPARK_CONF_DIR"}
     env |= {"JAVA_HOME": stack_env["JAVA_HOME"], "SPARK_LOCAL_IP": "127.0.0.1"}
+    if stack_env.get("SPARK_EXECUTOR_PYTHON"):
+        env["PYSPARK_PYTHON"] = stack_env["SPARK_EXECUTOR_PYTHON"]
     if with_secret:
         env["SPARK_CONF_DIR"] = stack_env["SPARK_CONF_DIR"]
     with (tmp_path / f"{name}.log").open("w") as log:  # the child keeps its own copy
@@ -68,5 +92,28 @@ def test_the_cluster_runs_an_application_with_its_secret_and_refuses_one_without
         assert admitted.wait(180) == 0, (tmp_path / f"{member}.log").read_text()[-3000:]
     finally:
         admitted.kill()
-    assert "sum 45" in (tmp_path / f"{member}.log").read_text()
+    output = (tmp_path / f"{member}.log").read_text()
+    assert "sum 45" in output
     assert _registered(stack_env, member)
+    ran = ast.literal_eval(next(line for line in output.splitlines() if line.startswith("ran "))[4:])
+    if os.geteuid() != 0:  # the executors run as the user who made the stack, with its Python
+        assert {uid for uid, _, _ in ran} == {os.geteuid()}
+        return
+    service = pwd.getpwnam(StackSettings().service_user).pw_uid
+    environment = Path(stack_env["SPARK_EXECUTOR_PYTHON"]).parent.parent
+    assert ran == [(service, str(environment), str(environment / PRODUCT))], output[-3000:]
+    daemons = [pid for pid in _pids() if DAEMONS.search(_cmdline(pid))]
+    assert len(daemons) == 1 + StackSettings().spark_workers
+    for pid in daemons:
+        assert Path(f"/proc/{pid}").stat().st_uid == service, _cmdline(pid)
+
+
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone meanwhile
+        return b""

@@ -56,9 +56,9 @@ def _process_tree_owners(pid: int) -> set[str]:
     return owners
 
 
-def test_under_a_root_up_only_the_spark_cluster_runs_as_root(stack_env: StackEnv) -> None:
-    """Run as root, the stack hands every component but the Spark cluster (whose executors use the
-    jobs' state folders) to its unprivileged user; run as anyone else, everything runs as them."""
+def test_under_a_root_up_no_component_runs_as_root(stack_env: StackEnv) -> None:
+    """Run as root, the stack hands every component, the Spark cluster's master and workers with
+    them, to its unprivileged user; run as anyone else, everything runs as them."""
     settings = StackSettings()
     sup = Supervisor(settings)
     expected = settings.service_user if os.geteuid() == 0 else os_user()
@@ -69,4 +69,4 @@ def test_under_a_root_up_only_the_spark_cluster_runs_as_root(stack_env: StackEnv
     for name, pid in pids.items():
         assert pid > 0, name
         owners = _process_tree_owners(pid)
-        assert owners == ({os_user()} if name.startswith("spark") else {expected}), (name, owners)
+        assert owners == {expected}, (name, owners)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.stack import components
+from infra.stack import components, executor_python
 from infra.stack.artifacts import Installed
 from infra.stack.components import component_ports, kafka_cluster_id, render_properties
 from infra.stack.settings import INFRA_DIR, StackSettings
@@ -106,6 +106,30 @@ def test_the_spark_daemons_authenticate_with_a_secret_on_no_command_line(tmp_pat
         assert not any("s3cr3t" in value for value in daemon.environment.values())
 
 
+def test_as_root_the_spark_daemons_run_as_the_service_user_from_its_own_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = StackSettings(state_dir=tmp_path / "state", service_dir=tmp_path / "svc")
+    owned: list[tuple[Path, str | None]] = []
+    monkeypatch.setattr(components, "_chown_tree", lambda path, user: owned.append((path, user)))
+    daemons = components.spark_daemons(settings, Path("/jdk"), "s3cr3t-value", "svc-user")
+    state = settings.service_state_dir / "spark"
+    assert owned == [(state, "svc-user")]  # its folders, logs of executors and scratch are the user's
+    home = settings.service_state_dir / "lib" / executor_python.spark_home_name()
+    theirs = state / "conf" / "spark-defaults.conf"  # the user's copy of the secret, 0600
+    assert theirs.stat().st_mode & 0o777 == 0o600
+    assert theirs.read_text() == (components.spark_conf_dir(settings) / "spark-defaults.conf").read_text()
+    for daemon in daemons:
+        assert daemon.user == "svc-user"
+        assert daemon.directory == state / daemon.name
+        assert daemon.environment["SPARK_HOME"] == str(home)
+        assert daemon.environment["SPARK_LOCAL_DIRS"] == str(state / "tmp")
+        assert daemon.command[daemon.command.index("-cp") + 1] == f"{home}/jars/*"
+        assert daemon.command[daemon.command.index("--properties-file") + 1] == str(theirs)
+        assert str(settings.state_dir) not in " ".join(daemon.command)
+    assert components.spark_daemons(settings, Path("/jdk"), "s3cr3t-value")[0].user is None  # the benchmark's
+
+
 def test_as_root_kafka_connect_and_s3_run_as_the_service_user_from_files_it_can_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -175,14 +199,32 @@ def test_copies_of_versions_no_component_uses_are_removed_from_the_service_folde
         "s3proxy-1.0-lib",
         "debezium-1.0-plugins",
         "kafka-2.0-lib.copying",
+        "executor-python",  # the Spark cluster's, as long as there is one
+        executor_python.spark_home_name(),
+        "pyspark-0.9.0",
     ):
         (lib / name).mkdir(parents=True)
         (lib / name / "a.jar").write_bytes(b"PK")
-    assert components.prune_copies(settings, installed) == ["kafka-1.0-lib", "kafka-2.0-lib.copying"]
-    assert sorted(p.name for p in lib.iterdir()) == [
-        "debezium-1.0-plugins",
-        "kafka-2.0-lib",
-        "s3proxy-1.0-lib",
+    assert components.prune_copies(settings, installed) == [
+        "kafka-1.0-lib",
+        "kafka-2.0-lib.copying",
+        "pyspark-0.9.0",
+    ]
+    assert sorted(p.name for p in lib.iterdir()) == sorted(
+        [
+            "debezium-1.0-plugins",
+            "executor-python",
+            "kafka-2.0-lib",
+            "s3proxy-1.0-lib",
+            executor_python.spark_home_name(),
+        ]
+    )
+    no_cluster = StackSettings(
+        state_dir=tmp_path / "state", service_dir=tmp_path / "svc", spark_cluster=False
+    )
+    assert components.prune_copies(no_cluster, installed) == [
+        "executor-python",
+        executor_python.spark_home_name(),
     ]
     assert (
         components.prune_copies(

@@ -158,13 +158,15 @@ def test_the_data_of_a_stack_from_before_the_service_folder_moves_over(as_root: 
     (state / "elasticsearch" / "data").mkdir(parents=True)
     (state / "kafka" / "data").mkdir(parents=True)
     (state / "s3" / "data").mkdir(parents=True)
-    (state / "spark").mkdir()
+    (state / "spark" / "conf").mkdir(parents=True)
+    (state / "spark" / "spark-worker-1" / "work").mkdir(parents=True)
     settings = StackSettings(state_dir=state, service_dir=as_root / "abc")
     _private_state(settings)
     for name in ("mariadb", "elasticsearch", "kafka", "s3"):
         assert (as_root / "abc" / name / "data").is_dir()
         assert not (state / name).exists()
-    assert (state / "spark").is_dir()  # the Spark cluster stays root's
+    # the jobs' copy of the cluster's secret stays; the folders of a cluster run as root go
+    assert [p.name for p in (state / "spark").iterdir()] == ["conf"]
 
 
 def test_environment_values_with_quotes_and_commas_reach_supervisord_intact(tmp_path: Path) -> None:
