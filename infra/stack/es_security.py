@@ -18,6 +18,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from infra.stack.errors import StackError
 from infra.stack.settings import INFRA_DIR
 
 ADMIN_USER = "stack_admin"
@@ -63,6 +64,12 @@ def node_arguments() -> list[str]:
 
 
 def admin_auth(secrets: dict[str, str]) -> tuple[str, str]:
+    """The stack's own Elasticsearch user; a state folder secured before Elasticsearch was has no
+    password for it until its next `make up` makes one."""
+    if not secrets.get(ADMIN_SECRET):
+        raise StackError(
+            f"secrets.env has no {ADMIN_SECRET}: `make up` creates it and signs the node's users in"
+        )
     return ADMIN_USER, secrets[ADMIN_SECRET]
 
 

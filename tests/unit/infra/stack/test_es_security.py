@@ -1,13 +1,15 @@
 import base64
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from infra.stack import components, es_security
+from infra.stack import components, es_security, health
 from infra.stack.artifacts import Installed
+from infra.stack.errors import StackError
 from infra.stack.settings import StackSettings
 
 SECRETS = {es_security.ADMIN_SECRET: "admin-secret-value", es_security.SINK_SECRET: "sink-secret-value"}
@@ -96,3 +98,14 @@ def test_the_plaintext_node_has_no_users_and_security_off(
     assert "xpack.security" not in " ".join(node.command)  # elasticsearch.yml's false holds
     conf = Path(node.environment["ES_PATH_CONF"])
     assert (conf / "users").read_text() == "" and not (conf / "jvm.options.d" / "security.options").exists()
+
+
+def test_a_state_folder_secured_before_elasticsearch_was_gets_a_message_not_a_key_error(
+    tmp_path: Path,
+) -> None:
+    settings = StackSettings(state_dir=tmp_path, kafka_security="scram")
+    with pytest.raises(
+        StackError, match=re.escape("secrets.env has no ELASTICSEARCH_ADMIN_PASSWORD: `make up` creates it")
+    ):
+        health.check_elasticsearch(settings, {"S3_ACCESS_KEY": "a"})
+    assert es_security.admin_auth(SECRETS) == (es_security.ADMIN_USER, "admin-secret-value")
