@@ -9,6 +9,9 @@ for a free connection counts that wait in its latency. Keys: customer ids drawn 
   the CPU a pull, which make bench-views uses by default);
 - `pg`: `SELECT * FROM customer_ratings WHERE user_id = <id>` over the PostgreSQL wire protocol
   (the simple query protocol, as psql sends it), on --port;
+- `pg-extended`: `SELECT * FROM customer_ratings WHERE user_id = $1` with the key as its
+  parameter, over the extended query protocol (Parse, Bind, Describe, Execute and Sync in one
+  write, as psycopg sends a query with parameters; JDBC and pgx send the same messages), on --port;
 - `scan`: `GET /views/customer_ratings?user_id.gte=<id>&limit=100`, a range of 100 rows.
 """
 
@@ -27,6 +30,7 @@ import uvloop
 _PULL = "/views/customer_ratings/%d"
 _SCAN = "/views/customer_ratings?user_id.gte=%d&limit=100"
 _PG_PULL = "SELECT * FROM customer_ratings WHERE user_id = %d"  # an integer key only
+_PG_PARAMETER_PULL = b"SELECT * FROM customer_ratings WHERE user_id = $1"
 
 
 async def _connection(  # noqa: PLR0917 (one connection's inputs and outputs)
@@ -38,12 +42,14 @@ async def _connection(  # noqa: PLR0917 (one connection's inputs and outputs)
     statuses: dict[int, int],
 ) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    if kind == "pg":
+    if kind.startswith("pg"):
         await _pg_start(reader, writer)
     while (item := await due.get()) is not None:
         at, key = item
         if kind == "pg":
             status = await _pg_query(reader, writer, _PG_PULL % key)
+        elif kind == "pg-extended":
+            status = await _pg_exchange(reader, writer, _pg_extended(_PG_PARAMETER_PULL, str(key).encode()))
         else:
             status = await _http_get(reader, writer, (_SCAN if kind == "scan" else _PULL) % key)
         latencies.append(time.perf_counter() - at)
@@ -82,7 +88,33 @@ async def _pg_start(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
 async def _pg_query(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sql: str) -> int:
     """One simple query; 200 when it answered rows or none, 500 on an ErrorResponse."""
     text = sql.encode() + b"\0"
-    writer.write(b"Q" + struct.pack("!i", 4 + len(text)) + text)
+    return await _pg_exchange(reader, writer, b"Q" + struct.pack("!i", 4 + len(text)) + text)
+
+
+def _pg_message_bytes(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!i", 4 + len(body)) + body
+
+
+def _pg_extended(sql: bytes, parameter: bytes) -> bytes:
+    """The unnamed statement and portal of `sql` with one parameter in text (its type left to the
+    server), described and run to the end, then Sync."""
+    return b"".join(
+        (
+            _pg_message_bytes(b"P", b"\0" + sql + b"\0" + struct.pack("!h", 0)),
+            _pg_message_bytes(
+                b"B", b"\0\0" + struct.pack("!hhi", 0, 1, len(parameter)) + parameter + struct.pack("!h", 0)
+            ),
+            _pg_message_bytes(b"D", b"P\0"),
+            _pg_message_bytes(b"E", b"\0" + struct.pack("!i", 0)),
+            _pg_message_bytes(b"S", b""),
+        )
+    )
+
+
+async def _pg_exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, messages: bytes) -> int:
+    """`messages` sent in one write; 200 when the answers up to ReadyForQuery hold no
+    ErrorResponse, else 500."""
+    writer.write(messages)
     status = 200
     while True:
         kind, _ = await _pg_message(reader)
@@ -167,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=1000)
     parser.add_argument("--duration", type=float, default=30)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--kind", choices=("http", "pg", "scan"), default="http")
+    parser.add_argument("--kind", choices=("http", "pg", "pg-extended", "scan"), default="http")
     args = parser.parse_args(argv)
     ids = json.loads(args.ids.read_text())
     # On uvloop, as the query service: the client shares the cores it measures, and on asyncio's

@@ -23,6 +23,8 @@ going, then
    -10), as an operator gives it on a host it shares with Spark jobs;
 2. measured_pg: the same again, the pulls over the PostgreSQL wire protocol at --pg-pull-rate
    (infra.bench.pull --kind pg: `SELECT * FROM customer_ratings WHERE user_id = <id>`);
+   measured_pg_extended (with --pg-extended-pull-rate): the same with the key as a parameter, over
+   the extended query protocol as drivers send it (psycopg, JDBC, pgx; --kind pg-extended);
 3. measured_scan: the same for --scan-duration, with range scans of 100 rows over HTTP at
    --scan-rate (`GET /views/customer_ratings?user_id.gte=<id>&limit=100`);
 4. measured_hostile (--hostile): the HTTP pulls of the measured phase again, for --duration,
@@ -455,6 +457,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "protocol (infra.bench.pull --kind pg) at this rate (0: none)",
     )
     parser.add_argument(
+        "--pg-extended-pull-rate",
+        type=float,
+        default=0,
+        help="a phase of --duration after measured_pg: the pulls with the key as a parameter, over the "
+        "extended query protocol as drivers send it (infra.bench.pull --kind pg-extended) at this rate "
+        "(0: none)",
+    )
+    parser.add_argument(
         "--scan-rate",
         type=float,
         default=50,
@@ -553,11 +563,18 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912, PLR0915 - one 
             }
             print(json.dumps(results["sql_views"]), flush=True)
         pg_client = [sys.executable, "-m", "infra.bench.pull", "--kind", "pg", "--port", str(PG_PORT)]
+        driver_client = [*pg_client[:4], "pg-extended", *pg_client[5:]]
         scan_client = [sys.executable, "-m", "infra.bench.pull", "--kind", "scan", "--port", str(PORT)]
         phases: tuple[tuple[str, float, list[str], float], ...] = (
             ("warm_up", args.warmup, [], 0.0),
             ("measured", args.duration, [*pull_command, "--port", str(PORT)], args.pull_rate),
             ("measured_pg", args.duration if args.pg_pull_rate > 0 else 0, pg_client, args.pg_pull_rate),
+            (
+                "measured_pg_extended",
+                args.duration if args.pg_extended_pull_rate > 0 else 0,
+                driver_client,
+                args.pg_extended_pull_rate,
+            ),
             ("measured_scan", args.scan_duration if args.scan_rate > 0 else 0, scan_client, args.scan_rate),
             (
                 "measured_hostile",
