@@ -213,6 +213,7 @@ _CAST_TYPE = re.compile(
     re.IGNORECASE,
 )
 _OPERAND_END = re.compile(r"[\w.$\"]")
+_CASE_WORDS = re.compile(r"\b(?:CASE|END)\b", re.IGNORECASE)
 
 
 def _operand_start(masked: str, end: int) -> int:
@@ -230,14 +231,22 @@ def _operand_start(masked: str, end: int) -> int:
             if depth == 0:
                 break
             i -= 1
+    end_of_word = i
     while i > 0 and _OPERAND_END.match(masked[i - 1]):
         i -= 1
+    if masked[i:end_of_word].upper() == "END":  # a CASE expression: from its CASE, nested ones within
+        depth = 0
+        for word in reversed(list(_CASE_WORDS.finditer(masked, 0, end_of_word))):
+            depth += 1 if word.group(0).upper() == "END" else -1
+            if depth == 0:
+                return word.start()
     return i
 
 
 def pg_casts(sql: str) -> str:
     """PostgreSQL's `x::type` written as `CAST(x AS type)`, which SQLite reads (`$1::int`,
-    `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`), outside strings and comments."""
+    `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`, `CASE ... END::text`), outside
+    strings and comments."""
     if "::" not in sql:
         return sql
     masked = _masked(sql)

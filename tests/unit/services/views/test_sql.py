@@ -79,6 +79,14 @@ def test_the_schema_public_is_taken_off_names_and_left_in_strings_comments_and_o
             'SELECT CAST(f(g(x)) AS text), CAST("Odd" AS int) FROM v',
         ),
         (
+            "SELECT CASE WHEN a > 1 THEN CASE b WHEN 2 THEN 1 END ELSE 0 END::int, x FROM v",
+            "SELECT CAST(CASE WHEN a > 1 THEN CASE b WHEN 2 THEN 1 END ELSE 0 END AS int), x FROM v",
+        ),  # a CASE expression whole, nested ones within
+        (
+            "SELECT case when 'end' = x then 1 end ::text, weekend::int FROM v",
+            "SELECT CAST(case when 'end' = x then 1 end AS text), CAST(weekend AS int) FROM v",
+        ),
+        (
             "SELECT 'a::int', x FROM v -- y::int",
             "SELECT 'a::int', x FROM v -- y::int",
         ),  # strings and comments kept
