@@ -78,9 +78,9 @@ def check_ports(settings: StackSettings, sup: Supervisor) -> None:
                 )
 
 
-# What the service user runs when `make up` runs as root, whose folders an earlier state folder
-# kept in itself (they move to the service folder). The Spark cluster runs as the service user
-# too, and always had its folder apart from the jobs' copy of its secret.
+# What the service user runs when `make up` runs as root and an earlier state folder kept the
+# folders of in itself: they move to the service folder. The Spark cluster, run by the service
+# user too, is not moved: its old folders go, and the jobs' copy of its secret stays.
 SERVICE_COMPONENTS = ("mariadb", "postgres", "elasticsearch", "kafka", "s3", "connect")
 
 
