@@ -276,6 +276,26 @@ def test_an_error_in_the_extended_protocol_skips_to_sync_and_the_session_goes_on
         assert answer[2][1] == b"SELECT 1\0"
 
 
+def test_a_statement_s_parameter_types_follow_its_view_s_columns_when_they_change(served: Served) -> None:
+    """The types inferred for a statement's text are kept while the views stay the same (drivers
+    send the same texts again and again), and inferred again once a view's columns change."""
+    sql = b"SELECT * FROM customer_ratings WHERE ratings >= $1 AND user_id = $2"
+
+    def described() -> bytes:
+        with _started(served.port) as sock:
+            _send(sock, (b"P", b"\0" + sql + b"\0\0\0"), (b"D", b"S\0"), SYNC)
+            answer = _until(sock, b"Z")
+        assert [k for k, _ in answer] == [b"1", b"t", b"T", b"Z"]
+        return answer[1][1]
+
+    assert described() == struct.pack("!hII", 2, 20, 23)  # ratings: int8, user_id: int4
+    assert described() == struct.pack("!hII", 2, 20, 23)  # the same text again
+    wider = [c | {"type": "long"} if c["name"] == "user_id" else c for c in COLUMNS]
+    marker = ViewMarker.decode({"view": "customer_ratings", "key": ["user_id"], "columns": wider})
+    served.store.apply([_row(9)], {"customer_ratings": marker}, {})
+    assert described() == struct.pack("!hII", 2, 20, 20)  # user_id now int8
+
+
 def test_a_prepared_statement_is_described_then_executed_in_parts_with_binary_rows(served: Served) -> None:
     sql = b"SELECT user_id, average_stars, customer_matched FROM customer_ratings WHERE ratings >= $1"
     sql += b" ORDER BY 1"
