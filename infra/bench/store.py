@@ -6,6 +6,7 @@ rows, with a subscriber of the whole view, in microseconds per change; and a pul
 in-process, as the service's HTTP protocol answers it and through its ASGI app, in microseconds
 of CPU. What a pull costs the server over HTTP: `python -m infra.bench.server`."""
 
+import argparse
 import asyncio
 import json
 import random
@@ -200,7 +201,9 @@ def _cpu(fn: Callable[[], object], n: int) -> float:
     return (time.process_time() - started) / n
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.bench.store", description=__doc__)
+    parser.parse_args(argv)  # no settings: --help says what it measures, and starts nothing
     rows = customer_rows()
     with tempfile.TemporaryDirectory() as folder:
         for name, store in (
