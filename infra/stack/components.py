@@ -527,7 +527,7 @@ def executor_python_path(settings: StackSettings) -> str:
     executors' Python workers; empty where they run as the job's user (its own interpreter)."""
     if not settings.spark_cluster or _service_user(settings) is None:
         return ""
-    return str(settings.service_state_dir / "lib" / executor_python.ENVIRONMENT / "bin" / "python")
+    return str(executor_python.environment_dir(settings) / "bin" / "python")
 
 
 def spark_conf_dir(settings: StackSettings) -> Path:

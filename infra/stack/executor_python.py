@@ -56,10 +56,15 @@ def spark_home(settings: StackSettings) -> Path:
     return target
 
 
+def environment_dir(settings: StackSettings) -> Path:
+    """Where `environment` builds the executors' Python (the interpreter is `bin/python`)."""
+    return settings.service_state_dir / "lib" / ENVIRONMENT
+
+
 def environment(settings: StackSettings, user: str) -> Path:
-    """The executors' Python environment (its folder; the interpreter is `bin/python`)."""
+    """The executors' Python environment, built or brought up to date (its folder)."""
     return build_environment(
-        settings.service_state_dir / "lib" / ENVIRONMENT,
+        environment_dir(settings),
         interpreter_for(settings, user),
         Path(sysconfig.get_paths()["purelib"]),
         [REPO_ROOT / name for name in PRODUCT_PACKAGES],
