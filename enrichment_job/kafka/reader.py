@@ -10,10 +10,10 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from enrichment_job.settings import JobSettings
+from foundation.kafka_record import FETCH_QUEUE_BACKOFF_MS
 
 __all__ = [
     "CONSUME_AT_MOST",
-    "FETCH_QUEUE_BACKOFF_MS",
     "FETCH_WAIT_MS",
     "KAFKA",
     "RecordsDeleted",
@@ -38,7 +38,6 @@ KAFKA = pa.schema(
 # default, under 100,000 change events) would wait the whole timeout for what cannot come, and
 # smaller calls are lighter on the caches.
 CONSUME_AT_MOST = 10_000
-FETCH_QUEUE_BACKOFF_MS = 10
 # How long the broker holds a fetch that finds nothing new (librdkafka's default is 500 ms). A
 # reader is assigned only while it reads a range, and the range ends where the topic ended a
 # moment ago, so its last fetch finds nothing. With 500 ms, that fetch went on after the read,

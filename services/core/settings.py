@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from foundation.kafka_record import prefetch_config
 from foundation.settings import Settings
 
 __all__ = ["ServiceSettings"]
@@ -28,6 +29,12 @@ class ServiceSettings(Settings):
         16 * 1024 * 1024,
         gt=0,
         description="... or at this many bytes of keys and values (a bigger record goes alone)",
+    )
+    fetch_queue_bytes: int = Field(
+        8_000_000,
+        ge=1024,
+        description="records fetched ahead of the batch at hand, at most this many bytes (librdkafka's"
+        " queued.max.messages.kbytes, overshot by one fetch; its own default holds up to 64 MiB)",
     )
     batch_max_wait_ms: int = Field(1000, gt=0, description="... or when the oldest record waited this long")
     retry_initial_ms: int = Field(500, gt=0, description="first pause after the downstream failed")
@@ -69,6 +76,7 @@ class ServiceSettings(Settings):
             "max.poll.interval.ms": 300_000,
             "session.timeout.ms": self.session_timeout_ms,
             "heartbeat.interval.ms": self.session_timeout_ms // 3,
+            **prefetch_config(self.fetch_queue_bytes),
             **self.kafka_extra,
         }
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from foundation.kafka_record import prefetch_config
 from foundation.settings import Settings
 from services.views.pgwire import PgSettings
 from services.views.protocol import Access, Bounds
@@ -29,6 +30,13 @@ class ViewsApiSettings(Settings):
         "view.",
         description="a view declared in SQL is read from this prefix + its name, from the marker that"
         " first names it on; a dropped one is forgotten",
+    )
+    fetch_queue_bytes: int = Field(
+        8_000_000,
+        ge=1024,
+        description="changelog records fetched ahead of the store's writer, at most this many bytes"
+        " (librdkafka's queued.max.messages.kbytes, overshot by one fetch; its own default holds up"
+        " to 64 MiB while the service catches up)",
     )
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8087, gt=0, lt=65536)
@@ -121,6 +129,7 @@ class ViewsApiSettings(Settings):
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            **prefetch_config(self.fetch_queue_bytes),
             **self.kafka_extra,
         }
 
