@@ -1,7 +1,8 @@
 """make bench-scale: how the enrichment job grows with executors, on one machine, with CPU caps.
 
 A Spark standalone cluster of the stack's own make (master and workers from the pyspark package,
-as `make up` starts them, on ports of its own) runs 1, 2 and then 3 workers. Each worker, and so
+as `make up` starts them, on ports of its own, as the stack's user when run as root, with the
+executors' Python `make up` builds for it) runs 1, 2 and then 3 workers. Each worker, and so
 every executor and Python worker it starts, is in a cgroup v1 `cpu` group of its own, capped at
 --cap of a core (cpu.cfs_quota_us), with a `cpuacct` group beside it for its CPU time. The job
 runs on that cluster with ENRICH_JOIN_IN=tasks (a Spark task per ratings partition) and reads a
@@ -22,7 +23,9 @@ short of CPU and the capped groups are not what limited the rate.
 import argparse
 import json
 import os
+import pwd
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,11 +43,11 @@ from infra.bench import peer
 from infra.bench.job import produce_backlog, seed_customers, start_job
 from infra.bench.results import exit_on_sigterm
 from infra.bench.versus import Arrivals, create, known_ratings, output_topics, stop, tree_cpu_s
-from infra.stack.components import Component, spark_conf_dir, spark_daemons
+from infra.stack.components import Component, executor_python_path, spark_cluster, spark_conf_dir
 from infra.stack.health import http_json
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
-from infra.stack.stack import stack_env_path
+from infra.stack.stack import private_state, stack_env_path
 
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 CGROUP_ACCT = Path("/sys/fs/cgroup/cpuacct")
@@ -114,18 +117,24 @@ def broker_pid() -> int | None:
 
 
 class Cluster:
-    """A standalone master and workers built as the stack builds its own, in `work`."""
+    """A standalone master and workers built as the stack builds its own, in `work` (its logs);
+    run as root, they run as the stack's user from a service folder of their own, removed at
+    `stop`."""
 
     def __init__(self, java_home: str, work: Path, workers: int, cap: float) -> None:
         settings = StackSettings(
             state_dir=work,
+            spark_cluster=True,
             spark_master_port=MASTER_PORT,
             spark_ui_port=UI_PORT,
             spark_workers=workers,
             spark_worker_cores=1,
         )
-        self.components = spark_daemons(settings, Path(java_home), secrets.token_urlsafe(24))
+        private_state(settings)
+        self.service_dir = settings.service_state_dir
+        self.components = spark_cluster(settings, Path(java_home), secrets.token_urlsafe(24))
         self.conf_dir = str(spark_conf_dir(settings))
+        self.executor_python = executor_python_path(settings)  # empty: the job's own interpreter
         self.groups = [Group(f"ratings-bench-worker-{i}", cap).create() for i in range(1, workers + 1)]
         self.procs: list[subprocess.Popen[bytes]] = []
         self.work = work
@@ -133,6 +142,7 @@ class Cluster:
 
     def _start(self, component: Component) -> subprocess.Popen[bytes]:
         log = (self.work / f"{component.name}.log").open("ab")
+        user = pwd.getpwnam(component.user) if component.user else None
         proc = subprocess.Popen(
             component.command,
             cwd=component.directory,
@@ -140,6 +150,9 @@ class Cluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            user=None if user is None else user.pw_uid,
+            group=None if user is None else user.pw_gid,
+            extra_groups=None if user is None else [],
         )
         self.procs.append(proc)
         return proc
@@ -175,6 +188,8 @@ class Cluster:
                 os.killpg(proc.pid, 9)
         for group in self.groups:
             group.remove()
+        if self.service_dir != self.work:
+            shutil.rmtree(self.service_dir, ignore_errors=True)
 
 
 class Window:
@@ -256,6 +271,7 @@ def run_job(
             "SPARK_CONF_DIR": cluster.conf_dir,
             "ENRICH_JOIN_IN": "tasks",
             "ENRICH_MIN_EXECUTORS": str(workers),  # as on any cluster: start with all of them
+            "ENRICH_EXECUTOR_PYTHON": cluster.executor_python,
             "ENRICH_JOB_NAME": f"scale-{workers}-{uuid.uuid4().hex[:8]}",  # reads the backlog anew
         }
         proc = start_job(env, topics, state, 0, state.with_suffix(".log"), extra=extra)

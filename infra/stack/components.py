@@ -510,16 +510,17 @@ def s3(settings: StackSettings, installed: Installed, secrets: dict[str, str]) -
     )
 
 
-def spark_cluster(settings: StackSettings, installed: Installed, secret: str) -> list[Component]:
+def spark_cluster(settings: StackSettings, spark_java: Path, secret: str) -> list[Component]:
     """A Spark standalone master and its workers, from the pyspark package's own jars (the same
-    release as the jobs' driver), on the Spark jobs' JDK, bound to the loopback. A worker starts
-    each executor as a JVM of its own, with the package as SPARK_HOME. Run as root, they run as
-    the service user, from copies it can read (`executor_python`), so that an application's
-    code never runs as root on the executors."""
+    release as the jobs' driver), on the Spark jobs' JDK at `spark_java`, bound to the loopback.
+    A worker starts each executor as a JVM of its own, with the package as SPARK_HOME. Run as
+    root, they run as the service user, from copies it can read (`executor_python`), so that an
+    application's code never runs as root on the executors. The scale benchmark starts a
+    cluster of its own from these, on other ports."""
     user = _service_user(settings)
     if user is not None:
         executor_python.environment(settings, user)
-    return spark_daemons(settings, installed.spark_java, secret, user)
+    return spark_daemons(settings, spark_java, secret, user)
 
 
 def executor_python_path(settings: StackSettings) -> str:
@@ -557,9 +558,8 @@ def write_spark_defaults(settings: StackSettings, secret: str) -> Path:
 def spark_daemons(
     settings: StackSettings, spark_java: Path, secret: str, user: str | None = None
 ) -> list[Component]:
-    """The master and workers of `spark_cluster` on the JDK at `spark_java` (the scale benchmark
-    starts a cluster of its own from these, on other ports), authenticating with `secret`: the
-    properties file of `write_spark_defaults`, so the secret is on no command line. With a
+    """The master and workers of `spark_cluster` on the JDK at `spark_java`, authenticating with
+    `secret`: the properties file of `write_spark_defaults`, so the secret is on no command line. With a
     `user`, they run as it, in its folder, with a copy of the properties file it alone reads."""
     from infra.stack.artifacts import pyspark_jars_dir  # noqa: PLC0415 - imports pyspark
 
@@ -657,7 +657,11 @@ def prepare_components(
         s3(settings, installed, secrets),
         elasticsearch(settings, installed, secrets),
         connect(settings, installed, secrets),
-        *(spark_cluster(settings, installed, secrets[SPARK_SECRET]) if settings.spark_cluster else []),
+        *(
+            spark_cluster(settings, installed.spark_java, secrets[SPARK_SECRET])
+            if settings.spark_cluster
+            else []
+        ),
     ]
     if _service_user(settings) is not None:  # copies are made for the service user alone
         for name in prune_copies(settings, installed):

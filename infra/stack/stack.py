@@ -106,7 +106,7 @@ def exclusive(settings: StackSettings) -> Iterator[None]:
         yield  # the lock goes with the file's closing
 
 
-def _private_state(settings: StackSettings) -> None:
+def private_state(settings: StackSettings) -> None:
     """Run as root: the state folder (secrets, logs, the Spark cluster's secret and folders) is
     root's alone, and the service user's components get a folder of their own that other users
     can pass through but not list. A service folder left from an earlier state folder at the
@@ -205,7 +205,7 @@ def up(settings: StackSettings) -> None:
     versions = load_versions()
     installed = install(settings, versions)
     if os.geteuid() == 0:
-        _private_state(settings)
+        private_state(settings)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     secured = settings.kafka_security == "scram"
     extra = (

@@ -1,9 +1,16 @@
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
+
+from infra.bench import scale
 from infra.bench.peer import MODULE
 from infra.bench.scale import machine_busy_s, summary
+from infra.stack import components, executor_python, stack
+from infra.stack import settings as stack_settings
 from infra.stack.versions import load_versions
 
 
@@ -50,3 +57,27 @@ def test_both_benchmarks_answer_help_without_a_stack():
         )
         assert done.returncode == 0, done.stderr
         assert "--out" in done.stdout and "Kafka Streams" in done.stdout
+
+
+def test_as_root_the_benchmark_s_cluster_runs_as_the_stack_s_user_and_leaves_no_folder_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "service-root"
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(stack_settings, "SERVICE_ROOT", root)
+    monkeypatch.setattr(stack, "SERVICE_ROOT", root)
+    monkeypatch.setattr(components, "_chown_tree", lambda path, user: None)
+    monkeypatch.setattr(executor_python, "spark_home", lambda settings: tmp_path / "spark-home")
+    built: list[str] = []
+    monkeypatch.setattr(executor_python, "environment", lambda settings, user: built.append(user))
+    monkeypatch.setattr(scale.Group, "create", lambda self: self)  # no cgroups in a unit test
+    monkeypatch.setattr(scale.Group, "remove", lambda self: None)
+    cluster = scale.Cluster("/jdk", tmp_path / "cluster-2", workers=2, cap=0.3)
+    assert built == ["ratings-stack"]  # the executors' Python, built for that user
+    assert [c.name for c in cluster.components] == ["spark-master", "spark-worker-1", "spark-worker-2"]
+    assert {c.user for c in cluster.components} == {"ratings-stack"}
+    assert cluster.service_dir.parent == root
+    assert all(c.directory.is_relative_to(cluster.service_dir) for c in cluster.components)
+    assert cluster.executor_python == str(cluster.service_dir / "lib" / "executor-python" / "bin" / "python")
+    cluster.stop()
+    assert not cluster.service_dir.exists()

@@ -14,7 +14,7 @@ from supervisor.datatypes import dict_of_key_value_pairs
 from infra.stack.components import Component
 from infra.stack.errors import ComponentFailed, PortInUse
 from infra.stack.settings import StackSettings
-from infra.stack.stack import _private_state, _source_mode, _wait, check_ports, exclusive
+from infra.stack.stack import _source_mode, _wait, check_ports, exclusive, private_state
 from infra.stack.supervise import Supervisor, render_config
 
 
@@ -129,7 +129,7 @@ def test_as_root_the_state_folder_is_private_and_the_service_user_has_its_own(
     checkout = tmp_path / "checkout"
     checkout.mkdir(mode=0o700)
     settings = StackSettings(state_dir=checkout / ".state", service_dir=as_root / "abc")
-    _private_state(settings)
+    private_state(settings)
     assert settings.state_dir.stat().st_mode & 0o777 == 0o700
     assert checkout.stat().st_mode & 0o777 == 0o700  # no folder above it is opened
     assert settings.service_state_dir == as_root / "abc"
@@ -146,7 +146,7 @@ def test_service_folders_of_gone_or_wiped_state_folders_are_removed(as_root: Pat
         (as_root / name / "state-folder").write_text(f"{owner}\n")
     mine = as_root / "mine"
     (mine / "mariadb").mkdir(parents=True)  # left by an earlier state folder at the same path
-    _private_state(StackSettings(state_dir=tmp_path / "fresh", service_dir=mine))
+    private_state(StackSettings(state_dir=tmp_path / "fresh", service_dir=mine))
     assert (as_root / "kept" / "mariadb").exists()
     assert not (as_root / "gone").exists()
     assert not (mine / "mariadb").exists()
@@ -161,7 +161,7 @@ def test_the_data_of_a_stack_from_before_the_service_folder_moves_over(as_root: 
     (state / "spark" / "conf").mkdir(parents=True)
     (state / "spark" / "spark-worker-1" / "work").mkdir(parents=True)
     settings = StackSettings(state_dir=state, service_dir=as_root / "abc")
-    _private_state(settings)
+    private_state(settings)
     for name in ("mariadb", "elasticsearch", "kafka", "s3"):
         assert (as_root / "abc" / name / "data").is_dir()
         assert not (state / name).exists()
