@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
         return 2
     logging.getLogger().setLevel(settings.log_level.upper())
     log = logging.getLogger("views")
-    store, hub = Store(settings.state_dir / "store.sqlite3"), Hub()
+    store, hub = Store(settings.state_dir / "store.sqlite3", settings.store_cache_kib()), Hub()
     changelog = ChangelogProcess(settings, store, hub)
     api = Api(settings, store, hub, changelog)
     pg = None

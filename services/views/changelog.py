@@ -368,7 +368,7 @@ def _main(
         while frame:
             frame = frame[os.write(fd, frame) :]
 
-    changelog = Changelog(settings, Store(path), send, lambda: subscribers.value)
+    changelog = Changelog(settings, Store(path, settings.store_cache_kib()), send, lambda: subscribers.value)
     try:
         changelog.run(lambda: stopping.is_set() or os.getppid() != server)
     except Exception as err:  # the service stops, and says why

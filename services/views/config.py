@@ -10,6 +10,7 @@ from foundation.kafka_record import prefetch_config
 from foundation.settings import Settings
 from services.views.pgwire import PgSettings
 from services.views.protocol import Access, Bounds
+from services.views.store import WRITER_CACHE_KIB
 
 __all__ = ["ViewsApiSettings"]
 
@@ -45,6 +46,13 @@ class ViewsApiSettings(Settings):
         validate_default=True,
         description="the local copy of the store (SQLite), for fast restarts (relative: to the working"
         " directory at start)",
+    )
+    store_cache_bytes: int = Field(
+        WRITER_CACHE_KIB * 1024,
+        ge=1_048_576,
+        description="the page cache of the store's writer (SQLite, bytes), in the changelog process; the"
+        " operating system caches the file too, so a larger one saves little time a change and holds"
+        " that much more memory once the store is larger than it",
     )
     scan_limit: int = Field(100, gt=0, description="rows a filtered scan returns without ?limit=")
     scan_limit_max: int = Field(1000, gt=0, description="the largest ?limit= accepted")
@@ -104,6 +112,9 @@ class ViewsApiSettings(Settings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.absolute()
+
+    def store_cache_kib(self) -> int:
+        return -(-self.store_cache_bytes // 1024)
 
     def bounds(self) -> Bounds:
         return Bounds(self.max_url_bytes, self.max_header_bytes, self.request_head_timeout_s)

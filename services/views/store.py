@@ -118,10 +118,13 @@ def infer_columns(row: dict[str, Any]) -> list[dict[str, str]]:
     return [{"name": name, "type": kind(value)} for name, value in row.items()]
 
 
-# SQLite's page cache per connection, KiB. The writer's: a batch of changes lands on pages all
-# over the table, and a cache that holds the table, with a checkpoint (and its fsync) every 40
-# MB of log rather than every 4 MB, halves the time a change costs (python -m infra.bench.store).
-WRITER_CACHE_KIB = 131_072
+# SQLite's page cache per connection, KiB. The writer's (VIEWS_STORE_CACHE_BYTES): a batch of
+# changes lands on pages all over the table, but the operating system caches the file's pages
+# too, and a page SQLite does not hold costs a read from that cache. On a 92 MB store a change
+# cost 53 us with 16 MiB and 50 with 128 MiB, which held 70 MB more of the service's memory;
+# what halved a change's cost was the checkpoint (and its fsync) every 40 MB of log rather than
+# every 4 MB (`wal_autocheckpoint`).
+WRITER_CACHE_KIB = 16_384
 # A reader's (the event loop's pulls, each worker thread's scans): the operating system's cache
 # holds the file's pages already, and a large cache per reading thread copies the whole table
 # into the service's memory once per thread. A pull or a scan page reads a few pages.
@@ -129,12 +132,12 @@ READER_CACHE_KIB = 8_192
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, writer_cache_kib: int = WRITER_CACHE_KIB) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.parent.chmod(0o700)
         self.path = path
         self._local = threading.local()
-        self._writer = self._connect(WRITER_CACHE_KIB)
+        self._writer = self._connect(writer_cache_kib)
         self._writer.executescript(SCHEMA)
         self._info = self._load_info()
         self._indexed: dict[str, str] = {}  # view -> its key index's name, made this run

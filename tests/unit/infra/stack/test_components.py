@@ -127,7 +127,7 @@ def test_as_root_the_spark_daemons_run_as_the_service_user_from_its_own_folder(
         assert daemon.command[daemon.command.index("-cp") + 1] == f"{home}/jars/*"
         assert daemon.command[daemon.command.index("--properties-file") + 1] == str(theirs)
         assert str(settings.state_dir) not in " ".join(daemon.command)
-    assert components.spark_daemons(settings, Path("/jdk"), "s3cr3t-value")[0].user is None  # the benchmark's
+    assert components.spark_daemons(settings, Path("/jdk"), "s3cr3t-value")[0].user is None  # not as root
 
 
 def test_as_root_kafka_connect_and_s3_run_as_the_service_user_from_files_it_can_read(

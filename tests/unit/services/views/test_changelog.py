@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import multiprocessing
 import os
 import pickle
 import struct
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import uvloop
 
+from services.views import changelog
 from services.views.changelog import BATCH, EVENTS_PER_MESSAGE, Changelog, FrameReader, fetched
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED
@@ -421,3 +423,25 @@ def test_a_view_is_loading_until_each_partition_of_its_topic_is_read_to_its_end(
     v2 = {**live, "state": "backfilling", "created_at_ms": 2, "topic": "view.by_channel.2"}
     changelog._step(consumer, [_Marker(1, v2)])  # type: ignore[list-item]
     assert ("view.by_channel.2", 0) in changelog._pending and changelog.loading() == frozenset()
+
+
+def test_the_changelog_process_writes_with_the_page_cache_its_settings_give(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[Store] = []
+
+    class Reading:
+        def __init__(self, settings: ViewsApiSettings, store: Store, *_: Any) -> None:
+            made.append(store)
+
+        def run(self, stopping: Any) -> None:
+            pass
+
+    monkeypatch.setattr(changelog, "Changelog", Reading)
+    monkeypatch.setattr(changelog.signal, "signal", lambda *_: None)  # the test runner's Ctrl-C stays
+    _, out = multiprocessing.Pipe(duplex=False)
+    settings = ViewsApiSettings(store_cache_bytes=3_000_000)
+    changelog._main(
+        settings, tmp_path / "s.sqlite3", out, multiprocessing.Event(), multiprocessing.Value("i", 0)
+    )
+    assert made[0]._writer.execute("PRAGMA cache_size").fetchone() == (-2930,)  # KiB, rounded up
