@@ -559,8 +559,9 @@ def spark_daemons(
     settings: StackSettings, spark_java: Path, secret: str, user: str | None = None
 ) -> list[Component]:
     """The master and workers of `spark_cluster` on the JDK at `spark_java`, authenticating with
-    `secret`: the properties file of `write_spark_defaults`, so the secret is on no command line. With a
-    `user`, they run as it, in its folder, with a copy of the properties file it alone reads."""
+    `secret`: the properties file of `write_spark_defaults`, so the secret is on no command line.
+    With a `user`, they run as it, in its folder, with a copy of the properties file it alone
+    reads."""
     from infra.stack.artifacts import pyspark_jars_dir  # noqa: PLC0415 - imports pyspark
 
     defaults = write_spark_defaults(settings, secret)
