@@ -62,6 +62,14 @@ class JobSettings(SparkJobSettings):
     max_offsets_per_trigger: int = Field(
         200_000, gt=0, description="records per micro-batch, both topics (the first batch: a quarter)"
     )
+    max_batch_bytes: int = Field(
+        134_217_728,
+        ge=1_000_000,
+        description="bytes of ratings (keys and values) a micro-batch reads at most, with the join on "
+        "the driver (in tasks: each partition's task its share); the rest stays in Kafka for the next "
+        "batches. ENRICH_MAX_OFFSETS_PER_TRIGGER counts records: 200,000 ratings near the size limit "
+        "would not fit in memory. A rating larger than this alone is still read, on its own",
+    )
     accept_partial_cdc_history: bool = Field(
         False,
         description="a fresh state (no CDC offsets yet) on a CDC topic whose head was deleted: false stops"

@@ -270,7 +270,8 @@ class Pipeline:
         """The ratings this batch takes in (Kafka columns), and where they end per partition
         (`consumed_to`): from where the last committed batch left each partition to `ends`, at
         most ENRICH_MAX_OFFSETS_PER_TRIGGER in all (a quarter of it in the first batch after a
-        start: FIRST_BATCH_SHARE). Read from Kafka on the driver, like the CDC events.
+        start: FIRST_BATCH_SHARE) and ENRICH_MAX_BATCH_BYTES of keys and values. Read from Kafka
+        on the driver, like the CDC events.
 
         Waiting ratings are held in memory. At ENRICH_MAX_WAITING_RATINGS or
         ENRICH_MAX_WAITING_BYTES (the CDC watermark stalled: Connect down, a failed Debezium
@@ -286,7 +287,9 @@ class Pipeline:
         share = max(1, limit // max(1, len(ends)))
         upto = {p: max(froms[p], min(end, froms[p] + share)) for p, end in ends.items()}
         ranges = {p: (froms[p], upto[p]) for p in ends if upto[p] > froms[p]}
-        return self.ratings_in.read(ranges), {**self.consumed_to, **upto}
+        raw = self.ratings_in.read(ranges, max_bytes=self.settings.max_batch_bytes)
+        upto |= self.ratings_in.cut  # ENRICH_MAX_BATCH_BYTES stopped the read there
+        return raw, {**self.consumed_to, **upto}
 
     def _run(self, batch: DataFrame, batch_id: int) -> None:
         if self.out.committed(batch_id) and self.tasks is not None:
@@ -398,11 +401,13 @@ class Pipeline:
         outputs = [result.enriched, result.alerts, result.dead] if result is not None else []
         deferred = sum(max(0, end - consumed_to.get(p, end)) for p, end in ends.items())
         if deferred and not self.ratings.full(settings.max_waiting_ratings, settings.max_waiting_bytes):
-            log.info(  # a backlog: the batch took ENRICH_MAX_OFFSETS_PER_TRIGGER of it
-                "batch %d: %d ratings left for the next batches (ENRICH_MAX_OFFSETS_PER_TRIGGER %d)",
+            log.info(  # a backlog: the batch took what its bounds allow of it
+                "batch %d: %d ratings left for the next batches (ENRICH_MAX_OFFSETS_PER_TRIGGER %d,"
+                " ENRICH_MAX_BATCH_BYTES %d)",
                 batch_id,
                 deferred,
                 settings.max_offsets_per_trigger,
+                settings.max_batch_bytes,
             )
         elif deferred:
             log.warning(

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from enrichment_job.settings import JobSettings
-from foundation.kafka_record import FETCH_QUEUE_BACKOFF_MS
+from foundation.kafka_record import prefetch_config
 
 __all__ = [
     "CONSUME_AT_MOST",
@@ -45,6 +45,10 @@ CONSUME_AT_MOST = 10_000
 # (where each partition ends) waited behind it, 0.27 to 0.49 s here. A range that ends with a
 # transaction's control record is also read to its end only after such a fetch.
 FETCH_WAIT_MS = 10
+# What the consumer may fetch ahead of a read, at most: librdkafka's own default (64 MiB), or
+# ENRICH_MAX_BATCH_BYTES when that is less, so that a read bounded in bytes is not exceeded by
+# the queue behind it.
+QUEUE_BYTES = 64 * 1024 * 1024
 
 
 class RecordsDeleted(KafkaException):
@@ -78,6 +82,8 @@ class TopicReader:
         self.limit = settings.max_offsets_per_trigger
         self.timeout_s = timeout_s
         self.short: dict[int, int] = {}  # after `ranges`: partition -> the end the limit cut short
+        # after a read with `max_bytes`: partition -> where the read stopped short of its range
+        self.cut: dict[int, int] = {}
         self.accept_deleted = settings.accept_deleted_ratings
         self.consumer = Consumer(
             {
@@ -89,9 +95,10 @@ class TopicReader:
                 # A range that starts below the log start is an error, not a jump to the end
                 # (librdkafka's default), which skipped the deleted records' whole partition.
                 "auto.offset.reset": "error",
-                # librdkafka stops fetching while its queue is full, then waits this long before
-                # the next fetch (1 s by default): a long read spent most of its time waiting.
-                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+                # librdkafka stops fetching while its queue is full, then waits
+                # fetch.queue.backoff.ms before the next fetch (1 s by default): a long read spent
+                # most of its time waiting.
+                **prefetch_config(min(QUEUE_BYTES, settings.max_batch_bytes)),
                 "fetch.wait.max.ms": FETCH_WAIT_MS,
             }
         )
@@ -153,15 +160,23 @@ class TopicReader:
                 self.short[p] = high
         return ranges
 
-    def read(self, ranges: dict[int, tuple[int, int]]) -> pa.Table:
-        """The records of `ranges` (key, value, topic, partition, offset, timestamp)."""
-        parts = list(self.chunks(ranges))
+    def read(self, ranges: dict[int, tuple[int, int]], max_bytes: int | None = None) -> pa.Table:
+        """The records of `ranges` (key, value, topic, partition, offset, timestamp); with
+        `max_bytes`, see `chunks`."""
+        parts = list(self.chunks(ranges, max_bytes=max_bytes))
         return pa.concat_tables(parts) if parts else KAFKA.empty_table()
 
-    def chunks(self, ranges: dict[int, tuple[int, int]], size: int = 100_000) -> Generator[pa.Table]:
+    def chunks(
+        self, ranges: dict[int, tuple[int, int]], size: int = 100_000, *, max_bytes: int | None = None
+    ) -> Generator[pa.Table]:
         """The records of `ranges` as they come, at most `size` at a time (each an Arrow table
         of the columns of Spark's Kafka source), so that a long read can be worked on while the
-        consumer fetches the rest, and never holds more than `size` messages as Python objects."""
+        consumer fetches the rest, and never holds more than `size` messages as Python objects.
+
+        With `max_bytes`, the read stops before the record that would take its keys and values
+        over that many bytes (it keeps one record at least, so that it always moves on); `cut`
+        then holds, per partition it stopped short of the end of, the offset to read on from."""
+        self.cut = {}
         if not ranges:
             return
         self.consumer.assign([TopicPartition(self.topic, p, first) for p, (first, _) in ranges.items()])
@@ -175,6 +190,7 @@ class TopicReader:
             # messages alive together kept the garbage collector busy (a fifth of a long read).
             got: list[pa.Table] = []
             count = 0
+            taken = 0  # bytes of keys and values read so far, for `max_bytes`
             while ends:
                 if time.monotonic() > deadline:
                     raise TimeoutError(
@@ -191,17 +207,15 @@ class TopicReader:
                     batch = [m for m in batch if m.error() is None]
                 if batch:
                     deadline = time.monotonic() + self.timeout_s  # the timeout is for no progress
-                    got.append(self._columns(batch, single=len(ranges) == 1))
-                    count += len(batch)
+                    table = self._columns(batch, single=len(ranges) == 1)
                     del batch
-                # Done with a partition once its position passed the end (control records of
-                # transactions take offsets but are never returned).
-                left = 0
-                for tp in self.consumer.position([TopicPartition(self.topic, p) for p in ends]):
-                    if tp.offset >= ends[tp.partition]:
-                        del ends[tp.partition]
-                    else:
-                        left += ends[tp.partition] - max(tp.offset, ranges[tp.partition][0])
+                    if max_bytes is not None:
+                        table, taken = self._within(table, taken, max_bytes, ranges, ends)
+                        if self.cut:
+                            ends = {}  # the rest of every range waits for a later read
+                    got.append(table)
+                    count += table.num_rows
+                left = self._left(ranges, ends)
                 if got and (count >= size or not ends):
                     records = pa.concat_tables(got)
                     got, count = [], 0
@@ -212,6 +226,55 @@ class TopicReader:
                     yield records if pc.all(within).as_py() else records.filter(within)
         finally:
             self.consumer.unassign()
+
+    def _left(self, ranges: dict[int, tuple[int, int]], ends: dict[int, int]) -> int:
+        """How many offsets are left to read of `ends` (partition -> end), from where the
+        consumer stands; a partition is done, and leaves `ends`, once its position passed its end
+        (control records of transactions take offsets but are never returned)."""
+        left = 0
+        for tp in self.consumer.position([TopicPartition(self.topic, p) for p in ends]) if ends else []:
+            if tp.offset >= ends[tp.partition]:
+                del ends[tp.partition]
+            else:
+                left += ends[tp.partition] - max(tp.offset, ranges[tp.partition][0])
+        return left
+
+    def _within(
+        self,
+        table: pa.Table,
+        taken: int,
+        max_bytes: int,
+        ranges: dict[int, tuple[int, int]],
+        ends: dict[int, int],
+    ) -> tuple[pa.Table, int]:
+        """`table`'s records that keep what was read (`taken` bytes of keys and values before
+        them) within `max_bytes`, and the bytes read with them. When some are left out, `cut`
+        gets where each partition not read to its end goes on: its first record left out, or
+        where its consumer stands (its range's start when it read nothing of it yet)."""
+        sizes = pc.add(
+            pc.fill_null(pc.binary_length(table.column("key")), 0),
+            pc.fill_null(pc.binary_length(table.column("value")), 0),
+        )
+        running = pc.cumulative_sum(sizes)
+        total = taken + (running[-1].as_py() if len(running) else 0)
+        if total <= max_bytes:
+            return table, total
+        keep = pc.sum(pc.less_equal(running, max_bytes - taken)).as_py() or 0
+        if taken == 0:
+            keep = max(keep, 1)  # a record larger than the bound alone still moves the read on
+        left_out = table.slice(keep)
+        firsts = left_out.group_by("partition").aggregate([("offset", "min")])
+        for p, first in zip(
+            firsts.column("partition").to_pylist(), firsts.column("offset_min").to_pylist(), strict=True
+        ):
+            if p in ends and first < ends[p]:
+                self.cut[p] = first
+        for tp in self.consumer.position([TopicPartition(self.topic, p) for p in ends if p not in self.cut]):
+            at = tp.offset if tp.offset >= 0 else ranges[tp.partition][0]
+            if at < ends[tp.partition]:
+                self.cut[tp.partition] = max(at, ranges[tp.partition][0])
+        kept = table.slice(0, keep)
+        return kept, taken + (running[keep - 1].as_py() if keep else 0)
 
     def _check(self, msg: Message, ranges: dict[int, tuple[int, int]]) -> None:
         """Raises the error a message carries, but for a position below the log start with

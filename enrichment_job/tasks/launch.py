@@ -116,6 +116,7 @@ class TaskJoin:
         share = max(1, limit // max(1, len(ends)))
         waiting_cap = max(1, settings.max_waiting_ratings // max(1, len(ends)))
         waiting_bytes = max(1, settings.max_waiting_bytes // max(1, len(ends)))
+        batch_bytes = max(1, settings.max_batch_bytes // max(1, len(ends)))
         cut = self.cut_over
         cut_consumed = cut.consumed_to if cut is not None else {}
         cut_waiting = cut.waiting_from if cut is not None else {}
@@ -135,6 +136,7 @@ class TaskJoin:
                     share=share,
                     max_waiting=waiting_cap,
                     max_waiting_bytes=waiting_bytes,
+                    max_bytes=batch_bytes,
                     watermark_ms=watermark_ms,
                     waiting_from=cut_waiting.get(p),
                     start_watermark_ms=cut.watermark_ms if cut is not None else None,

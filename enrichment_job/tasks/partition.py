@@ -246,11 +246,11 @@ def _run(plan: PartitionPlan, table: TablePlan, held: _Held, started: float, ste
     if not ratings.full(plan.max_waiting, plan.max_waiting_bytes):
         upto = max(consumed, min(plan.end, consumed + plan.share))
     with steps("read"):
-        raw = (
-            _reader(settings, settings.ratings_topic).read({plan.partition: (consumed, upto)})
-            if upto > consumed
-            else KAFKA.empty_table()
-        )
+        raw = KAFKA.empty_table()
+        if upto > consumed:
+            reader = _reader(settings, settings.ratings_topic)
+            raw = reader.read({plan.partition: (consumed, upto)}, max_bytes=plan.max_bytes)
+            upto = reader.cut.get(plan.partition, upto)  # the partition's share of ENRICH_MAX_BATCH_BYTES
     result = ratings.step(raw, store, plan.watermark_ms, steps)
     waiting = result.waiting.num_rows if result.waiting is not None else 0
     new = PartitionMarker(

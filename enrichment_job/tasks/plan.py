@@ -40,6 +40,7 @@ class PartitionPlan:
     share: int
     max_waiting: int
     max_waiting_bytes: int  # the partition's share of ENRICH_MAX_WAITING_BYTES
+    max_bytes: int  # the partition's share of ENRICH_MAX_BATCH_BYTES: what its read takes at most
     watermark_ms: int | None
     waiting_from: int | None = None  # with `start`: the driver's last commit, before the cut-over
     start_watermark_ms: int | None = None  # the watermark those waiting ratings were decided at

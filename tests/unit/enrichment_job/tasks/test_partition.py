@@ -15,7 +15,7 @@ SETTINGS = JobSettings(job_name="job-a")
 
 
 def _plan(batch_id: int) -> PartitionPlan:
-    return PartitionPlan(SETTINGS, "run-1", batch_id, 3, 0, 100, 100, 1000, 1 << 20, None)
+    return PartitionPlan(SETTINGS, "run-1", batch_id, 3, 0, 100, 100, 1000, 1 << 20, 1 << 27, None)
 
 
 def _held(batch_id: int, run: str = "run-1") -> Any:

@@ -1,0 +1,70 @@
+"""ENRICH_MAX_BATCH_BYTES: a backlog of large ratings is taken a bounded number of bytes a batch,
+with the join on the driver and in tasks, and every rating still comes out once, in each
+customer's order. ENRICH_MAX_OFFSETS_PER_TRIGGER alone counts records: the whole backlog went
+into the first batch, whatever its ratings weighed."""
+
+import json
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from support.enrichment import Job, StackEnv, Topics, create_topics, delete_topics, read_topic
+
+RATINGS = 60
+MESSAGE_BYTES = 100_000  # 6 MB in all: at least 6 batches of at most 1 MB
+MAX_BATCH_BYTES = 1_000_000
+USERS = 6  # ids no customer has: every rating comes out unmatched, at once (grace 0)
+FIRST_USER = 910_000
+
+
+def _backlog(stack_env: StackEnv, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
+    now = int(time.time() * 1000)
+    for i in range(RATINGS):
+        user = FIRST_USER + i % USERS
+        rating = {
+            "rating_id": i,
+            "user_id": user,
+            "stars": 4,
+            "route_id": 1,
+            "rating_time": now,
+            "channel": "web",
+            "message": chr(97 + i % 26) * MESSAGE_BYTES,
+        }
+        producer.produce(topic, key=str(user).encode(), value=json.dumps(rating).encode(), partition=user % 2)
+    assert producer.flush(30) == 0
+
+
+@pytest.mark.parametrize("join_in", ["driver", "tasks"])
+def test_a_backlog_of_large_ratings_is_read_a_bounded_number_of_bytes_a_batch_each_once_in_order(
+    stack_env: StackEnv, tmp_path: Path, join_in: str
+) -> None:
+    topics = Topics()
+    names = create_topics(stack_env, topics, partitions=2)
+    _backlog(stack_env, topics.name("ratings"))  # before the job starts: its first batch could take all
+    extra = {"ENRICH_JOIN_IN": join_in, "ENRICH_MAX_BATCH_BYTES": str(MAX_BATCH_BYTES)}
+    job = Job(stack_env, topics, tmp_path / "job", 0, extra).start()
+    try:
+        records = read_topic(stack_env, topics.name("enriched"), RATINGS, timeout_s=180, idle_s=5)
+        assert job.proc is not None and job.proc.poll() is None, job.tail()
+    finally:
+        job.stop()
+        delete_topics(stack_env, names)
+    enriched = [json.loads(r.value()) for r in records]
+    ids = [int(e["rating_id"]) for e in enriched]
+    assert sorted(ids) == list(range(RATINGS)), "every rating, once"
+    assert all(e["message"] == chr(97 + e["rating_id"] % 26) * MESSAGE_BYTES for e in enriched)
+    by_user: dict[int, list[int]] = defaultdict(list)
+    for e in enriched:
+        by_user[e["user_id"]].append(e["rating_id"])
+    assert all(rids == sorted(rids) for rids in by_user.values()), by_user
+    log = job.log.read_text()
+    taken = [int(n) for n in re.findall(r"batch \d+: (\d+) new", log)]
+    assert sum(taken) == RATINGS, taken
+    # each a little over 100 KB: at most 9 in a batch of 1 MB (the tasks share it, 500 KB each)
+    assert max(taken) <= MAX_BATCH_BYTES // MESSAGE_BYTES - 1, taken
+    if join_in == "driver":
+        assert "ratings left for the next batches" in log and "ENRICH_MAX_BATCH_BYTES 1000000" in log
