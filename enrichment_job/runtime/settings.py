@@ -89,7 +89,7 @@ class SparkJobSettings(Settings, ObjectStoreSettings):
     executor_python: str = Field(
         "",
         description="the interpreter the executors' Python workers run (PYSPARK_PYTHON): on a cluster,"
-        " one every executor has, with the product and its packages (the local stack's"
+        " one every executor has, with the product's dependencies (the job ships its own code; the local stack's"
         " SPARK_EXECUTOR_PYTHON); empty: the driver's own",
     )
 

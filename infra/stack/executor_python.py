@@ -12,9 +12,10 @@ from changed:
   `python/lib` zips for the Python workers);
 - the executors' Python: a venv of its own over an interpreter of the same minor version that
   the service user can run (the stack's own when it can, else the system's), with the
-  packages of the stack's venv and the product's own packages (`enrichment_job`,
-  `foundation`) from the checkout. A job on the cluster names its `bin/python` (stack.env's
-  SPARK_EXECUTOR_PYTHON) as the interpreter of its executors' Python workers.
+  packages of the stack's venv. A job on the cluster names its `bin/python` (stack.env's
+  SPARK_EXECUTOR_PYTHON) as the interpreter of its executors' Python workers, and ships its
+  own code (`enrichment_job`, `foundation`) with it: no copy of the product is kept here, to
+  go stale when the checkout changes.
 """
 
 import hashlib
@@ -28,12 +29,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from infra.stack.errors import PrerequisiteMissing
-from infra.stack.settings import REPO_ROOT, StackSettings
+from infra.stack.settings import StackSettings
 
 log = logging.getLogger("stack")
 
-# The product's packages a Python worker imports (the join in tasks); `services` runs apart.
-PRODUCT_PACKAGES = ("enrichment_job", "foundation")
 ENVIRONMENT = "executor-python"
 # Of the venv's site-packages, what an executor's Python must not get: the JVMs' jars (SPARK_HOME
 # has them), and the editable install's hook, which points into the checkout.
@@ -64,19 +63,16 @@ def environment_dir(settings: StackSettings) -> Path:
 def environment(settings: StackSettings, user: str) -> Path:
     """The executors' Python environment, built or brought up to date (its folder)."""
     return build_environment(
-        environment_dir(settings),
-        interpreter_for(settings, user),
-        Path(sysconfig.get_paths()["purelib"]),
-        [REPO_ROOT / name for name in PRODUCT_PACKAGES],
+        environment_dir(settings), interpreter_for(settings, user), Path(sysconfig.get_paths()["purelib"])
     )
 
 
-def build_environment(target: Path, interpreter: Path, site: Path, packages: list[Path]) -> Path:
+def build_environment(target: Path, interpreter: Path, site: Path) -> Path:
     """A venv at `target` over `interpreter`, with the files of `site` (the venv's site-packages)
-    and of each of `packages` in its own site-packages."""
+    in its own site-packages."""
     inside = Path("lib") / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    trees = [(site, inside)] + [(package, inside / package.name) for package in packages]
-    fingerprint = _fingerprint([interpreter, site, *packages])
+    trees = [(site, inside)]
+    fingerprint = _fingerprint([interpreter, site])
 
     def venv(folder: Path) -> None:
         (folder / "bin").mkdir(parents=True)

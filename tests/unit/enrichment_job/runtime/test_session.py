@@ -21,6 +21,7 @@ from enrichment_job.runtime.session import (
     driver_archive,
     driver_jvm_options,
     jars_on_class_path,
+    product_archive,
     query_conf,
 )
 from enrichment_job.settings import JobSettings
@@ -244,3 +245,11 @@ def test_a_query_keeps_the_settings_it_started_with_and_the_session_gets_its_own
         query.stop()
     assert len(seen) >= 2 and set(seen) == {"false"}
     assert spark.conf.get(key) == before
+
+
+def test_the_archive_holds_the_product_s_packages_as_imported_without_byte_code(tmp_path: Path) -> None:
+    with zipfile.ZipFile(product_archive(tmp_path / "p.zip")) as archive:
+        names = set(archive.namelist())
+    assert {"enrichment_job/__init__.py", "enrichment_job/tasks/enrich.py", "foundation/__init__.py"} <= names
+    assert "enrichment_job/runtime/scheduler_pools.xml" in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]

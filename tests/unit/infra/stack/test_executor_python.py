@@ -24,7 +24,7 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 
 @pytest.fixture
-def sources(tmp_path: Path) -> tuple[Path, Path]:
+def site(tmp_path: Path) -> Path:
     site = _tree(
         tmp_path / "venv" / "site-packages",
         {
@@ -37,18 +37,14 @@ def sources(tmp_path: Path) -> tuple[Path, Path]:
         },
     )
     (site / "linked").symlink_to("pyarrow")
-    product = _tree(
-        tmp_path / "checkout" / "enrichment_job", {"__init__.py": "", "tasks/enrich.py": "x = 1\n"}
-    )
-    return site, product
+    return site
 
 
-def test_the_environment_is_a_venv_with_the_packages_and_the_product_but_no_jars_or_editable_hook(
-    tmp_path: Path, sources: tuple[Path, Path]
+def test_the_environment_is_a_venv_with_the_packages_but_no_jars_no_editable_hook_and_no_product(
+    tmp_path: Path, site: Path
 ) -> None:
-    site, product = sources
     target = tmp_path / "lib" / "executor-python"
-    built = executor_python.build_environment(target, Path(sys.executable).resolve(), site, [product])
+    built = executor_python.build_environment(target, Path(sys.executable).resolve(), site)
     assert built == target
     packages = target / INSIDE
     files = sorted(
@@ -58,8 +54,6 @@ def test_the_environment_is_a_venv_with_the_packages_and_the_product_but_no_jars
     )
     assert files == [
         "distutils-precedence.pth",
-        "enrichment_job/__init__.py",
-        "enrichment_job/tasks/enrich.py",
         "linked",
         "pyarrow/__init__.py",
         "pyspark/__init__.py",
@@ -71,40 +65,37 @@ def test_the_environment_is_a_venv_with_the_packages_and_the_product_but_no_jars
     assert os.readlink(packages / "linked") == "pyarrow"
     assert (target / "bin" / "python").resolve() == Path(sys.executable).resolve()
     assert "include-system-site-packages = false" in (target / "pyvenv.cfg").read_text()
-    # the interpreter finds its packages there, and the product, from anywhere
+    # the interpreter finds its packages there, from anywhere; the product comes with each job
     found = subprocess.run(
         [
             str(target / "bin" / "python"),
             "-c",
-            "import enrichment_job.tasks.enrich as e, sys; print(e.__file__)",
+            "import pyarrow, importlib.util as u; print(pyarrow.__file__, u.find_spec('enrichment_job'))",
         ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         check=True,
     )
-    assert found.stdout.strip() == str(packages / "enrichment_job" / "tasks" / "enrich.py")
+    assert found.stdout.strip() == f"{packages / 'pyarrow' / '__init__.py'} None"
     assert all(Path(f).stat().st_mode & 0o755 == 0o755 for f, _, _ in os.walk(target))
 
 
-def test_it_is_built_again_only_when_a_file_it_comes_from_changed(
-    tmp_path: Path, sources: tuple[Path, Path]
-) -> None:
-    site, product = sources
+def test_it_is_built_again_only_when_a_file_it_comes_from_changed(tmp_path: Path, site: Path) -> None:
     target = tmp_path / "executor-python"
     interpreter = Path(sys.executable).resolve()
-    executor_python.build_environment(target, interpreter, site, [product])
+    executor_python.build_environment(target, interpreter, site)
     marker = target / "kept"
     marker.write_text("")
-    executor_python.build_environment(target, interpreter, site, [product])
+    executor_python.build_environment(target, interpreter, site)
     assert marker.exists(), "nothing changed: the folder stays"
-    replaced = product / "tasks" / "enrich.py"
-    replaced.unlink()  # as git and most editors write a file: a new one in its place
-    replaced.write_text("x = 2\n")
-    executor_python.build_environment(target, interpreter, site, [product])
+    replaced = site / "pyarrow" / "__init__.py"
+    replaced.unlink()  # as pip and most editors write a file: a new one in its place
+    replaced.write_text("version = 2\n")
+    executor_python.build_environment(target, interpreter, site)
     assert not marker.exists()
-    assert (target / INSIDE / "enrichment_job" / "tasks" / "enrich.py").read_text() == "x = 2\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkout", "executor-python", "venv"]
+    assert (target / INSIDE / "pyarrow" / "__init__.py").read_text() == "version = 2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["executor-python", "venv"]
 
 
 def test_an_interpreter_the_service_user_cannot_run_is_refused_with_the_setting_that_names_one(
