@@ -67,8 +67,9 @@ class JobSettings(SparkJobSettings):
         ge=1_000_000,
         description="bytes of ratings (keys and values) a micro-batch reads at most, with the join on "
         "the driver (in tasks: each partition's task its share); the rest stays in Kafka for the next "
-        "batches. ENRICH_MAX_OFFSETS_PER_TRIGGER counts records: 200,000 ratings near the size limit "
-        "would not fit in memory. A rating larger than this alone is still read, on its own",
+        "batches. The same bounds each read of CDC events. ENRICH_MAX_OFFSETS_PER_TRIGGER counts records: "
+        "200,000 ratings near the size limit would not fit in memory. A record larger than this alone is "
+        "still read, on its own",
     )
     accept_partial_cdc_history: bool = Field(
         False,

@@ -80,6 +80,7 @@ class TopicReader:
         self.topic = topic
         self.timestamps = timestamps  # False: the records' timestamps are not needed (left null)
         self.limit = settings.max_offsets_per_trigger
+        self.chunk_bytes = settings.max_batch_bytes  # a chunk of `chunks` is yielded at this many bytes
         self.timeout_s = timeout_s
         self.short: dict[int, int] = {}  # after `ranges`: partition -> the end the limit cut short
         # after a read with `max_bytes`: partition -> where the read stopped short of its range
@@ -171,11 +172,13 @@ class TopicReader:
     ) -> Generator[pa.Table]:
         """The records of `ranges` as they come, at most `size` at a time (each an Arrow table
         of the columns of Spark's Kafka source), so that a long read can be worked on while the
-        consumer fetches the rest, and never holds more than `size` messages as Python objects.
+        consumer fetches the rest, and never holds more than `size` messages as Python objects
+        (nor, in a chunk, more than about ENRICH_MAX_BATCH_BYTES).
 
         With `max_bytes`, the read stops before the record that would take its keys and values
         over that many bytes (it keeps one record at least, so that it always moves on); `cut`
-        then holds, per partition it stopped short of the end of, the offset to read on from."""
+        then holds, per partition it stopped short of the end of, the offset to read on from,
+        and `short` the end it fell short of."""
         self.cut = {}
         if not ranges:
             return
@@ -189,7 +192,7 @@ class TopicReader:
             # Each consume call's messages become Arrow columns at once: a chunk's worth of
             # messages alive together kept the garbage collector busy (a fifth of a long read).
             got: list[pa.Table] = []
-            count = 0
+            count = held = 0  # records and bytes in `got`
             taken = 0  # bytes of keys and values read so far, for `max_bytes`
             while ends:
                 if time.monotonic() > deadline:
@@ -214,11 +217,11 @@ class TopicReader:
                         if self.cut:
                             ends = {}  # the rest of every range waits for a later read
                     got.append(table)
-                    count += table.num_rows
+                    count, held = count + table.num_rows, held + table.nbytes
                 left = self._left(ranges, ends)
-                if got and (count >= size or not ends):
+                if got and (count >= size or held >= self.chunk_bytes or not ends):
                     records = pa.concat_tables(got)
-                    got, count = [], 0
+                    got, count, held = [], 0, 0
                     # Records past a range's end (fetched with the last ones) are dropped; a
                     # chunk with none, nearly every one, is not copied for nothing.
                     end = pc.take(limits, pc.index_in(records.column("partition"), listed))
@@ -273,6 +276,8 @@ class TopicReader:
             at = tp.offset if tp.offset >= 0 else ranges[tp.partition][0]
             if at < ends[tp.partition]:
                 self.cut[tp.partition] = max(at, ranges[tp.partition][0])
+        for p in self.cut:
+            self.short.setdefault(p, ranges[p][1])
         kept = table.slice(0, keep)
         return kept, taken + (running[keep - 1].as_py() if keep else 0)
 

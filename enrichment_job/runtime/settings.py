@@ -89,8 +89,8 @@ class SparkJobSettings(Settings, ObjectStoreSettings):
     executor_python: str = Field(
         "",
         description="the interpreter the executors' Python workers run (PYSPARK_PYTHON): on a cluster,"
-        " one every executor has, with the product's dependencies (the job ships its own code; the local stack's"
-        " SPARK_EXECUTOR_PYTHON); empty: the driver's own",
+        " one every executor has, with the product's dependencies (the job ships its own code; the"
+        " local stack's SPARK_EXECUTOR_PYTHON); empty: the driver's own",
     )
 
     @field_validator("state_dir", mode="before")

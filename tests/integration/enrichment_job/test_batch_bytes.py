@@ -55,16 +55,16 @@ def test_a_backlog_of_large_ratings_is_read_a_bounded_number_of_bytes_a_batch_ea
         delete_topics(stack_env, names)
     enriched = [json.loads(r.value()) for r in records]
     ids = [int(e["rating_id"]) for e in enriched]
-    assert sorted(ids) == list(range(RATINGS)), "every rating, once"
+    assert sorted(ids) == list(range(RATINGS)), f"every rating, once: {ids}\n{job.tail()}"
     assert all(e["message"] == chr(97 + e["rating_id"] % 26) * MESSAGE_BYTES for e in enriched)
     by_user: dict[int, list[int]] = defaultdict(list)
     for e in enriched:
         by_user[e["user_id"]].append(e["rating_id"])
-    assert all(rids == sorted(rids) for rids in by_user.values()), by_user
+    assert all(rids == sorted(rids) for rids in by_user.values()), f"{by_user}\n{job.tail()}"
     log = job.log.read_text()
     taken = [int(n) for n in re.findall(r"batch \d+: (\d+) new", log)]
-    assert sum(taken) == RATINGS, taken
+    assert sum(taken) == RATINGS, f"{taken}\n{job.tail()}"
     # each a little over 100 KB: at most 9 in a batch of 1 MB (the tasks share it, 500 KB each)
-    assert max(taken) <= MAX_BATCH_BYTES // MESSAGE_BYTES - 1, taken
+    assert max(taken) <= MAX_BATCH_BYTES // MESSAGE_BYTES - 1, f"{taken}\n{job.tail()}"
     if join_in == "driver":
         assert "ratings left for the next batches" in log and "ENRICH_MAX_BATCH_BYTES 1000000" in log

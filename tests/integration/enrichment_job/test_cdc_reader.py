@@ -3,6 +3,7 @@
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -79,6 +80,41 @@ def test_a_read_cut_short_by_the_limit_says_where_the_topic_ended_and_can_read_o
         assert reader.short == {}, "caught up with where the topic ended"
         assert reader.ranges({0: 10}) == {0: (10, 14)}
         assert reader.short == {0: 15}
+    finally:
+        reader.close()
+
+
+def test_reads_bounded_in_bytes_are_cut_short_and_read_on_to_what_one_whole_read_ingests(
+    stack_env: StackEnv, unique: str
+) -> None:
+    # ten customers with 200 KB comments (PostgreSQL's column is TEXT): 2 MB of change events
+    events = [change_event("c", n, 1_000 + 10 * n, 10 + n, comments=str(n) * 200_000) for n in range(10)]
+    topic = f"cdc-{unique}"
+    make_topics(stack_env, [topic], partitions=1)
+    produce(stack_env, topic, [(str(n).encode(), e) for n, e in enumerate(events)])
+    settings = JobSettings(
+        bootstrap_servers=stack_env["KAFKA_BOOTSTRAP_SERVERS"], cdc_topic=topic, max_batch_bytes=1_000_000
+    )
+    reader = CdcReader(settings, f"test-{topic}", timeout_s=30)
+    try:
+        state, parts, reads = CdcState(), [], 0
+        ranges = reader.ranges({})
+        while ranges:
+            raw = reader.read(ranges, max_bytes=settings.max_batch_bytes)
+            assert (
+                1 <= raw.num_rows <= 4 and sum(len(v) for v in raw.column("value").to_pylist()) <= 1_000_000
+            )
+            part = ingest_events(change_events.read_arrow(in_order(raw)), state, "customers", "dlq")
+            parts.append(part)
+            state, reads = part.state, reads + 1
+            if reader.cut:
+                assert reader.short == {0: 10}, "a read cut short says where the topic ended"
+            ranges = reader.ranges(state.cdc_to) if reader.short else {}
+        whole = _whole(reader, {0: (0, 10)})
+        assert reads >= 3
+        assert state.cdc_to == {0: 10}
+        assert sum(p.events for p in parts) == 10
+        assert pa.concat_tables([p.versions for p in parts]).equals(whole.versions)
     finally:
         reader.close()
 
