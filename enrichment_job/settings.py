@@ -63,7 +63,7 @@ class JobSettings(SparkJobSettings):
         200_000, gt=0, description="records per micro-batch, both topics (the first batch: a quarter)"
     )
     max_batch_bytes: int = Field(
-        134_217_728,
+        67_108_864,
         ge=1_000_000,
         description="bytes of ratings (keys and values) a micro-batch reads at most, with the join on "
         "the driver (in tasks: each partition's task its share); the rest stays in Kafka for the next "
