@@ -9,7 +9,7 @@ STACK := $(BIN)/python -m infra.stack
 # The stack's state folder, as infra.stack chooses it: STACK_STATE_DIR, else one per database.
 STATE := $(or $(STACK_STATE_DIR),$(if $(filter postgres,$(STACK_SOURCE)),.state-postgres,.state))
 
-.PHONY: help install up down status clean demo loadgen test test-secured test-postgres test-long test-unit test-integration lint format typecheck env bench bench-job bench-table bench-versus bench-scale bench-views bench-backfill faults lake-query views-job views-api view
+.PHONY: help install up down status clean demo loadgen test test-secured test-postgres test-long test-unit test-integration lint format typecheck env bench bench-job bench-table bench-versus bench-scale bench-memory bench-views bench-backfill faults lake-query views-job views-api view
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -127,6 +127,9 @@ bench-versus: up ## the job beside the Kafka Streams reference (infra/bench/kstr
 
 bench-scale: up ## the job's rate with 1, 2, 3 Spark workers capped at 0.3 core each (cgroups), beside Kafka Streams with 1 and 3 (ARGS="--n 1000000 --out F")
 	$(BIN)/python -m infra.bench.scale $(ARGS)
+
+bench-memory: up ## the job's driver memory on a backlog of 450 KB ratings, small ones beside (ARGS="--max-batch-bytes 0 134217728")
+	$(BIN)/python -m infra.bench.backlog_memory $(ARGS)
 
 bench-views: up ## the views beside the job at 5,000/s: job latency, views freshness, pull queries, service restart (ARGS="--in-job")
 	$(BIN)/python -m infra.bench.views $(ARGS)

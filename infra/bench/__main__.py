@@ -4,7 +4,8 @@
 Stages: pipeline (the demo at a low rate: latency from rating to enriched record and to Slack
 post), job (enrichment throughput and latency at 5,000/s), versus (the job beside a Kafka Streams
 reference, one at a time: start, backlog, p99 at 5,000/s), views (the views beside the job at
-5,000/s: freshness, pull queries, restart), es_sink, s3_sink, slack_notifier.
+5,000/s: freshness, pull queries, restart), backfill (a view created over 1,000,000 records),
+backlog_memory (the job's memory on a backlog of large ratings), es_sink, s3_sink, slack_notifier.
 """
 
 import argparse

@@ -66,6 +66,12 @@ def stages(results: Path) -> list[Stage]:
         ),
         # A view declared in SQL created over 1,000,000 enriched records while ratings flow.
         Stage("backfill", ("infra.bench.backfill", "--out", str(results / "backfill.json")), "backfill.json"),
+        # The job's memory on a backlog of large ratings (ENRICH_MAX_BATCH_BYTES).
+        Stage(
+            "backlog_memory",
+            ("infra.bench.backlog_memory", "--out", str(results / "backlog_memory.json")),
+            "backlog_memory.json",
+        ),
         Stage("es_sink", ("infra.bench.es_sink",), "es_sink.json"),
         Stage("s3_sink", ("infra.bench.s3_sink",), "s3_sink.json"),
         Stage("slack_notifier", ("infra.bench.slack_notifier",), "slack_notifier.json"),

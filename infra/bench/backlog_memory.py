@@ -1,0 +1,157 @@
+"""python -m infra.bench.backlog_memory: the enrichment job's memory on a backlog of large ratings.
+
+Against the running local stack (its addresses from .state/stack.env): for each phase, a fresh
+set of topics gets a backlog of ratings before a fresh job (the join on the driver, local mode)
+starts on them; the benchmark samples the resident memory of the job's Python process (where
+the join holds its batches: the JVM's heap is ENRICH_DRIVER_MEMORY's) every 0.2 s until the
+job's metrics count every rating enriched. Phases: `small` (ratings of a few hundred bytes: the
+job's start, its customer table and the CDC read-ahead), then `large` (ratings with
+`--message-bytes` messages), once for each `--max-batch-bytes` given (ENRICH_MAX_BATCH_BYTES;
+0: the job's default). Prints progress, writes the figures to bench-results/backlog_memory.json
+and removes its topics afterwards.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from infra.bench.job import start_job
+from infra.stack.secrets import read_env_file
+from infra.stack.settings import REPO_ROOT, StackSettings
+from infra.stack.stack import stack_env_path
+
+ROLES = ("ratings", "enriched", "alerts", "dlq", "customers")
+FIRST_USER = 930_000  # ids no customer has: every rating comes out unmatched, at once (grace 0)
+USERS = 50
+
+
+def backlog(servers: str, topic: str, count: int, message_bytes: int) -> float:
+    """`count` ratings of `message_bytes` messages to `topic` (2 partitions); MB produced."""
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 50})
+    now, total = int(time.time() * 1000), 0
+    for i in range(count):
+        user = FIRST_USER + i % USERS
+        rating = {
+            "rating_id": i,
+            "user_id": user,
+            "stars": 4,
+            "route_id": 1,
+            "rating_time": now,
+            "channel": "web",
+            "message": chr(97 + i % 26) * message_bytes,
+        }
+        value = json.dumps(rating).encode()
+        total += len(value)
+        producer.produce(topic, key=str(user).encode(), value=value, partition=user % 2)
+        if i % 200 == 199:
+            producer.flush(60)
+    if producer.flush(60):
+        raise SystemExit(f"the backlog did not reach {topic}")
+    return total / 1e6
+
+
+def rss_mb(pid: int) -> float | None:
+    """The process's resident memory (its own, not its children's), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        return None
+    return None
+
+
+def phase(
+    env: dict[str, str], count: int, message_bytes: int, max_batch_bytes: int, out: Path
+) -> dict[str, Any]:
+    """One job over a fresh backlog: the Python process's largest RSS and the time to enrich it all."""
+    servers = env["KAFKA_BOOTSTRAP_SERVERS"]
+    suffix = uuid.uuid4().hex[:8]
+    topics = {role: f"bench-{role}-{suffix}" for role in ROLES}
+    admin = AdminClient({"bootstrap.servers": servers})
+    for future in admin.create_topics([NewTopic(t, 2, 1) for t in topics.values()]).values():
+        future.result(30)
+    state = out.parent / f"backlog-memory-{suffix}"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    extra = {"ENRICH_JOIN_IN": "driver"}
+    if max_batch_bytes:
+        extra["ENRICH_MAX_BATCH_BYTES"] = str(max_batch_bytes)
+    try:
+        produced = backlog(servers, topics["ratings"], count, message_bytes)
+        print(
+            f"  {produced:.0f} MB produced; starting the job (log {state.with_suffix('.log')}) ...",
+            flush=True,
+        )
+        started = time.monotonic()
+        proc = start_job(env, topics, state, 0, state.with_suffix(".log"), extra=extra)
+        peak, done_s = 0.0, None
+        try:
+            while time.monotonic() - started < 900 and proc.poll() is None:
+                peak = max(peak, rss_mb(proc.pid) or 0.0)
+                metrics = state / "metrics.json"
+                if metrics.exists() and json.loads(metrics.read_text())["totals"]["enriched"] >= count:
+                    done_s = time.monotonic() - started
+                    break
+                time.sleep(0.2)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(120)
+    finally:
+        admin.delete_topics(list(topics.values()))
+        shutil.rmtree(state, ignore_errors=True)  # its log stays beside it
+    return {
+        "ratings": count,
+        "message_bytes": message_bytes,
+        "backlog_mb": round(produced, 1),
+        "max_batch_bytes": max_batch_bytes or "default",
+        "peak_python_rss_mb": round(peak),
+        "enriched_all_after_s": round(done_s, 1) if done_s is not None else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.bench.backlog_memory",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--ratings", type=int, default=2_000, help="ratings in each backlog")
+    parser.add_argument("--message-bytes", type=int, default=450_000, help="a large rating's message")
+    parser.add_argument(
+        "--max-batch-bytes",
+        type=int,
+        nargs="*",
+        default=[0],
+        help="ENRICH_MAX_BATCH_BYTES of each large phase (0: the job's default)",
+    )
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "backlog_memory.json")
+    args = parser.parse_args()
+    env = read_env_file(stack_env_path(StackSettings()))
+    runs = [("small", 100, 0)] + [("large", args.message_bytes, bound) for bound in args.max_batch_bytes]
+    results: dict[str, Any] = {"machine_cores": os.cpu_count(), "phases": []}
+    for name, message_bytes, bound in runs:
+        bound_text = bound or "default"
+        print(f"{name}: {args.ratings} ratings of {message_bytes} bytes, ENRICH_MAX_BATCH_BYTES {bound_text}")
+        figures = {"phase": name, **phase(env, args.ratings, message_bytes, bound, args.out)}
+        print(f"  {json.dumps(figures)}", flush=True)
+        results["phases"].append(figures)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"results in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
