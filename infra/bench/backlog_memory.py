@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra.bench.job import start_job
+from infra.bench.results import write_result
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import stack_env_path
@@ -35,12 +36,14 @@ FIRST_USER = 930_000  # ids no customer has: every rating comes out unmatched, a
 USERS = 50
 
 
-def backlog(servers: str, topic: str, count: int, message_bytes: int) -> float:
-    """`count` ratings of `message_bytes` messages to `topic` (2 partitions); MB produced."""
+def backlog(servers: str, topic: str, count: int, message_bytes: int, users: int = USERS) -> float:
+    """`count` ratings (ids 0, 1, ...) of `message_bytes` messages (rating i's: a letter, the
+    i % 26th, repeated) to `topic`, of `users` customers no one has, each customer's on partition
+    `user_id % 2`; MB produced."""
     producer = Producer({"bootstrap.servers": servers, "linger.ms": 50})
     now, total = int(time.time() * 1000), 0
     for i in range(count):
-        user = FIRST_USER + i % USERS
+        user = FIRST_USER + i % users
         rating = {
             "rating_id": i,
             "user_id": user,
@@ -147,9 +150,7 @@ def main() -> int:
         figures = {"phase": name, **phase(env, args.ratings, message_bytes, bound, args.out)}
         print(f"  {json.dumps(figures)}", flush=True)
         results["phases"].append(figures)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(f"results in {args.out}")
+    write_result(results, args.out)
     return 0
 
 

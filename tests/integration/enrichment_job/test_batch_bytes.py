@@ -5,37 +5,18 @@ into the first batch, whatever its ratings weighed."""
 
 import json
 import re
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from support.enrichment import Job, StackEnv, Topics, create_topics, delete_topics, read_topic
+
+from infra.bench.backlog_memory import backlog
 
 RATINGS = 60
 MESSAGE_BYTES = 100_000  # 6 MB in all: at least 6 batches of at most 1 MB
 MAX_BATCH_BYTES = 1_000_000
 USERS = 6  # ids no customer has: every rating comes out unmatched, at once (grace 0)
-FIRST_USER = 910_000
-
-
-def _backlog(stack_env: StackEnv, topic: str) -> None:
-    producer = Producer({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP_SERVERS"]})
-    now = int(time.time() * 1000)
-    for i in range(RATINGS):
-        user = FIRST_USER + i % USERS
-        rating = {
-            "rating_id": i,
-            "user_id": user,
-            "stars": 4,
-            "route_id": 1,
-            "rating_time": now,
-            "channel": "web",
-            "message": chr(97 + i % 26) * MESSAGE_BYTES,
-        }
-        producer.produce(topic, key=str(user).encode(), value=json.dumps(rating).encode(), partition=user % 2)
-    assert producer.flush(30) == 0
 
 
 @pytest.mark.parametrize("join_in", ["driver", "tasks"])
@@ -44,7 +25,8 @@ def test_a_backlog_of_large_ratings_is_read_a_bounded_number_of_bytes_a_batch_ea
 ) -> None:
     topics = Topics()
     names = create_topics(stack_env, topics, partitions=2)
-    _backlog(stack_env, topics.name("ratings"))  # before the job starts: its first batch could take all
+    # before the job starts: its first batch could take them all
+    backlog(stack_env["KAFKA_BOOTSTRAP_SERVERS"], topics.name("ratings"), RATINGS, MESSAGE_BYTES, USERS)
     extra = {"ENRICH_JOIN_IN": join_in, "ENRICH_MAX_BATCH_BYTES": str(MAX_BATCH_BYTES)}
     job = Job(stack_env, topics, tmp_path / "job", 0, extra).start()
     try:
