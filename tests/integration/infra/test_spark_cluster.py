@@ -1,7 +1,8 @@
 """The stack's Spark cluster runs only the applications that have its shared secret: a local
 user without it cannot submit work that would run as the stack's user. Under a root `make up`,
-the executors with their Python workers run as the service user, with the product's packages
-in the executors' Python (the master and workers: test_status.py, with every component)."""
+the executors with their Python workers run as the service user, with the third-party packages
+in the executors' Python and no copy of the product there: each job ships its own code
+(runtime/test_session.py). The master and workers: test_status.py, with every component."""
 
 import ast
 import json
@@ -17,12 +18,12 @@ from pathlib import Path
 from infra.stack.settings import StackSettings
 
 StackEnv = dict[str, str]
-# Where the product's package lies in the executors' Python environment.
-PRODUCT = Path(
+# Where a package the product needs (pyarrow) lies in the executors' Python environment.
+PYARROW = Path(
     "lib",
     f"python{sys.version_info.major}.{sys.version_info.minor}",
     "site-packages",
-    "enrichment_job",
+    "pyarrow",
     "__init__.py",
 )
 
@@ -34,8 +35,8 @@ spark = builder.config("spark.ui.enabled", "false").getOrCreate()
 print("sum", spark.sparkContext.parallelize(range(10), 2).sum(), flush=True)
 
 def where(_):
-    import os, sys, enrichment_job
-    return os.geteuid(), sys.prefix, enrichment_job.__file__
+    import importlib.util, os, sys, pyarrow
+    return os.geteuid(), sys.prefix, pyarrow.__file__, importlib.util.find_spec("enrichment_job") is None
 
 print("ran", sorted(set(spark.sparkContext.parallelize(range(4), 4).map(where).collect())), flush=True)
 spark.stop()
@@ -95,8 +96,9 @@ def test_the_cluster_runs_an_application_with_its_secret_and_refuses_one_without
     assert _registered(stack_env, member)
     ran = ast.literal_eval(next(line for line in output.splitlines() if line.startswith("ran "))[4:])
     if os.geteuid() != 0:  # the executors run as the user who made the stack, with its Python
-        assert {uid for uid, _, _ in ran} == {os.geteuid()}
+        assert {uid for uid, _, _, _ in ran} == {os.geteuid()}
         return
     service = pwd.getpwnam(StackSettings().service_user).pw_uid
     environment = Path(stack_env["SPARK_EXECUTOR_PYTHON"]).parent.parent
-    assert ran == [(service, str(environment), str(environment / PRODUCT))], output[-3000:]
+    # the environment's own packages, and no product: an application that ships none has none
+    assert ran == [(service, str(environment), str(environment / PYARROW), True)], output[-3000:]
