@@ -40,7 +40,8 @@ def backlog(servers: str, topic: str, count: int, message_bytes: int, users: int
     """`count` ratings (ids 0, 1, ...) of `message_bytes` messages (rating i's: a letter, the
     i % 26th, repeated) to `topic`, of `users` customers no one has, each customer's on partition
     `user_id % 2`; MB produced."""
-    producer = Producer({"bootstrap.servers": servers, "linger.ms": 50})
+    # idempotent: a retried request is neither written twice nor put after a later one
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 50, "enable.idempotence": True})
     now, total = int(time.time() * 1000), 0
     for i in range(count):
         user = FIRST_USER + i % users
