@@ -29,7 +29,7 @@ from infra.bench.job import start_job
 from infra.bench.results import write_result
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
-from infra.stack.stack import stack_env_path
+from infra.stack.stack import rss_kib, stack_env_path
 
 ROLES = ("ratings", "enriched", "alerts", "dlq", "customers")
 FIRST_USER = 930_000  # ids no customer has: every rating comes out unmatched, at once (grace 0)
@@ -66,14 +66,8 @@ def backlog(servers: str, topic: str, count: int, message_bytes: int, users: int
 
 def rss_mb(pid: int) -> float | None:
     """The process's resident memory (its own, not its children's), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except FileNotFoundError:
-        return None
-    return None
+    kib = rss_kib(pid)
+    return None if kib is None else kib / 1024
 
 
 def phase(

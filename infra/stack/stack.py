@@ -307,6 +307,17 @@ def write_stack_env(settings: StackSettings, installed: Installed, secrets: dict
     )
 
 
+def rss_kib(pid: int) -> int | None:
+    """Resident memory of one process (not its children's); None once it is gone."""
+    try:
+        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def tree_rss_kib(pid: int) -> int:
     """Resident memory of a process and all its descendants."""
     children: dict[int, list[int]] = {}
@@ -321,12 +332,7 @@ def tree_rss_kib(pid: int) -> int:
     while todo:
         current = todo.pop()
         todo.extend(children.get(current, []))
-        try:
-            for line in (Path("/proc") / str(current) / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
+        total += rss_kib(current) or 0
     return total
 
 
