@@ -240,6 +240,19 @@ def _stage_elasticsearch(cache: Path, versions: Versions) -> Path:
     return next(target.glob("elasticsearch-*.zip"))
 
 
+def stage_pgjdbc(cache: Path, versions: Versions) -> Path:
+    """The PostgreSQL JDBC driver's jar, for the tests that browse the views' wire protocol as a
+    JDBC tool does (the stack itself runs no JDBC)."""
+    target = cache / f"pgjdbc-{versions.pgjdbc}"
+    if not _staged(target):
+        with _step(f"resolving the PostgreSQL JDBC driver {versions.pgjdbc} (the tests')"):
+            tmp = Path(tempfile.mkdtemp(prefix="pgjdbc-", dir=cache))
+            artifact = f"org.postgresql:postgresql:{versions.pgjdbc}"
+            _mvn(["dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={tmp}"], what=artifact)
+            _publish(tmp, target)
+    return target / f"postgresql-{versions.pgjdbc}.jar"
+
+
 def _run_as_root(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
@@ -361,4 +374,5 @@ def install(settings: StackSettings, versions: Versions) -> Installed:
     if os.geteuid() == 0:
         ensure_service_user(settings.service_user)
     ensure_chromium()
+    stage_pgjdbc(cache, versions)
     return installed

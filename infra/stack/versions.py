@@ -21,6 +21,7 @@ class Versions:
     delta: str
     hadoop: str
     aws_sdk: str
+    pgjdbc: str  # the tests' PostgreSQL JDBC driver
     mariadb_line: str
     postgres_major: str
     java_minimum: int
@@ -58,6 +59,7 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         delta=maven["delta"],
         hadoop=maven["hadoop"],
         aws_sdk=maven["aws-sdk"],
+        pgjdbc=maven["pgjdbc"],
         mariadb_line=data["debian"]["mariadb-server"].split(":", 1)[-1],
         postgres_major=str(data["debian"]["postgresql"]),
         java_minimum=int(data["java"]["minimum"]),

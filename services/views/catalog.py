@@ -23,7 +23,6 @@ from services.views.sql import (
     select_list,
 )
 
-_OWNER = "views"
 _TEXT = pg_column("name", "string")
 
 
@@ -74,9 +73,9 @@ def answer(
 _LISTS: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     (
         'SELECT d.datname as "Name", pg_catalog.pg_get_userbyid(d.datdba)',
-        (DATABASE, _OWNER, "UTF8", "C", "C", "", "libc"),
+        (DATABASE, metadata.OWNER, "UTF8", "C", "C", "", "libc"),
     ),
-    ('SELECT n.nspname AS "Name", pg_catalog.pg_get_userbyid(n.nspowner)', (SCHEMA, _OWNER)),
+    ('SELECT n.nspname AS "Name", pg_catalog.pg_get_userbyid(n.nspowner)', (SCHEMA, metadata.OWNER)),
     ('SELECT n.nspname as "Schema", pg_catalog.format_type(t.oid, NULL) AS "Name"', None),
 )
 
@@ -131,7 +130,7 @@ def _listing(text: str, names: list[str]) -> Result:
     """`\\d` (and `\\dv`): the views; `\\dt`, `\\di`, `\\ds`: none of those kinds."""
     kinds = text.split("c.relkind IN (", 1)[1].split(")", 1)[0]
     shown = names if "'v'" in kinds else []
-    rows: list[tuple[str | None, ...]] = [(SCHEMA, n, "view", _OWNER) for n in shown]
+    rows: list[tuple[str | None, ...]] = [(SCHEMA, n, "view", metadata.OWNER) for n in shown]
     if "pg_catalog.obj_description" in text or '"Size"' in text:  # \d+ asks for more columns
         rows = [(*row, "permanent", "", "0 bytes", "") for row in rows]
         more = ["Persistence", "Access method", "Size", "Description"]

@@ -8,9 +8,12 @@ schema `public`; JDBC is told the view's key as its primary key, SQLAlchemy find
 constraint, index or comment, as PostgreSQL reflects a view.
 
 Written against the PostgreSQL JDBC driver 42.7's queries (`getSchemas`, `getCatalogs`,
-`getTables`, `getColumns`, `getPrimaryKeys`, and `getIndexInfo`, `getImportedKeys`,
-`getExportedKeys`, `getFunctions`, `getProcedures`, `getUDTs`, which find none) and SQLAlchemy
-2.1's PostgreSQL dialect; `answer` gives None for any other query.
+`getTables`, `getColumns`, `getPrimaryKeys`, `getBestRowIdentifier` (the view's key),
+`getTypeInfo` and the driver's look-ups of a type (PostgreSQL's common base types),
+`getTablePrivileges` (SELECT, to the owner and to PUBLIC), `getClientInfoProperties`, and
+`getIndexInfo`, `getImportedKeys`, `getExportedKeys`, `getFunctions`, `getProcedures`, their
+columns, `getUDTs` and `getColumnPrivileges`, which find none, as for a view in PostgreSQL) and
+SQLAlchemy 2.1's PostgreSQL dialect; `answer` gives None for any other query.
 """
 
 import re
@@ -18,7 +21,17 @@ from collections.abc import Sequence
 
 from services.views.sql import DATABASE, PG_TYPE_NAMES, SCHEMA, Column, Params, Result, pg_column, select_list
 
-__all__ = ["FIRST_OID", "answer", "column_name", "format_type", "like", "oids", "result"]
+__all__ = [
+    "BASE_TYPES",
+    "FIRST_OID",
+    "OWNER",
+    "answer",
+    "column_name",
+    "format_type",
+    "like",
+    "oids",
+    "result",
+]
 
 FIRST_OID = 16384  # PostgreSQL's first oid for user objects: the views' oids from here, by name
 _TABLES = re.compile(
@@ -43,9 +56,41 @@ _NONE = re.compile(
     r'|current_database\(\) AS "PKTABLE_CAT", pkn\.nspname AS "PKTABLE_SCHEM"'
     r'|current_database\(\) AS "(?:FUNCTION|PROCEDURE)_CAT"'
     r'|current_database\(\) as "TYPE_CAT", n\.nspname as "TYPE_SCHEM", t\.typname as "TYPE_NAME", '
-    r'null as "CLASS_NAME")',
+    r'null as "CLASS_NAME"'
+    r"|current_database\(\) AS current_database, n\.nspname,p\.proname,p\.prorettype,"
+    r"|current_database\(\) AS current_database, n\.nspname,c\.relname,r\.rolname,c\.relacl, a\.attacl,)",
     re.IGNORECASE,
 )
+# PostgreSQL's common base types, (name, oid), as getTypeInfo and the driver's look-ups of a
+# type by oid or by name find them: the views' own (int4, int8, float8, bool, text) among them.
+BASE_TYPES = (
+    ("bool", 16), ("bytea", 17), ("char", 18), ("name", 19), ("int8", 20), ("int2", 21),
+    ("int4", 23), ("text", 25), ("oid", 26), ("tid", 27), ("json", 114), ("float4", 700),
+    ("float8", 701), ("bpchar", 1042), ("varchar", 1043), ("date", 1082), ("time", 1083),
+    ("timestamp", 1114), ("timestamptz", 1184), ("interval", 1186), ("numeric", 1700),
+    ("uuid", 2950), ("jsonb", 3802),
+)  # fmt: skip
+_TYPE_NAMES = re.compile(
+    r"^SELECT t\.typname,t\.oid FROM pg_catalog\.pg_type t JOIN pg_catalog\.pg_namespace n"
+)
+_TYPE_KINDS = re.compile(
+    r"^SELECT typinput='pg_catalog\.array_in'::regproc as is_array, typtype, typname, pg_type\.oid "
+    r"FROM pg_catalog\.pg_type\b"
+)
+_TYPE_BY_NAME = re.compile(
+    r"^SELECT pg_type\.oid, typname FROM pg_catalog\.pg_type LEFT JOIN .* WHERE typname = "
+)
+_TYPE_OID = re.compile(r"\bWHERE pg_type\.oid = (?:\$([0-9]+)|([0-9]+))")
+_NAME_LENGTH = re.compile(
+    r"^SELECT t\.typlen FROM pg_catalog\.pg_type t, pg_catalog\.pg_namespace n WHERE .*t\.typname='name'"
+)
+_PRIVILEGES = re.compile(
+    r"^SELECT current_database\(\) AS current_database, n\.nspname,c\.relname,r\.rolname,c\.relacl FROM "
+)
+_BEST_ROW = re.compile(r"^SELECT a\.attname, a\.atttypid, atttypmod FROM pg_catalog\.pg_class ct JOIN")
+OWNER = "views"  # the role that owns the views, to every tool (psql's \\d, JDBC's privileges)
+# SELECT (r) granted by the owner to itself and to PUBLIC (no name): anyone the service admits.
+_ACL = f"{{{OWNER}=r/{OWNER},=r/{OWNER}}}"
 # A name filter: `n.nspname LIKE $1`, `c.relname = 'x'`, `attname LIKE E'cust%'`...
 _FILTER = r"\b{}\s+(LIKE|=)\s+(?:\$([0-9]+)|E?'((?:[^']|'')*)')"
 
@@ -98,7 +143,7 @@ def answer(
     before its Bind), or None for any other query."""
     kind = next((k for k, shape in _SHAPES.items() if shape.search(text)), None)
     if kind is None:
-        return _other(text) or _reflected(text, tables, params)
+        return _other(text) or _driver(text, tables, keys, params) or _reflected(text, tables, params)
     text = text.split(" WHERE ", 1)[1] if " WHERE " in text else ""  # the filters, not the CASEs
     if kind == "schemas":
         shown = _matches(text, "nspname", SCHEMA, params)
@@ -123,11 +168,13 @@ def _other(text: str) -> Result | None:
 
 
 def _tables(text: str, names: list[str], params: Params | None) -> Result:
-    """getTables: the views, when the types asked include VIEW (`c.relkind = 'v'`)."""
+    """getTables: the views, when the types asked include VIEW (`c.relkind = 'v'`) or none are
+    named (every type: `AND (false OR ...)` is the driver's list of the types asked)."""
+    every_type = "AND (false " not in text
     shown = [
         name
         for name in names
-        if "c.relkind = 'v'" in text
+        if (every_type or "c.relkind = 'v'" in text)
         and _matches(text, "n.nspname", SCHEMA, params)
         and _matches(text, "c.relname", name, params)
     ]
@@ -171,6 +218,65 @@ def _columns(text: str, tables: dict[str, tuple[Column, ...]], params: Params | 
                     )
                     rows.append((*row, None, None, None, None, "0", "b"))
     return result(names, rows, kinds)
+
+
+def _driver(
+    text: str, tables: dict[str, tuple[Column, ...]], keys: dict[str, list[str]], params: Params | None
+) -> Result | None:
+    """The driver's type look-ups, getTablePrivileges and getBestRowIdentifier; None for any
+    other query."""
+    if (found := _type_lookup(text, params)) is not None:
+        return found
+    if _PRIVILEGES.match(text):
+        rows = [
+            (DATABASE, SCHEMA, name, OWNER, _ACL)
+            for name in sorted(tables)
+            if _matches(text, "n.nspname", SCHEMA, params) and _matches(text, "c.relname", name, params)
+        ]
+        return result(["current_database", "nspname", "relname", "rolname", "relacl"], rows)
+    if _BEST_ROW.match(text):
+        return _best_row(text, tables, keys, params)
+    return None
+
+
+def _type_lookup(text: str, params: Params | None) -> Result | None:
+    """getTypeInfo's list of types, a type looked up by oid or by name (each base type a scalar
+    of its own: not an array, `typtype` b), and the length of a name."""
+    if _TYPE_NAMES.match(text):
+        return result(["typname", "oid"], list(_types()), ["string", "long"])
+    if _TYPE_KINDS.match(text):
+        oid = _TYPE_OID.search(text)
+        wanted = None if oid is None else (params or {}).get(oid.group(1)) if oid.group(1) else oid.group(2)
+        rows = [
+            ("f", "b", name, number) for name, number in _types() if wanted in (None, number, int(number))
+        ]
+        return result(
+            ["is_array", "typtype", "typname", "oid"], rows, ["boolean", "string", "string", "long"]
+        )
+    if _TYPE_BY_NAME.match(text):
+        named = [(number, name) for name, number in _types() if _matches(text, "typname", name, params)]
+        return result(["oid", "typname"], named[:1], ["long", "string"])
+    if _NAME_LENGTH.match(text):
+        return result(["typlen"], [("64",)], ["int"])  # PostgreSQL's NAMEDATALEN
+    return None
+
+
+def _types() -> list[tuple[str, str]]:
+    return [(name, str(oid)) for name, oid in BASE_TYPES]
+
+
+def _best_row(
+    text: str, tables: dict[str, tuple[Column, ...]], keys: dict[str, list[str]], params: Params | None
+) -> Result:
+    """getBestRowIdentifier: the view's key columns, which tell its rows apart (its primary key
+    to getPrimaryKeys)."""
+    rows = []
+    if _matches(text, "n.nspname", SCHEMA, params):
+        for view in sorted(keys):
+            if view in tables and _matches(text, "ct.relname", view, params):
+                oid_of = {c.name: str(c.oid) for c in tables[view]}
+                rows += [(column, oid_of.get(column, "25"), "-1") for column in keys[view]]
+    return result(["attname", "atttypid", "atttypmod"], rows, ["string", "long", "int"])
 
 
 def _keys(text: str, keys: dict[str, list[str]], params: Params | None) -> Result:

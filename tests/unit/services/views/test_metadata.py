@@ -1,5 +1,6 @@
 """Tools' metadata queries over the views: the PostgreSQL JDBC driver's own (42.7.14's, captured
-as it sent them for getSchemas, getTables, getColumns, getPrimaryKeys, getCatalogs and what a
+as it sent them for getSchemas, getTables, getColumns, getPrimaryKeys, getCatalogs,
+getTypeInfo and its look-ups of a type, getTablePrivileges, getBestRowIdentifier and what a
 view has none of) and SQLAlchemy 2.1's reflection, answered from the views' descriptions, with
 their name patterns applied."""
 
@@ -62,6 +63,16 @@ def test_tables_are_the_views_by_schema_and_name_pattern_when_views_are_asked_fo
     assert _rows("getTablesOfTablesOnly", "%") == []  # TABLE only: the views are views
 
 
+def test_tables_of_every_type_are_the_views_too() -> None:
+    # getTables(catalog, schema, name, null): no list of types, so no `c.relkind` filter
+    assert [r[2] for r in _rows("getTablesOfEveryType", "public", "%")] == [
+        "customer_ratings",
+        "segment_hourly",
+    ]
+    assert [r[2] for r in _rows("getTablesOfEveryType", "%", "cust%")] == ["customer_ratings"]
+    assert _rows("getTablesOfEveryType", "other", "%") == []
+
+
 def test_columns_come_in_order_with_their_type_oids_and_the_patterns_apply() -> None:
     rows = _rows("getColumns", "public", "customer_ratings", "%")
     assert [(r[2], r[3], r[4], r[5], r[9]) for r in rows] == [
@@ -94,8 +105,41 @@ def test_the_one_catalog_and_the_setting_asked_before_foreign_keys() -> None:
     assert _rows("maxIndexKeys") == [("32",)]
 
 
+def test_type_info_lists_the_base_types_and_the_views_own_among_them() -> None:
+    listed = _rows("getTypeInfo")
+    assert ("int4", "23") in listed and ("text", "25") in listed and ("float8", "701") in listed
+    assert {name for name, _ in listed} >= {"int8", "bool"} and len(listed) == len(metadata.BASE_TYPES)
+    every = _rows("typeOfEveryOid")
+    assert len(every) == len(listed) and all(r[0] == "f" and r[1] == "b" for r in every)  # no arrays
+    assert _rows("typeOfOid", "20") == [("f", "b", "int8", "20")]
+    assert _rows("typeOfOid", 701) == [("f", "b", "float8", "701")]  # bound as a number too
+    assert _rows("typeOfOid", "999999") == []  # the driver takes it as Types.OTHER
+    assert _rows("typeByName", "tid") == [("27", "tid")]
+    assert _rows("typeByName", "no_such_type") == []
+    assert _rows("maxNameLength") == [("64",)]
+
+
+def test_table_privileges_are_select_for_the_owner_and_for_public() -> None:
+    assert _rows("getTablePrivileges", "public", "seg%") == [
+        ("views", "public", "segment_hourly", "views", "{views=r/views,=r/views}")
+    ]
+    assert len(_rows("getTablePrivileges", "%", "%")) == 2
+    assert _rows("getTablePrivileges", "other", "%") == []
+
+
+def test_the_best_row_identifier_is_the_view_s_key_with_its_types() -> None:
+    assert _rows("getBestRowIdentifier", "public", "customer_ratings") == [("user_id", "23", "-1")]
+    assert _rows("getBestRowIdentifier", "public", "segment_hourly") == [
+        ("club_status", "25", "-1"),
+        ("channel", "25", "-1"),
+    ]
+    assert _rows("getBestRowIdentifier", "public", "customer") == []  # = is not LIKE
+
+
 def test_indexes_foreign_keys_functions_procedures_and_types_are_none_as_for_a_postgresql_view() -> None:
-    assert len(QUERIES["none"]) == 6  # getIndexInfo, imported and exported keys, functions, procedures, UDTs
+    # getIndexInfo, imported and exported keys, functions, procedures, UDTs, column privileges
+    # (PostgreSQL's query asks for tables only) and functions' columns
+    assert len(QUERIES["none"]) == 8
     for text in QUERIES["none"]:
         answer = metadata.answer(text, TABLES, KEYS, {})
         assert answer is not None and answer.rows == [], text[:60]
