@@ -25,13 +25,12 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.bench.job import start_job
+from infra.bench.job import JOB_TOPIC_ROLES, start_job
 from infra.bench.results import write_result
 from infra.stack.secrets import read_env_file
 from infra.stack.settings import REPO_ROOT, StackSettings
 from infra.stack.stack import rss_kib, stack_env_path
 
-ROLES = ("ratings", "enriched", "alerts", "dlq", "customers")
 FIRST_USER = 930_000  # ids no customer has: every rating comes out unmatched, at once (grace 0)
 USERS = 50
 
@@ -76,7 +75,7 @@ def phase(
     """One job over a fresh backlog: the Python process's largest RSS and the time to enrich it all."""
     servers = env["KAFKA_BOOTSTRAP_SERVERS"]
     suffix = uuid.uuid4().hex[:8]
-    topics = {role: f"bench-{role}-{suffix}" for role in ROLES}
+    topics = {role: f"bench-{role}-{suffix}" for role in JOB_TOPIC_ROLES}
     admin = AdminClient({"bootstrap.servers": servers})
     for future in admin.create_topics([NewTopic(t, 2, 1) for t in topics.values()]).values():
         future.result(30)

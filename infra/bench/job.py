@@ -304,6 +304,10 @@ def wait_for(latencies: Latencies, count: int, timeout_s: float) -> bool:
     return len(latencies.samples) >= count
 
 
+# The topics a job of start_job's reads and writes, by role: `topics` maps each to a name.
+JOB_TOPIC_ROLES = ("ratings", "enriched", "alerts", "dlq", "customers")
+
+
 def start_job(
     env: dict[str, str],
     topics: dict[str, str],
@@ -404,9 +408,7 @@ def main() -> int:  # noqa: PLR0915 - one benchmark, its phases in order
     env = read_env_file(stack_env_path(StackSettings()))
     servers = env["KAFKA_BOOTSTRAP_SERVERS"]
     suffix = uuid.uuid4().hex[:8]
-    topics = {
-        role: f"bench-{role}-{suffix}" for role in ("ratings", "enriched", "alerts", "dlq", "customers")
-    }
+    topics = {role: f"bench-{role}-{suffix}" for role in JOB_TOPIC_ROLES}
     admin = AdminClient({"bootstrap.servers": servers})
     for future in admin.create_topics(
         [NewTopic(t, num_partitions=4, replication_factor=1) for t in topics.values()]

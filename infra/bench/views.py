@@ -60,6 +60,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from infra.bench import hostile
 from infra.bench.freshness import in_window
 from infra.bench.job import (
+    JOB_TOPIC_ROLES,
     Latencies,
     children,
     cores_used,
@@ -304,7 +305,7 @@ class Steal(threading.Thread):
 
 def topics_for(suffix: str) -> tuple[dict[str, str], dict[str, str]]:
     """The enrichment job's topics (role -> name) and the views' (role -> name)."""
-    job = {role: f"bench-{role}-{suffix}" for role in ("ratings", "enriched", "alerts", "dlq", "customers")}
+    job = {role: f"bench-{role}-{suffix}" for role in JOB_TOPIC_ROLES}
     prefix = f"bench-view-{suffix}."
     views = {
         "prefix": prefix,
