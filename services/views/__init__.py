@@ -6,6 +6,7 @@ __all__ = [
     "changelog",
     "cli",
     "config",
+    "cursors",
     "hub",
     "metadata",
     "metrics",

@@ -23,7 +23,6 @@ SHOW...) do is `session`'s; this module speaks the protocol.
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import os
 import secrets
@@ -31,7 +30,7 @@ import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
-from services.views import catalog, subscription
+from services.views import catalog, cursors, subscription
 from services.views.portals import (
     Portal,
     Statement,
@@ -224,6 +223,16 @@ class PgServer:
 
     async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int) -> None:
         session = Session()
+        session.secret = secret
+        try:
+            await self._session(session, reader, writer)
+        finally:
+            session.close_cursors()  # their subscribers leave with the client
+
+    async def _session(
+        self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        secret = session.secret
         held: list[bytes] = []  # the extended protocol's answers, sent together at Sync or Flush
         size = 0
         while True:
@@ -276,7 +285,9 @@ class PgServer:
         if not sql.strip().strip(";").strip():
             return _message(b"I") + ready(session.state)  # EmptyQueryResponse
         try:
-            if session.is_command(sql):
+            if (asked := cursors.parse(sql)) is not None:
+                answer = await self._cursor(session, asked)
+            elif session.is_command(sql):
                 answer = session.command(sql)
             else:
                 session.refuse_if_aborted()
@@ -344,10 +355,54 @@ class PgServer:
                     return "the view was replaced by a new version (its columns may differ): subscribe again"
                 elif event == "error":
                     writer.write(b"".join(out))
-                    return str(json.loads(data).get("error", data))
+                    return subscription.error_text(data)
             writer.write(b"".join(out))
             await writer.drain()
         return "the view's stream ended: subscribe again"
+
+    async def _cursor(
+        self, session: Session, asked: cursors.Declare | cursors.Fetch | cursors.Close
+    ) -> str | Result:
+        """DECLARE ... CURSOR FOR SUBSCRIBE, FETCH and CLOSE (`cursors`): a command's tag, or
+        FETCH's rows."""
+        session.refuse_if_aborted()
+        if isinstance(asked, cursors.Close):
+            session.close_cursors(asked.cursor)
+            return "CLOSE CURSOR" if asked.cursor is not None else "CLOSE CURSOR ALL"
+        if isinstance(asked, cursors.Fetch):
+            cursor = session.cursor(asked.cursor)
+            count = min(asked.count or self.reader.max_rows, self.reader.max_rows)
+            return Result(cursor.columns, await self._fetched(session, cursor, count, asked.timeout_s))
+        if session.state != b"T":
+            raise SqlError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
+        if asked.cursor in session.cursors:
+            raise SqlError("42P03", f'cursor "{asked.cursor}" already exists')
+        if len(session.cursors) >= cursors.MAX_CURSORS:
+            raise SqlError("53000", f"this connection has {cursors.MAX_CURSORS} cursors open: close some")
+        if self.follow is None:
+            raise SqlError("0A000", "SUBSCRIBE is not served here")
+        columns = self.reader.tables().get(asked.view, ())
+        stream = self.follow(asked.view, asked.snapshot)  # SqlError for a view not served
+        session.cursors[asked.cursor] = cursors.Cursor(stream, columns)
+        return "DECLARE CURSOR"
+
+    async def _fetched(
+        self, session: Session, cursor: cursors.Cursor, count: int, timeout_s: float | None
+    ) -> list[tuple[str | None, ...]]:
+        """FETCH's rows; a CancelRequest ends its wait with 57014, and the session goes on."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._streaming[session.secret] = task
+        try:
+            return await cursor.fetch(count, timeout_s)
+        except asyncio.CancelledError:
+            if session.secret not in self._cancelled:
+                raise  # the service stops
+            task.uncancel()
+            raise SqlError("57014", "canceling statement due to user request") from None
+        finally:
+            self._streaming.pop(session.secret, None)
+            self._cancelled.discard(session.secret)
 
     async def _result(self, sql: str, params: Params) -> Result:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
@@ -451,6 +506,8 @@ class PgServer:
         query of the views."""
         if not sql.strip().strip(";").strip():
             return ()
+        if (asked := cursors.parse(sql)) is not None:  # FETCH's columns are its cursor's
+            return session.cursor(asked.cursor).columns if isinstance(asked, cursors.Fetch) else ()
         if session.is_command(sql):
             shown = session.command(sql) if first_word(sql) == "SHOW" else None  # no other has rows
             return shown.columns if isinstance(shown, Result) else ()
@@ -483,6 +540,11 @@ class PgServer:
         sql = portal.statement.sql
         if not sql.strip().strip(";").strip():
             return _message(b"I")  # EmptyQueryResponse
+        if portal.result is None and (asked := cursors.parse(sql)) is not None:
+            answer = await self._cursor(session, asked)
+            if isinstance(answer, str):
+                return _message(b"C", _cstr(answer))
+            portal.result = answer
         if session.is_command(sql) and portal.result is None:
             answer = session.command(sql)
             if isinstance(answer, str):

@@ -21,6 +21,7 @@ as a read-only PostgreSQL answers them:
 
 import re
 
+from services.views.cursors import Cursor
 from services.views.portals import Portal, Statement
 from services.views.sql import Column, Result, SqlError, first_word, pg_column, uncommented
 
@@ -123,6 +124,8 @@ class Session:
         self.portals: dict[str, Portal] = {}
         self.settings = dict(SETTABLE)
         self.savepoints: list[str] = []
+        self.cursors: dict[str, Cursor] = {}  # SUBSCRIBE's, by name, until their transaction ends
+        self.secret = 0  # the connection's, as BackendKeyData told it (a CancelRequest names it)
 
     def failed(self) -> None:
         if self.state == b"T":
@@ -151,6 +154,20 @@ class Session:
             raise SqlError("53000", f"this connection has {MAX_PORTALS} portals open: close some")
         self.portals[name] = portal
 
+    def cursor(self, name: str) -> Cursor:
+        if name not in self.cursors:
+            raise SqlError("34000", f'cursor "{name}" does not exist')
+        return self.cursors[name]
+
+    def close_cursors(self, name: str | None = None) -> None:
+        """The named cursor (34000 when there is none), or every one (None)."""
+        for closed in [self.cursor(name)] if name is not None else list(self.cursors.values()):
+            closed.close()
+        if name is None:
+            self.cursors.clear()
+        else:
+            del self.cursors[name]
+
     def refuse_if_aborted(self) -> None:
         if self.state == b"E":
             raise SqlError("25P02", _ABORTED)
@@ -175,6 +192,8 @@ class Session:
         if word in _TRANSACTION:
             self.savepoints.clear()
             tag, state = _TRANSACTION[word]
+            if state == b"I":
+                self.close_cursors()  # a cursor lives in its transaction
             if self.state == b"E" and state == b"I":
                 tag = "ROLLBACK"  # PostgreSQL's answer to COMMIT of a failed transaction
             self.state = state

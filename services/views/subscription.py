@@ -20,7 +20,7 @@ from typing import Any
 
 from services.views.sql import Column
 
-__all__ = ["STATE_COLUMN", "Subscribe", "copy_line", "events", "parse"]
+__all__ = ["STATE_COLUMN", "Subscribe", "copy_line", "error_text", "events", "parse", "row_values"]
 
 STATE_COLUMN = "mz_state"
 _ASKED = re.compile(
@@ -61,21 +61,36 @@ def events(text: str) -> Iterator[tuple[str, str]]:
             yield event, data
 
 
-def _text(value: Any) -> str:
+def _value(value: Any) -> str | None:
+    """A JSON value in PostgreSQL's text format: booleans t/f, objects and arrays as JSON."""
     if value is None:
-        return "\\N"
+        return None
     if isinstance(value, bool):
         return "t" if value else "f"
     if isinstance(value, dict | list):
-        value = json.dumps(value, separators=(",", ":"))
-    return str(value).translate(_ESCAPES)
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
 
 
-def copy_line(data: str, columns: tuple[Column, ...]) -> bytes:
-    """A change's SSE data (`{"key": {...}, "row": {...} or null}`) as one COPY row in text
-    format: its state, then the view's columns (a deleted row's key columns only)."""
+def row_values(data: str, columns: tuple[Column, ...]) -> tuple[str | None, ...]:
+    """A change's SSE data (`{"key": {...}, "row": {...} or null}`) as a row: its state
+    (`upsert` or `delete`), then the view's columns in text format (a deleted row's key columns
+    only, the others null)."""
     change = json.loads(data)
     row, key = change.get("row"), change.get("key") or {}
     state, values = ("upsert", row) if row is not None else ("delete", key)
-    cells = [state, *(_text(values.get(c.name)) for c in columns)]
+    return (state, *(_value(values.get(c.name)) for c in columns))
+
+
+def copy_line(data: str, columns: tuple[Column, ...]) -> bytes:
+    """A change's SSE data as one COPY row in text format (`row_values`, escaped)."""
+    cells = ["\\N" if v is None else v.translate(_ESCAPES) for v in row_values(data, columns)]
     return ("\t".join(cells) + "\n").encode()
+
+
+def error_text(data: str) -> str:
+    """What an `error` event of the stream says."""
+    try:
+        return str(json.loads(data).get("error", data))
+    except (ValueError, AttributeError):
+        return data

@@ -181,6 +181,33 @@ def test_subscribe_over_the_wire_protocol_gives_the_rows_then_the_changes_until_
     assert service.stop() == 0
 
 
+def test_a_cursor_for_subscribe_fetches_the_rows_then_a_change_written_meanwhile(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    views.write([customer(i, i) for i in range(1, 4)])
+    service = Service(stack_env, views, tmp_path).start()
+    service.wait_healthy()
+    _, row = service.get("/views/customer_ratings/2")
+    with psycopg.connect(host="127.0.0.1", port=service.pg_port, user="app", dbname="views") as conn:
+        conn.execute("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings")  # psycopg began a transaction
+        snapshot = conn.execute("FETCH ALL c WITH (timeout = '5s')").fetchall()
+        assert sorted(snapshot) == sorted(("upsert", *customer(i, i).values()) for i in (1, 2, 3))
+        assert _subscribers(service) == 1
+        views.write([customer(2, 20, "platinum")])  # to the changelog topic, meanwhile
+        changed = conn.execute("FETCH ALL c WITH (timeout = '20s')").fetchall()
+        assert changed == [("upsert", *customer(2, 20, "platinum").values())]
+        assert (
+            list(row)
+            == [d.name for d in conn.execute("FETCH 1 c WITH (timeout = '0s')").description or []][1:]
+        )
+        conn.commit()  # the cursor ends with its transaction
+    deadline = time.monotonic() + 10
+    while _subscribers(service) != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _subscribers(service) == 0
+    assert service.stop() == 0
+
+
 def _subscribers(service: Service) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=10) as response:
         text = response.read().decode()

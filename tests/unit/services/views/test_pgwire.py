@@ -3,6 +3,7 @@ which the stack installs) and by a raw socket where psql cannot say what the ser
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import re
@@ -11,6 +12,7 @@ import sqlite3
 import struct
 import subprocess
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -610,6 +612,129 @@ def test_subscribe_is_refused_without_the_stream_or_for_a_view_the_service_refus
 
     for served in _serve(tmp_path / "b", follow=follow):
         assert served.refused("COPY (SUBSCRIBE nope WITH (SNAPSHOT = false)) TO STDOUT") == "42P01"
+
+
+def _followed(closed: list[str], tail: str = "") -> Callable[[str, bool], AsyncGenerator[str, None]]:
+    """A view's stream: row 1, live, row 3 deleted, then `tail` (an event ending it), or nothing
+    more until it is closed (each close noted in `closed`)."""
+
+    async def follow(view: str, with_rows: bool) -> AsyncGenerator[str, None]:
+        try:
+            yield 'event: snapshot\ndata: {"key":{"user_id":1},"row":' + _row(1).value + "}\n\n"  # type: ignore[operator]
+            yield "event: live\ndata: {}\n\n: keep-alive\n\n"
+            yield 'id: 1\nevent: change\ndata: {"key":{"user_id":3},"row":null}\n\n'
+            if tail:
+                yield tail
+                return
+            await asyncio.Event().wait()
+        finally:
+            closed.append(view)
+
+    return follow
+
+
+def _eventually(check: Callable[[], bool]) -> bool:
+    for _ in range(100):
+        if check():
+            return True
+        threading.Event().wait(0.02)
+    return check()
+
+
+def test_a_cursor_for_subscribe_fetches_rows_then_changes_typed_and_waits_at_most_its_timeout(
+    tmp_path: Path,
+) -> None:
+    closed: list[str] = []
+    for served in _serve(tmp_path, follow=_followed(closed)):
+        with _connect(served) as conn:  # not autocommit: psycopg begins, as DECLARE needs
+            conn.execute("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings")
+            fetched = conn.execute("FETCH 1 c WITH (timeout = '1s')")
+            assert [d.name for d in fetched.description or []][:2] == ["mz_state", "user_id"]
+            assert fetched.fetchall() == [("upsert", 1, 10, 2.5, "platinum", True)]
+            with conn.cursor(binary=True) as binary:  # typed values in binary too
+                binary.execute("FETCH ALL c WITH (timeout = '1s')")
+                assert binary.fetchall() == [("delete", 3, None, None, None, None)]
+            waited = time.monotonic()
+            assert conn.execute("FETCH ALL c WITH (timeout = '300ms')").fetchall() == []  # none came
+            assert 0.25 < time.monotonic() - waited < 5
+            assert closed == []
+            conn.commit()  # the cursor ends with its transaction, its subscriber with it
+            assert _eventually(lambda: closed == ["customer_ratings"])
+            with pytest.raises(psycopg.errors.InvalidCursorName):
+                conn.execute("FETCH 1 c")
+
+
+def test_a_fetch_without_a_timeout_waits_until_the_client_cancels_and_the_session_goes_on(
+    tmp_path: Path,
+) -> None:
+    closed: list[str] = []
+    for served in _serve(tmp_path, follow=_followed(closed)):
+        with _connect(served) as conn:
+            conn.execute("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings WITH (SNAPSHOT = false)")
+            assert len(conn.execute("FETCH ALL c").fetchall()) == 2  # what has come, at once
+            threading.Timer(0.3, conn.cancel_safe).start()
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                conn.execute("FETCH ALL c")  # nothing more comes: it waits
+            conn.rollback()
+            assert _eventually(lambda: closed == ["customer_ratings"])
+            assert conn.execute("SELECT count(*) FROM customer_ratings").fetchone() == (7,)
+
+
+def test_a_stream_the_service_ends_gives_its_rows_then_fetch_says_why(tmp_path: Path) -> None:
+    ended = 'event: error\ndata: {"error": "fell more than 10000 changes behind"}\n\n'
+    closed: list[str] = []
+    for served in _serve(tmp_path, follow=_followed(closed, ended)):
+        with _connect(served) as conn:
+            conn.execute("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings")
+            assert len(conn.execute("FETCH ALL c").fetchall()) == 2
+            with pytest.raises(psycopg.errors.OperatorIntervention, match="10000 changes behind"):
+                conn.execute("FETCH ALL c")
+            assert _eventually(lambda: closed == ["customer_ratings"])  # read to its end
+
+
+def _simple_query(sock: socket.socket, sql: str) -> list[tuple[bytes, bytes]]:
+    _send(sock, (b"Q", sql.encode() + b"\0"))
+    return _until(sock, b"Z")
+
+
+def _sqlstate(answer: list[tuple[bytes, bytes]]) -> str:
+    """The SQLSTATE of an answer that starts with an ErrorResponse."""
+    assert answer[0][0] == b"E", answer
+    fields = dict((f[:1], f[1:]) for f in answer[0][1].split(b"\0") if f)
+    return fields[b"C"].decode()
+
+
+def test_cursors_over_the_simple_protocol_and_what_is_refused(tmp_path: Path) -> None:
+    closed: list[str] = []
+    for served in _serve(tmp_path, follow=_followed(closed)):
+        sock = _started(served.port)
+        simple = functools.partial(_simple_query, sock)
+        try:
+            assert _sqlstate(simple("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings")) == "25P01"
+            assert simple("BEGIN")[-1] == (b"Z", b"T")
+            assert [k for k, _ in simple("declare C cursor for subscribe customer_ratings;")] == [b"C", b"Z"]
+            assert _sqlstate(simple("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings")) == "42P03"
+            simple("ROLLBACK")
+            simple("BEGIN")
+            for name in "abcd":
+                assert simple(f"DECLARE {name} CURSOR FOR SUBSCRIBE customer_ratings")[0][0] == b"C"
+            assert _sqlstate(simple("DECLARE e CURSOR FOR SUBSCRIBE customer_ratings")) == "53000"
+            simple("ROLLBACK")
+            simple("BEGIN")
+            simple("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings")
+            fetched = simple("FETCH FORWARD 5 FROM c WITH (TIMEOUT = '2 seconds')")
+            assert [k for k, _ in fetched] == [b"T", b"D", b"D", b"C", b"Z"]
+            assert simple("CLOSE c")[0] == (b"C", b"CLOSE CURSOR\0")
+            assert _sqlstate(simple("FETCH c")) == "34000"
+            simple("ROLLBACK")
+            simple("BEGIN")
+            simple("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings")
+            assert _sqlstate(simple("FETCH 1 c WITH (timeout = 'soon')")) == "22007"
+        finally:
+            sock.close()
+        assert _eventually(
+            lambda: len(closed) == 7
+        )  # every cursor's subscriber gone, the last with its client
 
 
 def test_past_the_connection_cap_a_client_is_refused_with_53300(tmp_path: Path) -> None:

@@ -1,0 +1,170 @@
+"""SUBSCRIBE through a cursor, as Materialize serves it to drivers that read a query's rows
+rather than a COPY (JDBC, psycopg's cursors, any tool that sends SQL):
+
+    BEGIN;
+    DECLARE c CURSOR FOR SUBSCRIBE customer_ratings;     -- [WITH (SNAPSHOT = false)]
+    FETCH ALL c;                                         -- FETCH 100 c WITH (timeout = '1s')
+    ...
+    COMMIT;                                              -- or CLOSE c
+
+A cursor follows the view's stream (the one COPY (SUBSCRIBE ...) and `GET
+/views/<name>/changes` give: the rows, then each change, gap-free, with their bounds). Each row
+is `mz_state` (`upsert`, or `delete` with the key columns set and the others null), then the
+view's columns, in their types (so a driver may ask for them in binary).
+
+FETCH waits for at least one row (without a timeout, until one comes or the client cancels;
+`timeout = '0s'`: not at all), then gives what has come, at most its count (ALL: at most
+VIEWS_PG_MAX_ROWS). A stream the service ends (the view replaced by a new version, a subscriber
+that fell too far behind) gives its rows up to there, then the next FETCH fails with 57000 and
+why. A cursor lives in its transaction, as PostgreSQL's: DECLARE outside one is 25P01, and
+COMMIT or ROLLBACK closes it.
+"""
+
+import asyncio
+import contextlib
+import re
+from collections import deque
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+
+from services.views import subscription
+from services.views.sql import Column, SqlError, pg_column
+
+__all__ = ["MAX_CURSORS", "Close", "Cursor", "Declare", "Fetch", "parse"]
+
+MAX_CURSORS = 4  # a connection's cursors at once: each is one of the service's subscribers
+_AHEAD = 4  # pages of the stream read ahead of the FETCHes; then the stream waits (and its
+# subscriber's queue, bounded, fills: a client that stops fetching is cut off as over SSE)
+_NAME = r'("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
+_DECLARE = re.compile(
+    rf"\s*DECLARE\s+{_NAME}\s+(?:NO\s+SCROLL\s+)?CURSOR\s+(?:WITHOUT\s+HOLD\s+)?FOR\s+SUBSCRIBE\s+(?:TO\s+)?"
+    rf"{_NAME}\s*(?:WITH\s*\(\s*SNAPSHOT\s*=?\s*(TRUE|FALSE)\s*\))?\s*;?\s*",
+    re.IGNORECASE,
+)
+_FETCH = re.compile(
+    rf"\s*FETCH\s+(?:FORWARD\s+)?(?:(ALL|[0-9]+)\s+)?(?:(?:FROM|IN)\s+)?{_NAME}"
+    r"\s*(?:WITH\s*\(\s*TIMEOUT\s*=?\s*'([^']*)'\s*\))?\s*;?\s*",
+    re.IGNORECASE,
+)
+_CLOSE = re.compile(rf"\s*CLOSE\s+(ALL|{_NAME})\s*;?\s*", re.IGNORECASE)
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*")
+_UNITS_S = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "": 1.0, "s": 1.0, "sec": 1.0}
+_UNITS_S |= {"secs": 1.0, "second": 1.0, "seconds": 1.0, "min": 60.0, "mins": 60.0, "minute": 60.0}
+_UNITS_S |= {"minutes": 60.0}
+
+
+@dataclass(frozen=True)
+class Declare:
+    cursor: str
+    view: str
+    snapshot: bool
+
+
+@dataclass(frozen=True)
+class Fetch:
+    cursor: str
+    count: int | None  # None: ALL
+    timeout_s: float | None  # None: until a row comes
+
+
+@dataclass(frozen=True)
+class Close:
+    cursor: str | None  # None: ALL
+
+
+def _name(text: str) -> str:
+    return text[1:-1].replace('""', '"') if text.startswith('"') else text.lower()
+
+
+def _seconds(text: str) -> float:
+    asked = _DURATION.fullmatch(text)
+    if asked is None or asked.group(2).lower() not in _UNITS_S:
+        raise SqlError("22007", f"FETCH's timeout {text!r}: a duration such as '1s' or '500ms'")
+    return float(asked.group(1)) * _UNITS_S[asked.group(2).lower()]
+
+
+def parse(sql: str) -> Declare | Fetch | Close | None:
+    """DECLARE ... CURSOR FOR SUBSCRIBE, FETCH or CLOSE; None for any other statement."""
+    if not sql.lstrip()[:7].upper().startswith(("DECLARE", "FETCH", "CLOSE")):
+        return None  # at once: every query of the views asks this first
+    if (declared := _DECLARE.fullmatch(sql)) is not None:
+        snapshot = (declared.group(3) or "true").lower() == "true"
+        return Declare(_name(declared.group(1)), _name(declared.group(2)), snapshot)
+    if (fetched := _FETCH.fullmatch(sql)) is not None:
+        count = fetched.group(1)
+        timeout = fetched.group(3)
+        return Fetch(
+            _name(fetched.group(2)),
+            None if count is not None and count.upper() == "ALL" else int(count or 1),
+            None if timeout is None else _seconds(timeout),
+        )
+    if (closed := _CLOSE.fullmatch(sql)) is not None:
+        return Close(None if closed.group(1).upper() == "ALL" else _name(closed.group(1)))
+    return None
+
+
+class Cursor:
+    """A view's stream, read ahead a few pages at most, handed out as rows by FETCH."""
+
+    def __init__(self, stream: AsyncGenerator[str, None], columns: tuple[Column, ...]) -> None:
+        self.columns = (pg_column(subscription.STATE_COLUMN, "string"), *columns)
+        self._view_columns = columns
+        self._stream = stream
+        self._pages: deque[str] = deque()
+        self._rows: deque[tuple[str | None, ...]] = deque()
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self._finished = False
+        self.ended: str | None = None  # why the stream ended, once its rows have been taken
+        self._reading = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for page in self._stream:
+                self._pages.append(page)
+                self._arrived.set()
+                while len(self._pages) >= _AHEAD:
+                    self._room.clear()
+                    await self._room.wait()
+        finally:
+            self._finished = True
+            self._arrived.set()
+            await self._stream.aclose()  # the subscriber leaves the hub
+
+    def _take(self, wanted: int) -> None:
+        """Pages into rows, until `wanted` rows wait or the stream's end is seen."""
+        while self._pages and self.ended is None and len(self._rows) < wanted:
+            for event, data in subscription.events(self._pages.popleft()):
+                if event in ("snapshot", "change"):
+                    self._rows.append(subscription.row_values(data, self._view_columns))
+                elif event == "replaced":
+                    self.ended = (
+                        "the view was replaced by a new version (its columns may differ): subscribe again"
+                    )
+                    break
+                elif event == "error":
+                    self.ended = subscription.error_text(data)
+                    break
+            self._room.set()
+        if self._finished and not self._pages and self.ended is None:
+            self.ended = "the view's stream ended: subscribe again"
+
+    async def fetch(self, count: int, timeout_s: float | None) -> list[tuple[str | None, ...]]:
+        """At most `count` rows: those that have come, or the first that comes within
+        `timeout_s` (None: however long), and those with it."""
+        self._take(count)
+        if not self._rows and self.ended is None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    while not self._rows and self.ended is None:
+                        self._arrived.clear()
+                        if not self._pages and not self._finished:
+                            await self._arrived.wait()
+                        self._take(count)
+        if not self._rows and self.ended is not None:
+            raise SqlError("57000", self.ended)
+        return [self._rows.popleft() for _ in range(min(count, len(self._rows)))]
+
+    def close(self) -> None:
+        """Stops reading; the stream is closed (its subscriber gone) as the reader ends."""
+        self._reading.cancel()

@@ -1,0 +1,89 @@
+"""SUBSCRIBE through a cursor: the statements as drivers and Materialize's docs write them, and a
+cursor's reading of its stream (a few pages ahead at most, its end told once its rows are out)."""
+
+import asyncio
+from collections.abc import AsyncGenerator
+
+import pytest
+
+from services.views.cursors import Close, Cursor, Declare, Fetch, parse
+from services.views.sql import SqlError, pg_column
+
+COLUMNS = (pg_column("user_id", "int"), pg_column("ratings", "long"))
+
+
+@pytest.mark.parametrize(
+    ("sql", "parsed"),
+    [
+        ("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings", Declare("c", "customer_ratings", True)),
+        ("declare C cursor for subscribe to Customer_Ratings;", Declare("c", "customer_ratings", True)),
+        (
+            'DECLARE "My C" NO SCROLL CURSOR WITHOUT HOLD FOR SUBSCRIBE "V" WITH (SNAPSHOT = false)',
+            Declare("My C", "V", False),
+        ),
+        ("FETCH c", Fetch("c", 1, None)),
+        ("FETCH ALL c", Fetch("c", None, None)),
+        ("FETCH FORWARD 100 FROM c WITH (timeout = '1s')", Fetch("c", 100, 1.0)),
+        ("fetch 5 in c with (TIMEOUT='500ms');", Fetch("c", 5, 0.5)),
+        ("FETCH ALL c WITH (timeout = '0s')", Fetch("c", None, 0.0)),
+        ("FETCH ALL c WITH (timeout = '2 seconds')", Fetch("c", None, 2.0)),
+        ("FETCH ALL c WITH (timeout = '1 minute')", Fetch("c", None, 60.0)),
+        ("CLOSE c", Close("c")),
+        ("CLOSE ALL;", Close(None)),
+        ("SELECT * FROM customer_ratings", None),
+        ("DECLARE c CURSOR FOR SELECT * FROM customer_ratings", None),  # SUBSCRIBE's only
+    ],
+)
+def test_statements_as_drivers_write_them(sql: str, parsed: object) -> None:
+    assert parse(sql) == parsed
+
+
+def test_a_timeout_that_is_no_duration_is_refused_naming_it() -> None:
+    with pytest.raises(SqlError, match="'soon'") as refused:
+        parse("FETCH ALL c WITH (timeout = 'soon')")
+    assert refused.value.sqlstate == "22007"
+
+
+def _change(user: int) -> str:
+    return (
+        f'event: change\ndata: {{"key":{{"user_id":{user}}},"row":{{"user_id":{user},"ratings":{user}}}}}\n\n'
+    )
+
+
+def test_the_stream_is_read_a_few_pages_ahead_of_the_fetches_and_closed_with_the_cursor() -> None:
+    pulled: list[int] = []
+    closed: list[bool] = []
+
+    async def stream() -> AsyncGenerator[str, None]:
+        try:
+            for page in range(100):
+                pulled.append(page)
+                yield _change(page)
+        finally:
+            closed.append(True)
+
+    async def run() -> None:
+        cursor = Cursor(stream(), COLUMNS)
+        await asyncio.sleep(0.05)
+        assert len(pulled) <= 5  # not the whole stream: a client that stops fetching holds little
+        assert await cursor.fetch(2, 1) == [("upsert", "0", "0"), ("upsert", "1", "1")]
+        assert await cursor.fetch(1, 1) == [("upsert", "2", "2")]
+        cursor.close()
+        await asyncio.sleep(0.05)
+        assert closed == [True] and len(pulled) < 10
+
+    asyncio.run(run())
+
+
+def test_a_stream_s_end_comes_after_its_rows() -> None:
+    async def stream() -> AsyncGenerator[str, None]:
+        yield _change(1) + 'event: replaced\ndata: {"view": "v"}\n\n' + _change(2)
+
+    async def run() -> None:
+        cursor = Cursor(stream(), COLUMNS)
+        assert await cursor.fetch(10, 1) == [("upsert", "1", "1")]  # not the new version's rows
+        with pytest.raises(SqlError, match="replaced by a new version") as ended:
+            await cursor.fetch(10, 1)
+        assert ended.value.sqlstate == "57000"
+
+    asyncio.run(run())
