@@ -6,6 +6,7 @@ database, a prepared pull by key, a write. The driver runs in a Java program of 
 import subprocess
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from support.views_api import Service, Views, customer
 
@@ -38,11 +39,17 @@ def _probe(stack_env: StackEnv, port: int, view: str, key: int) -> dict[str, lis
     return calls
 
 
-def test_a_jdbc_tool_browses_the_views_and_pulls_a_row_as_http_gives_it(
+def _texts(row: dict[str, Any]) -> list[str]:
+    """A row's values as the driver's getString gives them (booleans t and f)."""
+    return ["t" if v is True else "f" if v is False else str(v) for v in row.values()]
+
+
+def test_a_jdbc_tool_browses_the_views_pulls_a_row_as_http_gives_it_and_follows_a_view(
     stack_env: StackEnv, views: Views, tmp_path: Path
 ) -> None:
+    written = [customer(i, i, "platinum" if i % 3 == 0 else "gold") for i in range(1, 11)]
     views.write(
-        [customer(i, i, "platinum" if i % 3 == 0 else "gold") for i in range(1, 11)],
+        written,
         [{"club_status": "platinum", "channel": "web", "hour": "2026-11-24T03", "ratings": 7}],
     )
     service = Service(stack_env, views, tmp_path).start()
@@ -84,8 +91,10 @@ def test_a_jdbc_tool_browses_the_views_and_pulls_a_row_as_http_gives_it(
         assert calls[none] == [], none
     assert calls["clientInfoProperties"][0][:2] == ["ApplicationName", "63"]
     # The pull, the first five times as unnamed statements, then as a named prepared one
-    expected = [["t" if v is True else "f" if v is False else str(v) for v in row.values()]]
+    expected = [_texts(row)]
     for i in range(7):
         assert calls[f"pull{i}"] == expected, i
+    # DECLARE c CURSOR FOR SUBSCRIBE, then FETCH: the view's rows, each an upsert
+    assert sorted(calls["subscribed"], key=lambda r: int(r[1])) == [["upsert", *_texts(c)] for c in written]
     assert service.get("/views/customer_ratings/7") == (200, row)  # the write changed nothing
     assert service.stop() == 0

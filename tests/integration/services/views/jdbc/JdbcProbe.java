@@ -79,6 +79,16 @@ public class JdbcProbe {
                     print("pull" + i, pull.executeQuery());
                 }
             }
+            // The view's rows as a stream, through a cursor in a transaction (Materialize's way)
+            connection.setAutoCommit(false);
+            try (Statement follow = connection.createStatement()) {
+                follow.execute("DECLARE c CURSOR FOR SUBSCRIBE " + view);
+                print("subscribed", follow.executeQuery("FETCH ALL c WITH (timeout = '5s')"));
+            } catch (SQLException e) {
+                error("subscribed", e);
+            }
+            connection.rollback();
+            connection.setAutoCommit(true);
             try (Statement write = connection.createStatement()) {
                 write.executeUpdate("DELETE FROM " + view);
                 System.out.println("write\tdone");
