@@ -146,13 +146,27 @@ def test_psql_gives_what_http_gives_for_a_key_a_range_with_a_limit_and_nothing(
     assert service.stop() == 0
 
 
-def test_subscribe_over_the_wire_protocol_gives_the_rows_then_the_changes_until_cancelled(
+def _three_customers_served(
     stack_env: StackEnv, views: Views, tmp_path: Path
-) -> None:
+) -> tuple[Service, dict[str, Any]]:
+    """A service over customer_ratings' rows of customers 1 to 3, healthy; customer 2's row."""
     views.write([customer(i, i) for i in range(1, 4)])
     service = Service(stack_env, views, tmp_path).start()
     service.wait_healthy()
-    _, row = service.get("/views/customer_ratings/2")
+    return service, service.get("/views/customer_ratings/2")[1]
+
+
+def _no_subscriber_left(service: Service) -> None:
+    deadline = time.monotonic() + 10
+    while _subscribers(service) != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _subscribers(service) == 0
+
+
+def test_subscribe_over_the_wire_protocol_gives_the_rows_then_the_changes_until_cancelled(
+    stack_env: StackEnv, views: Views, tmp_path: Path
+) -> None:
+    service, row = _three_customers_served(stack_env, views, tmp_path)
     columns = list(row)
     with psycopg.connect(
         host="127.0.0.1", port=service.pg_port, user="app", dbname="views", autocommit=True
@@ -174,20 +188,14 @@ def test_subscribe_over_the_wire_protocol_gives_the_rows_then_the_changes_until_
         changed = customer(2, 20, "platinum")
         assert got[3] == ("upsert", "2", *(_pg_text(changed[c]) or None for c in columns[1:]))
         assert conn.execute("SELECT ratings FROM customer_ratings WHERE user_id = 2").fetchone() == (20,)
-    deadline = time.monotonic() + 10  # the subscriber left the service when the client cancelled
-    while _subscribers(service) != 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _subscribers(service) == 0
+    _no_subscriber_left(service)  # the subscriber left the service when the client cancelled
     assert service.stop() == 0
 
 
 def test_a_cursor_for_subscribe_fetches_the_rows_then_a_change_written_meanwhile(
     stack_env: StackEnv, views: Views, tmp_path: Path
 ) -> None:
-    views.write([customer(i, i) for i in range(1, 4)])
-    service = Service(stack_env, views, tmp_path).start()
-    service.wait_healthy()
-    _, row = service.get("/views/customer_ratings/2")
+    service, row = _three_customers_served(stack_env, views, tmp_path)
     with psycopg.connect(host="127.0.0.1", port=service.pg_port, user="app", dbname="views") as conn:
         conn.execute("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings")  # psycopg began a transaction
         snapshot = conn.execute("FETCH ALL c WITH (timeout = '5s')").fetchall()
@@ -201,10 +209,7 @@ def test_a_cursor_for_subscribe_fetches_the_rows_then_a_change_written_meanwhile
             == [d.name for d in conn.execute("FETCH 1 c WITH (timeout = '0s')").description or []][1:]
         )
         conn.commit()  # the cursor ends with its transaction
-    deadline = time.monotonic() + 10
-    while _subscribers(service) != 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _subscribers(service) == 0
+    _no_subscriber_left(service)
     assert service.stop() == 0
 
 
