@@ -115,10 +115,12 @@ class Cursor:
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._finished = False
+        self._started = False
         self.ended: str | None = None  # why the stream ended, once its rows have been taken
         self._reading = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
+        self._started = True
         try:
             async for page in self._stream:
                 self._pages.append(page)
@@ -166,5 +168,20 @@ class Cursor:
         return [self._rows.popleft() for _ in range(min(count, len(self._rows)))]
 
     def close(self) -> None:
-        """Stops reading; the stream is closed (its subscriber gone) as the reader ends."""
+        """Stops reading; the stream is closed (its subscriber gone) as the reader ends, or at
+        once when the reader never ran (DECLARE and CLOSE sent together)."""
         self._reading.cancel()
+        if not self._started:
+            _released.add(task := asyncio.get_running_loop().create_task(_release(self._stream)))
+            task.add_done_callback(_released.discard)
+
+
+_released: set[asyncio.Task[None]] = set()  # the releases under way (the loop keeps weak references)
+
+
+async def _release(stream: AsyncGenerator[str, None]) -> None:
+    """A stream never read: started, so that its clean-up (the subscriber leaving the hub) runs
+    as it closes (closing a generator that never started runs none of it)."""
+    with contextlib.suppress(Exception):
+        await anext(stream)
+    await stream.aclose()

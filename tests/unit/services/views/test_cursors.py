@@ -87,3 +87,21 @@ def test_a_stream_s_end_comes_after_its_rows() -> None:
         assert ended.value.sqlstate == "57000"
 
     asyncio.run(run())
+
+
+def test_a_cursor_closed_before_it_read_anything_still_closes_its_stream() -> None:
+    closed: list[bool] = []
+
+    async def stream() -> AsyncGenerator[str, None]:
+        try:
+            yield _change(1)
+            await asyncio.Event().wait()
+        finally:
+            closed.append(True)
+
+    async def run() -> None:
+        Cursor(stream(), COLUMNS).close()  # no turn of the loop between: its reader never ran
+        await asyncio.sleep(0.05)
+        assert closed == [True]
+
+    asyncio.run(run())
