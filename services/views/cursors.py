@@ -136,20 +136,11 @@ class Cursor:
     def _take(self, wanted: int) -> None:
         """Pages into rows, until `wanted` rows wait or the stream's end is seen."""
         while self._pages and self.ended is None and len(self._rows) < wanted:
-            for event, data in subscription.events(self._pages.popleft()):
-                if event in ("snapshot", "change"):
-                    self._rows.append(subscription.row_values(data, self._view_columns))
-                elif event == "replaced":
-                    self.ended = (
-                        "the view was replaced by a new version (its columns may differ): subscribe again"
-                    )
-                    break
-                elif event == "error":
-                    self.ended = subscription.error_text(data)
-                    break
+            found, self.ended = subscription.changes(self._pages.popleft())
+            self._rows.extend(subscription.row_values(data, self._view_columns) for data in found)
             self._room.set()
         if self._finished and not self._pages and self.ended is None:
-            self.ended = "the view's stream ended: subscribe again"
+            self.ended = subscription.STREAM_ENDED
 
     async def fetch(self, count: int, timeout_s: float | None) -> list[tuple[str | None, ...]]:
         """At most `count` rows: those that have come, or the first that comes within

@@ -346,19 +346,12 @@ class PgServer:
     ) -> str:
         """Writes the stream's rows and changes as CopyData until it ends; why it ended."""
         async for text in stream:
-            out = []
-            for event, data in subscription.events(text):
-                if event in ("snapshot", "change"):
-                    out.append(_message(b"d", subscription.copy_line(data, columns)))
-                elif event == "replaced":
-                    writer.write(b"".join(out))
-                    return "the view was replaced by a new version (its columns may differ): subscribe again"
-                elif event == "error":
-                    writer.write(b"".join(out))
-                    return subscription.error_text(data)
-            writer.write(b"".join(out))
+            found, ended = subscription.changes(text)
+            writer.write(b"".join(_message(b"d", subscription.copy_line(data, columns)) for data in found))
+            if ended is not None:
+                return ended
             await writer.drain()
-        return "the view's stream ended: subscribe again"
+        return subscription.STREAM_ENDED
 
     async def _cursor(
         self, session: Session, asked: cursors.Declare | cursors.Fetch | cursors.Close

@@ -20,9 +20,21 @@ from typing import Any
 
 from services.views.sql import Column
 
-__all__ = ["STATE_COLUMN", "Subscribe", "copy_line", "error_text", "events", "parse", "row_values"]
+__all__ = [
+    "STATE_COLUMN",
+    "STREAM_ENDED",
+    "Subscribe",
+    "changes",
+    "copy_line",
+    "error_text",
+    "events",
+    "parse",
+    "row_values",
+]
 
 STATE_COLUMN = "mz_state"
+STREAM_ENDED = "the view's stream ended: subscribe again"
+_REPLACED = "the view was replaced by a new version (its columns may differ): subscribe again"
 _ASKED = re.compile(
     r'\s*COPY\s*\(\s*SUBSCRIBE\s+(?:TO\s+)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
     r"\s*(?:WITH\s*\(\s*SNAPSHOT\s*=?\s*(TRUE|FALSE)\s*\))?\s*\)\s*TO\s+STDOUT\s*;?\s*",
@@ -59,6 +71,20 @@ def events(text: str) -> Iterator[tuple[str, str]]:
                 data = line[6:]
         if data is not None:
             yield event, data
+
+
+def changes(text: str) -> tuple[list[str], str | None]:
+    """The data of a piece's rows and changes, and why the stream ends, if the piece ends it
+    (the view replaced, or an `error` event): the rows before the end are given."""
+    found: list[str] = []
+    for event, data in events(text):
+        if event in ("snapshot", "change"):
+            found.append(data)
+        elif event == "replaced":
+            return found, _REPLACED
+        elif event == "error":
+            return found, error_text(data)
+    return found, None
 
 
 def _value(value: Any) -> str | None:

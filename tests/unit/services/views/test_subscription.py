@@ -3,7 +3,7 @@
 import pytest
 
 from services.views.sql import pg_column
-from services.views.subscription import Subscribe, copy_line, events, parse
+from services.views.subscription import Subscribe, changes, copy_line, events, parse
 
 COLUMNS = (pg_column("user_id", "int"), pg_column("last_message", "string"), pg_column("vip", "boolean"))
 
@@ -36,3 +36,27 @@ def test_a_change_is_a_copy_row_with_its_state_and_escapes() -> None:
     upsert = '{"key":{"user_id":7},"row":{"user_id":7,"last_message":"a\\tb\\\\c\\nd","vip":true}}'
     assert copy_line(upsert, COLUMNS) == b"upsert\t7\ta\\tb\\\\c\\nd\tt\n"
     assert copy_line('{"key":{"user_id":7},"row":null}', COLUMNS) == b"delete\t7\t\\N\t\\N\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "found", "ended"),
+    [
+        ('event: snapshot\ndata: {"a":1}\n\nevent: change\ndata: {"b":2}\n\n', ['{"a":1}', '{"b":2}'], None),
+        (": keep-alive\n\n", [], None),
+        (
+            'event: change\ndata: {"a":1}\n\nevent: replaced\ndata: {}\n\nevent: change\ndata: {"b":2}\n\n',
+            ['{"a":1}'],
+            "the view was replaced by a new version (its columns may differ): subscribe again",
+        ),
+        (
+            'event: change\ndata: {"a":1}\n\nevent: error\ndata: {"error": "too far behind"}\n\n',
+            ['{"a":1}'],
+            "too far behind",
+        ),
+        ("event: error\ndata: not json\n\n", [], "not json"),
+    ],
+)
+def test_a_piece_gives_its_rows_up_to_the_event_that_ends_the_stream(
+    text: str, found: list[str], ended: str | None
+) -> None:
+    assert changes(text) == (found, ended)
