@@ -27,7 +27,7 @@ import logging
 import os
 import secrets
 import struct
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 
 from services.views import catalog, cursors, subscription
@@ -222,39 +222,32 @@ class PgServer:
         return True
 
     async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int) -> None:
-        session = Session()
-        session.secret = secret
+        session = Session(secret)
+        held: list[bytes] = []  # the extended protocol's answers, sent together at Sync or Flush
+        size = 0
         try:
-            await self._session(session, reader, writer)
+            while True:
+                kind, body = await _read_message(reader)
+                if kind == b"X":  # Terminate
+                    return
+                if kind[0] in _EXTENDED:
+                    if not session.skipping:
+                        held.append(await self._extended(session, kind, body))
+                        size += len(held[-1])
+                    if size < _HELD_BYTES:
+                        continue  # as PostgreSQL: one write for the exchange, not one a message
+                if held and kind == b"Q":  # a simple query after messages not synced: theirs first
+                    writer.write(b"".join(held))
+                    held = []
+                held.append(await self._answer(session, kind, body, writer))
+                writer.write(b"".join(held))
+                held, size = [], 0
+                await writer.drain()
         finally:
             session.close_cursors()  # their subscribers leave with the client
 
-    async def _session(
-        self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        secret = session.secret
-        held: list[bytes] = []  # the extended protocol's answers, sent together at Sync or Flush
-        size = 0
-        while True:
-            kind, body = await _read_message(reader)
-            if kind == b"X":  # Terminate
-                return
-            if kind[0] in _EXTENDED:
-                if not session.skipping:
-                    held.append(await self._extended(session, kind, body))
-                    size += len(held[-1])
-                if size < _HELD_BYTES:
-                    continue  # as PostgreSQL: one write for the exchange, not one a message
-            if held and kind == b"Q":  # a simple query after messages not synced: theirs first
-                writer.write(b"".join(held))
-                held = []
-            held.append(await self._answer(session, kind, body, writer, secret))
-            writer.write(b"".join(held))
-            held, size = [], 0
-            await writer.drain()
-
     async def _answer(
-        self, session: Session, kind: bytes, body: bytes, writer: asyncio.StreamWriter, secret: int
+        self, session: Session, kind: bytes, body: bytes, writer: asyncio.StreamWriter
     ) -> bytes:
         """The answer to a message other than the extended protocol's (whose answers are held
         until this one): a simple query (a subscription writes its own), Sync, Flush, or one
@@ -267,7 +260,7 @@ class PgServer:
                 session.failed()
                 return error("22021", "the query is not valid UTF-8") + ready(session.state)
             if (asked := subscription.parse(sql)) is not None:
-                await self._subscribe(session, asked, writer, secret)
+                await self._subscribe(session, asked, writer)
                 return b""
             return await self._simple(session, sql)
         if kind == b"S":  # Sync: the end of an extended exchange
@@ -304,41 +297,47 @@ class PgServer:
         return result_messages(answer) + ready(session.state)
 
     async def _subscribe(
-        self, session: Session, asked: subscription.Subscribe, writer: asyncio.StreamWriter, secret: int
+        self, session: Session, asked: subscription.Subscribe, writer: asyncio.StreamWriter
     ) -> None:
         """COPY (SUBSCRIBE ...) TO STDOUT: the view's rows and changes as COPY rows, until the
-        client cancels (57014, then the session goes on), goes away, or the stream ends."""
+        client cancels (57014, then the session goes on), goes away, or the stream ends (57000)."""
         try:
             session.refuse_if_aborted()
             if self.follow is None:
                 raise SqlError("0A000", "SUBSCRIBE is not served here")
             columns = self.reader.tables().get(asked.view, ())
             stream = self.follow(asked.view, asked.snapshot)  # SqlError for a view not served
+            try:
+                with self._cancellable(session):
+                    count = 1 + len(columns)
+                    writer.write(
+                        _message(b"H", struct.pack(f"!bh{count}h", 0, count, *([0] * count)))
+                    )  # CopyOutResponse
+                    ended = await self._copied(stream, columns, writer)
+            finally:
+                await stream.aclose()  # the subscriber leaves the hub
+            raise SqlError("57000", ended)
         except SqlError as err:
             session.failed()
             writer.write(error(err.sqlstate, str(err)) + ready(session.state))
-            return
+
+    @contextlib.contextmanager
+    def _cancellable(self, session: Session) -> Iterator[None]:
+        """A statement that waits for a view's changes (SUBSCRIBE, a cursor's FETCH): a
+        CancelRequest naming the session ends it with 57014, and the session goes on."""
         task = asyncio.current_task()
         assert task is not None
-        self._streaming[secret] = task
+        self._streaming[session.secret] = task
         try:
-            count = 1 + len(columns)
-            writer.write(
-                _message(b"H", struct.pack(f"!bh{count}h", 0, count, *([0] * count)))
-            )  # CopyOutResponse
-            ended = await self._copied(stream, columns, writer)
-            session.failed()
-            writer.write(error("57000", ended) + ready(session.state))
+            yield
         except asyncio.CancelledError:
-            if secret not in self._cancelled:
+            if session.secret not in self._cancelled:
                 raise  # the service stops
             task.uncancel()
-            session.failed()
-            writer.write(error("57014", "canceling statement due to user request") + ready(session.state))
+            raise SqlError("57014", "canceling statement due to user request") from None
         finally:
-            self._streaming.pop(secret, None)
-            self._cancelled.discard(secret)
-            await stream.aclose()  # the subscriber leaves the hub
+            self._streaming.pop(session.secret, None)
+            self._cancelled.discard(session.secret)
 
     @staticmethod
     async def _copied(
@@ -365,7 +364,8 @@ class PgServer:
         if isinstance(asked, cursors.Fetch):
             cursor = session.cursor(asked.cursor)
             count = min(asked.count or self.reader.max_rows, self.reader.max_rows)
-            return Result(cursor.columns, await self._fetched(session, cursor, count, asked.timeout_s))
+            with self._cancellable(session):
+                return Result(cursor.columns, await cursor.fetch(count, asked.timeout_s))
         if session.state != b"T":
             raise SqlError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
         if asked.cursor in session.cursors:
@@ -378,24 +378,6 @@ class PgServer:
         stream = self.follow(asked.view, asked.snapshot)  # SqlError for a view not served
         session.cursors[asked.cursor] = cursors.Cursor(stream, columns)
         return "DECLARE CURSOR"
-
-    async def _fetched(
-        self, session: Session, cursor: cursors.Cursor, count: int, timeout_s: float | None
-    ) -> list[tuple[str | None, ...]]:
-        """FETCH's rows; a CancelRequest ends its wait with 57014, and the session goes on."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._streaming[session.secret] = task
-        try:
-            return await cursor.fetch(count, timeout_s)
-        except asyncio.CancelledError:
-            if session.secret not in self._cancelled:
-                raise  # the service stops
-            task.uncancel()
-            raise SqlError("57014", "canceling statement due to user request") from None
-        finally:
-            self._streaming.pop(session.secret, None)
-            self._cancelled.discard(session.secret)
 
     async def _result(self, sql: str, params: Params) -> Result:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else

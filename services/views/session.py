@@ -116,7 +116,9 @@ def _unquoted(value: str) -> str:
 class Session:
     """One connection's state: its transaction, settings, prepared statements and portals."""
 
-    def __init__(self) -> None:
+    def __init__(self, secret: int = 0) -> None:
+        """`secret`: the connection's, as BackendKeyData told it (a CancelRequest names it)."""
+        self.secret = secret
         self.state = b"I"  # I: idle, T: in a transaction, E: in a failed one
         self.skipping = False  # an extended-protocol error: messages are skipped until Sync
         self.statements: dict[str, Statement] = {}
@@ -125,7 +127,6 @@ class Session:
         self.settings = dict(SETTABLE)
         self.savepoints: list[str] = []
         self.cursors: dict[str, Cursor] = {}  # SUBSCRIBE's, by name, until their transaction ends
-        self.secret = 0  # the connection's, as BackendKeyData told it (a CancelRequest names it)
 
     def failed(self) -> None:
         if self.state == b"T":
