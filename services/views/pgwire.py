@@ -111,7 +111,7 @@ def result_messages(result: Result) -> bytes:
     """RowDescription, a DataRow per row, CommandComplete."""
     out = [_message(b"T", row_description(result.columns))]
     out.extend(_message(b"D", row) for row in data_rows(result, (), 0, len(result.rows)))
-    out.append(_message(b"C", _cstr(f"SELECT {len(result.rows)}")))
+    out.append(_message(b"C", _cstr(result.tag(len(result.rows)))))
     return b"".join(out)
 
 
@@ -365,7 +365,7 @@ class PgServer:
             cursor = session.cursor(asked.cursor)
             count = min(asked.count or self.reader.max_rows, self.reader.max_rows)
             with self._cancellable(session):
-                return Result(cursor.columns, await cursor.fetch(count, asked.timeout_s))
+                return Result(cursor.columns, await cursor.fetch(count, asked.timeout_s), "FETCH")
         if session.state != b"T":
             raise SqlError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
         if asked.cursor in session.cursors:
@@ -533,7 +533,7 @@ class PgServer:
         if end < len(result.rows):
             out.append(_message(b"s"))  # PortalSuspended: Execute again for more
         else:
-            out.append(_message(b"C", _cstr(f"SELECT {len(rows)}")))
+            out.append(_message(b"C", _cstr(result.tag(len(rows)))))
             portal.result, portal.sent = replace(result, rows=[]), 0  # run out: an Execute again gets none
         return b"".join(out)
 

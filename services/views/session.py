@@ -277,4 +277,4 @@ class Session:
         if name is None:
             raise SqlError("42704", f'unrecognized configuration parameter "{words}"')
         value = self.settings.get(name, _SHOWN.get(name, ""))
-        return Result((pg_column(name, "string"),), [(value,)])
+        return Result((pg_column(name, "string"),), [(value,)], "SHOW")

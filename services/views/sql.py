@@ -94,6 +94,11 @@ class Column:
 class Result:
     columns: tuple[Column, ...]
     rows: list[tuple[str | None, ...]]  # each value in PostgreSQL's text format, None for null
+    command: str = "SELECT"  # the command tag's word: "SELECT 3", "FETCH 3", "SHOW" (no count)
+
+    def tag(self, count: int) -> str:
+        """CommandComplete's tag, as PostgreSQL words it, for `count` rows sent."""
+        return self.command if self.command == "SHOW" else f"{self.command} {count}"
 
 
 def _quoted(name: str) -> str:

@@ -651,6 +651,7 @@ def test_a_cursor_for_subscribe_fetches_rows_then_changes_typed_and_waits_at_mos
             fetched = conn.execute("FETCH 1 c WITH (timeout = '1s')")
             assert [d.name for d in fetched.description or []][:2] == ["mz_state", "user_id"]
             assert fetched.fetchall() == [("upsert", 1, 10, 2.5, "platinum", True)]
+            assert fetched.statusmessage == "FETCH 1"  # PostgreSQL's tag, over the extended protocol
             with conn.cursor(binary=True) as binary:  # typed values in binary too
                 binary.execute("FETCH ALL c WITH (timeout = '1s')")
                 assert binary.fetchall() == [("delete", 3, None, None, None, None)]
@@ -724,6 +725,7 @@ def test_cursors_over_the_simple_protocol_and_what_is_refused(tmp_path: Path) ->
             simple("DECLARE c CURSOR FOR SUBSCRIBE customer_ratings")
             fetched = simple("FETCH FORWARD 5 FROM c WITH (TIMEOUT = '2 seconds')")
             assert [k for k, _ in fetched] == [b"T", b"D", b"D", b"C", b"Z"]
+            assert fetched[3][1] == b"FETCH 2\0"
             assert simple("CLOSE c")[0] == (b"C", b"CLOSE CURSOR\0")
             assert _sqlstate(simple("FETCH c")) == "34000"
             simple("ROLLBACK")

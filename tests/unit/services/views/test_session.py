@@ -10,6 +10,7 @@ from services.views.sql import Result, SqlError
 def _shown(session: Session, sql: str) -> str | None:
     answer = session.command(sql)
     assert isinstance(answer, Result)
+    assert answer.tag(1) == "SHOW"  # PostgreSQL's tag for SHOW has no count
     return answer.rows[0][0]
 
 
