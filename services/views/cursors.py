@@ -18,6 +18,18 @@ VIEWS_PG_MAX_ROWS). A stream the service ends (the view replaced by a new versio
 that fell too far behind) gives its rows up to there, then the next FETCH fails with 57000 and
 why. A cursor lives in its transaction, as PostgreSQL's: DECLARE outside one is 25P01, and
 COMMIT or ROLLBACK closes it.
+
+A cursor over a query, as PostgreSQL's, for drivers that read a large result a page at a time
+(psycopg's named cursors, SQLAlchemy's `stream_results`, pandas' `chunksize`):
+
+    DECLARE c [NO SCROLL] CURSOR [WITH HOLD | WITHOUT HOLD] FOR SELECT ... ;  -- $1 in a driver's
+    FETCH FORWARD 100 FROM c;  ...  CLOSE c;
+
+The query runs at DECLARE, as any query (its rows at most VIEWS_PG_MAX_ROWS, 54000 past them),
+and FETCH hands its rows out in order. WITHOUT HOLD (the default) needs a transaction and ends
+with it; WITH HOLD may be declared outside one and outlives COMMIT (ROLLBACK of the transaction
+that declared it closes it). SCROLL and BINARY cursors are refused (0A000): FETCH moves forward
+only, and a driver asks for binary rows in its FETCH.
 """
 
 import asyncio
@@ -28,19 +40,23 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from services.views import subscription
-from services.views.sql import Column, SqlError, pg_column
+from services.views.sql import Column, Result, SqlError, pg_column
 
-__all__ = ["MAX_CURSORS", "Close", "Cursor", "Declare", "Fetch", "parse"]
+__all__ = ["MAX_CURSORS", "Close", "Cursor", "Declare", "DeclareQuery", "Fetch", "Open", "Rows", "parse"]
 
 MAX_CURSORS = 4  # a connection's cursors at once: each is one of the service's subscribers
 _AHEAD = 4  # pages of the stream read ahead of the FETCHes; then the stream waits (and its
 # subscriber's queue, bounded, fills: a client that stops fetching is cut off as over SSE)
 _NAME = r'("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
 _DECLARE = re.compile(
-    rf"\s*DECLARE\s+{_NAME}\s+(?:NO\s+SCROLL\s+)?CURSOR\s+(?:WITHOUT\s+HOLD\s+)?FOR\s+SUBSCRIBE\s+(?:TO\s+)?"
-    rf"{_NAME}\s*(?:WITH\s*\(\s*SNAPSHOT\s*=?\s*(TRUE|FALSE)\s*\))?\s*;?\s*",
+    rf"\s*DECLARE\s+{_NAME}\s+((?:[A-Za-z]+\s+)*?)CURSOR\s+(?:(WITH|WITHOUT)\s+HOLD\s+)?FOR\s+(.*)",
+    re.IGNORECASE | re.DOTALL,
+)
+_SUBSCRIBE = re.compile(
+    rf"SUBSCRIBE\s+(?:TO\s+)?{_NAME}\s*(?:WITH\s*\(\s*SNAPSHOT\s*=?\s*(TRUE|FALSE)\s*\))?\s*;?\s*",
     re.IGNORECASE,
 )
+_OPTIONS = {"", "no scroll", "asensitive", "insensitive", "asensitive no scroll", "insensitive no scroll"}
 _FETCH = re.compile(
     rf"\s*FETCH\s+(?:FORWARD\s+)?(?:(ALL|[0-9]+)\s+)?(?:(?:FROM|IN)\s+)?{_NAME}"
     r"\s*(?:WITH\s*\(\s*TIMEOUT\s*=?\s*'([^']*)'\s*\))?\s*;?\s*",
@@ -58,6 +74,13 @@ class Declare:
     cursor: str
     view: str
     snapshot: bool
+
+
+@dataclass(frozen=True)
+class DeclareQuery:
+    cursor: str
+    sql: str  # the query, as a query of the views is given (its $1... bound by the driver)
+    hold: bool  # WITH HOLD: it outlives its transaction's COMMIT
 
 
 @dataclass(frozen=True)
@@ -83,13 +106,13 @@ def _seconds(text: str) -> float:
     return float(asked.group(1)) * _UNITS_S[asked.group(2).lower()]
 
 
-def parse(sql: str) -> Declare | Fetch | Close | None:
-    """DECLARE ... CURSOR FOR SUBSCRIBE, FETCH or CLOSE; None for any other statement."""
+def parse(sql: str) -> Declare | DeclareQuery | Fetch | Close | None:
+    """DECLARE ... CURSOR, FETCH or CLOSE; None for any other statement; SqlError for a cursor
+    of a kind not served."""
     if not sql.lstrip()[:7].upper().startswith(("DECLARE", "FETCH", "CLOSE")):
         return None  # at once: every query of the views asks this first
     if (declared := _DECLARE.fullmatch(sql)) is not None:
-        snapshot = (declared.group(3) or "true").lower() == "true"
-        return Declare(_name(declared.group(1)), _name(declared.group(2)), snapshot)
+        return _declared(_name(declared.group(1)), declared.group(2), declared.group(3), declared.group(4))
     if (fetched := _FETCH.fullmatch(sql)) is not None:
         count = fetched.group(1)
         timeout = fetched.group(3)
@@ -103,8 +126,41 @@ def parse(sql: str) -> Declare | Fetch | Close | None:
     return None
 
 
+def _declared(cursor: str, options: str, hold: str | None, query: str) -> Declare | DeclareQuery:
+    options = " ".join(options.split()).lower()
+    if options not in _OPTIONS:
+        raise SqlError(
+            "0A000", f"{options.upper()} cursors are not served: NO SCROLL, and rows as FETCH asks"
+        )
+    held = (hold or "without").lower() == "with"
+    if (subscribed := _SUBSCRIBE.fullmatch(query)) is None:
+        return DeclareQuery(cursor, query, held)
+    if held:
+        raise SqlError("0A000", "a cursor FOR SUBSCRIBE lives in its transaction: WITH HOLD is not served")
+    snapshot = (subscribed.group(2) or "true").lower() == "true"
+    return Declare(cursor, _name(subscribed.group(1)), snapshot)
+
+
+class Rows:
+    """A query's rows, run at DECLARE, handed out in order by FETCH."""
+
+    def __init__(self, result: Result, hold: bool) -> None:
+        self.columns = result.columns
+        self.hold = hold
+        self._rows = deque(result.rows)
+
+    async def fetch(self, count: int, timeout_s: float | None) -> list[tuple[str | None, ...]]:
+        """The next `count` rows at most (none once all have gone); no wait: they are all here."""
+        return [self._rows.popleft() for _ in range(min(count, len(self._rows)))]
+
+    def close(self) -> None:
+        self._rows.clear()
+
+
 class Cursor:
     """A view's stream, read ahead a few pages at most, handed out as rows by FETCH."""
+
+    hold = False  # it lives in its transaction
 
     def __init__(self, stream: AsyncGenerator[str, None], columns: tuple[Column, ...]) -> None:
         self.columns = (pg_column(subscription.STATE_COLUMN, "string"), *columns)
@@ -166,6 +222,8 @@ class Cursor:
             _released.add(task := asyncio.get_running_loop().create_task(_release(self._stream)))
             task.add_done_callback(_released.discard)
 
+
+Open = Cursor | Rows  # a session's cursor, of either kind
 
 _released: set[asyncio.Task[None]] = set()  # the releases under way (the loop keeps weak references)
 

@@ -279,7 +279,7 @@ class PgServer:
             return _message(b"I") + ready(session.state)  # EmptyQueryResponse
         try:
             if (asked := cursors.parse(sql)) is not None:
-                answer = await self._cursor(session, asked)
+                answer = await self._cursor(session, asked, {})
             elif session.is_command(sql):
                 answer = session.command(sql)
             else:
@@ -353,10 +353,13 @@ class PgServer:
         return subscription.STREAM_ENDED
 
     async def _cursor(
-        self, session: Session, asked: cursors.Declare | cursors.Fetch | cursors.Close
+        self,
+        session: Session,
+        asked: cursors.Declare | cursors.DeclareQuery | cursors.Fetch | cursors.Close,
+        params: Params,
     ) -> str | Result:
-        """DECLARE ... CURSOR FOR SUBSCRIBE, FETCH and CLOSE (`cursors`): a command's tag, or
-        FETCH's rows."""
+        """DECLARE ... CURSOR (for SUBSCRIBE or a query), FETCH and CLOSE (`cursors`): a
+        command's tag, or FETCH's rows. `params`: the DECLARE's query's, from its Bind."""
         session.refuse_if_aborted()
         if isinstance(asked, cursors.Close):
             session.close_cursors(asked.cursor)
@@ -366,17 +369,21 @@ class PgServer:
             count = min(asked.count or self.reader.max_rows, self.reader.max_rows)
             with self._cancellable(session):
                 return Result(cursor.columns, await cursor.fetch(count, asked.timeout_s), "FETCH")
-        if session.state != b"T":
+        held = isinstance(asked, cursors.DeclareQuery) and asked.hold
+        if session.state != b"T" and not held:
             raise SqlError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
         if asked.cursor in session.cursors:
             raise SqlError("42P03", f'cursor "{asked.cursor}" already exists')
         if len(session.cursors) >= cursors.MAX_CURSORS:
             raise SqlError("53000", f"this connection has {cursors.MAX_CURSORS} cursors open: close some")
+        if isinstance(asked, cursors.DeclareQuery):
+            session.declare(asked.cursor, cursors.Rows(await self._result(asked.sql, params), asked.hold))
+            return "DECLARE CURSOR"
         if self.follow is None:
             raise SqlError("0A000", "SUBSCRIBE is not served here")
         columns = self.reader.tables().get(asked.view, ())
         stream = self.follow(asked.view, asked.snapshot)  # SqlError for a view not served
-        session.cursors[asked.cursor] = cursors.Cursor(stream, columns)
+        session.declare(asked.cursor, cursors.Cursor(stream, columns))
         return "DECLARE CURSOR"
 
     async def _result(self, sql: str, params: Params) -> Result:
@@ -468,6 +475,8 @@ class PgServer:
             columns = await asyncio.to_thread(self.reader.describe, statement.sql)
             session.described[name] = columns
             return described + _message(b"T", row_description(columns))
+        if name and name not in session.portals and name in session.cursors:  # a cursor is a portal
+            return _message(b"T", row_description(session.cursors[name].columns))
         portal = self._portal(session, name)
         known = self._described(session, portal.statement.sql)
         if known is not None:
@@ -516,7 +525,7 @@ class PgServer:
         if not sql.strip().strip(";").strip():
             return _message(b"I")  # EmptyQueryResponse
         if portal.result is None and (asked := cursors.parse(sql)) is not None:
-            answer = await self._cursor(session, asked)
+            answer = await self._cursor(session, asked, portal.params)
             if isinstance(answer, str):
                 return _message(b"C", _cstr(answer))
             portal.result = answer

@@ -21,7 +21,7 @@ as a read-only PostgreSQL answers them:
 
 import re
 
-from services.views.cursors import Cursor
+from services.views.cursors import Open
 from services.views.portals import Portal, Statement
 from services.views.sql import Column, Result, SqlError, first_word, pg_column, uncommented
 
@@ -126,7 +126,8 @@ class Session:
         self.portals: dict[str, Portal] = {}
         self.settings = dict(SETTABLE)
         self.savepoints: list[str] = []
-        self.cursors: dict[str, Cursor] = {}  # SUBSCRIBE's, by name, until their transaction ends
+        self.cursors: dict[str, Open] = {}  # by name, until their transaction ends (or CLOSE)
+        self.declared: set[str] = set()  # the cursors declared in the transaction under way
 
     def failed(self) -> None:
         if self.state == b"T":
@@ -155,19 +156,31 @@ class Session:
             raise SqlError("53000", f"this connection has {MAX_PORTALS} portals open: close some")
         self.portals[name] = portal
 
-    def cursor(self, name: str) -> Cursor:
+    def cursor(self, name: str) -> Open:
         if name not in self.cursors:
             raise SqlError("34000", f'cursor "{name}" does not exist')
         return self.cursors[name]
 
     def close_cursors(self, name: str | None = None) -> None:
         """The named cursor (34000 when there is none), or every one (None)."""
-        for closed in [self.cursor(name)] if name is not None else list(self.cursors.values()):
-            closed.close()
-        if name is None:
-            self.cursors.clear()
-        else:
-            del self.cursors[name]
+        for closed in [name] if name is not None else list(self.cursors):
+            self.cursor(closed).close()
+            del self.cursors[closed]
+            self.declared.discard(closed)
+
+    def declare(self, name: str, cursor: Open) -> None:
+        """A new cursor; the caller has checked the name is free and the count under the cap."""
+        self.cursors[name] = cursor
+        if self.state != b"I":
+            self.declared.add(name)
+
+    def _end_transaction(self, committed: bool) -> None:
+        """A cursor WITHOUT HOLD ends with its transaction; one WITH HOLD outlives its COMMIT,
+        not the ROLLBACK of the transaction that declared it."""
+        for name, cursor in list(self.cursors.items()):
+            if not cursor.hold or (not committed and name in self.declared):
+                self.close_cursors(name)
+        self.declared.clear()
 
     def refuse_if_aborted(self) -> None:
         if self.state == b"E":
@@ -194,7 +207,7 @@ class Session:
             self.savepoints.clear()
             tag, state = _TRANSACTION[word]
             if state == b"I":
-                self.close_cursors()  # a cursor lives in its transaction
+                self._end_transaction(committed=tag == "COMMIT" and self.state == b"T")
             if self.state == b"E" and state == b"I":
                 tag = "ROLLBACK"  # PostgreSQL's answer to COMMIT of a failed transaction
             self.state = state

@@ -6,8 +6,8 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from services.views.cursors import Close, Cursor, Declare, Fetch, parse
-from services.views.sql import SqlError, pg_column
+from services.views.cursors import Close, Cursor, Declare, DeclareQuery, Fetch, Rows, parse
+from services.views.sql import Result, SqlError, pg_column
 
 COLUMNS = (pg_column("user_id", "int"), pg_column("ratings", "long"))
 
@@ -31,11 +31,46 @@ COLUMNS = (pg_column("user_id", "int"), pg_column("ratings", "long"))
         ("CLOSE c", Close("c")),
         ("CLOSE ALL;", Close(None)),
         ("SELECT * FROM customer_ratings", None),
-        ("DECLARE c CURSOR FOR SELECT * FROM customer_ratings", None),  # SUBSCRIBE's only
+        (
+            "DECLARE c CURSOR FOR SELECT * FROM customer_ratings",
+            DeclareQuery("c", "SELECT * FROM customer_ratings", False),
+        ),
+        (  # as psycopg's named cursors write it, a parameter bound by the driver
+            'DECLARE "pandas_1" NO SCROLL CURSOR WITH HOLD FOR\nSELECT * FROM v WHERE k >= $1',
+            DeclareQuery("pandas_1", "SELECT * FROM v WHERE k >= $1", True),
+        ),
+        (
+            "declare c insensitive cursor without hold for select 1;",
+            DeclareQuery("c", "select 1;", False),
+        ),
     ],
 )
 def test_statements_as_drivers_write_them(sql: str, parsed: object) -> None:
     assert parse(sql) == parsed
+
+
+@pytest.mark.parametrize(
+    ("sql", "named"),
+    [
+        ("DECLARE c SCROLL CURSOR FOR SELECT 1", "SCROLL cursors"),
+        ("DECLARE c BINARY CURSOR FOR SELECT 1", "BINARY cursors"),
+        ("DECLARE c CURSOR WITH HOLD FOR SUBSCRIBE v", "WITH HOLD"),
+    ],
+)
+def test_cursors_of_a_kind_not_served_are_refused_naming_it(sql: str, named: str) -> None:
+    with pytest.raises(SqlError, match=named) as refused:
+        parse(sql)
+    assert refused.value.sqlstate == "0A000"
+
+
+def test_a_query_s_rows_are_fetched_in_order_then_none() -> None:
+    rows = Rows(Result(COLUMNS, [("1", "10"), ("2", "20"), ("3", "30")]), hold=False)
+    assert rows.columns == COLUMNS
+
+    async def fetched() -> list[list[tuple[str | None, ...]]]:
+        return [await rows.fetch(2, None), await rows.fetch(2, None), await rows.fetch(2, 0.0)]
+
+    assert asyncio.run(fetched()) == [[("1", "10"), ("2", "20")], [("3", "30")], []]
 
 
 def test_a_timeout_that_is_no_duration_is_refused_naming_it() -> None:

@@ -693,6 +693,42 @@ def test_a_stream_the_service_ends_gives_its_rows_then_fetch_says_why(tmp_path: 
             assert _eventually(lambda: closed == ["customer_ratings"])  # read to its end
 
 
+def test_a_named_cursor_reads_a_query_a_page_at_a_time_as_psycopg_and_sqlalchemy_do(served: Served) -> None:
+    with _connect(served) as conn:
+        with conn.cursor("pages") as cur:  # DECLARE (extended, $1 bound), Describe, FETCH FORWARD
+            cur.itersize = 2
+            cur.execute("SELECT user_id, ratings FROM customer_ratings WHERE user_id >= %s ORDER BY 1", (3,))
+            assert [d.name for d in cur.description or []] == ["user_id", "ratings"]
+            assert cur.fetchone() == (3, 30)
+            assert list(cur) == [(4, 40), (5, 50), (6, 60), (7, 70)]  # three more FETCHes of 2
+            assert cur.fetchall() == []
+        with conn.cursor("typed", binary=True) as cur:
+            cur.execute("SELECT average_stars, customer_matched FROM customer_ratings WHERE user_id = 7")
+            assert cur.fetchall() == [(2.5, True)]
+        conn.commit()
+        with conn.cursor("held", withhold=True) as cur:  # outlives the COMMIT, as PostgreSQL's
+            cur.execute("SELECT user_id FROM customer_ratings WHERE user_id < 3 ORDER BY 1")
+            conn.commit()
+            assert cur.fetchall() == [(1,), (2,)]
+        with conn.cursor("plain") as cur:  # ends with its transaction
+            cur.execute("SELECT user_id FROM customer_ratings WHERE user_id = 1")
+            conn.commit()
+            with pytest.raises(psycopg.errors.InvalidCursorName):
+                conn.execute("FETCH 1 plain")
+        conn.rollback()
+        with conn.cursor("big") as cur, pytest.raises(psycopg.errors.ProgramLimitExceeded):
+            cur.execute("SELECT * FROM customer_ratings")  # 7 rows, VIEWS_PG_MAX_ROWS 5: as any query
+        conn.rollback()
+        with conn.cursor("write") as cur, pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            cur.execute("DELETE FROM customer_ratings")
+        conn.rollback()
+        with (
+            conn.cursor("back", scrollable=True) as cur,
+            pytest.raises(psycopg.errors.FeatureNotSupported, match="SCROLL"),
+        ):
+            cur.execute("SELECT 1")
+
+
 def _simple_query(sock: socket.socket, sql: str) -> list[tuple[bytes, bytes]]:
     _send(sock, (b"Q", sql.encode() + b"\0"))
     return _until(sock, b"Z")

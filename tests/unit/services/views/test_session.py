@@ -3,8 +3,9 @@ read-only PostgreSQL answers the ones drivers send, and refused with an SQLSTATE
 
 import pytest
 
+from services.views.cursors import Rows
 from services.views.session import SERVER_VERSION, Session
-from services.views.sql import Result, SqlError
+from services.views.sql import Result, SqlError, pg_column
 
 
 def _shown(session: Session, sql: str) -> str | None:
@@ -102,3 +103,25 @@ def test_comments_before_a_session_statement_are_skipped_as_postgresql_skips_the
     assert session.command("/* set by the tool */ SET application_name = 'report'") == "SET"
     assert _shown(session, "-- what it is\nSHOW application_name") == "report"
     assert session.command("/* done */ COMMIT") == "COMMIT" and session.state == b"I"
+
+
+def test_a_cursor_without_hold_ends_with_its_transaction_one_with_hold_outlives_its_commit() -> None:
+    session = Session()
+    rows = Result((pg_column("k", "int"),), [("1",)])
+    session.declare("outside", Rows(rows, hold=True))  # declared with no transaction: kept
+    session.command("BEGIN")
+    session.declare("plain", Rows(rows, hold=False))
+    session.declare("held", Rows(rows, hold=True))
+    assert session.command("COMMIT") == "COMMIT"
+    assert sorted(session.cursors) == ["held", "outside"]
+    session.command("BEGIN")
+    session.declare("rolled_back", Rows(rows, hold=True))
+    session.command("ROLLBACK")  # the transaction that declared it: gone; the others stay
+    assert sorted(session.cursors) == ["held", "outside"]
+    session.command("BEGIN")
+    session.declare("failed", Rows(rows, hold=True))
+    session.failed()
+    assert session.command("COMMIT") == "ROLLBACK"  # a failed transaction's COMMIT rolls back
+    assert sorted(session.cursors) == ["held", "outside"]
+    session.close_cursors()
+    assert session.cursors == {}
