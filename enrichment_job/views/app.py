@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -43,6 +44,7 @@ from enrichment_job.runtime.session import build_session, driver_archive
 from enrichment_job.runtime.spark_internals import batch_ends, batch_starts
 from enrichment_job.views.aggregation import aggregate_views, changelog_columns, dead_letter_reason, view_rows
 from enrichment_job.views.declarations import View, declared
+from enrichment_job.views.definition import BUILT_IN
 from enrichment_job.views.query_marker import NewestRating, QueryMarker
 from enrichment_job.views.settings import DLQ_STAGE, KEYED_QUERY, ViewsSettings
 from enrichment_job.views.transforms import ENRICHED_FIELDS, parse_enriched
@@ -202,6 +204,8 @@ class ViewsSink(BatchSink):
         self.max_rating_time: dict[str, int | None] = {v.name: known.get(v.name) for v in views}
         self.columns: dict[str, list[dict[str, str]]] = {}
         self.changelog = changelog_columns(views)
+        # Each view's SQL, for its marker: the query service shows it (psql's \sv, SHOW CREATE VIEW)
+        self.sql = {v.name: _read_if_any(BUILT_IN / f"{v.name}.sql") for v in views}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -278,9 +282,17 @@ class ViewsSink(BatchSink):
                 enriched_to=marker.enriched_to_json,
                 max_rating_time=self.max_rating_time[view.name],
                 written_at_ms=marker.written_at_ms,
+                sql=self.sql[view.name],
             )
             values.append(json.dumps(said.as_json()).encode())
         return Records(self.settings.commits_topic, keys, values)
+
+
+def _read_if_any(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,11 @@ descriptions. Each view shows as a view of schema `public`, owned by `views`.
 Written against psql 15's queries (Debian 12's postgresql-client). The JDBC driver's metadata
 queries are `metadata`'s. Any other query on `pg_catalog` is refused with SQLSTATE 0A000:
 `GET /views` gives the same description.
+
+A view's SQL (as its file declares it, headers and all) is what `\\d+ NAME` shows as its
+definition and `\\sv NAME` prints. Materialize's commands for the same are answered too:
+`SHOW VIEWS` (and `SHOW MATERIALIZED VIEWS`: the views are materialized, kept by the views
+job), `SHOW CREATE [MATERIALIZED] VIEW NAME` and `SHOW COLUMNS FROM NAME`.
 """
 
 import re
@@ -31,6 +36,19 @@ _TYPE_INFO = re.compile(r"\bFROM\s+pg_type\s+t\s+WHERE\s+t\.oid\s*=", re.IGNOREC
 _VERSION = re.compile(r"SELECT pg_catalog\.version\(\) ?;?", re.IGNORECASE)
 _CURRENT_CATALOG = re.compile(r"\s*SELECT\s+current_catalog\s*;?\s*", re.IGNORECASE)
 _VIEWDEF = re.compile(r"SELECT pg_catalog\.pg_get_viewdef\('(\d+)'")
+_NAME = r'(?:(?:public|"public")\.)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
+_REGCLASS = re.compile(rf"SELECT '{_NAME}'::pg_catalog\.regclass::pg_catalog\.oid ?;?")
+_SHOW = re.compile(r"\s*SHOW\s+(?:MATERIALIZED\s+VIEWS|VIEWS|CREATE\s|COLUMNS\s)", re.IGNORECASE)
+_SHOW_VIEWS = re.compile(
+    r"SHOW (?:MATERIALIZED )?VIEWS(?: (?:FROM|IN) (?:public|\"public\"))? ?;?", re.IGNORECASE
+)
+_SHOW_CREATE = re.compile(rf"SHOW CREATE (?:MATERIALIZED )?VIEW {_NAME} ?;?", re.IGNORECASE)
+_SHOW_COLUMNS = re.compile(rf"SHOW COLUMNS (?:FROM|IN) {_NAME} ?;?", re.IGNORECASE)
+_SOURCE = re.compile(  # psql's \sv NAME, then
+    r"SELECT nspname, relname, relkind, pg_catalog\.pg_get_viewdef\(c\.oid, true\), "
+    r".* WHERE c\.oid = (\d+) ?;?"
+)
+_UNKNOWN_SQL = "-- kept by the views job from the enriched topic; GET /views gives its freshness"
 _OID = re.compile(r"(?:c\.oid|a\.attrelid|attrelid|ev_class|tgrelid|inhrelid|conrelid|polrelid) = '(\d+)'")
 
 
@@ -38,6 +56,7 @@ def asks(sql: str) -> bool:
     """Whether `sql` is a query of PostgreSQL's catalog (which `answer` answers or refuses)."""
     return (
         "pg_catalog." in sql
+        or _SHOW.match(sql) is not None
         or _TYPE_INFO.search(sql) is not None
         or _CURRENT_CATALOG.fullmatch(sql) is not None
     )
@@ -48,24 +67,66 @@ def answer(
     tables: dict[str, tuple[Column, ...]],
     keys: dict[str, list[str]] | None = None,
     params: Params | None = None,
+    definitions: dict[str, str | None] | None = None,
 ) -> Result:
     """The answer to one of psql's describe queries, to one of the JDBC driver's metadata
     queries (`metadata`; `keys`: each view's key columns, `params`: the statement's bound
-    parameters), to `SELECT pg_catalog.version()` (SQLAlchemy's first question) or
+    parameters), to Materialize's SHOW commands (`definitions`: each view's SQL, None where it
+    is not known), to `SELECT pg_catalog.version()` (SQLAlchemy's first question) or
     `current_catalog`, or to psycopg's look-up of a type by name (none here: the views' columns
     are of built-in types); SqlError for any other catalog query."""
     text = " ".join(sql.split())
+    definitions = definitions or {}
+    if _SHOW.match(text):
+        return _shown(text, tables, definitions)
+    if (regclass := _REGCLASS.fullmatch(text)) is not None:  # psql's \sv NAME, first
+        oid = metadata.oids(list(tables))[_view(regclass, tables)]
+        return metadata.result(["oid"], [(str(oid),)], ["long"])
+    found = metadata.answer(text, tables, keys or {}, params)
+    if found is not None or (found := _listed(text)) is not None:
+        return found
+    return _other(text, tables, definitions)
+
+
+def _other(text: str, tables: dict[str, tuple[Column, ...]], definitions: dict[str, str | None]) -> Result:
+    """version(), current_catalog, psycopg's look-up of a type, psql's describe queries."""
     if _VERSION.fullmatch(text):
         return metadata.result(["version"], [(VERSION,)])
     if _CURRENT_CATALOG.fullmatch(text):
         return metadata.result(["current_catalog"], [(DATABASE,)])
-    found = metadata.answer(text, tables, keys or {}, params)
-    if found is not None or (found := _listed(text)) is not None:
-        return found
     if _TYPE_INFO.search(text):
         names = ["name", "oid", "array_oid", "regtype", "delimiter"]
         return metadata.result(names, [], ["string", "long", "long", "string", "string"])
-    return _described(text, tables)
+    return _described(text, tables, definitions)
+
+
+def _view(asked: re.Match[str], tables: dict[str, tuple[Column, ...]]) -> str:
+    """The view a statement names (its first group), or 42P01."""
+    given = asked.group(1)
+    name = given[1:-1].replace('""', '"') if given.startswith('"') else given.lower()
+    if name not in tables:
+        raise SqlError("42P01", f'relation "{name}" does not exist')
+    return name
+
+
+def _shown(text: str, tables: dict[str, tuple[Column, ...]], definitions: dict[str, str | None]) -> Result:
+    """Materialize's SHOW [MATERIALIZED] VIEWS, SHOW CREATE [MATERIALIZED] VIEW and SHOW COLUMNS."""
+    if _SHOW_VIEWS.fullmatch(text):
+        return metadata.result(["name"], [(name,) for name in sorted(tables)])
+    if (create := _SHOW_CREATE.fullmatch(text)) is not None:
+        name = _view(create, tables)
+        sql = definitions.get(name)
+        created = f"CREATE MATERIALIZED VIEW {SCHEMA}.{name} AS\n{sql}" if sql is not None else None
+        return metadata.result(["name", "create_sql"], [(f"{DATABASE}.{SCHEMA}.{name}", created)])
+    if (columns := _SHOW_COLUMNS.fullmatch(text)) is not None:
+        rows = [(c.name, "t", metadata.format_type(c), None) for c in tables[_view(columns, tables)]]
+        return metadata.result(
+            ["name", "nullable", "type", "comment"], rows, ["string", "boolean", "string", "string"]
+        )
+    raise SqlError(
+        "0A000",
+        "SHOW of the views: SHOW [MATERIALIZED] VIEWS, SHOW CREATE VIEW <view> or SHOW COLUMNS FROM <view>",
+    )
 
 
 # psql's \l (the one database), \dn (the one schema) and \dT (no type of the user's): the row
@@ -89,7 +150,9 @@ def _listed(text: str) -> Result | None:
     return None
 
 
-def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:
+def _described(
+    text: str, tables: dict[str, tuple[Column, ...]], definitions: dict[str, str | None]
+) -> Result:
     by_name = metadata.oids(list(tables))
     oids = {oid: name for name, oid in by_name.items()}
     if 'as "Owner"' in text and "FROM pg_catalog.pg_class c" in text and "c.relkind IN" in text:
@@ -108,10 +171,8 @@ def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:
         return _table_info(text)
     if name is not None and "FROM pg_catalog.pg_attribute a" in text and text.startswith("SELECT a.attname"):
         return _attributes(text, tables[name])
-    viewdef = _VIEWDEF.match(text)
-    if viewdef and int(viewdef.group(1)) in oids:  # \d+ NAME: what the view is
-        definition = " -- kept by the views job from the enriched topic; GET /views gives its freshness"
-        return metadata.result(["pg_get_viewdef"], [(definition,)])
+    if (defined := _definition(text, oids, definitions)) is not None:
+        return defined
     if name is not None:  # rules, triggers, policies... of a view: none
         return Result((_TEXT,), [])
     raise SqlError(
@@ -119,6 +180,21 @@ def _described(text: str, tables: dict[str, tuple[Column, ...]]) -> Result:
         "this catalog query is not served (psql's \\d commands, JDBC's and SQLAlchemy's metadata and "
         "information_schema.tables and .columns are); GET /views describes the views",
     )
+
+
+def _definition(text: str, oids: dict[int, str], definitions: dict[str, str | None]) -> Result | None:
+    """psql's \\sv NAME and the definition \\d+ NAME shows: the view's SQL."""
+    source = _SOURCE.fullmatch(text)
+    if source and int(source.group(1)) in oids:
+        name = oids[int(source.group(1))]
+        names = ["nspname", "relname", "relkind", "pg_get_viewdef", "reloptions", "checkoption"]
+        sql = (definitions.get(name) or _UNKNOWN_SQL).strip()
+        return metadata.result(names, [(SCHEMA, name, "v", sql, "{}", None)])
+    viewdef = _VIEWDEF.match(text)
+    if viewdef and int(viewdef.group(1)) in oids:
+        sql = (definitions.get(oids[int(viewdef.group(1))]) or _UNKNOWN_SQL).strip()
+        return metadata.result(["pg_get_viewdef"], [(" " + sql,)])
+    return None
 
 
 def _psql_pattern(pattern: str) -> str:

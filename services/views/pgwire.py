@@ -280,7 +280,7 @@ class PgServer:
         try:
             if (asked := cursors.parse(sql)) is not None:
                 answer = await self._cursor(session, asked, {})
-            elif session.is_command(sql):
+            elif _about_session(session, sql):
                 answer = session.command(sql)
             else:
                 session.refuse_if_aborted()
@@ -390,7 +390,9 @@ class PgServer:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
         in a worker thread (two thread switches a query, each a wait for the GIL on a busy host)."""
         if catalog.asks(sql):
-            return catalog.answer(sql, self.reader.tables(), self.reader.keys(), params)
+            return catalog.answer(
+                sql, self.reader.tables(), self.reader.keys(), params, self.reader.definitions()
+            )
         found = self.reader.key_lookup(sql, params)
         if found is not None:
             return found
@@ -492,7 +494,7 @@ class PgServer:
             return ()
         if (asked := cursors.parse(sql)) is not None:  # FETCH's columns are its cursor's
             return session.cursor(asked.cursor).columns if isinstance(asked, cursors.Fetch) else ()
-        if session.is_command(sql):
+        if _about_session(session, sql):
             shown = session.command(sql) if first_word(sql) == "SHOW" else None  # no other has rows
             return shown.columns if isinstance(shown, Result) else ()
         if catalog.asks(sql):
@@ -529,7 +531,7 @@ class PgServer:
             if isinstance(answer, str):
                 return _message(b"C", _cstr(answer))
             portal.result = answer
-        if session.is_command(sql) and portal.result is None:
+        if _about_session(session, sql) and portal.result is None:
             answer = session.command(sql)
             if isinstance(answer, str):
                 return _message(b"C", _cstr(answer))
@@ -545,6 +547,11 @@ class PgServer:
             out.append(_message(b"C", _cstr(result.tag(len(rows)))))
             portal.result, portal.sent = replace(result, rows=[]), 0  # run out: an Execute again gets none
         return b"".join(out)
+
+
+def _about_session(session: Session, sql: str) -> bool:
+    """A statement the session answers (BEGIN, SET, SHOW of a setting...), not SHOW of the views."""
+    return session.is_command(sql) and not catalog.asks(sql)
 
 
 async def _read_message(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:

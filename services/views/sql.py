@@ -312,6 +312,11 @@ class SqlReader:
             for view in sorted(served(infos))
         }
 
+    def definitions(self) -> dict[str, str | None]:
+        """Each view's SQL, as its marker gives it (None where it does not)."""
+        infos = self.infos()
+        return {view: getattr(infos[view].get("marker"), "sql", None) for view in sorted(served(infos))}
+
     def keys(self) -> dict[str, list[str]]:
         """Each view's key columns, in the key's order."""
         infos = self.infos()

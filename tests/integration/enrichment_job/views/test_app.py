@@ -31,6 +31,7 @@ from support.views import (
 )
 
 from enrichment_job.kafka.claim_check import Claimed
+from enrichment_job.views.definition import BUILT_IN
 from infra.bench.job import job_jvm
 from infra.stack.clients import spark_job_on_cluster
 
@@ -196,6 +197,10 @@ def test_views_are_exact_dead_letter_what_they_cannot_count_and_survive_kill_9(
     # segment_hourly, a windowed view, is kept by a query of its own
     segment = markers[f"test-views-{topics.suffix}-view-segment_hourly:segment_hourly"]
     assert segment["key"] == ["club_status", "channel", "hour"]
+    # ... and each marker carries its view's SQL, which the query service shows (SHOW CREATE VIEW)
+    customers = markers[f"test-views-{topics.suffix}-views:customer_ratings"]
+    assert customers["sql"] == (BUILT_IN / "customer_ratings.sql").read_text()
+    assert segment["sql"] == (BUILT_IN / "segment_hourly.sql").read_text()
     assert job.stop() == 0
 
 

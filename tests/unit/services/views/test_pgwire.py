@@ -822,6 +822,41 @@ def test_psql_describe_lists_the_views_and_a_view_s_columns_with_their_types(ser
     assert other.returncode != 0 and "0A000" in other.stderr
 
 
+def test_a_view_s_sql_is_shown_by_psql_and_by_materialize_s_show_commands(served: Served) -> None:
+    sql = "-- trigger: 1 second\nSELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id\n"
+    served.store.apply([], {"customer_ratings": replace(MARKER, sql=sql)}, {})
+    assert _psql_lines(served, "SHOW VIEWS") == ["customer_ratings"]
+    assert _psql_lines(served, "show materialized views in public;") == ["customer_ratings"]
+    assert _psql_lines(served, "SHOW COLUMNS FROM customer_ratings")[:2] == [
+        "user_id|t|integer|",
+        "ratings|t|bigint|",
+    ]
+    created = _psql_lines(served, "SHOW CREATE MATERIALIZED VIEW public.customer_ratings")
+    assert created == [
+        "views.public.customer_ratings|CREATE MATERIALIZED VIEW public.customer_ratings AS",
+        "-- trigger: 1 second",
+        "SELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id",
+        "",
+    ]
+    assert _psql_lines(served, "\\sv customer_ratings") == [
+        "CREATE OR REPLACE VIEW public.customer_ratings AS",
+        "-- trigger: 1 second",
+        "SELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id",
+    ]
+    definition = _psql_lines(served, "SELECT pg_catalog.pg_get_viewdef('16384'::pg_catalog.oid, true)")
+    assert definition[:2] == [
+        " -- trigger: 1 second",
+        "SELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id",
+    ]
+    assert served.refused("SHOW CREATE VIEW no_such_view") == "42P01"
+    assert served.refused("SHOW CREATE TABLE customer_ratings") == "0A000"
+    assert _psql_lines(served, "SHOW TimeZone") == ["UTC"]  # the session's settings stay the session's
+    with _connect(served, autocommit=True) as conn:  # a driver's extended protocol: the same answers
+        shown = conn.execute("SHOW COLUMNS FROM customer_ratings")
+        assert [d.name for d in shown.description or []] == ["name", "nullable", "type", "comment"]
+        assert shown.fetchone() == ("user_id", True, "integer", None)
+
+
 def test_a_key_lookup_reads_the_view_s_key_index_not_every_row(served: Served) -> None:
     reader = SqlReader(served.store, max_rows=5, timeout_s=1)
     lookup = "EXPLAIN QUERY PLAN SELECT * FROM customer_ratings WHERE user_id = 3"
