@@ -48,6 +48,33 @@ _SOURCE = re.compile(  # psql's \sv NAME, then
     r"SELECT nspname, relname, relkind, pg_catalog\.pg_get_viewdef\(c\.oid, true\), "
     r".* WHERE c\.oid = (\d+) ?;?"
 )
+_ROLES = "SELECT r.rolname, r.rolsuper, r.rolinherit"  # psql's \\du
+_ROLE = {  # the one role, by the names of \\du's columns (\\du+ has one more, the description)
+    "rolname": metadata.OWNER,
+    "rolsuper": "f",
+    "rolinherit": "t",
+    "rolcreaterole": "f",
+    "rolcreatedb": "f",
+    "rolcanlogin": "t",
+    "rolconnlimit": "-1",
+    "memberof": "{}",
+    "rolreplication": "f",
+    "rolbypassrls": "f",
+}
+_COMMENTS = 'SELECT DISTINCT tt.nspname AS "Schema", tt.name AS "Name", tt.object AS "Object"'  # \\dd
+_PRIVILEGES = re.compile(
+    r'SELECT n\.nspname as "Schema", c\.relname as "Name", CASE c\.relkind .* AS "Access privileges"'
+)
+# Catalogs that hold nothing of the user's here (functions, extensions, operators, casts,
+# languages, tablespaces...): psql's lists of them (\\df, \\dx, \\do, \\dC, \\dL, \\db...) are empty.
+_NOTHING_HERE = frozenset(
+    "pg_proc pg_aggregate pg_extension pg_operator pg_conversion pg_event_trigger pg_foreign_server "
+    "pg_foreign_data_wrapper pg_user_mappings pg_publication pg_subscription pg_language pg_am "
+    "pg_tablespace pg_cast pg_default_acl pg_ts_config pg_ts_dict pg_ts_parser pg_ts_template "
+    "pg_collation pg_opclass pg_opfamily pg_statistic_ext pg_constraint pg_description "
+    "pg_largeobject_metadata pg_db_role_setting".split()
+)
+_LITERAL = re.compile(r"'(?:[^']|'')*'")
 _UNKNOWN_SQL = "-- kept by the views job from the enriched topic; GET /views gives its freshness"
 _OID = re.compile(r"(?:c\.oid|a\.attrelid|attrelid|ev_class|tgrelid|inhrelid|conrelid|polrelid) = '(\d+)'")
 
@@ -97,6 +124,15 @@ def _other(text: str, tables: dict[str, tuple[Column, ...]], definitions: dict[s
     if _TYPE_INFO.search(text):
         names = ["name", "oid", "array_oid", "regtype", "delimiter"]
         return metadata.result(names, [], ["string", "long", "long", "string", "string"])
+    if (found := _roles_and_privileges(text, sorted(tables))) is not None:
+        return found
+    main = _main_catalog(text)
+    if (
+        main in _NOTHING_HERE
+        or text.startswith(_COMMENTS)
+        or (main == "pg_type" and "t.typtype = 'd'" in text)
+    ):
+        return metadata.result([metadata.column_name(item) for item in select_list(text)], [])
     return _described(text, tables, definitions)
 
 
@@ -194,6 +230,38 @@ def _definition(text: str, oids: dict[int, str], definitions: dict[str, str | No
     if viewdef and int(viewdef.group(1)) in oids:
         sql = (definitions.get(oids[int(viewdef.group(1))]) or _UNKNOWN_SQL).strip()
         return metadata.result(["pg_get_viewdef"], [(" " + sql,)])
+    return None
+
+
+def _roles_and_privileges(text: str, names: list[str]) -> Result | None:
+    """psql's \\du (the one role, `views`, which may log in) and \\dp (SELECT on each view to
+    the owner and to PUBLIC, as JDBC's getTablePrivileges says)."""
+    count = _select_items(text)
+    if text.startswith(_ROLES):
+        names = [metadata.column_name(item) for item in select_list(text)]
+        return metadata.result(names, [tuple(_ROLE.get(name) for name in names)])
+    if _PRIVILEGES.match(text):
+        found = _PATTERN.search(text)
+        pattern = re.compile(_psql_pattern(found.group(1))) if found else None
+        acl = f"{metadata.OWNER}=r/{metadata.OWNER}\n=r/{metadata.OWNER}"
+        rows = [
+            tuple([SCHEMA, n, "view", acl, "", ""][:count])
+            for n in names
+            if pattern is None or pattern.fullmatch(n)
+        ]
+        return metadata.result(
+            ["Schema", "Name", "Type", "Access privileges", "Column privileges", "Policies"][:count], rows
+        )
+    return None
+
+
+def _main_catalog(text: str) -> str | None:
+    """The catalog table the query's main FROM names (`pg_proc` for \\df's), if one of pg_catalog's."""
+    masked, depth = _LITERAL.sub("''", text), 0
+    for i, char in enumerate(masked):
+        depth += (char == "(") - (char == ")")
+        if depth == 0 and masked.startswith(" FROM pg_catalog.", i):
+            return masked[i + 17 :].split(" ", 1)[0].split(",", 1)[0]
     return None
 
 

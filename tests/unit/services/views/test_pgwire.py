@@ -822,6 +822,17 @@ def test_psql_describe_lists_the_views_and_a_view_s_columns_with_their_types(ser
     assert other.returncode != 0 and "0A000" in other.stderr
 
 
+def test_psql_lists_the_one_role_the_views_privileges_and_no_object_of_other_kinds(served: Served) -> None:
+    assert _psql_lines(served, "\\du") == ["views||{}"]
+    assert _psql_lines(served, "\\du+") == ["views||{}|"]
+    assert _psql_lines(served, "\\dp") == ["public|customer_ratings|view|views=r/views", "=r/views||"]
+    assert _psql_lines(served, "\\dp nothing*") == []
+    for command in ("\\df", "\\df+", "\\dx", "\\do", "\\dD", "\\dd", "\\dC", "\\dL", "\\db", "\\dy", "\\dl"):
+        assert _psql_lines(served, command) == [], command  # functions, extensions...: none here
+    other = served.psql("SELECT name FROM pg_catalog.pg_settings")
+    assert other.returncode != 0 and "0A000" in other.stderr
+
+
 def test_a_view_s_sql_is_shown_by_psql_and_by_materialize_s_show_commands(served: Served) -> None:
     sql = "-- trigger: 1 second\nSELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id\n"
     served.store.apply([], {"customer_ratings": replace(MARKER, sql=sql)}, {})
