@@ -44,7 +44,8 @@ from services.views.sql import Column, Result, SqlError, pg_column
 
 __all__ = ["MAX_CURSORS", "Close", "Cursor", "Declare", "DeclareQuery", "Fetch", "Open", "Rows", "parse"]
 
-MAX_CURSORS = 4  # a connection's cursors at once: each is one of the service's subscribers
+MAX_CURSORS = 4  # a connection's cursors at once: a SUBSCRIBE's is one of the service's
+# subscribers, a query's holds its rows (at most VIEWS_PG_MAX_ROWS)
 _AHEAD = 4  # pages of the stream read ahead of the FETCHes; then the stream waits (and its
 # subscriber's queue, bounded, fills: a client that stops fetching is cut off as over SSE)
 _NAME = r'("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
@@ -130,7 +131,9 @@ def _declared(cursor: str, options: str, hold: str | None, query: str) -> Declar
     options = " ".join(options.split()).lower()
     if options not in _OPTIONS:
         raise SqlError(
-            "0A000", f"{options.upper()} cursors are not served: NO SCROLL, and rows as FETCH asks"
+            "0A000",
+            f"{options.upper()} cursors are not served: a cursor moves forward only, "
+            "its rows in the format FETCH asks",
         )
     held = (hold or "without").lower() == "with"
     if (subscribed := _SUBSCRIBE.fullmatch(query)) is None:
