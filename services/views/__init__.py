@@ -7,6 +7,7 @@ __all__ = [
     "cli",
     "config",
     "cursors",
+    "exports",
     "hub",
     "metadata",
     "metrics",

@@ -30,7 +30,7 @@ import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 
-from services.views import catalog, cursors, subscription
+from services.views import catalog, cursors, exports, subscription
 from services.views.portals import (
     Portal,
     Statement,
@@ -56,6 +56,7 @@ __all__ = [
     "SSL_REQUEST",
     "PgServer",
     "PgSettings",
+    "copy_messages",
     "error",
     "ready",
     "result_messages",
@@ -105,6 +106,16 @@ def error(sqlstate: str, text: str, severity: str = "ERROR") -> bytes:
 def ready(state: bytes = b"I") -> bytes:
     """ReadyForQuery: idle (I), in a transaction (T), or in a failed one (E)."""
     return _message(b"Z", state)
+
+
+def copy_messages(result: Result, export: exports.Export) -> bytes:
+    """CopyOutResponse (text, every column), a CopyData a line, CopyDone, CommandComplete."""
+    count = len(result.columns)
+    out = [_message(b"H", struct.pack(f"!bh{count}h", 0, count, *([0] * count)))]
+    out.extend(_message(b"d", line) for line in exports.lines(result, export))
+    out.append(_message(b"c"))
+    out.append(_message(b"C", _cstr(f"COPY {len(result.rows)}")))
+    return b"".join(out)
 
 
 def result_messages(result: Result) -> bytes:
@@ -278,6 +289,9 @@ class PgServer:
         if not sql.strip().strip(";").strip():
             return _message(b"I") + ready(session.state)  # EmptyQueryResponse
         try:
+            if (export := exports.parse(sql)) is not None:
+                session.refuse_if_aborted()
+                return copy_messages(await self._result(export.sql, {}), export) + ready(session.state)
             if (asked := cursors.parse(sql)) is not None:
                 answer = await self._cursor(session, asked, {})
             elif _about_session(session, sql):
@@ -492,6 +506,8 @@ class PgServer:
         query of the views."""
         if not sql.strip().strip(";").strip():
             return ()
+        if exports.parse(sql) is not None:  # COPY TO STDOUT: no rows, CopyData
+            return ()
         if (asked := cursors.parse(sql)) is not None:  # FETCH's columns are its cursor's
             return session.cursor(asked.cursor).columns if isinstance(asked, cursors.Fetch) else ()
         if _about_session(session, sql):
@@ -526,6 +542,9 @@ class PgServer:
         sql = portal.statement.sql
         if not sql.strip().strip(";").strip():
             return _message(b"I")  # EmptyQueryResponse
+        if (export := exports.parse(sql)) is not None:
+            session.refuse_if_aborted()
+            return copy_messages(await self._result(export.sql, portal.params), export)
         if portal.result is None and (asked := cursors.parse(sql)) is not None:
             answer = await self._cursor(session, asked, portal.params)
             if isinstance(answer, str):

@@ -822,6 +822,31 @@ def test_psql_describe_lists_the_views_and_a_view_s_columns_with_their_types(ser
     assert other.returncode != 0 and "0A000" in other.stderr
 
 
+def test_psql_copies_a_query_or_a_view_to_a_csv_file_and_a_driver_copies_with_a_parameter(
+    served: Served, tmp_path: Path
+) -> None:
+    out = tmp_path / "ratings.csv"
+    copied = served.psql(
+        f"\\copy (SELECT user_id, club_status FROM customer_ratings WHERE user_id < 4) TO '{out}' CSV HEADER"  # noqa: S608 (a path of the test's)
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert out.read_text() == "user_id,club_status\n1,platinum\n2,gold\n3,\n"  # 3's status is null
+    view = served.psql("COPY customer_ratings (user_id, customer_matched) TO STDOUT WITH (FORMAT text)")
+    assert view.returncode != 0 and "54000" in view.stderr  # 7 rows, VIEWS_PG_MAX_ROWS 5: as any query
+    assert served.rows(
+        "COPY (SELECT user_id, club_status FROM customer_ratings WHERE user_id = 3) TO STDOUT"
+    ) == ["3\t\\N"]
+    assert served.refused("COPY customer_ratings FROM STDIN") == "25006"
+    assert served.refused("COPY customer_ratings TO '/tmp/views.csv'") == "0A000"
+    with _connect(served, autocommit=True) as conn, conn.cursor() as cur:  # the extended protocol
+        query = "COPY (SELECT user_id, average_stars FROM customer_ratings WHERE user_id >= %s) TO STDOUT"
+        with cur.copy(query, (6,)) as copy:
+            got = b"".join(bytes(data) for data in copy)
+        assert got == b"6\t4.0\n7\t2.5\n"
+        assert cur.rowcount == 2  # from the command's tag, COPY 2
+        assert conn.execute("SELECT count(*) FROM customer_ratings").fetchone() == (7,)  # the session goes on
+
+
 def test_psql_lists_the_one_role_the_views_privileges_and_no_object_of_other_kinds(served: Served) -> None:
     assert _psql_lines(served, "\\du") == ["views||{}"]
     assert _psql_lines(served, "\\du+") == ["views||{}|"]
