@@ -61,6 +61,17 @@ _ROLE = {  # the one role, by the names of \\du's columns (\\du+ has one more, t
     "rolreplication": "f",
     "rolbypassrls": "f",
 }
+_QUOTED = r"'((?:[^']|'')*)'"
+_COMPLETE_RELATIONS = re.compile(  # psql's tab completion of a relation's name
+    r"SELECT c\.relname, NULL::pg_catalog\.text FROM pg_catalog\.pg_class c WHERE "  # noqa: S608 (a pattern)
+    rf"(?:c\.relkind IN \(([^)]*)\) AND )?\(c\.relname\) LIKE {_QUOTED} .* UNION ALL "
+    r"SELECT NULL::pg_catalog\.text, n\.nspname FROM pg_catalog\.pg_namespace n "
+    rf"WHERE n\.nspname LIKE {_QUOTED}"
+)
+_COMPLETE_COLUMNS = re.compile(  # ... and of a column's, once the query names its view
+    r"SELECT a\.attname, NULL::pg_catalog\.text FROM pg_catalog\.pg_attribute a, "  # noqa: S608 (a pattern)
+    rf"pg_catalog\.pg_class c WHERE .*\(a\.attname\) LIKE {_QUOTED} AND c\.relname = {_QUOTED}"
+)
 _COMMENTS = 'SELECT DISTINCT tt.nspname AS "Schema", tt.name AS "Name", tt.object AS "Object"'  # \\dd
 _PRIVILEGES = re.compile(
     r'SELECT n\.nspname as "Schema", c\.relname as "Name", CASE c\.relkind .* AS "Access privileges"'
@@ -124,7 +135,7 @@ def _other(text: str, tables: dict[str, tuple[Column, ...]], definitions: dict[s
     if _TYPE_INFO.search(text):
         names = ["name", "oid", "array_oid", "regtype", "delimiter"]
         return metadata.result(names, [], ["string", "long", "long", "string", "string"])
-    if (found := _roles_and_privileges(text, sorted(tables))) is not None:
+    if (found := _psql_extras(text, tables)) is not None:
         return found
     main = _main_catalog(text)
     if (
@@ -233,26 +244,49 @@ def _definition(text: str, oids: dict[int, str], definitions: dict[str, str | No
     return None
 
 
-def _roles_and_privileges(text: str, names: list[str]) -> Result | None:
-    """psql's \\du (the one role, `views`, which may log in) and \\dp (SELECT on each view to
-    the owner and to PUBLIC, as JDBC's getTablePrivileges says)."""
+def _psql_extras(text: str, tables: dict[str, tuple[Column, ...]]) -> Result | None:
+    """psql's \\du (the one role, `views`, which may log in), \\dp (SELECT on each view to the
+    owner and to PUBLIC, as JDBC's getTablePrivileges says) and its tab completion of a view's
+    name (`FROM cu<Tab>`, `\\d cu<Tab>`) and of a view's column (`WHERE cl<Tab>`)."""
     count = _select_items(text)
     if text.startswith(_ROLES):
-        names = [metadata.column_name(item) for item in select_list(text)]
-        return metadata.result(names, [tuple(_ROLE.get(name) for name in names)])
+        columns = [metadata.column_name(item) for item in select_list(text)]
+        return metadata.result(columns, [tuple(_ROLE.get(name) for name in columns)])
     if _PRIVILEGES.match(text):
         found = _PATTERN.search(text)
         pattern = re.compile(_psql_pattern(found.group(1))) if found else None
         acl = f"{metadata.OWNER}=r/{metadata.OWNER}\n=r/{metadata.OWNER}"
         rows = [
             tuple([SCHEMA, n, "view", acl, "", ""][:count])
-            for n in names
+            for n in sorted(tables)
             if pattern is None or pattern.fullmatch(n)
         ]
         return metadata.result(
             ["Schema", "Name", "Type", "Access privileges", "Column privileges", "Policies"][:count], rows
         )
+    if (relations := _COMPLETE_RELATIONS.match(text)) is not None:
+        kinds, typed, schemas = relations.groups()
+        views = [n for n in sorted(tables) if (kinds is None or "'v'" in kinds) and _like(typed).fullmatch(n)]
+        found_rows: list[tuple[str | None, ...]] = [(n, None) for n in views]
+        if _like(schemas).fullmatch(SCHEMA):
+            found_rows.append((None, SCHEMA))
+        return metadata.result(["relname", "nspname"], found_rows)
+    if (attributes := _COMPLETE_COLUMNS.match(text)) is not None:
+        typed, view = attributes.group(1), attributes.group(2).replace("''", "'")
+        names = [c.name for c in tables.get(view, ()) if _like(typed).fullmatch(c.name)]
+        return metadata.result(["attname", "text"], [(n, None) for n in names])
     return None
+
+
+def _like(pattern: str) -> re.Pattern[str]:
+    """A LIKE pattern (as a literal's text, backslash its escape) as a regular expression."""
+    out, chars = [], iter(pattern.replace("''", "'"))
+    for char in chars:
+        if char == "\\":
+            out.append(re.escape(next(chars, "\\")))
+        else:
+            out.append({"%": ".*", "_": "."}.get(char, re.escape(char)))
+    return re.compile("".join(out), re.DOTALL)
 
 
 def _main_catalog(text: str) -> str | None:
