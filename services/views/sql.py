@@ -64,6 +64,7 @@ _NOT_SERVED = {
     "PRAGMA", "ATTACH", "DETACH", "VACUUM", "REINDEX", "ANALYZE", "EXPLAIN", "BEGIN", "COMMIT",
     "ROLLBACK", "SAVEPOINT", "RELEASE", "END", "SET", "SHOW", "RESET", "COPY", "LISTEN", "PREPARE",
 }  # fmt: skip
+_VIEW_DDL = re.compile(r"\s*(?:CREATE|DROP|ALTER)\s+(?:OR\s+REPLACE\s+)?(?:MATERIALIZED\s+)?VIEW\b", re.I)
 _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 _BLOB_FUNCTIONS = {"randomblob", "zeroblob"}  # a row of a gigabyte in one call
 _MAX_VALUE_BYTES = 1_000_000  # SQLite's limit on one value's length (a view's row is far less)
@@ -432,6 +433,13 @@ class SqlReader:
     @staticmethod
     def _check_readable(sql: str) -> None:
         word = first_word(sql)
+        if word in _WRITES and _VIEW_DDL.match(sql):  # a Materialize user's first try
+            raise SqlError(
+                "25006",
+                f"the views are read only here: {word} VIEW is refused. A view is declared in a SQL file "
+                "and created, replaced or dropped with `python -m enrichment_job.views create|replace|drop`"
+                " (make view); it is then served here",
+            )
         if word in _WRITES:
             raise SqlError("25006", f"the views are read only: {word} is refused")
         if word in _NOT_SERVED:

@@ -131,6 +131,11 @@ def test_writes_and_reads_of_anything_but_the_views_are_refused_with_an_sqlstate
     assert served.refused("INSERT INTO customer_ratings VALUES (9, 1, 1.0, 'gold', 1)") == "25006"
     assert served.refused("DELETE FROM customer_ratings") == "25006"
     assert served.refused("CREATE TABLE t (a int)") == "25006"
+    declared = served.psql("CREATE MATERIALIZED VIEW v AS SELECT user_id, count(*) FROM enriched GROUP BY 1")
+    assert (
+        "25006" in declared.stderr and "python -m enrichment_job.views create" in declared.stderr
+    )  # where to
+    assert "enrichment_job.views create|replace|drop" in served.psql("DROP VIEW customer_ratings").stderr
     assert served.refused("PRAGMA table_info(rows)") == "0A000"
     assert served.refused("ATTACH DATABASE '/tmp/x.db' AS x") == "0A000"
     assert served.refused("SELECT * FROM offsets") == "42501"  # the store's own tables
