@@ -76,6 +76,14 @@ _SHOWN = {
     "max_identifier_length": "63",
     "server_version_num": "150000",
 }
+_SHOWN_WHY = {name: "the server's, as the start-up exchange reports it" for name in _REPORTED}
+_SHOWN_WHY |= {
+    name: "a client's to SET, kept for SHOW: the views hold no value it changes" for name in SETTABLE
+}
+_SHOWN_WHY |= {
+    "transaction_read_only": "the views are read only",
+    "transaction_isolation": "each query reads the views as they are",
+}
 _UTF8 = {"utf8", "utf-8", "unicode"}
 _SET = re.compile(
     r"\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*(?:=|\s+TO\s+)\s*(.*?)\s*;?\s*",
@@ -286,6 +294,11 @@ class Session:
         asked = _SHOW.fullmatch(sql)
         words = " ".join(asked.group(1).split()).lower() if asked is not None else ""
         aliases = {"transaction isolation level": "transaction_isolation", "time zone": "TimeZone"}
+        if words == "all":  # every setting, as PostgreSQL's SHOW ALL lists them
+            names = sorted({*SETTABLE, *_SHOWN}, key=str.lower)
+            rows = [(n, self.settings.get(n, _SHOWN.get(n, "")), _SHOWN_WHY.get(n, "")) for n in names]
+            columns = tuple(pg_column(c, "string") for c in ("name", "setting", "description"))
+            return Result(columns, list(rows), "SHOW")
         name = _canonical(aliases.get(words, words))
         if name is None:
             raise SqlError("42704", f'unrecognized configuration parameter "{words}"')

@@ -35,6 +35,11 @@ def test_the_settings_drivers_send_are_taken_and_shown() -> None:
     assert _shown(session, "SHOW application_name") == ""
     assert session.command("RESET ALL") == "RESET"
     assert _shown(session, "SHOW timezone") == "UTC"
+    every = session.command("SHOW ALL")
+    assert isinstance(every, Result) and [c.name for c in every.columns] == ["name", "setting", "description"]
+    settings = {name: value for name, value, _ in every.rows}
+    assert settings["server_version"] == SERVER_VERSION and settings["transaction_read_only"] == "on"
+    assert settings.keys() >= {"application_name", "TimeZone", "DateStyle", "search_path"}
 
 
 @pytest.mark.parametrize(
