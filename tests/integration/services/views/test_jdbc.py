@@ -96,5 +96,11 @@ def test_a_jdbc_tool_browses_the_views_pulls_a_row_as_http_gives_it_and_follows_
         assert calls[f"pull{i}"] == expected, i
     # DECLARE c CURSOR FOR SUBSCRIBE, then FETCH: the view's rows, each an upsert
     assert sorted(calls["subscribed"], key=lambda r: int(r[1])) == [["upsert", *_texts(c)] for c in written]
+    # COPY (...) TO STDOUT through the driver's CopyManager, as an export tool makes it
+    assert calls["copied"] == [
+        ["user_id,ratings"],
+        *([f"{c['user_id']},{c['ratings']}"] for c in written[:3]),
+    ]
+    assert calls["copiedCount"] == [["3"]]
     assert service.get("/views/customer_ratings/7") == (200, row)  # the write changed nothing
     assert service.stop() == 0

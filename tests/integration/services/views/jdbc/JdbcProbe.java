@@ -1,3 +1,5 @@
+import java.io.IOException;
+import java.io.StringWriter;
 import java.sql.Connection;
 import java.sql.DatabaseMetaData;
 import java.sql.DriverManager;
@@ -7,6 +9,7 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import org.postgresql.PGConnection;
 
 /**
  * What a JDBC tool (DataGrip, DBeaver, Metabase, a report writer) asks a database it browses,
@@ -89,6 +92,19 @@ public class JdbcProbe {
             }
             connection.rollback();
             connection.setAutoCommit(true);
+            // An export as the driver's CopyManager makes it: COPY (...) TO STDOUT, in CSV
+            try {
+                StringWriter out = new StringWriter();
+                long count = connection.unwrap(PGConnection.class).getCopyAPI().copyOut(
+                        "COPY (SELECT user_id, ratings FROM " + view + " WHERE user_id <= 3 ORDER BY 1)"
+                                + " TO STDOUT WITH (FORMAT csv, HEADER)", out);
+                for (String line : out.toString().split("\n")) {
+                    System.out.println("copied\t" + line);
+                }
+                System.out.println("copiedCount\t" + count);
+            } catch (SQLException | IOException e) {
+                System.out.println("copied\tERROR\t" + e);
+            }
             try (Statement write = connection.createStatement()) {
                 write.executeUpdate("DELETE FROM " + view);
                 System.out.println("write\tdone");
