@@ -863,6 +863,47 @@ def test_psql_lists_the_one_role_the_views_privileges_and_no_object_of_other_kin
     assert other.returncode != 0 and "0A000" in other.stderr
 
 
+# psql's tab completion runs only at a terminal: the queries psql 15 sends for it, as it sent them.
+# SELECT * FROM cu<Tab>: relations of the kinds a query reads, and schemas, named so far
+FROM_CU = (
+    "SELECT c.relname, NULL::pg_catalog.text FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', "
+    "'S', 'v', 'm', 'f', 'p') AND (c.relname) LIKE 'cu%' AND pg_catalog.pg_table_is_visible(c.oid) "
+    "AND c.relnamespace <> (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'pg_catalog') "
+    "UNION ALL SELECT NULL::pg_catalog.text, n.nspname FROM pg_catalog.pg_namespace n WHERE "
+    "n.nspname LIKE 'cu%' AND n.nspname NOT LIKE E'pg\\\\_%' LIMIT 1000"
+)
+# \d cu<Tab>: relations of any kind
+ANY_CU = (
+    "SELECT c.relname, NULL::pg_catalog.text FROM pg_catalog.pg_class c WHERE (c.relname) LIKE "
+    "'cu%' AND pg_catalog.pg_table_is_visible(c.oid) AND c.relnamespace <> (SELECT oid FROM "
+    "pg_catalog.pg_namespace WHERE nspname = 'pg_catalog') UNION ALL SELECT NULL::pg_catalog.text, "
+    "n.nspname FROM pg_catalog.pg_namespace n WHERE n.nspname LIKE 'cu%' AND n.nspname NOT LIKE "
+    "E'pg\\\\_%' LIMIT 1000"
+)
+# SELECT * FROM customer_ratings WHERE cl<Tab>
+WHERE_CL = (
+    "SELECT a.attname, NULL::pg_catalog.text FROM pg_catalog.pg_attribute a, pg_catalog.pg_class c "
+    "WHERE c.oid = a.attrelid and a.attnum > 0 and not a.attisdropped AND (a.attname) LIKE 'cl%' "
+    "AND c.relname = 'customer_ratings' AND pg_catalog.pg_table_is_visible(c.oid) LIMIT 1000"
+)
+
+
+def test_psql_s_tab_completion_finds_a_view_by_what_was_typed_and_its_columns(served: Served) -> None:
+    def completed(sql: str) -> list[str]:
+        return _psql_lines(served, sql)
+
+    assert completed(FROM_CU) == ["customer_ratings|"]
+    assert completed(ANY_CU) == ["customer_ratings|"]
+    assert completed(FROM_CU.replace("'cu%'", "'customer\\_r%'")) == ["customer_ratings|"]  # _ escaped
+    assert completed(FROM_CU.replace("'cu%'", "'cust_mer%'")) == ["customer_ratings|"]  # _: any one
+    assert completed(FROM_CU.replace("'cu%'", "'customer\\_x%'")) == []
+    assert completed(FROM_CU.replace("'cu%'", "'pu%'")) == ["|public"]  # the schema, to type public.
+    assert completed(FROM_CU.replace("('r', 'S', 'v', 'm', 'f', 'p')", "('r', 'p')")) == []  # tables only
+    assert completed(WHERE_CL) == ["club_status|"]
+    assert len(completed(WHERE_CL.replace("'cl%'", "'%'"))) == 5  # every column
+    assert completed(WHERE_CL.replace("'customer_ratings'", "'no_such_view'")) == []
+
+
 def test_a_view_s_sql_is_shown_by_psql_and_by_materialize_s_show_commands(served: Served) -> None:
     sql = "-- trigger: 1 second\nSELECT user_id, count(*) AS ratings FROM enriched GROUP BY user_id\n"
     served.store.apply([], {"customer_ratings": replace(MARKER, sql=sql)}, {})
