@@ -48,8 +48,8 @@ _SOURCE = re.compile(  # psql's \sv NAME, then
     r"SELECT nspname, relname, relkind, pg_catalog\.pg_get_viewdef\(c\.oid, true\), "
     r".* WHERE c\.oid = (\d+) ?;?"
 )
-_ROLES = "SELECT r.rolname, r.rolsuper, r.rolinherit"  # psql's \\du
-_ROLE = {  # the one role, by the names of \\du's columns (\\du+ has one more, the description)
+_ROLES = "SELECT r.rolname, r.rolsuper, r.rolinherit"  # psql's \du
+_ROLE = {  # the one role, by the names of \du's columns (\du+ has one more, the description)
     "rolname": metadata.OWNER,
     "rolsuper": "f",
     "rolinherit": "t",
@@ -72,12 +72,12 @@ _COMPLETE_COLUMNS = re.compile(  # ... and of a column's, once the query names i
     r"SELECT a\.attname, NULL::pg_catalog\.text FROM pg_catalog\.pg_attribute a, "  # noqa: S608 (a pattern)
     rf"pg_catalog\.pg_class c WHERE .*\(a\.attname\) LIKE {_QUOTED} AND c\.relname = {_QUOTED}"
 )
-_COMMENTS = 'SELECT DISTINCT tt.nspname AS "Schema", tt.name AS "Name", tt.object AS "Object"'  # \\dd
+_COMMENTS = 'SELECT DISTINCT tt.nspname AS "Schema", tt.name AS "Name", tt.object AS "Object"'  # \dd
 _PRIVILEGES = re.compile(
     r'SELECT n\.nspname as "Schema", c\.relname as "Name", CASE c\.relkind .* AS "Access privileges"'
 )
 # Catalogs that hold nothing of the user's here (functions, extensions, operators, casts,
-# languages, tablespaces...): psql's lists of them (\\df, \\dx, \\do, \\dC, \\dL, \\db...) are empty.
+# languages, tablespaces...): psql's lists of them (\df, \dx, \do, \dC, \dL, \db...) are empty.
 _NOTHING_HERE = frozenset(
     "pg_proc pg_aggregate pg_extension pg_operator pg_conversion pg_event_trigger pg_foreign_server "
     "pg_foreign_data_wrapper pg_user_mappings pg_publication pg_subscription pg_language pg_am "
@@ -127,7 +127,9 @@ def answer(
 
 
 def _other(text: str, tables: dict[str, tuple[Column, ...]], definitions: dict[str, str | None]) -> Result:
-    """version(), current_catalog, psycopg's look-up of a type, psql's describe queries."""
+    """version(), current_catalog, psycopg's look-up of a type, psql's other commands (\\du,
+    \\dp, Tab completion, the lists of kinds of objects the views have none of) and its
+    describe queries."""
     if _VERSION.fullmatch(text):
         return metadata.result(["version"], [(VERSION,)])
     if _CURRENT_CATALOG.fullmatch(text):
