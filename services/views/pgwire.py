@@ -108,10 +108,14 @@ def ready(state: bytes = b"I") -> bytes:
     return _message(b"Z", state)
 
 
+def _copy_out(count: int) -> bytes:
+    """CopyOutResponse: `count` columns, all in text format."""
+    return _message(b"H", struct.pack(f"!bh{count}h", 0, count, *([0] * count)))
+
+
 def copy_messages(result: Result, export: exports.Export) -> bytes:
     """CopyOutResponse (text, every column), a CopyData a line, CopyDone, CommandComplete."""
-    count = len(result.columns)
-    out = [_message(b"H", struct.pack(f"!bh{count}h", 0, count, *([0] * count)))]
+    out = [_copy_out(len(result.columns))]
     out.extend(_message(b"d", line) for line in exports.lines(result, export))
     out.append(_message(b"c"))
     out.append(_message(b"C", _cstr(f"COPY {len(result.rows)}")))
@@ -323,10 +327,7 @@ class PgServer:
             stream = self.follow(asked.view, asked.snapshot)  # SqlError for a view not served
             try:
                 with self._cancellable(session):
-                    count = 1 + len(columns)
-                    writer.write(
-                        _message(b"H", struct.pack(f"!bh{count}h", 0, count, *([0] * count)))
-                    )  # CopyOutResponse
+                    writer.write(_copy_out(1 + len(columns)))  # mz_state, then the view's columns
                     ended = await self._copied(stream, columns, writer)
             finally:
                 await stream.aclose()  # the subscriber leaves the hub
