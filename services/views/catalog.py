@@ -18,12 +18,14 @@ import re
 from services.views import metadata
 from services.views.sql import (
     DATABASE,
+    IDENTIFIER,
     SCHEMA,
     VERSION,
     Column,
     Params,
     Result,
     SqlError,
+    identifier,
     pg_column,
     select_list,
 )
@@ -36,7 +38,7 @@ _TYPE_INFO = re.compile(r"\bFROM\s+pg_type\s+t\s+WHERE\s+t\.oid\s*=", re.IGNOREC
 _VERSION = re.compile(r"SELECT pg_catalog\.version\(\) ?;?", re.IGNORECASE)
 _CURRENT_CATALOG = re.compile(r"\s*SELECT\s+current_catalog\s*;?\s*", re.IGNORECASE)
 _VIEWDEF = re.compile(r"SELECT pg_catalog\.pg_get_viewdef\('(\d+)'")
-_NAME = r'(?:(?:public|"public")\.)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
+_NAME = rf'(?:(?:public|"public")\.)?{IDENTIFIER}'
 _REGCLASS = re.compile(rf"SELECT '{_NAME}'::pg_catalog\.regclass::pg_catalog\.oid ?;?")
 _SHOW = re.compile(r"\s*SHOW\s+(?:MATERIALIZED\s+VIEWS|VIEWS|CREATE\s|COLUMNS\s)", re.IGNORECASE)
 _SHOW_VIEWS = re.compile(
@@ -151,8 +153,7 @@ def _other(text: str, tables: dict[str, tuple[Column, ...]], definitions: dict[s
 
 def _view(asked: re.Match[str], tables: dict[str, tuple[Column, ...]]) -> str:
     """The view a statement names (its first group), or 42P01."""
-    given = asked.group(1)
-    name = given[1:-1].replace('""', '"') if given.startswith('"') else given.lower()
+    name = identifier(asked.group(1))
     if name not in tables:
         raise SqlError("42P01", f'relation "{name}" does not exist')
     return name

@@ -40,7 +40,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from services.views import subscription
-from services.views.sql import Column, Result, SqlError, pg_column
+from services.views.sql import IDENTIFIER, Column, Result, SqlError, identifier, pg_column
 
 __all__ = ["MAX_CURSORS", "Close", "Cursor", "Declare", "DeclareQuery", "Fetch", "Open", "Rows", "parse"]
 
@@ -48,7 +48,7 @@ MAX_CURSORS = 4  # a connection's cursors at once: a SUBSCRIBE's is one of the s
 # subscribers, a query's holds its rows (at most VIEWS_PG_MAX_ROWS)
 _AHEAD = 4  # pages of the stream read ahead of the FETCHes; then the stream waits (and its
 # subscriber's queue, bounded, fills: a client that stops fetching is cut off as over SSE)
-_NAME = r'("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
+_NAME = IDENTIFIER
 _DECLARE = re.compile(
     rf"\s*DECLARE\s+{_NAME}\s+((?:[A-Za-z]+\s+)*?)CURSOR\s+(?:(WITH|WITHOUT)\s+HOLD\s+)?FOR\s+(.*)",
     re.IGNORECASE | re.DOTALL,
@@ -96,10 +96,6 @@ class Close:
     cursor: str | None  # None: ALL
 
 
-def _name(text: str) -> str:
-    return text[1:-1].replace('""', '"') if text.startswith('"') else text.lower()
-
-
 def _seconds(text: str) -> float:
     asked = _DURATION.fullmatch(text)
     if asked is None or asked.group(2).lower() not in _UNITS_S:
@@ -113,17 +109,19 @@ def parse(sql: str) -> Declare | DeclareQuery | Fetch | Close | None:
     if not sql.lstrip()[:7].upper().startswith(("DECLARE", "FETCH", "CLOSE")):
         return None  # at once: every query of the views asks this first
     if (declared := _DECLARE.fullmatch(sql)) is not None:
-        return _declared(_name(declared.group(1)), declared.group(2), declared.group(3), declared.group(4))
+        return _declared(
+            identifier(declared.group(1)), declared.group(2), declared.group(3), declared.group(4)
+        )
     if (fetched := _FETCH.fullmatch(sql)) is not None:
         count = fetched.group(1)
         timeout = fetched.group(3)
         return Fetch(
-            _name(fetched.group(2)),
+            identifier(fetched.group(2)),
             None if count is not None and count.upper() == "ALL" else int(count or 1),
             None if timeout is None else _seconds(timeout),
         )
     if (closed := _CLOSE.fullmatch(sql)) is not None:
-        return Close(None if closed.group(1).upper() == "ALL" else _name(closed.group(1)))
+        return Close(None if closed.group(1).upper() == "ALL" else identifier(closed.group(1)))
     return None
 
 
@@ -141,7 +139,7 @@ def _declared(cursor: str, options: str, hold: str | None, query: str) -> Declar
     if held:
         raise SqlError("0A000", "a cursor FOR SUBSCRIBE lives in its transaction: WITH HOLD is not served")
     snapshot = (subscribed.group(2) or "true").lower() == "true"
-    return Declare(cursor, _name(subscribed.group(1)), snapshot)
+    return Declare(cursor, identifier(subscribed.group(1)), snapshot)
 
 
 class Rows:

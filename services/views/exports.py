@@ -18,11 +18,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.views.sql import Result, SqlError
+from services.views.sql import IDENTIFIER, Result, SqlError
 
 __all__ = ["Export", "lines", "parse"]
 
-_NAME = r'(?:(?:public|"public")\.)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
+_NAME = rf'(?:(?:public|"public")\.)?{IDENTIFIER}'
 _COPY = re.compile(r"\s*COPY\b", re.IGNORECASE)
 _QUERY = re.compile(r"\s*COPY\s*\((.*)\)\s*TO\s+STDOUT\b(.*)", re.IGNORECASE | re.DOTALL)
 _VIEW = re.compile(rf"\s*COPY\s+{_NAME}\s*(?:\(([^()]*)\))?\s*TO\s+STDOUT\b(.*)", re.IGNORECASE | re.DOTALL)

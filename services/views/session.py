@@ -23,7 +23,16 @@ import re
 
 from services.views.cursors import Open
 from services.views.portals import Portal, Statement
-from services.views.sql import Column, Result, SqlError, first_word, pg_column, uncommented
+from services.views.sql import (
+    IDENTIFIER,
+    Column,
+    Result,
+    SqlError,
+    first_word,
+    identifier,
+    pg_column,
+    uncommented,
+)
 
 __all__ = [
     "MAX_PORTALS",
@@ -98,7 +107,7 @@ _SHOW = re.compile(r"\s*SHOW\s+(.+?)\s*;?\s*", re.IGNORECASE | re.DOTALL)
 _ABORTED = "current transaction is aborted, commands ignored until end of transaction block"
 _SAVEPOINT = re.compile(
     r"\s*(SAVEPOINT|RELEASE(?:\s+SAVEPOINT)?|ROLLBACK(?:\s+WORK|\s+TRANSACTION)?\s+TO(?:\s+SAVEPOINT)?)\s+"
-    r'("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)\s*;?\s*',
+    rf"{IDENTIFIER}\s*;?\s*",
     re.IGNORECASE,
 )
 
@@ -231,7 +240,7 @@ class Session:
         """SAVEPOINT, RELEASE and ROLLBACK TO inside a transaction (psycopg's nested
         transactions): a savepoint has nothing to keep here, but ROLLBACK TO ends a failure, as
         in PostgreSQL."""
-        name = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
+        name = identifier(name)
         if self.state == b"I":
             raise SqlError("25P01", f"{verb} can only be used in transaction blocks")
         if verb == "SAVEPOINT":

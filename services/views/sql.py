@@ -24,6 +24,7 @@ from services.views.store import Store, column_sql, key_of, served, still_loadin
 
 __all__ = [
     "DATABASE",
+    "IDENTIFIER",
     "PARAMETER",
     "PG_TYPES",
     "PG_TYPE_NAMES",
@@ -35,12 +36,21 @@ __all__ = [
     "SqlReader",
     "computed_kinds",
     "first_word",
+    "identifier",
     "information_schema",
     "pg_casts",
     "pg_column",
     "uncommented",
     "unqualified",
 ]
+
+IDENTIFIER = r'("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'  # a name, quoted or bare (one group)
+
+
+def identifier(text: str) -> str:
+    """A name as PostgreSQL reads it: a quoted one as written, a bare one in lower case."""
+    return text[1:-1].replace('""', '"') if text.startswith('"') else text.lower()
+
 
 # PostgreSQL's type of each column type the views job names: (type oid, byte size; -1 varies).
 PG_TYPES = {

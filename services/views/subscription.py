@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from services.views.sql import Column
+from services.views.sql import IDENTIFIER, Column, identifier
 
 __all__ = [
     "STATE_COLUMN",
@@ -36,7 +36,7 @@ STATE_COLUMN = "mz_state"
 STREAM_ENDED = "the view's stream ended: subscribe again"
 _REPLACED = "the view was replaced by a new version (its columns may differ): subscribe again"
 _ASKED = re.compile(
-    r'\s*COPY\s*\(\s*SUBSCRIBE\s+(?:TO\s+)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
+    rf"\s*COPY\s*\(\s*SUBSCRIBE\s+(?:TO\s+)?{IDENTIFIER}"
     r"\s*(?:WITH\s*\(\s*SNAPSHOT\s*=?\s*(TRUE|FALSE)\s*\))?\s*\)\s*TO\s+STDOUT\s*;?\s*",
     re.IGNORECASE,
 )
@@ -54,9 +54,7 @@ def parse(sql: str) -> Subscribe | None:
     asked = _ASKED.fullmatch(sql)
     if asked is None:
         return None
-    name = asked.group(1)
-    view = name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
-    return Subscribe(view, (asked.group(2) or "true").lower() == "true")
+    return Subscribe(identifier(asked.group(1)), (asked.group(2) or "true").lower() == "true")
 
 
 def events(text: str) -> Iterator[tuple[str, str]]:
