@@ -105,6 +105,13 @@ class ViewsApiSettings(Settings):
     pg_timeout_s: float = Field(
         5, gt=0, description="a query over PostgreSQL's protocol that runs longer is ended"
     )
+    pg_stream_timeout_s: float = Field(
+        300,
+        gt=0,
+        description="a COPY ... TO STDOUT or a cursor over a query reads its rows from one snapshot of the"
+        " store, as the client takes them, without VIEWS_PG_MAX_ROWS' cap; one still open this long is"
+        " ended (57014): the store's log is not checkpointed past an open snapshot",
+    )
     pg_max_connections: int = Field(100, gt=0, description="PostgreSQL clients at once; one more is refused")
     log_level: str = "INFO"
 
@@ -129,7 +136,12 @@ class ViewsApiSettings(Settings):
     def pg(self) -> PgSettings:
         token = self.token.get_secret_value().encode() if self.token is not None else None
         return PgSettings(
-            self.host, self.pg_port, self.pg_max_connections, self.request_head_timeout_s, token
+            self.host,
+            self.pg_port,
+            self.pg_max_connections,
+            self.request_head_timeout_s,
+            token,
+            self.pg_stream_timeout_s,
         )
 
     def consumer_config(self) -> dict[str, str | int | bool]:

@@ -25,8 +25,11 @@ A cursor over a query, as PostgreSQL's, for drivers that read a large result a p
     DECLARE c [NO SCROLL] CURSOR [WITH HOLD | WITHOUT HOLD] FOR SELECT ... ;  -- $1 in a driver's
     FETCH FORWARD 100 FROM c;  ...  CLOSE c;
 
-The query runs at DECLARE, as any query (its rows at most VIEWS_PG_MAX_ROWS, 54000 past them),
-and FETCH hands its rows out in order. WITHOUT HOLD (the default) needs a transaction and ends
+The query runs at DECLARE, and FETCH hands its rows out in order, read from one snapshot of the
+store as FETCH asks for them: a result of any size, its rows never all held. A FETCH gives at
+most VIEWS_PG_MAX_ROWS rows (one that would give more, such as FETCH ALL of a large result, is
+refused with 54000 and the rows stay); the cursor is closed VIEWS_PG_STREAM_TIMEOUT_S after its
+DECLARE. WITHOUT HOLD (the default) needs a transaction and ends
 with it; WITH HOLD may be declared outside one and outlives COMMIT (ROLLBACK of the transaction
 that declared it closes it). SCROLL and BINARY cursors are refused (0A000): FETCH moves forward
 only, and a driver asks for binary rows in its FETCH.
@@ -40,12 +43,21 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from services.views import subscription
-from services.views.sql import IDENTIFIER, Column, Result, SqlError, identifier, pg_column
+from services.views.sql import (
+    IDENTIFIER,
+    PAST_DEADLINE,
+    Column,
+    Result,
+    SqlError,
+    Stream,
+    identifier,
+    pg_column,
+)
 
 __all__ = ["MAX_CURSORS", "Close", "Cursor", "Declare", "DeclareQuery", "Fetch", "Open", "Rows", "parse"]
 
 MAX_CURSORS = 4  # a connection's cursors at once: a SUBSCRIBE's is one of the service's
-# subscribers, a query's holds its rows (at most VIEWS_PG_MAX_ROWS)
+# subscribers, a query's holds a snapshot of the store (and a page of its rows)
 _AHEAD = 4  # pages of the stream read ahead of the FETCHes; then the stream waits (and its
 # subscriber's queue, bounded, fills: a client that stops fetching is cut off as over SSE)
 _NAME = IDENTIFIER
@@ -143,19 +155,58 @@ def _declared(cursor: str, options: str, hold: str | None, query: str) -> Declar
 
 
 class Rows:
-    """A query's rows, run at DECLARE, handed out in order by FETCH."""
+    """A query's rows, handed out in order by FETCH: the few of a catalog's query or a pull by
+    key, held; any other query's read from its stream (`sql.Stream`: one snapshot of the store)
+    as FETCH asks for them. A stream still open at its deadline (VIEWS_PG_STREAM_TIMEOUT_S) is
+    closed then, its snapshot let go, and the next FETCH fails with 57014."""
 
-    def __init__(self, result: Result, hold: bool) -> None:
-        self.columns = result.columns
+    def __init__(self, rows: Result | Stream, hold: bool) -> None:
+        self.columns = rows.columns
         self.hold = hold
-        self._rows = deque(result.rows)
+        self._ahead: deque[tuple[str | None, ...]] = deque()
+        self._stream: Stream | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        if isinstance(rows, Result):
+            self._ahead.extend(rows.rows)
+        else:
+            self._stream = rows
+            self._expiry = asyncio.get_running_loop().call_at(rows.deadline, rows.close, PAST_DEADLINE)
 
-    async def fetch(self, count: int, timeout_s: float | None) -> list[tuple[str | None, ...]]:
-        """The next `count` rows at most (none once all have gone); no wait: they are all here."""
-        return [self._rows.popleft() for _ in range(min(count, len(self._rows)))]
+    async def fetch(
+        self, count: int | None, limit: int, timeout_s: float | None
+    ) -> list[tuple[str | None, ...]]:
+        """The next `count` rows (None: ALL), none once all have gone. A FETCH that would give
+        more than `limit` (VIEWS_PG_MAX_ROWS) is refused with 54000, never cut short: the rows
+        stay for FETCHes of at most `limit`. No wait for rows to come: the query has them."""
+        over = count is None or count > limit
+        wanted = limit + 1 if over or count is None else count
+        while len(self._ahead) < wanted and self._stream is not None:
+            try:
+                page = await asyncio.to_thread(self._stream.page, wanted - len(self._ahead))
+            except asyncio.CancelledError:  # the page read meanwhile is lost: so is the cursor
+                self._stream.close("a FETCH of this cursor was canceled part way: its place is lost")
+                raise
+            if not page:
+                self._end()
+            self._ahead.extend(page)
+        if over and len(self._ahead) > limit:
+            raise SqlError(
+                "54000",
+                f"FETCH {'ALL' if count is None else count} gives more than {limit} rows (VIEWS_PG_MAX_ROWS):"
+                f" FETCH at most {limit} at a time",
+            )
+        return [self._ahead.popleft() for _ in range(min(wanted, len(self._ahead)))]
+
+    def _end(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if self._stream is not None:
+            self._stream.close()
+        self._stream = self._expiry = None
 
     def close(self) -> None:
-        self._rows.clear()
+        self._ahead.clear()
+        self._end()
 
 
 class Cursor:
@@ -199,9 +250,12 @@ class Cursor:
         if self._finished and not self._pages and self.ended is None:
             self.ended = subscription.STREAM_ENDED
 
-    async def fetch(self, count: int, timeout_s: float | None) -> list[tuple[str | None, ...]]:
-        """At most `count` rows: those that have come, or the first that comes within
-        `timeout_s` (None: however long), and those with it."""
+    async def fetch(
+        self, count: int | None, limit: int, timeout_s: float | None
+    ) -> list[tuple[str | None, ...]]:
+        """At most `count` rows (None: ALL), and at most `limit`: those that have come, or the
+        first that comes within `timeout_s` (None: however long), and those with it."""
+        count = min(count or limit, limit)
         self._take(count)
         if not self._rows and self.ended is None:
             with contextlib.suppress(TimeoutError):

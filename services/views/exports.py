@@ -4,8 +4,9 @@ driver's copy (psycopg's `cursor.copy(...)`), a shell's export:
     psql -h 127.0.0.1 -p 6875 -c "\\copy (SELECT * FROM customer_ratings) TO 'r.csv' CSV HEADER"
     psql -h 127.0.0.1 -p 6875 -c "COPY customer_ratings (user_id, ratings) TO STDOUT WITH (FORMAT csv)"
 
-The query is any query of the views, run as one (so at most VIEWS_PG_MAX_ROWS rows, 54000 past
-them); a view's name stands for all its rows, or the columns listed. The options are
+The query is any query of the views; its rows are read from one snapshot of the store as the
+client takes them, without VIEWS_PG_MAX_ROWS' cap, for at most VIEWS_PG_STREAM_TIMEOUT_S. A
+view's name stands for all its rows, or the columns listed. The options are
 PostgreSQL's, in either spelling (`WITH (FORMAT csv, HEADER true, DELIMITER ';', NULL 'n/a')`,
 or the older `CSV HEADER DELIMITER ';' NULL 'n/a'`), and the rows are written as PostgreSQL
 writes them: in text format a tab between values, `\\N` for null and backslash escapes; in CSV
@@ -18,9 +19,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.views.sql import IDENTIFIER, Result, SqlError
+from services.views.sql import IDENTIFIER, Column, Result, SqlError
 
-__all__ = ["Export", "lines", "parse"]
+__all__ = ["Export", "header", "lines", "parse"]
 
 _NAME = rf'(?:(?:public|"public")\.)?{IDENTIFIER}'
 _COPY = re.compile(r"\s*COPY\b", re.IGNORECASE)
@@ -129,9 +130,14 @@ def _export(sql: str, options: list[tuple[str, str]]) -> Export:
 def lines(result: Result, export: Export) -> Iterator[bytes]:
     """The rows as COPY's lines (the column names first when HEADER is asked), each a CopyData."""
     if export.header:
-        yield _line([c.name for c in result.columns], export)
+        yield header(result.columns, export)
     for row in result.rows:
         yield _line(row, export)
+
+
+def header(columns: tuple[Column, ...], export: Export) -> bytes:
+    """HEADER's line: the column names."""
+    return _line([c.name for c in columns], export)
 
 
 def _line(values: "list[str] | tuple[str | None, ...]", export: Export) -> bytes:

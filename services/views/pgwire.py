@@ -45,7 +45,17 @@ from services.views.portals import (
     row_description,
 )
 from services.views.session import Session, reported
-from services.views.sql import Column, Params, Result, SqlError, SqlReader, first_word, pg_column
+from services.views.sql import (
+    PAST_DEADLINE,
+    Column,
+    Params,
+    Result,
+    SqlError,
+    SqlReader,
+    Stream,
+    first_word,
+    pg_column,
+)
 
 __all__ = [
     "CANCEL_REQUEST",
@@ -72,6 +82,7 @@ MAX_STARTUP_BYTES = 10_000
 MAX_MESSAGE_BYTES = 200_000  # a query's text, with room over sql's own limit
 _EXTENDED = set(b"PBDEC")  # Parse, Bind, Describe, Execute, Close
 _HELD_BYTES = 65_536  # answers held for the Sync are written once they reach this size
+_PAGE_ROWS = 1_000  # a COPY's rows read from the store at a time (at most sql.PAGE_BYTES of text)
 # Statement texts whose parameters' types are kept (drivers send the same few texts again and
 # again, as unnamed statements): the texts' bytes, at most.
 _TYPED_TEXTS_BYTES = 1_048_576
@@ -84,6 +95,7 @@ class PgSettings:
     max_connections: int
     startup_timeout_s: float
     token: bytes | None  # the password a client must give; None: none asked
+    stream_timeout_s: float = 300  # a COPY TO STDOUT's or a query cursor's rows, read at most this long
 
 
 class _Closed(Exception):
@@ -238,8 +250,7 @@ class PgServer:
 
     async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int) -> None:
         session = Session(secret)
-        held: list[bytes] = []  # the extended protocol's answers, sent together at Sync or Flush
-        size = 0
+        held = _Held(writer)  # the extended protocol's answers, sent together at Sync or Flush
         try:
             while True:
                 kind, body = await _read_message(reader)
@@ -247,16 +258,13 @@ class PgServer:
                     return
                 if kind[0] in _EXTENDED:
                     if not session.skipping:
-                        held.append(await self._extended(session, kind, body))
-                        size += len(held[-1])
-                    if size < _HELD_BYTES:
+                        held.add(await self._extended(session, kind, body, held))
+                    if held.size < _HELD_BYTES:
                         continue  # as PostgreSQL: one write for the exchange, not one a message
-                if held and kind == b"Q":  # a simple query after messages not synced: theirs first
-                    writer.write(b"".join(held))
-                    held = []
-                held.append(await self._answer(session, kind, body, writer))
-                writer.write(b"".join(held))
-                held, size = [], 0
+                if kind == b"Q":  # a simple query after messages not synced: theirs first
+                    held.write()
+                held.add(await self._answer(session, kind, body, writer))
+                held.write()
                 await writer.drain()
         finally:
             session.close_cursors()  # their subscribers leave with the client
@@ -277,7 +285,7 @@ class PgServer:
             if (asked := subscription.parse(sql)) is not None:
                 await self._subscribe(session, asked, writer)
                 return b""
-            return await self._simple(session, sql)
+            return await self._simple(session, sql, writer)
         if kind == b"S":  # Sync: the end of an extended exchange
             session.skipping = False
             session.portals.pop("", None)
@@ -289,13 +297,12 @@ class PgServer:
             session.state
         )
 
-    async def _simple(self, session: Session, sql: str) -> bytes:
+    async def _simple(self, session: Session, sql: str, writer: asyncio.StreamWriter) -> bytes:
         if not sql.strip().strip(";").strip():
             return _message(b"I") + ready(session.state)  # EmptyQueryResponse
         try:
             if (export := exports.parse(sql)) is not None:
-                session.refuse_if_aborted()
-                return copy_messages(await self._result(export.sql, {}), export) + ready(session.state)
+                return await self._export(session, export, {}, writer) + ready(session.state)
             if (asked := cursors.parse(sql)) is not None:
                 answer = await self._cursor(session, asked, {})
             elif _about_session(session, sql):
@@ -336,10 +343,43 @@ class PgServer:
             session.failed()
             writer.write(error(err.sqlstate, str(err)) + ready(session.state))
 
+    async def _export(
+        self, session: Session, export: exports.Export, params: Params, writer: asyncio.StreamWriter
+    ) -> bytes:
+        """COPY ... TO STDOUT: CopyOutResponse and the rows as CopyData, written as they are read
+        from the store, a page at a time (a view of any size, never held whole); then CopyDone
+        and CommandComplete, returned to go out with what follows. An error part way (the
+        client's cancel, VIEWS_PG_STREAM_TIMEOUT_S) follows the rows already sent, as
+        PostgreSQL's does."""
+        session.refuse_if_aborted()
+        rows = await self._rows(export.sql, params)
+        if isinstance(rows, Result):  # the catalog's few rows, or a pull by key
+            return copy_messages(rows, export)
+        count = 0
+        try:
+            with self._cancellable(session):
+                try:
+                    async with asyncio.timeout_at(rows.deadline):  # the loop's clock is monotonic's
+                        writer.write(_copy_out(len(rows.columns)))
+                        if export.header:
+                            writer.write(_message(b"d", exports.header(rows.columns, export)))
+                        plain = replace(export, header=False)
+                        while page := await asyncio.to_thread(rows.page, _PAGE_ROWS):
+                            lines = exports.lines(Result(rows.columns, page), plain)
+                            writer.write(b"".join(_message(b"d", line) for line in lines))
+                            count += len(page)
+                            await writer.drain()  # the client reads as fast as it likes, and no faster
+                except TimeoutError:
+                    raise SqlError("57014", PAST_DEADLINE) from None
+        finally:
+            rows.close()
+        return _message(b"c") + _message(b"C", _cstr(f"COPY {count}"))
+
     @contextlib.contextmanager
     def _cancellable(self, session: Session) -> Iterator[None]:
-        """A statement that waits for a view's changes (SUBSCRIBE, a cursor's FETCH): a
-        CancelRequest naming the session ends it with 57014, and the session goes on."""
+        """A statement that waits for a view's changes (SUBSCRIBE, a cursor's FETCH) or a
+        client's reads (COPY TO STDOUT): a CancelRequest naming the session ends it with 57014,
+        and the session goes on."""
         task = asyncio.current_task()
         assert task is not None
         self._streaming[session.secret] = task
@@ -381,9 +421,9 @@ class PgServer:
             return "CLOSE CURSOR" if asked.cursor is not None else "CLOSE CURSOR ALL"
         if isinstance(asked, cursors.Fetch):
             cursor = session.cursor(asked.cursor)
-            count = min(asked.count or self.reader.max_rows, self.reader.max_rows)
             with self._cancellable(session):
-                return Result(cursor.columns, await cursor.fetch(count, asked.timeout_s), "FETCH")
+                rows = await cursor.fetch(asked.count, self.reader.max_rows, asked.timeout_s)
+                return Result(cursor.columns, rows, "FETCH")
         held = isinstance(asked, cursors.DeclareQuery) and asked.hold
         if session.state != b"T" and not held:
             raise SqlError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
@@ -392,7 +432,7 @@ class PgServer:
         if len(session.cursors) >= cursors.MAX_CURSORS:
             raise SqlError("53000", f"this connection has {cursors.MAX_CURSORS} cursors open: close some")
         if isinstance(asked, cursors.DeclareQuery):
-            session.declare(asked.cursor, cursors.Rows(await self._result(asked.sql, params), asked.hold))
+            session.declare(asked.cursor, cursors.Rows(await self._rows(asked.sql, params), asked.hold))
             return "DECLARE CURSOR"
         if self.follow is None:
             raise SqlError("0A000", "SUBSCRIBE is not served here")
@@ -404,26 +444,40 @@ class PgServer:
     async def _result(self, sql: str, params: Params) -> Result:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
         in a worker thread (two thread switches a query, each a wait for the GIL on a busy host)."""
+        found = self._at_hand(sql, params)
+        return found if found is not None else await asyncio.to_thread(self.reader.query, sql, params)
+
+    async def _rows(self, sql: str, params: Params) -> Result | Stream:
+        """A COPY's or a query cursor's rows: the catalog's and a pull by key's at once, any
+        other query's as a stream of its rows, opened in a worker thread."""
+        found = self._at_hand(sql, params)
+        if found is not None:
+            return found
+        lasts = self.settings.stream_timeout_s
+        return await asyncio.to_thread(self.reader.stream, sql, params, lasts_s=lasts)
+
+    def _at_hand(self, sql: str, params: Params) -> Result | None:
+        """The answer of a catalog's query or a pull by key, made on the event loop; None for
+        any other query."""
         if catalog.asks(sql):
             return catalog.answer(
                 sql, self.reader.tables(), self.reader.keys(), params, self.reader.definitions()
             )
-        found = self.reader.key_lookup(sql, params)
-        if found is not None:
-            return found
-        return await asyncio.to_thread(self.reader.query, sql, params)
+        return self.reader.key_lookup(sql, params)
 
-    async def _extended(self, session: Session, kind: bytes, body: bytes) -> bytes:
+    async def _extended(self, session: Session, kind: bytes, body: bytes, held: "_Held") -> bytes:
         """The answer to one message of the extended protocol; on an error, the error, and the
-        messages that follow are skipped until Sync."""
+        messages that follow are skipped until Sync. `held`: the answers before it, not sent
+        yet (an Execute of COPY sends them before its rows)."""
         handlers = {
             b"P": self._parse,
             b"B": self._bind,
             b"D": self._describe,
-            b"E": self._execute,
             b"C": self._close,
         }
         try:
+            if kind == b"E":
+                return await self._execute(session, body, held)
             return await handlers[kind](session, body)
         except SqlError as err:
             session.skipping = True
@@ -536,7 +590,7 @@ class PgServer:
             portal.result = result
         return portal.result
 
-    async def _execute(self, session: Session, body: bytes) -> bytes:
+    async def _execute(self, session: Session, body: bytes, held: "_Held") -> bytes:
         name, at = read_cstr(body, 0)
         (limit,) = struct.unpack_from("!i", body, at) if len(body) >= at + 4 else (0,)
         portal = self._portal(session, name)
@@ -544,8 +598,8 @@ class PgServer:
         if not sql.strip().strip(";").strip():
             return _message(b"I")  # EmptyQueryResponse
         if (export := exports.parse(sql)) is not None:
-            session.refuse_if_aborted()
-            return copy_messages(await self._result(export.sql, portal.params), export)
+            held.write()  # the exchange's answers so far, then the rows
+            return await self._export(session, export, portal.params, held.writer)
         if portal.result is None and (asked := cursors.parse(sql)) is not None:
             answer = await self._cursor(session, asked, portal.params)
             if isinstance(answer, str):
@@ -567,6 +621,24 @@ class PgServer:
             out.append(_message(b"C", _cstr(result.tag(len(rows)))))
             portal.result, portal.sent = replace(result, rows=[]), 0  # run out: an Execute again gets none
         return b"".join(out)
+
+
+class _Held:
+    """Answers held to go out in one write (the extended protocol's, until Sync or Flush)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.size = 0
+        self._parts: list[bytes] = []
+
+    def add(self, answer: bytes) -> None:
+        self._parts.append(answer)
+        self.size += len(answer)
+
+    def write(self) -> None:
+        if self._parts:
+            self.writer.write(b"".join(self._parts))
+            self._parts, self.size = [], 0
 
 
 def _about_session(session: Session, sql: str) -> bool:

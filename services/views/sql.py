@@ -6,17 +6,20 @@ SQLite's dialect, which shares PostgreSQL's for `WHERE`, `ORDER BY`, `LIMIT`/`OF
 `GROUP BY` and the common functions. It runs on a read-only connection whose authorizer
 allows reading the views' rows and nothing else (no write, no `PRAGMA`, no `ATTACH`, no other
 table of the store), for at most `timeout_s`, and gives at most `max_rows` rows: past that it is
-refused, never cut short in silence.
+refused, never cut short in silence. A `Stream` gives a query's rows without that cap, a page at
+a time from one snapshot of the store, for COPY TO STDOUT and cursors.
 """
 
+import contextlib
 import json
 import math
 import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from foundation.errors import RatingsError
@@ -26,6 +29,7 @@ __all__ = [
     "DATABASE",
     "IDENTIFIER",
     "PARAMETER",
+    "PAST_DEADLINE",
     "PG_TYPES",
     "PG_TYPE_NAMES",
     "SCHEMA",
@@ -34,6 +38,7 @@ __all__ = [
     "Result",
     "SqlError",
     "SqlReader",
+    "Stream",
     "computed_kinds",
     "first_word",
     "identifier",
@@ -79,6 +84,14 @@ _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECUR
 _BLOB_FUNCTIONS = {"randomblob", "zeroblob"}  # a row of a gigabyte in one call
 _MAX_VALUE_BYTES = 1_000_000  # SQLite's limit on one value's length (a view's row is far less)
 _MAX_SQL_BYTES = 100_000
+# A stream's rows (COPY TO STDOUT, a cursor over a query): read from its own connection with a
+# small page cache (it reads each page of the table once; the operating system caches the file),
+# in pages of at most PAGE_BYTES of text, fetched from SQLite _FETCH_ROWS at a time.
+STREAM_CACHE_KIB = 1_024
+PAGE_BYTES = 1 << 20
+_FIRST_ROWS = 100  # read as the stream opens: the computed columns' types come from them
+_FETCH_ROWS = 100
+PAST_DEADLINE = "the rows were read for longer than VIEWS_PG_STREAM_TIMEOUT_S: read fewer, or faster"
 Params = dict[str, Any]  # a query's parameters by number: {"1": 42} for $1
 VERSION = "PostgreSQL 15.0 (ratings views), the materialized views' query service, read only"
 DATABASE, SCHEMA = "views", "public"  # the one database and schema the views are, to every tool
@@ -333,6 +346,10 @@ class SqlReader:
         infos = self.infos()
         return {view: list(infos[view].get("key") or []) for view in sorted(served(infos))}
 
+    def _shapes(self) -> dict[str, list[dict[str, str]]]:
+        infos = self.infos()
+        return {view: infos[view]["columns"] for view in served(infos)}
+
     def _connection(self) -> sqlite3.Connection:
         """This thread's connection, with a table per served view. It is made again when the
         views or their columns change, not when only a marker does (the descriptions change
@@ -347,6 +364,16 @@ class SqlReader:
             return conn
         if conn is not None:
             conn.close()
+        conn = self._open(shapes, self._local)
+        self._local.conn, self._local.infos, self._local.shapes = conn, infos, shapes
+        return conn
+
+    def _open(
+        self, shapes: dict[str, list[dict[str, str]]], state: Any, cache_kib: int | None = None
+    ) -> sqlite3.Connection:
+        """A read-only connection with a table per view of `shapes` (and SQLite's page cache,
+        or `cache_kib`). Its authorizer refuses a read through a view of `state.loading` (by
+        name in lower case), and leaves its name in `state.refused`."""
         # No statement cache: the authorizer runs as a statement is prepared, and a view may be
         # loading again (its local copy rebuilt) under a statement prepared while it was not.
         conn = sqlite3.connect(
@@ -355,27 +382,28 @@ class SqlReader:
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, _MAX_SQL_BYTES)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        if cache_kib is not None:
+            conn.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
         for view, columns in shapes.items():
             conn.execute(_view_sql(view, columns))
         for statement in _information_sql(shapes):
             conn.execute(statement)
         for name, value in _SESSION_FUNCTIONS.items():  # what drivers and tools ask as they connect
             conn.create_function(name, 0, lambda v=value: v, deterministic=True)
-        views, local = set(shapes), self._local
+        views = set(shapes)
 
         def authorize(
             action: int, arg1: str | None, arg2: str | None, db: str | None, inner: str | None
         ) -> int:
             # `inner` is the view a read of the store's rows goes through, as the query spells it:
             # one still loading is refused as the statement is prepared, before a row is read.
-            loading = getattr(local, "loading", {})
+            loading = getattr(state, "loading", {})
             if action == sqlite3.SQLITE_READ and inner is not None and inner.lower() in loading:
-                local.refused = loading[inner.lower()]
+                state.refused = loading[inner.lower()]
                 return sqlite3.SQLITE_DENY
             return _authorize(views, action, arg1, arg2, db)
 
         conn.set_authorizer(authorize)
-        self._local.conn, self._local.infos, self._local.shapes = conn, infos, shapes
         return conn
 
     def query(self, sql: str, params: Params | None = None) -> Result:
@@ -457,19 +485,24 @@ class SqlReader:
         if word not in _READABLE:
             raise SqlError("42601", f'syntax error at or near "{word[:40]}"')
 
-    def _run(self, sql: str, params: Params | None = None) -> Result:
+    def _execute(
+        self, conn: sqlite3.Connection, state: Any, sql: str, params: Params | None, deadline: float
+    ) -> sqlite3.Cursor:
+        """`sql` run on `conn` (its rows not read yet), ended past `deadline` (monotonic)."""
         sql = information_schema(unqualified(sql))
         self._check_readable(sql)
         sql = pg_casts(sql)
-        conn = self._connection()
-        self._local.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
-        self._local.refused = None
-        deadline = time.monotonic() + self.timeout_s
+        state.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
+        state.refused = None
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-        cursor = conn.cursor()
+        with self._errors(state):
+            return conn.cursor().execute(sql, params or {})
+
+    @contextlib.contextmanager
+    def _errors(self, state: Any) -> Iterator[None]:
+        """SQLite's errors as PostgreSQL's (SqlError with its SQLSTATE)."""
         try:
-            rows = cursor.execute(sql, params or {}).fetchmany(self.max_rows + 1)
-            names = [d[0] for d in cursor.description or ()]
+            yield
         except sqlite3.ProgrammingError as err:
             if (missing := _MISSING_PARAMETER.search(str(err))) is not None:
                 raise SqlError("42P02", f"there is no parameter ${missing.group(1)}") from None
@@ -477,24 +510,130 @@ class SqlReader:
         except sqlite3.Warning:  # more than one statement
             raise SqlError("42601", "one statement at a time") from None
         except sqlite3.DatabaseError as err:
-            loading = self._local.refused or _missing(err, self._local.loading)
+            loading = state.refused or _missing(err, state.loading)
             if loading is not None:
                 raise SqlError("57P03", still_loading(loading)) from None
             raise _translated(err, self.timeout_s) from None
+
+    def _columns(self, names: list[str], rows: list[Any]) -> tuple[Column, ...]:
+        """The result's columns: a view's column by its view's type, a computed one by its values."""
+        kinds = self.column_kinds()
+        return tuple(
+            pg_column(name, kinds.get(name.lower()) or _kind_of(rows, i)) for i, name in enumerate(names)
+        )
+
+    def _run(self, sql: str, params: Params | None = None) -> Result:
+        conn = self._connection()
+        cursor = self._execute(conn, self._local, sql, params, time.monotonic() + self.timeout_s)
+        try:
+            with self._errors(self._local):
+                rows = cursor.fetchmany(self.max_rows + 1)
+            names = [d[0] for d in cursor.description or ()]
         finally:
             cursor.close()  # a statement left open would hold its read transaction, and the WAL
             conn.set_progress_handler(None, 0)
         if len(rows) > self.max_rows:
             raise SqlError(
                 "54000",
-                f"the query gives more than {self.max_rows} rows (VIEWS_PG_MAX_ROWS): add a WHERE or a LIMIT",
+                f"the query gives more than {self.max_rows} rows (VIEWS_PG_MAX_ROWS): add a WHERE or a "
+                "LIMIT, or read it with COPY ... TO STDOUT or through a cursor",
             )
-        kinds = self.column_kinds()
-        columns = tuple(
-            pg_column(name, kinds.get(name.lower()) or _kind_of(rows, i)) for i, name in enumerate(names)
-        )
-        texts = [tuple(_text(v, c.pg_type) for v, c in zip(row, columns, strict=True)) for row in rows]
-        return Result(columns, texts)
+        columns = self._columns(names, rows)
+        return Result(columns, [_texts(row, columns) for row in rows])
+
+    def stream(self, sql: str, params: Params | None = None, *, lasts_s: float) -> "Stream":
+        """The rows of a read-only statement, to be read a page at a time from one snapshot of
+        the store, for at most `lasts_s` (COPY TO STDOUT, a cursor over a query). The first
+        rows are read now, for the types of the columns the query computes."""
+        state = SimpleNamespace(loading={}, refused=None)  # the stream's own authorizer's
+        conn = self._open(self._shapes(), state, STREAM_CACHE_KIB)
+        deadline = time.monotonic() + lasts_s
+        try:
+            cursor = self._execute(conn, state, sql, params, min(deadline, time.monotonic() + self.timeout_s))
+            with self._errors(state):
+                first = cursor.fetchmany(_FIRST_ROWS)
+            names = [d[0] for d in cursor.description or ()]
+        except BaseException:
+            conn.close()
+            raise
+        columns = self._columns(names, first)
+        return Stream(conn, cursor, columns=columns, first=first, reader=self, state=state, deadline=deadline)
+
+
+class Stream:
+    """A query's rows from one snapshot of the store (the statement's own read transaction),
+    read a page at a time as the client takes them: their number is not capped, their time is
+    (each page's work at most VIEWS_PG_TIMEOUT_S, the whole at most the `deadline` it was made
+    with). Its connection is its own, so pulls answered meanwhile read the newest rows. `page`
+    runs in a worker thread; `close`, from any thread, interrupts a page under way."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        cursor: sqlite3.Cursor,
+        *,
+        columns: tuple[Column, ...],
+        first: list[Any],
+        reader: SqlReader,
+        state: SimpleNamespace,
+        deadline: float,
+    ) -> None:
+        self.columns = columns
+        self.deadline = deadline
+        self._conn, self._cursor, self._reader, self._state = conn, cursor, reader, state
+        self._first = first
+        self._lock = threading.Lock()
+        self._ended: str | None = None  # why it was closed before its end
+        self._done = False
+
+    def page(self, rows: int, max_bytes: int = PAGE_BYTES) -> list[tuple[str | None, ...]]:
+        """The next rows, at most `rows` of them and about `max_bytes` of text; none at the end.
+        SqlError 57014 once the stream is past its deadline or closed."""
+        with self._lock:
+            if self._ended is not None:
+                raise SqlError("57014", self._ended)
+            if self._done:
+                return []
+            now = time.monotonic()
+            if now > self.deadline:
+                raise SqlError("57014", PAST_DEADLINE)
+            until = min(self.deadline, now + self._reader.timeout_s)
+            self._conn.set_progress_handler(lambda: int(time.monotonic() > until), 10_000)
+            out: list[tuple[str | None, ...]] = []
+            size = 0
+            while len(out) < rows and size < max_bytes:
+                raw, self._first = self._first[: rows - len(out)], self._first[rows - len(out) :]
+                if not raw:
+                    try:
+                        with self._reader._errors(self._state):
+                            raw = self._cursor.fetchmany(min(_FETCH_ROWS, rows - len(out)))
+                    except SqlError:
+                        if self._ended is not None or time.monotonic() > self.deadline:
+                            raise SqlError("57014", self._ended or PAST_DEADLINE) from None
+                        raise
+                if not raw:
+                    self._done = True
+                    self._cursor.close()  # its read transaction ends with the rows
+                    break
+                texts = [_texts(row, self.columns) for row in raw]
+                size += sum(len(v) for row in texts for v in row if v is not None)
+                out.extend(texts)
+            return out
+
+    def close(self, why: str = "the rows are no longer read") -> None:
+        """Ends the read transaction (also part way through a page: it is interrupted)."""
+        if self._ended is None:
+            self._ended = why
+        with contextlib.suppress(sqlite3.ProgrammingError):  # closed already
+            self._conn.interrupt()
+        with self._lock:
+            with contextlib.suppress(sqlite3.Error):
+                self._cursor.close()
+            self._conn.close()
+
+
+def _texts(row: Any, columns: tuple[Column, ...]) -> tuple[str | None, ...]:
+    return tuple(_text(v, c.pg_type) for v, c in zip(row, columns, strict=True))
 
 
 _KEY_LOOKUP = re.compile(

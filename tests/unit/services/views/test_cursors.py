@@ -68,7 +68,7 @@ def test_a_query_s_rows_are_fetched_in_order_then_none() -> None:
     assert rows.columns == COLUMNS
 
     async def fetched() -> list[list[tuple[str | None, ...]]]:
-        return [await rows.fetch(2, None), await rows.fetch(2, None), await rows.fetch(2, 0.0)]
+        return [await rows.fetch(2, 10, None), await rows.fetch(2, 10, None), await rows.fetch(2, 10, 0.0)]
 
     assert asyncio.run(fetched()) == [[("1", "10"), ("2", "20")], [("3", "30")], []]
 
@@ -101,8 +101,8 @@ def test_the_stream_is_read_a_few_pages_ahead_of_the_fetches_and_closed_with_the
         cursor = Cursor(stream(), COLUMNS)
         await asyncio.sleep(0.05)
         assert len(pulled) <= 5  # not the whole stream: a client that stops fetching holds little
-        assert await cursor.fetch(2, 1) == [("upsert", "0", "0"), ("upsert", "1", "1")]
-        assert await cursor.fetch(1, 1) == [("upsert", "2", "2")]
+        assert await cursor.fetch(2, 10, 1) == [("upsert", "0", "0"), ("upsert", "1", "1")]
+        assert await cursor.fetch(1, 10, 1) == [("upsert", "2", "2")]
         cursor.close()
         await asyncio.sleep(0.05)
         assert closed == [True] and len(pulled) < 10
@@ -116,9 +116,9 @@ def test_a_stream_s_end_comes_after_its_rows() -> None:
 
     async def run() -> None:
         cursor = Cursor(stream(), COLUMNS)
-        assert await cursor.fetch(10, 1) == [("upsert", "1", "1")]  # not the new version's rows
+        assert await cursor.fetch(10, 10, 1) == [("upsert", "1", "1")]  # not the new version's rows
         with pytest.raises(SqlError, match="replaced by a new version") as ended:
-            await cursor.fetch(10, 1)
+            await cursor.fetch(10, 10, 1)
         assert ended.value.sqlstate == "57000"
 
     asyncio.run(run())

@@ -75,11 +75,12 @@ def _serve(
     token: bytes | None = None,
     max_connections: int = 5,
     follow: Callable[[str, bool], AsyncGenerator[str, None]] | None = None,
+    stream_timeout_s: float = 60,
 ) -> Iterator[Served]:
     store = Store(tmp_path / "s.sqlite3")
     store.apply([_row(u) for u in range(1, 8)], {"customer_ratings": MARKER}, {})
     reader = SqlReader(store, max_rows=5, timeout_s=1)
-    server = PgServer(reader, PgSettings("127.0.0.1", 0, max_connections, 5, token), follow)
+    server = PgServer(reader, PgSettings("127.0.0.1", 0, max_connections, 5, token, stream_timeout_s), follow)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -721,8 +722,10 @@ def test_a_named_cursor_reads_a_query_a_page_at_a_time_as_psycopg_and_sqlalchemy
             with pytest.raises(psycopg.errors.InvalidCursorName):
                 conn.execute("FETCH 1 plain")
         conn.rollback()
-        with conn.cursor("big") as cur, pytest.raises(psycopg.errors.ProgramLimitExceeded):
-            cur.execute("SELECT * FROM customer_ratings")  # 7 rows, VIEWS_PG_MAX_ROWS 5: as any query
+        with conn.cursor("big") as cur:  # 7 rows, past VIEWS_PG_MAX_ROWS 5: read as FETCH asks
+            cur.itersize = 4
+            cur.execute("SELECT user_id FROM customer_ratings ORDER BY 1")
+            assert [u for (u,) in cur] == list(range(1, 8))
         conn.rollback()
         with conn.cursor("write") as cur, pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             cur.execute("DELETE FROM customer_ratings")
@@ -836,8 +839,9 @@ def test_psql_copies_a_query_or_a_view_to_a_csv_file_and_a_driver_copies_with_a_
     )
     assert copied.returncode == 0, copied.stderr
     assert out.read_text() == "user_id,club_status\n1,platinum\n2,gold\n3,\n"  # 3's status is null
-    view = served.psql("COPY customer_ratings (user_id, customer_matched) TO STDOUT WITH (FORMAT text)")
-    assert view.returncode != 0 and "54000" in view.stderr  # 7 rows, VIEWS_PG_MAX_ROWS 5: as any query
+    view = served.rows("COPY customer_ratings (user_id, customer_matched) TO STDOUT WITH (FORMAT text)")
+    assert view == [f"{u}\t{'f' if u == 3 else 't'}" for u in range(1, 8)]  # all 7: past VIEWS_PG_MAX_ROWS 5
+    assert served.refused("SELECT * FROM customer_ratings") == "54000"  # a query's rows are held: capped
     assert served.rows(
         "COPY (SELECT user_id, club_status FROM customer_ratings WHERE user_id = 3) TO STDOUT"
     ) == ["3\t\\N"]
@@ -1063,3 +1067,76 @@ def test_a_query_that_reads_a_view_still_loading_is_refused_with_57p03(tmp_path:
     assert unknown.value.sqlstate == "42P01"
     with pytest.raises(SqlError, match="is loading"):
         reader.query("SELECT count(*) FROM customer_ratings")
+
+
+def test_a_cursor_over_a_query_gives_any_number_of_rows_but_refuses_a_fetch_past_the_cap(
+    tmp_path: Path,
+) -> None:
+    for served in _serve(tmp_path):  # 7 rows, VIEWS_PG_MAX_ROWS 5
+        sock = _started(served.port)
+        simple = functools.partial(_simple_query, sock)
+        try:
+            assert simple("DECLARE c CURSOR WITH HOLD FOR SELECT user_id FROM customer_ratings ORDER BY 1")[
+                0
+            ] == (
+                b"C",
+                b"DECLARE CURSOR\0",
+            )
+            served.store.apply([_row(8)], {"customer_ratings": MARKER}, {})  # after DECLARE: not in its rows
+            assert _sqlstate(simple("FETCH ALL c")) == "54000"  # 7 > 5: refused, not cut short
+            assert _sqlstate(simple("FETCH 6 FROM c")) == "54000"
+            first = simple("FETCH 5 FROM c")
+            assert [body for kind, body in first if kind == b"D"] == [
+                struct.pack("!hi", 1, 1) + str(u).encode() for u in range(1, 6)
+            ]
+            rest = simple("FETCH ALL FROM c")
+            assert [body[6:] for kind, body in rest if kind == b"D"] == [b"6", b"7"]
+            assert (b"C", b"FETCH 2\0") in rest
+            assert (b"C", b"FETCH 0\0") in simple("FETCH ALL FROM c")
+            assert simple("CLOSE c")[0] == (b"C", b"CLOSE CURSOR\0")
+        finally:
+            sock.close()
+
+
+def test_a_copy_streams_from_one_snapshot_and_a_cursor_is_closed_at_its_deadline(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    rows = 20_000
+    store.apply([_row(u) for u in range(1, rows + 1)], {"customer_ratings": MARKER}, {})
+    reader = SqlReader(store, max_rows=5, timeout_s=1)
+    stream = reader.stream("SELECT user_id FROM customer_ratings", lasts_s=60)  # in the keys' order
+    first = stream.page(1_000)
+    store.apply([_row(u) for u in range(rows + 1, rows + 501)], {"customer_ratings": MARKER}, {})
+    read = first + [row for page in iter(lambda: stream.page(3_000), []) for row in page]
+    assert sorted(int(u or 0) for (u,) in read) == list(range(1, rows + 1))  # the snapshot of its start
+    assert stream.page(10) == []
+    stream.close()
+    small = reader.stream("SELECT club_status FROM customer_ratings", lasts_s=60)
+    assert len(small.page(rows, max_bytes=10_000)) < 2_000  # a page is bounded in bytes too
+    small.close()
+    with pytest.raises(SqlError) as closed:
+        small.page(10)
+    assert closed.value.sqlstate == "57014"
+    late = reader.stream("SELECT user_id FROM customer_ratings", lasts_s=0.2)
+    time.sleep(0.3)
+    with pytest.raises(SqlError, match="VIEWS_PG_STREAM_TIMEOUT_S") as timed_out:
+        late.page(10)
+    assert timed_out.value.sqlstate == "57014"
+    late.close()
+    with pytest.raises(SqlError) as refused:
+        reader.stream("DELETE FROM customer_ratings", lasts_s=60)
+    assert refused.value.sqlstate == "25006"
+
+
+def test_a_cursor_still_open_at_its_deadline_is_closed_and_a_copy_past_it_fails(tmp_path: Path) -> None:
+    for served in _serve(tmp_path, stream_timeout_s=0.5):
+        sock = _started(served.port)
+        simple = functools.partial(_simple_query, sock)
+        try:
+            simple("DECLARE c CURSOR WITH HOLD FOR SELECT user_id FROM customer_ratings")
+            assert [k for k, _ in simple("FETCH 2 c")] == [b"T", b"D", b"D", b"C", b"Z"]
+            time.sleep(0.8)  # its snapshot let go at the deadline, not at the next FETCH
+            assert _sqlstate(simple("FETCH 2 c")) == "57014"
+            assert simple("CLOSE c")[0] == (b"C", b"CLOSE CURSOR\0")
+            assert [k for k, _ in simple("COPY customer_ratings TO STDOUT")][-3:] == [b"c", b"C", b"Z"]
+        finally:
+            sock.close()
