@@ -313,6 +313,8 @@ class PgServer:
         except SqlError as err:
             session.failed()
             return error(err.sqlstate, str(err)) + ready(session.state)
+        except ConnectionError:  # the client went away part way through a COPY's rows
+            raise
         except Exception:  # a bug: the client is told, the session goes on
             log.exception("a PostgreSQL query failed: %.200s", sql)
             session.failed()
@@ -483,6 +485,8 @@ class PgServer:
             session.skipping = True
             session.failed()
             return error(err.sqlstate, str(err))
+        except ConnectionError:  # the client went away part way through a COPY's rows
+            raise
         except Exception:  # a bug: the client is told, the session goes on after its Sync
             log.exception("a PostgreSQL message %r failed", kind)
             session.skipping = True

@@ -1140,3 +1140,17 @@ def test_a_cursor_still_open_at_its_deadline_is_closed_and_a_copy_past_it_fails(
             assert [k for k, _ in simple("COPY customer_ratings TO STDOUT")][-3:] == [b"c", b"C", b"Z"]
         finally:
             sock.close()
+
+
+def test_a_client_gone_part_way_through_a_copy_is_no_error_of_the_service(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    served.store.apply([_row(u) for u in range(8, 60_000)], {"customer_ratings": MARKER}, {})
+    sock = _started(served.port)
+    _send(sock, (b"Q", b"COPY customer_ratings TO STDOUT\0"))
+    assert sock.recv(1)[:1] == b"H"  # CopyOutResponse: the rows are on their way
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, unread
+    sock.close()
+    assert len(served.rows("COPY (SELECT user_id FROM customer_ratings WHERE user_id < 100) TO STDOUT")) == 99
+    time.sleep(0.2)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
