@@ -12,6 +12,7 @@ __all__ = [
     "metadata",
     "metrics",
     "pgwire",
+    "plans",
     "portals",
     "protocol",
     "session",

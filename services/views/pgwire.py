@@ -30,7 +30,7 @@ import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 
-from services.views import catalog, cursors, exports, subscription
+from services.views import catalog, cursors, exports, plans, subscription
 from services.views.portals import (
     Portal,
     Statement,
@@ -447,7 +447,11 @@ class PgServer:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
         in a worker thread (two thread switches a query, each a wait for the GIL on a busy host)."""
         found = self._at_hand(sql, params)
-        return found if found is not None else await asyncio.to_thread(self.reader.query, sql, params)
+        if found is not None:
+            return found
+        if (asked := plans.parse(sql)) is not None:
+            return await asyncio.to_thread(plans.explain, self.reader, asked, params)
+        return await asyncio.to_thread(self.reader.query, sql, params)
 
     async def _rows(self, sql: str, params: Params) -> Result | Stream:
         """A COPY's or a query cursor's rows: the catalog's and a pull by key's at once, any
@@ -574,7 +578,7 @@ class PgServer:
             return shown.columns if isinstance(shown, Result) else ()
         if catalog.asks(sql):
             return catalog.answer(sql, self.reader.tables()).columns
-        return None
+        return plans.COLUMNS if plans.parse(sql) is not None else None  # EXPLAIN's QUERY PLAN
 
     @staticmethod
     def _portal(session: Session, name: str) -> Portal:

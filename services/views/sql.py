@@ -485,13 +485,20 @@ class SqlReader:
         if word not in _READABLE:
             raise SqlError("42601", f'syntax error at or near "{word[:40]}"')
 
-    def _execute(
-        self, conn: sqlite3.Connection, state: Any, sql: str, params: Params | None, deadline: float
+    def _execute(  # noqa: PLR0917 - a statement's parts, from three callers
+        self,
+        conn: sqlite3.Connection,
+        state: Any,
+        sql: str,
+        params: Params | None,
+        deadline: float,
+        prefix: str = "",
     ) -> sqlite3.Cursor:
-        """`sql` run on `conn` (its rows not read yet), ended past `deadline` (monotonic)."""
+        """`sql` run on `conn` (its rows not read yet), ended past `deadline` (monotonic);
+        `prefix`: SQLite's words before it (EXPLAIN QUERY PLAN)."""
         sql = information_schema(unqualified(sql))
         self._check_readable(sql)
-        sql = pg_casts(sql)
+        sql = prefix + pg_casts(sql)
         state.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
         state.refused = None
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
@@ -540,6 +547,20 @@ class SqlReader:
             )
         columns = self._columns(names, rows)
         return Result(columns, [_texts(row, columns) for row in rows])
+
+    def plan(self, sql: str, params: Params | None = None) -> list[tuple[int, int, str]]:
+        """SQLite's plan of a query of the views (EXPLAIN QUERY PLAN), without running it: each
+        step's id, its parent's and what it does. Parameters not given are null."""
+        bound = dict.fromkeys(m.group(1) for m in PARAMETER.finditer(sql)) | (params or {})
+        conn = self._connection()
+        deadline = time.monotonic() + self.timeout_s
+        cursor = self._execute(conn, self._local, sql, bound, deadline, "EXPLAIN QUERY PLAN ")
+        try:
+            with self._errors(self._local):
+                return [(int(step[0]), int(step[1]), str(step[3])) for step in cursor.fetchall()]
+        finally:
+            cursor.close()
+            conn.set_progress_handler(None, 0)
 
     def stream(self, sql: str, params: Params | None = None, *, lasts_s: float) -> "Stream":
         """The rows of a read-only statement, to be read a page at a time from one snapshot of

@@ -31,6 +31,7 @@ __all__ = [
     "Store",
     "column_sql",
     "infer_columns",
+    "key_index_prefix",
     "key_of",
     "served",
     "still_loading",
@@ -81,9 +82,14 @@ def served(infos: dict[str, dict[str, Any]]) -> list[str]:
     return [v for v, info in infos.items() if STAGED not in v and info.get("columns")]
 
 
+def key_index_prefix(view: str) -> str:
+    """How the names of a view's key indexes start (SQLite's plans name them)."""
+    return f"key_of_{hashlib.sha256(view.encode()).hexdigest()[:12]}_"
+
+
 def _index_name(view: str, exprs: list[str]) -> tuple[str, str]:
     """The prefix of a view's key indexes, and the name of the one on these expressions."""
-    prefix = f"key_of_{hashlib.sha256(view.encode()).hexdigest()[:12]}_"
+    prefix = key_index_prefix(view)
     return prefix, prefix + hashlib.sha256(json.dumps(exprs).encode()).hexdigest()[:12]
 
 

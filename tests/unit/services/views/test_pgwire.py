@@ -1154,3 +1154,28 @@ def test_a_client_gone_part_way_through_a_copy_is_no_error_of_the_service(
     assert len(served.rows("COPY (SELECT user_id FROM customer_ratings WHERE user_id < 100) TO STDOUT")) == 99
     time.sleep(0.2)
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+def test_explain_says_whether_a_query_reads_the_key_index_or_every_row_of_the_view(served: Served) -> None:
+    assert _psql_lines(served, "EXPLAIN SELECT * FROM customer_ratings WHERE user_id = 3") == [
+        "Key Lookup: one row read through the view's key index, as an HTTP pull"
+    ]
+    keyed = _psql_lines(served, "EXPLAIN VERBOSE SELECT ratings FROM customer_ratings WHERE user_id = 3")
+    assert "USING INDEX key_of_" in keyed[0], keyed  # not the pull's path: SQLite's
+    assert keyed[-1].endswith(": the key index of customer_ratings (user_id)"), keyed
+    scanned = _psql_lines(
+        served, "EXPLAIN (COSTS false, FORMAT text) SELECT club_status FROM customer_ratings ORDER BY ratings"
+    )
+    assert "USING PRIMARY KEY (view=?)" in scanned[0] and "ORDER BY" in scanned[1], scanned  # every row
+    assert scanned[-1].startswith("SQLite's plan over main.rows"), scanned
+    assert served.refused("EXPLAIN ANALYZE SELECT * FROM customer_ratings") == "0A000"
+    assert served.refused("EXPLAIN (FORMAT json) SELECT * FROM customer_ratings") == "0A000"
+    assert served.refused("EXPLAIN (COLOUR on) SELECT 1") == "42601"
+    assert served.refused("EXPLAIN DELETE FROM customer_ratings") == "25006"
+    assert served.refused("EXPLAIN SELECT * FROM nope") == "42P01"
+    assert served.refused("COPY (EXPLAIN SELECT 1) TO STDOUT") == "0A000"  # as PostgreSQL: not a query
+    with _connect(served, autocommit=True) as conn:  # a driver's Parse, Describe, Bind, Execute
+        planned = conn.execute("EXPLAIN SELECT * FROM customer_ratings WHERE ratings > %s", (30,))
+        assert [d.name for d in planned.description or []] == ["QUERY PLAN"]
+        assert "USING PRIMARY KEY" in planned.fetchall()[0][0]
+        assert conn.execute("SELECT count(*) FROM customer_ratings").fetchone() == (7,)
