@@ -308,10 +308,12 @@ def _psql_pattern(pattern: str) -> str:
 
 
 def _listing(text: str, names: list[str]) -> Result:
-    """`\\d` (and `\\dv`): the views; `\\dt`, `\\di`, `\\ds`: none of those kinds."""
+    """`\\d` (and `\\dv`): the views; `\\dm` too, as what they are (materialized views: a
+    Materialize user's first try); `\\dt`, `\\di`, `\\ds`: none of those kinds."""
     kinds = text.split("c.relkind IN (", 1)[1].split(")", 1)[0]
-    shown = names if "'v'" in kinds else []
-    rows: list[tuple[str | None, ...]] = [(SCHEMA, n, "view", metadata.OWNER) for n in shown]
+    kind = "view" if "'v'" in kinds else "materialized view"
+    shown = names if "'v'" in kinds or "'m'" in kinds else []
+    rows: list[tuple[str | None, ...]] = [(SCHEMA, n, kind, metadata.OWNER) for n in shown]
     if "pg_catalog.obj_description" in text or '"Size"' in text:  # \d+ asks for more columns
         rows = [(*row, "permanent", "", "0 bytes", "") for row in rows]
         more = ["Persistence", "Access method", "Size", "Description"]

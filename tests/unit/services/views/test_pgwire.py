@@ -811,6 +811,8 @@ def test_psql_lists_the_one_database_the_one_schema_and_no_type_of_its_own(serve
 def test_psql_describe_lists_the_views_and_a_view_s_columns_with_their_types(served: Served) -> None:
     assert _psql_lines(served, "\\d") == ["public|customer_ratings|view|views"]
     assert _psql_lines(served, "\\dt") == []  # tables: none, views only
+    assert _psql_lines(served, "\\dm") == ["public|customer_ratings|materialized view|views"]  # what they are
+    assert _psql_lines(served, "\\dm+ cust*")[0].startswith("public|customer_ratings|materialized view|")
     columns = _psql_lines(served, "\\d customer_ratings")
     assert columns == [
         "user_id|integer|||",
