@@ -309,7 +309,7 @@ class PgServer:
                 answer = session.command(sql)
             else:
                 session.refuse_if_aborted()
-                answer = await self._result(sql, {})
+                answer = await self._result(sql, {}, session.statement_timeout_s)
         except SqlError as err:
             session.failed()
             return error(err.sqlstate, str(err)) + ready(session.state)
@@ -443,15 +443,16 @@ class PgServer:
         session.declare(asked.cursor, cursors.Cursor(stream, columns))
         return "DECLARE CURSOR"
 
-    async def _result(self, sql: str, params: Params) -> Result:
+    async def _result(self, sql: str, params: Params, timeout_s: float | None = None) -> Result:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
-        in a worker thread (two thread switches a query, each a wait for the GIL on a busy host)."""
+        in a worker thread (two thread switches a query, each a wait for the GIL on a busy host),
+        for at most `timeout_s` (the session's statement_timeout) when it is set."""
         found = self._at_hand(sql, params)
         if found is not None:
             return found
         if (asked := plans.parse(sql)) is not None:
             return await asyncio.to_thread(plans.explain, self.reader, asked, params)
-        return await asyncio.to_thread(self.reader.query, sql, params)
+        return await asyncio.to_thread(self.reader.query, sql, params, timeout_s)
 
     async def _rows(self, sql: str, params: Params) -> Result | Stream:
         """A COPY's or a query cursor's rows: the catalog's and a pull by key's at once, any
@@ -591,7 +592,7 @@ class PgServer:
         """The portal's rows, run once (at its Describe or its first Execute)."""
         if portal.result is None:
             session.refuse_if_aborted()
-            result = await self._result(portal.statement.sql, portal.params)
+            result = await self._result(portal.statement.sql, portal.params, session.statement_timeout_s)
             told = portal.described
             if told is not None and [c.name for c in told] == [c.name for c in result.columns]:
                 result = replace(result, columns=told)  # the types the client was told

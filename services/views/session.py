@@ -11,11 +11,11 @@ as a read-only PostgreSQL answers them:
   further queries get 25P02 until ROLLBACK, or ROLLBACK TO a SAVEPOINT (psycopg's nested
   transactions; RELEASE too). A transaction holds no snapshot: each query reads
   the views as they are at that moment (READ COMMITTED, as PostgreSQL's default).
-- SET and RESET of the settings in SETTABLE are kept for SHOW and change nothing else: the
-  views hold no time zone or float to format (a timestamp is text). `client_encoding` takes
-  UTF8 only, a transaction READ WRITE is refused with 25006, and every other setting with
-  0A000 naming the ones that are taken (`statement_timeout` among them: VIEWS_PG_TIMEOUT_S
-  bounds every query).
+- SET and RESET of the settings in SETTABLE are kept for SHOW and change nothing else (the
+  views hold no time zone or float to format: a timestamp is text), but `statement_timeout`,
+  which bounds the session's queries below VIEWS_PG_TIMEOUT_S (never above it; 0, its default,
+  leaves that bound alone). `client_encoding` takes UTF8 only, a transaction READ WRITE is
+  refused with 25006, and every other setting with 0A000 naming the ones that are taken.
 - SHOW of those settings and of the server's own (`server_version`, `transaction_isolation`...).
 """
 
@@ -77,6 +77,7 @@ SETTABLE = {
     "search_path": '"$user", public',
     "TimeZone": "UTC",
     "IntervalStyle": "postgres",
+    "statement_timeout": "0",
 }
 _SHOWN = {
     **_REPORTED,
@@ -90,6 +91,7 @@ _SHOWN_WHY |= {
     name: "a client's to SET, kept for SHOW: the views hold no value it changes" for name in SETTABLE
 }
 _SHOWN_WHY |= {
+    "statement_timeout": "bounds the session's queries below VIEWS_PG_TIMEOUT_S (0: that bound alone)",
     "transaction_read_only": "the views are read only",
     "transaction_isolation": "each query reads the views as they are",
 }
@@ -123,6 +125,27 @@ def _canonical(name: str) -> str | None:
     return next((known for known in (*SETTABLE, *_SHOWN) if known.lower() == lowered), None)
 
 
+_TIMEOUT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(us|ms|s|min|h|d)?\s*", re.IGNORECASE)
+_TIMEOUT_MS = {"us": 0.001, "ms": 1, "": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _milliseconds(value: str) -> int:
+    """A duration as PostgreSQL reads statement_timeout: milliseconds, or with a unit."""
+    asked = _TIMEOUT.fullmatch(value)
+    if asked is None:
+        raise SqlError("22023", f'invalid value for parameter "statement_timeout": "{value}" (5000, \'5s\')')
+    return round(float(asked.group(1)) * _TIMEOUT_MS[(asked.group(2) or "").lower()])
+
+
+def _duration_shown(value: str) -> str:
+    """statement_timeout as SHOW gives it: 0, or in the largest unit that divides it."""
+    ms = _milliseconds(value)
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms" if ms else "0"
+
+
 def _unquoted(value: str) -> str:
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
@@ -145,6 +168,12 @@ class Session:
         self.savepoints: list[str] = []
         self.cursors: dict[str, Open] = {}  # by name, until their transaction ends (or CLOSE)
         self.declared: set[str] = set()  # the cursors declared in the transaction under way
+
+    @property
+    def statement_timeout_s(self) -> float | None:
+        """The session's own bound on a query's time (SET statement_timeout); None: none."""
+        ms = _milliseconds(self.settings["statement_timeout"])
+        return ms / 1000 if ms else None
 
     def failed(self) -> None:
         if self.state == b"T":
@@ -275,7 +304,7 @@ class Session:
             taken = ", ".join(sorted(SETTABLE, key=str.lower))
             raise SqlError(
                 "0A000",
-                f"SET {found[0]} is not served (these are: {taken}); VIEWS_PG_TIMEOUT_S bounds queries",
+                f"SET {found[0]} is not served (these are: {taken})",
             )
         if value.upper() == "DEFAULT":
             value = SETTABLE[name]
@@ -283,6 +312,8 @@ class Session:
             raise SqlError("22023", f"client_encoding {value!r}: only UTF8 is served")
         if name == "extra_float_digits" and not (value.lstrip("-").isdigit() and -15 <= int(value) <= 3):
             raise SqlError("22023", f"extra_float_digits {value!r}: an integer from -15 to 3")
+        if name == "statement_timeout":
+            value = _duration_shown(value)
         self.settings[name] = "UTF8" if name == "client_encoding" else value[:63]
         return "SET"
 

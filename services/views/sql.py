@@ -406,11 +406,12 @@ class SqlReader:
         conn.set_authorizer(authorize)
         return conn
 
-    def query(self, sql: str, params: Params | None = None) -> Result:
+    def query(self, sql: str, params: Params | None = None, timeout_s: float | None = None) -> Result:
         """The rows of one read-only statement; SqlError when it is refused or fails. `params`
         are the values of its `$1`, `$2`... by number ("1", "2"...), as the extended protocol
-        binds them."""
-        return self.key_lookup(sql, params) or self._run(sql, params)
+        binds them; `timeout_s`, the session's statement_timeout when it is shorter than the
+        reader's own bound."""
+        return self.key_lookup(sql, params) or self._run(sql, params, timeout_s)
 
     def describe(self, sql: str) -> tuple[Column, ...]:
         """The columns `sql` gives, without running it (its parameters null): what a client
@@ -529,16 +530,23 @@ class SqlReader:
             pg_column(name, kinds.get(name.lower()) or _kind_of(rows, i)) for i, name in enumerate(names)
         )
 
-    def _run(self, sql: str, params: Params | None = None) -> Result:
+    def _run(self, sql: str, params: Params | None = None, timeout_s: float | None = None) -> Result:
         conn = self._connection()
-        cursor = self._execute(conn, self._local, sql, params, time.monotonic() + self.timeout_s)
+        limit = min(self.timeout_s, timeout_s or self.timeout_s)
+        own = limit < self.timeout_s  # the session's statement_timeout, not the reader's bound
         try:
-            with self._errors(self._local):
-                rows = cursor.fetchmany(self.max_rows + 1)
-            names = [d[0] for d in cursor.description or ()]
-        finally:
-            cursor.close()  # a statement left open would hold its read transaction, and the WAL
-            conn.set_progress_handler(None, 0)
+            cursor = self._execute(conn, self._local, sql, params, time.monotonic() + limit)
+            try:
+                with self._errors(self._local):
+                    rows = cursor.fetchmany(self.max_rows + 1)
+                names = [d[0] for d in cursor.description or ()]
+            finally:
+                cursor.close()  # a statement left open would hold its read transaction, and the WAL
+                conn.set_progress_handler(None, 0)
+        except SqlError as err:
+            if own and err.sqlstate == "57014":
+                raise SqlError("57014", "canceling statement due to statement timeout") from None
+            raise
         if len(rows) > self.max_rows:
             raise SqlError(
                 "54000",

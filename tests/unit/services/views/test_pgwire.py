@@ -1181,3 +1181,20 @@ def test_explain_says_whether_a_query_reads_the_key_index_or_every_row_of_the_vi
         assert [d.name for d in planned.description or []] == ["QUERY PLAN"]
         assert "USING PRIMARY KEY" in planned.fetchall()[0][0]
         assert conn.execute("SELECT count(*) FROM customer_ratings").fetchone() == (7,)
+
+
+def test_a_session_s_statement_timeout_ends_its_queries_sooner_never_later(served: Served) -> None:
+    slow = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"  # never ends
+    )
+    sock = _started(served.port)
+    simple = functools.partial(_simple_query, sock)
+    try:
+        assert simple("SET statement_timeout = '100ms'")[0] == (b"C", b"SET\0")
+        timed_out = simple(slow)  # the session's bound, not the server's 1 s (VIEWS_PG_TIMEOUT_S)
+        assert _sqlstate(timed_out) == "57014" and b"due to statement timeout" in timed_out[0][1]
+        simple("SET statement_timeout = '1h'")  # above the server's bound: that bound stays
+        assert b"VIEWS_PG_TIMEOUT_S" in simple(slow)[0][1]
+        assert [k for k, _ in simple("SELECT count(*) FROM customer_ratings")] == [b"T", b"D", b"C", b"Z"]
+    finally:
+        sock.close()

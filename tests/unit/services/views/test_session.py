@@ -46,10 +46,11 @@ def test_the_settings_drivers_send_are_taken_and_shown() -> None:
     ("sql", "sqlstate", "text"),
     [
         (
-            "SET statement_timeout = 1000",
+            "SET lock_timeout = 1000",
             "0A000",
-            "SET statement_timeout is not served (these are: application_name",
+            "SET lock_timeout is not served (these are: application_name",
         ),
+        ("SET statement_timeout = 'soon'", "22023", 'invalid value for parameter "statement_timeout"'),
         ("SET client_encoding = 'LATIN1'", "22023", "only UTF8 is served"),
         ("SET extra_float_digits = 9", "22023", "an integer from -15 to 3"),
         ("SET TRANSACTION READ WRITE", "25006", "read only"),
@@ -130,3 +131,24 @@ def test_a_cursor_without_hold_ends_with_its_transaction_one_with_hold_outlives_
     assert sorted(session.cursors) == ["held", "outside"]
     session.close_cursors()
     assert session.cursors == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "shown", "seconds"),
+    [
+        ("0", "0", None),
+        ("1500", "1500ms", 1.5),
+        ("'2s'", "2s", 2.0),
+        ("120000", "2min", 120.0),
+        ("DEFAULT", "0", None),
+    ],
+)
+def test_statement_timeout_is_read_as_postgresql_reads_it(
+    value: str, shown: str, seconds: float | None
+) -> None:
+    session = Session()
+    assert session.command(f"SET statement_timeout = {value}") == "SET"
+    assert _shown(session, "SHOW statement_timeout") == shown
+    assert session.statement_timeout_s == seconds
+    session.command("RESET statement_timeout")
+    assert session.statement_timeout_s is None
