@@ -178,6 +178,7 @@ class Changelog:
         self._apply(batch, read)
         if not self._pending and not self.caught_up:
             log.info("caught up with the changelog topics (%d records applied)", self.records)
+            self.store.analyze()  # the planner's statistics of the views as they are now
             self.caught_up = True
             self.send(("caught_up", self.records))
         loading = self.loading()

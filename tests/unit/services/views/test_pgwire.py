@@ -1198,3 +1198,14 @@ def test_a_session_s_statement_timeout_ends_its_queries_sooner_never_later(serve
         assert [k for k, _ in simple("SELECT count(*) FROM customer_ratings")] == [b"T", b"D", b"C", b"Z"]
     finally:
         sock.close()
+
+
+def test_a_range_of_the_key_is_read_through_the_key_index_not_the_whole_view(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    for start in range(1, 30_001, 10_000):  # the planner's statistics: after the key index is made
+        store.apply([_row(u) for u in range(start, start + 10_000)], {"customer_ratings": MARKER}, {})
+    reader = SqlReader(store, max_rows=50, timeout_s=1)
+    ranged = "SELECT user_id, ratings FROM customer_ratings WHERE user_id BETWEEN 10 AND 20 ORDER BY user_id"
+    plan = " ".join(detail for _, _, detail in reader.plan(ranged))
+    assert "USING INDEX key_of_" in plan and "TEMP B-TREE" not in plan, plan  # not every row, sorted
+    assert [row[0] for row in reader.query(ranged).rows] == [str(u) for u in range(10, 21)]
