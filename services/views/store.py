@@ -136,7 +136,7 @@ WRITER_CACHE_KIB = 16_384
 # is created (its key index), and once the changelog process has caught up; each index sampled
 # over at most _ANALYSIS_ROWS rows.
 ANALYZE_EVERY = 200_000
-_ANALYSIS_ROWS = 400
+_ANALYSIS_ROWS = 2_000
 # A reader's (the event loop's pulls, each worker thread's scans): the operating system's cache
 # holds the file's pages already, and a large cache per reading thread copies the whole table
 # into the service's memory once per thread. A pull or a scan page reads a few pages.
@@ -285,9 +285,20 @@ class Store:
         view has ten rows, and reads every row of the view and sorts them for a range of its
         key (psql's `WHERE user_id BETWEEN 10 AND 20 ORDER BY user_id`) rather than reading the
         range through the key index. Each index is sampled (`analysis_limit`), so that the cost
-        does not grow with the store: 48 ms on a 40,000-row store."""
-        self._writer.execute(f"PRAGMA analysis_limit={_ANALYSIS_ROWS}")
-        self._writer.execute("ANALYZE")
+        does not grow with the store (1.3 ms on a 480,000-row store, against 148 ms for all of
+        it); but a sample counts at most its own size of rows sharing a view, so the primary
+        key's statistic is set to the rows over the views (a view of 160,000 rows was taken for
+        one of 2,001, and its whole rows read for a count of a range of its key)."""
+        w = self._writer
+        w.execute(f"PRAGMA analysis_limit={_ANALYSIS_ROWS}")
+        with self._transaction():
+            w.execute("ANALYZE")
+            views = int(w.execute("SELECT count(*) FROM views").fetchone()[0])
+            stat = w.execute("SELECT stat FROM sqlite_stat1 WHERE tbl = 'rows' AND idx = 'rows'").fetchone()
+            if stat is not None and views:
+                rows = int(str(stat[0]).split()[0])
+                shared = f"{rows} {max(1, rows // views)} 1"  # rows; rows a view; rows a key
+                w.execute("UPDATE sqlite_stat1 SET stat = ? WHERE tbl = 'rows' AND idx = 'rows'", (shared,))
         self._unanalyzed, self._new_index = 0, False
 
     def _index(self, view: str, key: list[str], columns: list[dict[str, str]]) -> None:

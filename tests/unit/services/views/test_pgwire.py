@@ -1209,3 +1209,5 @@ def test_a_range_of_the_key_is_read_through_the_key_index_not_the_whole_view(tmp
     plan = " ".join(detail for _, _, detail in reader.plan(ranged))
     assert "USING INDEX key_of_" in plan and "TEMP B-TREE" not in plan, plan  # not every row, sorted
     assert [row[0] for row in reader.query(ranged).rows] == [str(u) for u in range(10, 21)]
+    counted = "SELECT count(*) FROM customer_ratings WHERE user_id BETWEEN 10 AND 20"  # no order to keep
+    assert "USING INDEX key_of_" in reader.plan(counted)[0][2]
