@@ -178,8 +178,7 @@ class Rows:
         """The next `count` rows (None: ALL), none once all have gone. A FETCH that would give
         more than `limit` (VIEWS_PG_MAX_ROWS) is refused with 54000, never cut short: the rows
         stay for FETCHes of at most `limit`. No wait for rows to come: the query has them."""
-        over = count is None or count > limit
-        wanted = limit + 1 if over or count is None else count
+        wanted = count if count is not None and count <= limit else limit + 1  # one more: is it over?
         while len(self._ahead) < wanted and self._stream is not None:
             try:
                 page = await asyncio.to_thread(self._stream.page, wanted - len(self._ahead))
@@ -189,7 +188,7 @@ class Rows:
             if not page:
                 self._end()
             self._ahead.extend(page)
-        if over and len(self._ahead) > limit:
+        if wanted > limit and len(self._ahead) > limit:
             raise SqlError(
                 "54000",
                 f"FETCH {'ALL' if count is None else count} gives more than {limit} rows (VIEWS_PG_MAX_ROWS):"

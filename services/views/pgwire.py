@@ -125,12 +125,16 @@ def _copy_out(count: int) -> bytes:
     return _message(b"H", struct.pack(f"!bh{count}h", 0, count, *([0] * count)))
 
 
+def _copy_done(count: int) -> bytes:
+    """CopyDone, then CommandComplete's COPY tag for `count` rows."""
+    return _message(b"c") + _message(b"C", _cstr(f"COPY {count}"))
+
+
 def copy_messages(result: Result, export: exports.Export) -> bytes:
     """CopyOutResponse (text, every column), a CopyData a line, CopyDone, CommandComplete."""
     out = [_copy_out(len(result.columns))]
     out.extend(_message(b"d", line) for line in exports.lines(result, export))
-    out.append(_message(b"c"))
-    out.append(_message(b"C", _cstr(f"COPY {len(result.rows)}")))
+    out.append(_copy_done(len(result.rows)))
     return b"".join(out)
 
 
@@ -375,7 +379,7 @@ class PgServer:
                     raise SqlError("57014", PAST_DEADLINE) from None
         finally:
             rows.close()
-        return _message(b"c") + _message(b"C", _cstr(f"COPY {count}"))
+        return _copy_done(count)
 
     @contextlib.contextmanager
     def _cancellable(self, session: Session) -> Iterator[None]:

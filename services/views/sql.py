@@ -11,6 +11,7 @@ a time from one snapshot of the store, for COPY TO STDOUT and cursors.
 """
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -346,10 +347,6 @@ class SqlReader:
         infos = self.infos()
         return {view: list(infos[view].get("key") or []) for view in sorted(served(infos))}
 
-    def _shapes(self) -> dict[str, list[dict[str, str]]]:
-        infos = self.infos()
-        return {view: infos[view]["columns"] for view in served(infos)}
-
     def _connection(self) -> sqlite3.Connection:
         """This thread's connection, with a table per served view. It is made again when the
         views or their columns change, not when only a marker does (the descriptions change
@@ -358,7 +355,7 @@ class SqlReader:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and self._local.infos is infos:
             return conn
-        shapes = {view: infos[view]["columns"] for view in served(infos)}
+        shapes = _shapes(infos)
         if conn is not None and self._local.shapes == shapes:
             self._local.infos = infos
             return conn
@@ -421,8 +418,7 @@ class SqlReader:
         text where it says none."""
         self._check_readable(sql)
         body = pg_casts(unqualified(sql)).rstrip().rstrip(";")
-        numbers = {m.group(1) for m in PARAMETER.finditer(body)}
-        columns = self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", dict.fromkeys(numbers)).columns  # noqa: S608
+        columns = self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", _nulls(body)).columns  # noqa: S608
         every = self.column_kinds()
         kinds = {c.name: every[c.name.lower()] for c in columns if c.name.lower() in every}
         kinds |= computed_kinds(body, every)
@@ -559,7 +555,7 @@ class SqlReader:
     def plan(self, sql: str, params: Params | None = None) -> list[tuple[int, int, str]]:
         """SQLite's plan of a query of the views (EXPLAIN QUERY PLAN), without running it: each
         step's id, its parent's and what it does. Parameters not given are null."""
-        bound = dict.fromkeys(m.group(1) for m in PARAMETER.finditer(sql)) | (params or {})
+        bound = _nulls(sql) | (params or {})
         conn = self._connection()
         deadline = time.monotonic() + self.timeout_s
         cursor = self._execute(conn, self._local, sql, bound, deadline, "EXPLAIN QUERY PLAN ")
@@ -575,7 +571,7 @@ class SqlReader:
         the store, for at most `lasts_s` (COPY TO STDOUT, a cursor over a query). The first
         rows are read now, for the types of the columns the query computes."""
         state = SimpleNamespace(loading={}, refused=None)  # the stream's own authorizer's
-        conn = self._open(self._shapes(), state, STREAM_CACHE_KIB)
+        conn = self._open(_shapes(self.infos()), state, STREAM_CACHE_KIB)
         deadline = time.monotonic() + lasts_s
         try:
             cursor = self._execute(conn, state, sql, params, min(deadline, time.monotonic() + self.timeout_s))
@@ -586,7 +582,16 @@ class SqlReader:
             conn.close()
             raise
         columns = self._columns(names, first)
-        return Stream(conn, cursor, columns=columns, first=first, reader=self, state=state, deadline=deadline)
+        errors = functools.partial(self._errors, state)
+        return Stream(
+            conn,
+            cursor,
+            columns=columns,
+            first=first,
+            page_timeout_s=self.timeout_s,
+            errors=errors,
+            deadline=deadline,
+        )
 
 
 class Stream:
@@ -603,13 +608,14 @@ class Stream:
         *,
         columns: tuple[Column, ...],
         first: list[Any],
-        reader: SqlReader,
-        state: SimpleNamespace,
+        page_timeout_s: float,
+        errors: Callable[[], contextlib.AbstractContextManager[None]],
         deadline: float,
     ) -> None:
         self.columns = columns
         self.deadline = deadline
-        self._conn, self._cursor, self._reader, self._state = conn, cursor, reader, state
+        self._conn, self._cursor = conn, cursor
+        self._page_timeout_s, self._errors = page_timeout_s, errors  # SQLite's errors as SqlError
         self._first = first
         self._lock = threading.Lock()
         self._ended: str | None = None  # why it was closed before its end
@@ -626,7 +632,7 @@ class Stream:
             now = time.monotonic()
             if now > self.deadline:
                 raise SqlError("57014", PAST_DEADLINE)
-            until = min(self.deadline, now + self._reader.timeout_s)
+            until = min(self.deadline, now + self._page_timeout_s)
             self._conn.set_progress_handler(lambda: int(time.monotonic() > until), 10_000)
             out: list[tuple[str | None, ...]] = []
             size = 0
@@ -634,7 +640,7 @@ class Stream:
                 raw, self._first = self._first[: rows - len(out)], self._first[rows - len(out) :]
                 if not raw:
                     try:
-                        with self._reader._errors(self._state):
+                        with self._errors():
                             raw = self._cursor.fetchmany(min(_FETCH_ROWS, rows - len(out)))
                     except SqlError:
                         if self._ended is not None or time.monotonic() > self.deadline:
@@ -659,6 +665,16 @@ class Stream:
             with contextlib.suppress(sqlite3.Error):
                 self._cursor.close()
             self._conn.close()
+
+
+def _nulls(sql: str) -> Params:
+    """Every parameter of `sql` ($1, $2...) bound to null: a statement described, not run."""
+    return dict.fromkeys(m.group(1) for m in PARAMETER.finditer(sql))
+
+
+def _shapes(infos: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
+    """Each served view's columns, as its table is made from them."""
+    return {view: infos[view]["columns"] for view in served(infos)}
 
 
 def _texts(row: Any, columns: tuple[Column, ...]) -> tuple[str | None, ...]:
