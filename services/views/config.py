@@ -100,7 +100,10 @@ class ViewsApiSettings(Settings):
         description="the PostgreSQL wire protocol's port, read only (psql -h <host> -p <port>); 0: off",
     )
     pg_max_rows: int = Field(
-        10_000, gt=0, description="a query over PostgreSQL's protocol that gives more rows is refused"
+        10_000,
+        gt=0,
+        description="a query over PostgreSQL's protocol that gives more rows is refused (COPY TO STDOUT"
+        " and a cursor's FETCHes are not capped: their rows are written as they are read)",
     )
     pg_timeout_s: float = Field(
         5, gt=0, description="a query over PostgreSQL's protocol that runs longer is ended"
@@ -109,7 +112,7 @@ class ViewsApiSettings(Settings):
         300,
         gt=0,
         description="a COPY ... TO STDOUT or a cursor over a query reads its rows from one snapshot of the"
-        " store, as the client takes them, without VIEWS_PG_MAX_ROWS' cap; one still open this long is"
+        " store, as the client takes them, with no cap on their number; one still open this long is"
         " ended (57014): the store's log is not checkpointed past an open snapshot",
     )
     pg_max_connections: int = Field(100, gt=0, description="PostgreSQL clients at once; one more is refused")

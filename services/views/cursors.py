@@ -26,13 +26,16 @@ A cursor over a query, as PostgreSQL's, for drivers that read a large result a p
     FETCH FORWARD 100 FROM c;  ...  CLOSE c;
 
 The query runs at DECLARE, and FETCH hands its rows out in order, read from one snapshot of the
-store as FETCH asks for them: a result of any size, its rows never all held. A FETCH gives at
-most VIEWS_PG_MAX_ROWS rows (one that would give more, such as FETCH ALL of a large result, is
-refused with 54000 and the rows stay); the cursor is closed VIEWS_PG_STREAM_TIMEOUT_S after its
-DECLARE. WITHOUT HOLD (the default) needs a transaction and ends
-with it; WITH HOLD may be declared outside one and outlives COMMIT (ROLLBACK of the transaction
-that declared it closes it). SCROLL and BINARY cursors are refused (0A000): FETCH moves forward
-only, and a driver asks for binary rows in its FETCH.
+store as FETCH asks for them and written a page at a time as the client reads them: a result of
+any size, a FETCH of any count (FETCH ALL too), their rows never all held. Only an Execute with a
+row limit, which must hold a FETCH's rows to hand them out a few at a time, gives at most
+VIEWS_PG_MAX_ROWS (one that would give more is refused with 54000 and the rows stay). A FETCH
+left part way (canceled, the client gone) loses the cursor's place: its next FETCH fails with
+57014. The cursor is closed VIEWS_PG_STREAM_TIMEOUT_S after its DECLARE. WITHOUT HOLD (the
+default) needs a transaction and ends with it; WITH HOLD may be declared outside one and
+outlives COMMIT (ROLLBACK of the transaction that declared it closes it). SCROLL and BINARY
+cursors are refused (0A000): FETCH moves forward only, and a driver asks for binary rows in its
+FETCH.
 """
 
 import asyncio
@@ -54,8 +57,21 @@ from services.views.sql import (
     pg_column,
 )
 
-__all__ = ["MAX_CURSORS", "Close", "Cursor", "Declare", "DeclareQuery", "Fetch", "Open", "Rows", "parse"]
+__all__ = [
+    "MAX_CURSORS",
+    "PAGE_ROWS",
+    "Close",
+    "Cursor",
+    "Declare",
+    "DeclareQuery",
+    "Fetch",
+    "Open",
+    "Rows",
+    "parse",
+]
 
+PAGE_ROWS = 1_000  # a FETCH's rows read from the store and written at a time
+_PLACE_LOST = "a FETCH of this cursor was left part way: its place is lost"
 MAX_CURSORS = 4  # a connection's cursors at once: a SUBSCRIBE's is one of the service's
 # subscribers, a query's holds a snapshot of the store (and a page of its rows)
 _AHEAD = 4  # pages of the stream read ahead of the FETCHes; then the stream waits (and its
@@ -172,18 +188,44 @@ class Rows:
             self._stream = rows
             self._expiry = asyncio.get_running_loop().call_at(rows.deadline, rows.close, PAST_DEADLINE)
 
+    async def pages(self, count: int | None) -> AsyncGenerator[list[tuple[str | None, ...]], None]:
+        """The next `count` rows (None: ALL) a page at a time (at most PAGE_ROWS rows and about
+        a MiB of text), read from the stream as they are taken: a FETCH of any size, never held
+        whole. A FETCH left part way (the client's cancel, its deadline, the client gone) loses
+        the cursor's place: the stream is closed, and the next FETCH fails with 57014."""
+        left = count
+        if self._ahead:
+            given = len(self._ahead) if left is None else min(left, len(self._ahead))
+            yield [self._ahead.popleft() for _ in range(given)]
+            left = None if left is None else left - given
+        while (left is None or left > 0) and self._stream is not None:
+            stream = self._stream
+            try:
+                page = await asyncio.to_thread(
+                    stream.page, PAGE_ROWS if left is None else min(PAGE_ROWS, left)
+                )
+                if not page:
+                    self._end()
+                    return
+                left = None if left is None else left - len(page)
+                yield page
+            except (asyncio.CancelledError, GeneratorExit):  # the FETCH ends part way
+                stream.close(_PLACE_LOST)
+                raise
+
     async def fetch(
         self, count: int | None, limit: int, timeout_s: float | None
     ) -> list[tuple[str | None, ...]]:
-        """The next `count` rows (None: ALL), none once all have gone. A FETCH that would give
-        more than `limit` (VIEWS_PG_MAX_ROWS) is refused with 54000, never cut short: the rows
-        stay for FETCHes of at most `limit`. No wait for rows to come: the query has them."""
+        """The next `count` rows (None: ALL) held, for an Execute that asks for them a few at
+        a time: at most `limit` (VIEWS_PG_MAX_ROWS), and a FETCH that would give more is
+        refused with 54000, never cut short (the rows stay). No wait for rows to come: the
+        query has them."""
         wanted = count if count is not None and count <= limit else limit + 1  # one more: is it over?
         while len(self._ahead) < wanted and self._stream is not None:
             try:
                 page = await asyncio.to_thread(self._stream.page, wanted - len(self._ahead))
             except asyncio.CancelledError:  # the page read meanwhile is lost: so is the cursor
-                self._stream.close("a FETCH of this cursor was canceled part way: its place is lost")
+                self._stream.close(_PLACE_LOST)
                 raise
             if not page:
                 self._end()
@@ -191,8 +233,8 @@ class Rows:
         if wanted > limit and len(self._ahead) > limit:
             raise SqlError(
                 "54000",
-                f"FETCH {'ALL' if count is None else count} gives more than {limit} rows (VIEWS_PG_MAX_ROWS):"
-                f" FETCH at most {limit} at a time",
+                f"FETCH {'ALL' if count is None else count} gives more than {limit} rows (VIEWS_PG_MAX_ROWS)"
+                f" to an Execute with a row limit: FETCH at most {limit} at a time",
             )
         return [self._ahead.popleft() for _ in range(min(wanted, len(self._ahead)))]
 

@@ -27,7 +27,7 @@ import logging
 import os
 import secrets
 import struct
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from services.views import catalog, cursors, exports, plans, subscription
@@ -304,10 +304,15 @@ class PgServer:
     async def _simple(self, session: Session, sql: str, writer: asyncio.StreamWriter) -> bytes:
         if not sql.strip().strip(";").strip():
             return _message(b"I") + ready(session.state)  # EmptyQueryResponse
+        answer: str | Result | bytes  # a command's tag, rows, or what ends the rows written
         try:
             if (export := exports.parse(sql)) is not None:
-                return await self._export(session, export, {}, writer) + ready(session.state)
-            if (asked := cursors.parse(sql)) is not None:
+                answer = await self._export(session, export, {}, writer)
+            elif isinstance(asked := cursors.parse(sql), cursors.Fetch) and (
+                fetched := _query_rows(session, asked)
+            ):
+                answer = await self._fetched(session, fetched, asked, (), writer, describe=True)
+            elif asked is not None:
                 answer = await self._cursor(session, asked, {})
             elif _about_session(session, sql):
                 answer = session.command(sql)
@@ -317,7 +322,7 @@ class PgServer:
         except SqlError as err:
             session.failed()
             return error(err.sqlstate, str(err)) + ready(session.state)
-        except ConnectionError:  # the client went away part way through a COPY's rows
+        except ConnectionError:  # the client went away part way through a COPY's or a FETCH's rows
             raise
         except Exception:  # a bug: the client is told, the session goes on
             log.exception("a PostgreSQL query failed: %.200s", sql)
@@ -325,7 +330,7 @@ class PgServer:
             return error("XX000", "internal error: the service's log has it") + ready(session.state)
         if isinstance(answer, str):  # a command's tag
             return _message(b"C", _cstr(answer)) + ready(session.state)
-        return result_messages(answer) + ready(session.state)
+        return (answer if isinstance(answer, bytes) else result_messages(answer)) + ready(session.state)
 
     async def _subscribe(
         self, session: Session, asked: subscription.Subscribe, writer: asyncio.StreamWriter
@@ -447,6 +452,32 @@ class PgServer:
         session.declare(asked.cursor, cursors.Cursor(stream, columns))
         return "DECLARE CURSOR"
 
+    async def _fetched(
+        self,
+        session: Session,
+        rows: cursors.Rows,
+        asked: cursors.Fetch,
+        formats: Sequence[int],
+        writer: asyncio.StreamWriter,
+        *,
+        describe: bool,
+    ) -> bytes:
+        """FETCH from a cursor over a query: RowDescription when `describe` (the simple
+        protocol's), its rows as DataRows a page at a time, written as the client reads them (a
+        count of any size, never held whole), then CommandComplete, returned to go out with what
+        follows. An error part way (the client's cancel, the cursor's deadline) follows the rows
+        already sent, as PostgreSQL's does."""
+        sent = 0
+        head = _message(b"T", row_description(rows.columns)) if describe else b""  # with the first rows
+        with self._cancellable(session):
+            async with contextlib.aclosing(rows.pages(asked.count)) as pages:
+                async for page in pages:
+                    data = data_rows(Result(rows.columns, page), formats, 0, len(page))
+                    writer.write(head + b"".join(_message(b"D", row) for row in data))
+                    head, sent = b"", sent + len(page)
+                    await writer.drain()  # the client reads as fast as it likes, and no faster
+        return head + _message(b"C", _cstr(f"FETCH {sent}"))
+
     async def _result(self, sql: str, params: Params, timeout_s: float | None = None) -> Result:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
         in a worker thread (two thread switches a query, each a wait for the GIL on a busy host),
@@ -494,7 +525,7 @@ class PgServer:
             session.skipping = True
             session.failed()
             return error(err.sqlstate, str(err))
-        except ConnectionError:  # the client went away part way through a COPY's rows
+        except ConnectionError:  # the client went away part way through a COPY's or a FETCH's rows
             raise
         except Exception:  # a bug: the client is told, the session goes on after its Sync
             log.exception("a PostgreSQL message %r failed", kind)
@@ -614,6 +645,11 @@ class PgServer:
             held.write()  # the exchange's answers so far, then the rows
             return await self._export(session, export, portal.params, held.writer)
         if portal.result is None and (asked := cursors.parse(sql)) is not None:
+            if limit <= 0 and isinstance(asked, cursors.Fetch) and (fetched := _query_rows(session, asked)):
+                held.write()  # the exchange's answers so far, then the rows
+                return await self._fetched(
+                    session, fetched, asked, portal.result_formats, held.writer, describe=False
+                )
             answer = await self._cursor(session, asked, portal.params)
             if isinstance(answer, str):
                 return _message(b"C", _cstr(answer))
@@ -652,6 +688,15 @@ class _Held:
         if self._parts:
             self.writer.write(b"".join(self._parts))
             self._parts, self.size = [], 0
+
+
+def _query_rows(session: Session, asked: cursors.Fetch) -> cursors.Rows | None:
+    """The cursor over a query a FETCH names (whose rows are written as they are read); None
+    for a SUBSCRIBE's cursor, or in a failed transaction (where FETCH is refused as any other)."""
+    if session.state == b"E":
+        return None
+    found = session.cursors.get(asked.cursor)
+    return found if isinstance(found, cursors.Rows) else None
 
 
 def _about_session(session: Session, sql: str) -> bool:

@@ -2,12 +2,16 @@
 cursor's reading of its stream (a few pages ahead at most, its end told once its rows are out)."""
 
 import asyncio
+import json
 from collections.abc import AsyncGenerator
+from pathlib import Path
 
 import pytest
 
-from services.views.cursors import Close, Cursor, Declare, DeclareQuery, Fetch, Rows, parse
-from services.views.sql import Result, SqlError, pg_column
+from foundation.view_marker import ViewMarker
+from services.views.cursors import PAGE_ROWS, Close, Cursor, Declare, DeclareQuery, Fetch, Rows, parse
+from services.views.sql import Result, SqlError, SqlReader, pg_column
+from services.views.store import Change, Store, key_of
 
 COLUMNS = (pg_column("user_id", "int"), pg_column("ratings", "long"))
 
@@ -71,6 +75,43 @@ def test_a_query_s_rows_are_fetched_in_order_then_none() -> None:
         return [await rows.fetch(2, 10, None), await rows.fetch(2, 10, None), await rows.fetch(2, 10, 0.0)]
 
     assert asyncio.run(fetched()) == [[("1", "10"), ("2", "20")], [("3", "30")], []]
+
+
+def _store(folder: Path, users: int) -> Store:
+    store = Store(folder / "s.sqlite3")
+    marker = ViewMarker.decode(
+        {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    )
+    changes = [
+        Change("customer_ratings", key_of([u]), ("user_id",), json.dumps({"user_id": u}))
+        for u in range(users)
+    ]
+    store.apply(changes, {"customer_ratings": marker}, {})
+    return store
+
+
+def test_a_fetch_of_any_size_is_read_a_page_at_a_time_and_one_left_part_way_loses_the_cursor(
+    tmp_path: Path,
+) -> None:
+    reader = SqlReader(_store(tmp_path, 2_500), max_rows=5, timeout_s=5)
+
+    async def fetched() -> tuple[list[int], list[int], list[int], str]:
+        rows = Rows(reader.stream("SELECT user_id FROM customer_ratings ORDER BY 1", lasts_s=60), hold=False)
+        sizes = [len(page) async for page in rows.pages(1_500)]  # past the cap of 5: no refusal
+        rest = [int(row[0]) async for page in rows.pages(None) for row in page]
+        again = Rows(reader.stream("SELECT user_id FROM customer_ratings ORDER BY 1", lasts_s=60), hold=False)
+        pages = again.pages(None)
+        first = [int(row[0]) for row in await anext(pages)]
+        await pages.aclose()  # the client went away, or canceled, after the first page
+        with pytest.raises(SqlError) as lost:
+            await anext(again.pages(1))
+        return sizes, rest, first, f"{lost.value.sqlstate} {lost.value}"
+
+    sizes, rest, first, lost = asyncio.run(fetched())
+    assert sizes == [PAGE_ROWS, 500]
+    assert rest == list(range(1_500, 2_500))
+    assert first == list(range(PAGE_ROWS))
+    assert lost == "57014 a FETCH of this cursor was left part way: its place is lost"
 
 
 def test_a_timeout_that_is_no_duration_is_refused_naming_it() -> None:

@@ -727,6 +727,15 @@ def test_a_named_cursor_reads_a_query_a_page_at_a_time_as_psycopg_and_sqlalchemy
             cur.execute("SELECT user_id FROM customer_ratings ORDER BY 1")
             assert [u for (u,) in cur] == list(range(1, 8))
         conn.rollback()
+        with conn.cursor("chunk") as cur:  # pandas' chunksize past the cap: FETCH FORWARD 6
+            cur.execute("SELECT user_id FROM customer_ratings ORDER BY 1")
+            assert cur.fetchmany(6) == [(u,) for u in range(1, 7)]
+            assert cur.fetchall() == [(7,)]  # FETCH ALL: the rest
+        conn.rollback()
+        with conn.cursor("whole", binary=True) as cur:  # fetchall() at once: FETCH ALL of 7 > 5
+            cur.execute("SELECT user_id, average_stars FROM customer_ratings ORDER BY 1")
+            assert cur.fetchall() == [(u, 2.5 if u % 2 else 4.0) for u in range(1, 8)]
+        conn.rollback()
         with conn.cursor("write") as cur, pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             cur.execute("DELETE FROM customer_ratings")
         conn.rollback()
@@ -1071,7 +1080,7 @@ def test_a_query_that_reads_a_view_still_loading_is_refused_with_57p03(tmp_path:
         reader.query("SELECT count(*) FROM customer_ratings")
 
 
-def test_a_cursor_over_a_query_gives_any_number_of_rows_but_refuses_a_fetch_past_the_cap(
+def test_a_fetch_of_a_query_cursor_gives_any_number_of_rows_and_only_a_limited_execute_is_capped(
     tmp_path: Path,
 ) -> None:
     for served in _serve(tmp_path):  # 7 rows, VIEWS_PG_MAX_ROWS 5
@@ -1085,17 +1094,31 @@ def test_a_cursor_over_a_query_gives_any_number_of_rows_but_refuses_a_fetch_past
                 b"DECLARE CURSOR\0",
             )
             served.store.apply([_row(8)], {"customer_ratings": MARKER}, {})  # after DECLARE: not in its rows
-            assert _sqlstate(simple("FETCH ALL c")) == "54000"  # 7 > 5: refused, not cut short
-            assert _sqlstate(simple("FETCH 6 FROM c")) == "54000"
-            first = simple("FETCH 5 FROM c")
+            first = simple("FETCH 6 FROM c")  # past the cap: the rows are written as they are read
+            assert first[0][0] == b"T"
             assert [body for kind, body in first if kind == b"D"] == [
-                struct.pack("!hi", 1, 1) + str(u).encode() for u in range(1, 6)
+                struct.pack("!hi", 1, 1) + str(u).encode() for u in range(1, 7)
             ]
+            assert (b"C", b"FETCH 6\0") in first
             rest = simple("FETCH ALL FROM c")
-            assert [body[6:] for kind, body in rest if kind == b"D"] == [b"6", b"7"]
-            assert (b"C", b"FETCH 2\0") in rest
+            assert [body[6:] for kind, body in rest if kind == b"D"] == [b"7"]
+            assert (b"C", b"FETCH 1\0") in rest
             assert (b"C", b"FETCH 0\0") in simple("FETCH ALL FROM c")
             assert simple("CLOSE c")[0] == (b"C", b"CLOSE CURSOR\0")
+            # An Execute with a row limit holds the FETCH's rows to hand them out: capped, not cut short.
+            assert simple("DECLARE d CURSOR WITH HOLD FOR SELECT user_id FROM customer_ratings ORDER BY 1")
+            _send(
+                sock,
+                (b"P", b"\0FETCH ALL FROM d\0\0\0"),
+                _bind(b"", b""),
+                (b"E", b"\0" + struct.pack("!i", 2)),  # at most 2 rows an Execute
+                (b"S", b""),
+            )
+            limited = _until(sock, b"Z")
+            assert _sqlstate([m for m in limited if m[0] not in (b"1", b"2")]) == "54000"
+            assert [body[6:] for kind, body in simple("FETCH 5 FROM d") if kind == b"D"] == [
+                str(u).encode() for u in range(1, 6)
+            ]  # the rows stayed
         finally:
             sock.close()
 
