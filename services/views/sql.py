@@ -929,10 +929,10 @@ def _kind_of(rows: list[Any], index: int) -> str:
 
 def _text(value: Any, pg_type: str) -> str | None:
     """A value in PostgreSQL's text format for its column's type."""
-    if value is None:
-        return None
-    if pg_type == "bool":
+    if pg_type == "bool" and value is not None:
         return "t" if value in (1, "true", True) else "f"
+    if value is None or type(value) is str:  # most values: first, as a COPY asks this of every one
+        return value
     if isinstance(value, float):
         if math.isnan(value):
             return "NaN"
