@@ -9,7 +9,7 @@ STACK := $(BIN)/python -m infra.stack
 # The stack's state folder, as infra.stack chooses it: STACK_STATE_DIR, else one per database.
 STATE := $(or $(STACK_STATE_DIR),$(if $(filter postgres,$(STACK_SOURCE)),.state-postgres,.state))
 
-.PHONY: help install up down status clean demo loadgen test test-secured test-postgres test-long test-unit test-integration lint format typecheck env bench bench-job bench-table bench-versus bench-scale bench-memory bench-views bench-backfill faults lake-query views-job views-api view
+.PHONY: help install up down status clean demo loadgen test test-secured test-postgres test-long test-unit test-integration lint format typecheck env bench bench-job bench-table bench-versus bench-scale bench-memory bench-views bench-backfill bench-pg faults lake-query views-job views-api view
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -136,6 +136,9 @@ bench-views: up ## the views beside the job at 5,000/s: job latency, views fresh
 
 bench-backfill: up ## a view in SQL created over 1,000,000 enriched records while ratings flow at 5,000/s: time to live, the built-ins' lag (ARGS="--history 200000")
 	$(BIN)/python -m infra.bench.backfill $(ARGS)
+
+bench-pg: install ## large reads over the views' PostgreSQL protocol beside PostgreSQL itself: \copy, FETCH chunks, FETCH ALL, key ranges (no stack; ARGS="--rows 1000000")
+	$(BIN)/python -m infra.bench.pg_reads $(ARGS)
 
 faults: up ## the fault matrix under load: crashes, outages, hostile input; a table and bench-results/faults.json (ARGS="--quick")
 	$(BIN)/python -m infra.faults $(ARGS)

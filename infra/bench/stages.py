@@ -66,6 +66,8 @@ def stages(results: Path) -> list[Stage]:
         ),
         # A view declared in SQL created over 1,000,000 enriched records while ratings flow.
         Stage("backfill", ("infra.bench.backfill", "--out", str(results / "backfill.json")), "backfill.json"),
+        # Large reads over the views' PostgreSQL protocol, beside PostgreSQL serving the same rows.
+        Stage("pg_reads", ("infra.bench.pg_reads", "--out", str(results / "pg_reads.json")), "pg_reads.json"),
         # The job's memory on a backlog of large ratings (ENRICH_MAX_BATCH_BYTES).
         Stage(
             "backlog_memory",
