@@ -31,7 +31,18 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.types import BooleanType, DataType, DoubleType, IntegerType, LongType, StringType, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DateType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from enrichment_job.kafka.batches import collect, kafka_records, to_records
 from enrichment_job.kafka.claim_check import MAX_VALUE_BYTES, ClaimCheck, StorePruner
@@ -82,6 +93,11 @@ _TYPES: dict[type[DataType], str] = {
     DoubleType: "double",
     StringType: "string",
     BooleanType: "boolean",
+    # Spark's JSON writes them in ISO 8601 (the session is in UTC): the query service serves a
+    # timestamp as PostgreSQL's timestamptz (one without a zone is UTC), a date as date.
+    TimestampType: "timestamp",
+    TimestampNTZType: "timestamp",
+    DateType: "date",
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from enrichment_job.views.app import dead_letter_query, queries_of
+from enrichment_job.views.app import column_types, dead_letter_query, queries_of
 from enrichment_job.views.declarations import customer_ratings, segment_hourly
 from enrichment_job.views.settings import ViewsSettings
 
@@ -83,3 +83,24 @@ def test_views_without_event_time_share_a_query_and_each_windowed_view_has_its_o
     # the dead letters are found by the last: a windowed view's query, else the keyed views'
     assert dead_letter_query(queries) == "view-segment_hourly_too"
     assert dead_letter_query(queries_of((by_customer,))) == "views"
+
+
+def test_a_view_s_columns_are_typed_for_the_query_service_timestamps_and_dates_among_them(
+    spark: SparkSession,
+) -> None:
+    rows = spark.sql(
+        "SELECT 1 AS n, CAST(2 AS BIGINT) AS big, 2.5D AS x, true AS b, 'a' AS s,"
+        " timestamp_millis(0) AS t, to_timestamp_ntz('2026-12-07 05:00:00') AS t_ntz,"
+        " to_date('2026-12-07') AS d, array(1) AS other"
+    )
+    assert column_types(rows) == [
+        {"name": "n", "type": "int"},
+        {"name": "big", "type": "long"},
+        {"name": "x", "type": "double"},
+        {"name": "b", "type": "boolean"},
+        {"name": "s", "type": "string"},
+        {"name": "t", "type": "timestamp"},
+        {"name": "t_ntz", "type": "timestamp"},
+        {"name": "d", "type": "date"},
+        {"name": "other", "type": "string"},  # served as its JSON text
+    ]
