@@ -19,4 +19,5 @@ __all__ = [
     "sql",
     "store",
     "subscription",
+    "timestamps",
 ]

@@ -14,11 +14,12 @@ floating types, numeric and the text types; any other binary type is refused wit
 
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from services.views import timestamps
 from services.views.sql import PARAMETER, PG_TYPES, Column, Params, Result, SqlError
 
 __all__ = [
@@ -43,6 +44,8 @@ _BOOL, _INT8, _INT4, _TEXT, _FLOAT8 = (
     PG_TYPES[kind][1] for kind in ("boolean", "long", "int", "string", "double")
 )
 _INT2, _FLOAT4, _NUMERIC = 21, 700, 1700  # no view's column has these; drivers send them
+_TIMESTAMPTZ, _DATE = PG_TYPES["timestamp"][1], PG_TYPES["date"][1]
+_TIMESTAMP = 1114  # without a zone: no view's column has it; a driver may send one (taken as UTC)
 _TEXTS = {0, 18, 19, 25, 1042, 1043}  # unknown, char, name, text, bpchar, varchar
 _INTEGERS = {_INT2: "!h", _INT4: "!i", _INT8: "!q"}
 _FLOATS = {_FLOAT4: "!f", _FLOAT8: "!d"}
@@ -175,6 +178,9 @@ _CAST_TYPES = {
     **dict.fromkeys(("numeric", "decimal"), _NUMERIC),
     **dict.fromkeys(("text", "varchar", "character varying", "char", "character", "name"), _TEXT),
     **dict.fromkeys(("bool", "boolean"), _BOOL),
+    "timestamptz": _TIMESTAMPTZ,
+    "timestamp": _TIMESTAMP,
+    "date": _DATE,
 }
 
 
@@ -276,8 +282,8 @@ def _binary(data: bytes, oid: int, number: int) -> Any:
         return int(data != b"\0")
     if oid in _TEXTS:
         return data.decode()
-    if oid == _NUMERIC:
-        return _numeric(data)
+    if (decoded := _DECODED.get(oid)) is not None:
+        return decoded(data)
     raise SqlError(
         "0A000", f"parameter ${number}: binary values of type oid {oid} are not served; send it as text"
     )
@@ -292,6 +298,14 @@ def _numeric(data: bytes) -> int | float:
     exact = sum((Decimal(d) * Decimal(10_000) ** (weight - i) for i, d in enumerate(digits)), Decimal(0))
     exact = -exact if sign == 0x4000 else exact
     return int(exact) if exact == exact.to_integral_value() else float(exact)
+
+
+_DECODED: dict[int, Callable[[bytes], Any]] = {
+    _NUMERIC: _numeric,
+    _TIMESTAMPTZ: timestamps.timestamp_of_binary,
+    _TIMESTAMP: timestamps.timestamp_of_binary,
+    _DATE: timestamps.date_of_binary,
+}
 
 
 def row_description(columns: Sequence[Column], formats: Sequence[int] = ()) -> bytes:
@@ -332,4 +346,8 @@ def _binary_of(text: str, oid: int) -> bytes:
         return struct.pack(_FLOATS[oid], float(text))
     if oid == _BOOL:
         return b"\x01" if text == "t" else b"\x00"
+    if oid == _TIMESTAMPTZ:
+        return timestamps.binary_timestamp(text)
+    if oid == _DATE:
+        return timestamps.binary_date(text)
     return text.encode()

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from foundation.errors import RatingsError
+from services.views import timestamps
 from services.views.store import Store, column_sql, key_of, served, still_loading, view_literal
 
 __all__ = [
@@ -65,6 +66,8 @@ PG_TYPES = {
     "double": ("float8", 701, 8),
     "boolean": ("bool", 16, 1),
     "string": ("text", 25, -1),
+    "timestamp": ("timestamptz", 1184, 8),  # in UTC (`timestamps`)
+    "date": ("date", 1082, 4),
 }
 # PostgreSQL's name of each of those types, as format_type() and information_schema give it.
 PG_TYPE_NAMES = {
@@ -73,6 +76,8 @@ PG_TYPE_NAMES = {
     "float8": "double precision",
     "bool": "boolean",
     "text": "text",
+    "timestamptz": "timestamp with time zone",
+    "date": "date",
 }
 _READABLE = {"SELECT", "WITH", "VALUES"}
 _WRITES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "REPLACE", "TRUNCATE", "GRANT"}
@@ -130,8 +135,15 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+_COLLATED = {"timestamp": f" COLLATE {timestamps.COLLATION}"}  # compared by instant, not as text
+
+
 def _view_sql(view: str, columns: list[dict[str, str]]) -> str:
-    parts = [f"{column_sql(c['name'], c.get('type', 'string'))} AS {_quoted(c['name'])}" for c in columns]
+    parts = [
+        f"{column_sql(c['name'], c.get('type', 'string'))}{_COLLATED.get(c.get('type', ''), '')}"
+        f" AS {_quoted(c['name'])}"
+        for c in columns
+    ]
     return (
         f"CREATE TEMP VIEW {_quoted(view)} AS SELECT {', '.join(parts)} "  # noqa: S608 (quoted names)
         f"FROM main.rows WHERE view = {view_literal(view)}"
@@ -242,6 +254,7 @@ _CAST_TYPE = re.compile(
     r"::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s+(?:precision|varying))?)(\s*\([0-9,\s]*\))?(\s*\[\s*\])?",
     re.IGNORECASE,
 )
+_CLOCK = re.compile(r"now|current_timestamp|localtimestamp", re.IGNORECASE)
 _OPERAND_END = re.compile(r"[\w.$\"]")
 _CASE_WORDS = re.compile(r"\b(?:CASE|END)\b", re.IGNORECASE)
 
@@ -275,17 +288,24 @@ def _operand_start(masked: str, end: int) -> int:
 
 def pg_casts(sql: str) -> str:
     """PostgreSQL's `x::type` written as `CAST(x AS type)`, which SQLite reads (`$1::int`,
-    `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`, `CASE ... END::text`), outside
-    strings and comments."""
-    if "::" not in sql:
+    `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`, `CASE ... END::text`), and
+    PostgreSQL's clock (`now() - interval '1 hour'`) and casts to its time types as
+    `timestamps` writes them, outside strings and comments."""
+    clock = _CLOCK.search(sql) is not None
+    if "::" not in sql and not clock:
         return sql
     masked = _masked(sql)
+    if clock:
+        sql = timestamps.rewritten(sql, masked)
+        masked = _masked(sql)
     for found in reversed([m for m in _CAST_TYPE.finditer(sql) if masked[m.start()] == ":"]):
         start = _operand_start(masked, found.start())
         if start == found.start():
             continue  # nothing before it to cast: SQLite says what is wrong
         operand = sql[start : found.start()].strip()
-        cast = f"CAST({operand} AS {found.group(1)}{found.group(2) or ''})"
+        cast = timestamps.cast(operand, found.group(1)) or (
+            f"CAST({operand} AS {found.group(1)}{found.group(2) or ''})"
+        )
         sql = sql[:start] + cast + sql[found.end() :]
         masked = masked[:start] + cast + masked[found.end() :]
     return sql
@@ -387,6 +407,7 @@ class SqlReader:
             conn.execute(statement)
         for name, value in _SESSION_FUNCTIONS.items():  # what drivers and tools ask as they connect
             conn.create_function(name, 0, lambda v=value: v, deterministic=True)
+        conn.create_collation(timestamps.COLLATION, timestamps.order)
         views = set(shapes)
 
         def authorize(
@@ -712,6 +733,7 @@ _CAST_KINDS = {
 _FUNCTION_KINDS = {
     **dict.fromkeys(("count", "length", "instr"), "long"),
     **dict.fromkeys(("avg", "total", "round"), "double"),
+    "date": "date",
     **dict.fromkeys(
         ("upper", "lower", "substr", "trim", "replace", "printf", "format", "group_concat"), "string"
     ),
@@ -801,6 +823,9 @@ def _small_integer(text: str) -> bool:
     return re.fullmatch(r"\s*-?[0-9]{1,10}\s*", text) is not None and abs(int(text)) < 2**31
 
 
+_TIMESTAMP_COLLATED = f"collate {timestamps.COLLATION}"
+
+
 def _kind(expression: str, columns: dict[str, str]) -> str | None:
     """What an expression of the SELECT list gives, where its text says."""
     text = expression.strip()
@@ -827,6 +852,9 @@ def _kind(expression: str, columns: dict[str, str]) -> str | None:
 
 
 def _literal_kind(text: str) -> str | None:
+    """A literal's kind; or a timestamp's, as `timestamps` writes now() and x::timestamptz."""
+    if text.lower().endswith(_TIMESTAMP_COLLATED):
+        return "timestamp"
     if re.fullmatch(r"-?[0-9]+", text):
         return "long"
     if re.fullmatch(r"-?[0-9]*\.[0-9]+(?:[eE][-+]?[0-9]+)?", text):
@@ -932,7 +960,7 @@ def _text(value: Any, pg_type: str) -> str | None:
     if pg_type == "bool" and value is not None:
         return "t" if value in (1, "true", True) else "f"
     if value is None or type(value) is str:  # most values: first, as a COPY asks this of every one
-        return value
+        return timestamps.pg_text(value) if value and pg_type == "timestamptz" else value
     if isinstance(value, float):
         if math.isnan(value):
             return "NaN"

@@ -3,6 +3,7 @@ which the stack installs) and by a raw socket where psql cannot say what the ser
 
 import asyncio
 import contextlib
+import datetime
 import functools
 import json
 import random
@@ -1234,3 +1235,66 @@ def test_a_range_of_the_key_is_read_through_the_key_index_not_the_whole_view(tmp
     assert [row[0] for row in reader.query(ranged).rows] == [str(u) for u in range(10, 21)]
     counted = "SELECT count(*) FROM customer_ratings WHERE user_id BETWEEN 10 AND 20"  # no order to keep
     assert "USING INDEX key_of_" in reader.plan(counted)[0][2]
+
+
+HOURLY = ViewMarker.decode(
+    {
+        "view": "hourly",
+        "key": ["hour_start"],
+        "columns": [
+            {"name": "hour_start", "type": "timestamp"},
+            {"name": "day", "type": "date"},
+            {"name": "ratings", "type": "long"},
+        ],
+    }
+)
+
+
+def _hours(served: Served, *hours: datetime.datetime) -> None:
+    """Rows of `hourly` as the views job writes them (Spark's JSON: ISO 8601, UTC), ratings 1, 2..."""
+    changes = []
+    for i, hour in enumerate(hours):
+        start = hour.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        row = {"hour_start": start, "day": hour.date().isoformat(), "ratings": i + 1}
+        changes.append(Change("hourly", key_of([start]), ("hour_start",), json.dumps(row)))
+    served.store.apply(changes, {"hourly": HOURLY}, {})
+
+
+def test_timestamps_are_timestamptz_in_utc_compared_by_instant_whatever_the_literal_s_spelling(
+    served: Served,
+) -> None:
+    utc = datetime.UTC
+    recent = datetime.datetime.now(utc).replace(minute=0, second=0, microsecond=0) - datetime.timedelta(
+        hours=1
+    )
+    _hours(
+        served,
+        datetime.datetime(2026, 11, 7, 3, tzinfo=utc),
+        datetime.datetime(2026, 11, 7, 4, tzinfo=utc),
+        recent,
+    )
+    assert served.rows("SELECT * FROM hourly WHERE ratings = 1") == ["2026-11-07 03:00:00+00|2026-11-07|1"]
+    later = "SELECT ratings FROM hourly WHERE hour_start > {} ORDER BY hour_start"
+    for half_past_three in ("'2026-11-07 03:30'", "'2026-11-07T03:30:00Z'", "'2026-11-07 05:30:00+02'"):
+        assert served.rows(later.format(half_past_three)) == ["2", "3"], half_past_three
+    assert served.rows("SELECT ratings FROM hourly WHERE hour_start = '2026-11-07 04:00:00+00'") == ["2"]
+    assert served.rows("SELECT ratings FROM hourly WHERE hour_start > now() - interval '2 hours'") == ["3"]
+    assert served.rows("SELECT count(*) FROM hourly WHERE hour_start >= '2026-11-07'::timestamptz") == ["3"]
+    assert served.rows("SELECT hour_start::date FROM hourly WHERE ratings < 3") == [
+        "2026-11-07",
+        "2026-11-07",
+    ]
+    described = served.rows("\\d hourly")
+    assert described[:2] == ["hour_start|timestamp with time zone|||", "day|date|||"], described
+    with _connect(served) as conn:
+        rows = conn.execute(
+            "SELECT hour_start, day FROM hourly WHERE hour_start BETWEEN %s AND %s ORDER BY hour_start",
+            (datetime.datetime(2026, 11, 7, 2, 59, tzinfo=utc), "2026-11-07 04:00:00+00"),
+        ).fetchall()
+        assert rows == [
+            (datetime.datetime(2026, 11, 7, 3, tzinfo=utc), datetime.date(2026, 11, 7)),
+            (datetime.datetime(2026, 11, 7, 4, tzinfo=utc), datetime.date(2026, 11, 7)),
+        ]
+        with conn.cursor(binary=True) as cur:  # the values in binary, the parameter too (%b)
+            cur.execute("SELECT hour_start, day FROM hourly WHERE hour_start < %b ORDER BY 1", (recent,))
+            assert cur.fetchall() == rows

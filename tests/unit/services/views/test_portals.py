@@ -10,6 +10,7 @@ from services.views.portals import Bind, Statement, bound, inferred_types, param
 from services.views.sql import SqlError
 
 INT2, INT4, INT8, TEXT, FLOAT8, BOOL, NUMERIC, UNKNOWN, DATE = 21, 23, 20, 25, 701, 16, 1700, 0, 1082
+TIMESTAMP, TIMESTAMPTZ, INTERVAL = 1114, 1184, 1186
 
 
 def _numeric(value: Decimal) -> bytes:
@@ -78,7 +79,7 @@ def test_binary_parameters_are_read_by_their_declared_type() -> None:
     [
         ((INT4,), (b"4_2x",), (), "22P02", "parameter $1: not a value of type oid 23"),
         ((BOOL,), (b"maybe",), (), "22P02", "invalid input syntax for type boolean"),
-        ((DATE,), (b"\0\0\0\1",), (1,), "0A000", "binary values of type oid 1082 are not served"),
+        ((INTERVAL,), (b"\0" * 16,), (1,), "0A000", "binary values of type oid 1186 are not served"),
         ((INT4,), (struct.pack("!i", 1),), (2,), "22023", "format code 2"),
         ((INT4, INT4), (b"1",), (), "08P01", "supplies 1 parameters, but the statement requires 2"),
         ((INT4,), (b"1",), (0, 0), "08P01", "2 parameter formats for 1 parameters"),
@@ -90,6 +91,19 @@ def test_a_parameter_that_cannot_be_read_is_refused_with_its_sqlstate(
     with pytest.raises(SqlError) as refused:
         _bind(types, values, formats)
     assert refused.value.sqlstate == sqlstate and text in str(refused.value)
+
+
+def test_timestamps_and_dates_sent_in_binary_are_read_as_text_the_views_compare() -> None:
+    hour = struct.pack("!q", (27 * 365 + 7) * 86_400_000_000 + 5 * 3_600_000_000 + 120_000)  # since 2000
+    assert _bind((TIMESTAMPTZ, TIMESTAMP, DATE), (hour, hour, struct.pack("!i", -1)), (1,)) == {
+        "1": "2027-01-01 05:00:00.12+00",
+        "2": "2027-01-01 05:00:00.12+00",  # without a zone: UTC
+        "3": "1999-12-31",
+    }
+    assert _bind((TIMESTAMPTZ, DATE), (b"2026-12-07 05:00+01", b"2026-12-07"), ()) == {
+        "1": "2026-12-07 05:00+01",  # text: as sent, compared by instant
+        "2": "2026-12-07",
+    }
 
 
 def test_a_statement_takes_its_highest_parameter_or_as_many_as_it_declares() -> None:

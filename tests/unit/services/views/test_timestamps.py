@@ -1,0 +1,103 @@
+"""A view's timestamps as PostgreSQL serves them: text, binary, order by instant, the clock."""
+
+import re
+import sqlite3
+import struct
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.views.timestamps import (
+    COLLATION,
+    binary_date,
+    binary_timestamp,
+    cast,
+    date_of_binary,
+    order,
+    pg_text,
+    rewritten,
+    timestamp_of_binary,
+)
+
+
+@pytest.mark.parametrize(
+    ("stored", "shown"),
+    [
+        ("2026-12-07T05:00:00.000Z", "2026-12-07 05:00:00+00"),  # Spark's JSON
+        ("2026-12-07T05:00:00.120Z", "2026-12-07 05:00:00.12+00"),
+        ("2026-12-07T05:00:00.000", "2026-12-07 05:00:00+00"),  # without a zone: UTC
+        ("2026-12-07 06:30:00+01:30", "2026-12-07 05:00:00+00"),
+        ("2026-12-07", "2026-12-07 00:00:00+00"),
+        ("not a time", "not a time"),
+    ],
+)
+def test_a_stored_timestamp_is_shown_in_postgresql_s_text_format_in_utc(stored: str, shown: str) -> None:
+    assert pg_text(stored) == shown
+
+
+def test_timestamps_order_by_instant_whatever_their_spelling() -> None:
+    assert order("2026-12-07T05:00:00.000Z", "2026-12-07 05:00:00+00") == 0
+    assert order("2026-12-07T05:00:00.000Z", "2026-12-07 06:00:00+02") == 1  # 04:00 UTC
+    assert order("2026-12-07 04:59", "2026-12-07T05:00:00.000Z") == -1
+    assert order("2026-12-08", "2026-12-07T23:59:59.999Z") == 1
+    assert order("b", "a") == 1  # no timestamp: as text
+
+
+def test_a_timestamp_column_compares_by_instant_in_sqlite() -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.create_collation(COLLATION, order)
+    hours = ", ".join(f"('2026-12-07T0{h}:00:00.000Z')" for h in range(5))
+    conn.execute(f"CREATE TEMP VIEW v AS SELECT column1 COLLATE {COLLATION} AS t FROM (VALUES {hours})")  # noqa: S608
+    after = conn.execute("SELECT t FROM v WHERE t >= '2026-12-07 03:00' ORDER BY t DESC").fetchall()
+    assert after == [("2026-12-07T04:00:00.000Z",), ("2026-12-07T03:00:00.000Z",)]
+    between = "SELECT count(*) FROM v WHERE t BETWEEN '2026-12-07T01:00:00Z' AND '2026-12-07 04:00:00+01'"
+    assert conn.execute(between).fetchone() == (3,)  # 01:00, 02:00, 03:00 UTC
+    assert conn.execute("SELECT max(t) FROM v").fetchone() == ("2026-12-07T04:00:00.000Z",)
+
+
+def _masked(sql: str) -> str:
+    """`sql` with its strings blanked, as the SQL reader hands it over."""
+    return re.sub(r"'[^']*'", lambda m: "'" + "_" * (len(m.group(0)) - 2) + "'", sql)
+
+
+def test_now_and_intervals_are_sqlite_s_clock_and_strings_are_left_alone() -> None:
+    sql = (
+        "SELECT 'now()' AS s FROM v WHERE t > now() - interval '2 hours'"
+        " AND t < CURRENT_TIMESTAMP + INTERVAL '1 week' AND t > localtimestamp - interval '1 fortnight'"
+    )
+    out = rewritten(sql, _masked(sql))
+    assert "'now()' AS s" in out
+    assert f"(strftime('%Y-%m-%d %H:%M:%f+00', 'now', '-2 hours') COLLATE {COLLATION})" in out
+    assert f"(strftime('%Y-%m-%d %H:%M:%f+00', 'now', '+7 days') COLLATE {COLLATION})" in out
+    assert "localtimestamp - interval '1 fortnight'" in out  # no unit SQLite has: left to refuse
+    conn = sqlite3.connect(":memory:")
+    conn.create_collation(COLLATION, order)
+    clock = "SELECT now(), now() - interval '90 seconds'"
+    shown = conn.execute(rewritten(clock, _masked(clock))).fetchone()
+    now = datetime.now(UTC)
+    assert abs(datetime.fromisoformat(shown[0]) - now) < timedelta(seconds=5)
+    assert abs(datetime.fromisoformat(shown[1]) - (now - timedelta(seconds=90))) < timedelta(seconds=5)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\+00", shown[0])
+
+
+def test_casts_to_time_types_are_written_for_sqlite_and_others_left() -> None:
+    assert (
+        cast("'2026-12-07 05:00'", "timestamptz") == f"(CAST('2026-12-07 05:00' AS TEXT) COLLATE {COLLATION})"
+    )
+    assert cast("hour_start", "TIMESTAMP") == f"(CAST(hour_start AS TEXT) COLLATE {COLLATION})"
+    assert cast("hour_start", "date") == "date(hour_start)"
+    assert cast("x", "bigint") is None
+    day = (
+        sqlite3.connect(":memory:").execute("SELECT " + cast("'2026-12-07T05:00:00.000Z'", "date")).fetchone()
+    )
+    assert day == ("2026-12-07",)
+
+
+def test_binary_formats_count_from_2000_as_postgresql_s_do() -> None:
+    assert binary_timestamp("2000-01-01 00:00:01+00") == struct.pack("!q", 1_000_000)
+    assert binary_timestamp("1999-12-31T23:59:59.000Z") == struct.pack("!q", -1_000_000)
+    assert timestamp_of_binary(struct.pack("!q", 1_500_000)) == "2000-01-01 00:00:01.5+00"
+    assert binary_date("2000-01-02") == struct.pack("!i", 1)
+    assert date_of_binary(struct.pack("!i", 9_837)) == "2026-12-07"
+    with pytest.raises(ValueError):
+        binary_timestamp("soon")
