@@ -135,6 +135,7 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+_TIME_KINDS = ("timestamp", "date")
 _COLLATED = {"timestamp": f" COLLATE {timestamps.COLLATION}"}  # compared by instant, not as text
 
 
@@ -254,7 +255,7 @@ _CAST_TYPE = re.compile(
     r"::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s+(?:precision|varying))?)(\s*\([0-9,\s]*\))?(\s*\[\s*\])?",
     re.IGNORECASE,
 )
-_CLOCK = re.compile(r"now|current_timestamp|localtimestamp", re.IGNORECASE)
+_CLOCK = re.compile(r"\binterval\b", re.IGNORECASE)  # `now() - interval '1 hour'`: `timestamps`
 _OPERAND_END = re.compile(r"[\w.$\"]")
 _CASE_WORDS = re.compile(r"\b(?:CASE|END)\b", re.IGNORECASE)
 
@@ -408,6 +409,8 @@ class SqlReader:
         for name, value in _SESSION_FUNCTIONS.items():  # what drivers and tools ask as they connect
             conn.create_function(name, 0, lambda v=value: v, deterministic=True)
         conn.create_collation(timestamps.COLLATION, timestamps.order)
+        conn.create_function("now", 0, timestamps.now)  # PostgreSQL's clock (not deterministic)
+        conn.create_function("date_trunc", 2, timestamps.date_trunc, deterministic=True)
         views = set(shapes)
 
         def authorize(
@@ -540,11 +543,18 @@ class SqlReader:
                 raise SqlError("57P03", still_loading(loading)) from None
             raise _translated(err, self.timeout_s) from None
 
-    def _columns(self, names: list[str], rows: list[Any]) -> tuple[Column, ...]:
-        """The result's columns: a view's column by its view's type, a computed one by its values."""
+    def _columns(self, sql: str, names: list[str], rows: list[Any]) -> tuple[Column, ...]:
+        """The result's columns: a view's column by its view's type, a computed one by its values,
+        or a time type where its text says (`min(hour_start)`, `now()`: their values are text)."""
         kinds = self.column_kinds()
+        timed = {
+            name: kind
+            for name, kind in computed_kinds(pg_casts(unqualified(sql)), kinds).items()
+            if kind in _TIME_KINDS
+        }
         return tuple(
-            pg_column(name, kinds.get(name.lower()) or _kind_of(rows, i)) for i, name in enumerate(names)
+            pg_column(name, kinds.get(name.lower()) or timed.get(name) or _kind_of(rows, i))
+            for i, name in enumerate(names)
         )
 
     def _run(self, sql: str, params: Params | None = None, timeout_s: float | None = None) -> Result:
@@ -570,7 +580,7 @@ class SqlReader:
                 f"the query gives more than {self.max_rows} rows (VIEWS_PG_MAX_ROWS): add a WHERE or a "
                 "LIMIT, or read it with COPY ... TO STDOUT or through a cursor",
             )
-        columns = self._columns(names, rows)
+        columns = self._columns(sql, names, rows)
         return Result(columns, [_texts(row, columns) for row in rows])
 
     def plan(self, sql: str, params: Params | None = None) -> list[tuple[int, int, str]]:
@@ -602,7 +612,7 @@ class SqlReader:
         except BaseException:
             conn.close()
             raise
-        columns = self._columns(names, first)
+        columns = self._columns(sql, names, first)
         errors = functools.partial(self._errors, state)
         return Stream(
             conn,
@@ -734,6 +744,7 @@ _FUNCTION_KINDS = {
     **dict.fromkeys(("count", "length", "instr"), "long"),
     **dict.fromkeys(("avg", "total", "round"), "double"),
     "date": "date",
+    **dict.fromkeys(("now", "date_trunc"), "timestamp"),
     **dict.fromkeys(
         ("upper", "lower", "substr", "trim", "replace", "printf", "format", "group_concat"), "string"
     ),

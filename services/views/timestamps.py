@@ -8,8 +8,9 @@ views job writes them (Spark's JSON: `2026-12-07T05:00:00.000Z`, a date `2026-12
   a literal in any ISO 8601 or PostgreSQL spelling (`'2026-12-07 04:00'`, `'2026-12-07T04:00:00Z'`,
   `'2026-12-07 06:00:00+01'`, what Grafana's `$__timeFilter` writes) selects the same rows; a
   literal without a zone is UTC, as the service's TimeZone is.
-- `now()` and `current_timestamp`, `± interval 'N unit'` after them (`rewritten`), and casts to
-  `timestamptz`, `timestamp` and `date` (`cast`) are written as SQLite reads them.
+- `now()` and `date_trunc(field, t)` are functions of the reader's connections; `± interval
+  'N unit'` after `now()` or `current_timestamp` (`rewritten`), and casts to `timestamptz`,
+  `timestamp` and `date` (`cast`), are written as SQLite reads them.
 """
 
 import functools
@@ -23,6 +24,8 @@ __all__ = [
     "binary_timestamp",
     "cast",
     "date_of_binary",
+    "date_trunc",
+    "now",
     "order",
     "pg_text",
     "rewritten",
@@ -34,8 +37,8 @@ _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # PostgreSQL's binary formats count f
 _DAY_ZERO = _EPOCH.date()
 # now() or current_timestamp, plus or minus an interval literal: '1 hour', '30 minutes', '2 days'.
 _SHIFTED = re.compile(
-    r"\b(now\s*\(\s*\)|current_timestamp|localtimestamp)(?:\s*([-+])\s*interval\s*'\s*"
-    r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*')?",
+    r"\b(now\s*\(\s*\)|current_timestamp|localtimestamp)\s*([-+])\s*interval\s*'\s*"
+    r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*'",
     re.IGNORECASE,
 )
 _UNITS = {
@@ -47,7 +50,11 @@ _UNITS = {
     **dict.fromkeys(("mon", "mons", "month", "months"), ("months", 1)),
     **dict.fromkeys(("y", "year", "years"), ("years", 1)),
 }
-_NOW_SQL = "strftime('%Y-%m-%d %H:%M:%f+00', 'now'{shift})"  # SQLite's clock, in UTC
+# date_trunc's fields: how many of month, day, hour, minute, second, microsecond each keeps.
+_KEPT = {"microseconds": 6, "milliseconds": 6, "second": 5, "minute": 4, "hour": 3, "day": 2, "week": 2}
+_KEPT |= {"month": 1, "quarter": 1, "year": 0}
+_STARTS = (1, 1, 0, 0, 0, 0)  # each one's first value
+_NOW_FORMAT = "'%Y-%m-%d %H:%M:%f+00'"  # SQLite's clock (UTC) in PostgreSQL's text format
 
 
 @functools.lru_cache(maxsize=8192)
@@ -114,23 +121,49 @@ def cast(operand: str, type_name: str) -> str | None:
     return None
 
 
+def now() -> str:
+    """PostgreSQL's now() (SqlReader registers it): the service's clock, UTC, in PostgreSQL's
+    text format. SQLite's own `current_timestamp` gives the same instant without fractions."""
+    return pg_text(datetime.now(UTC).isoformat(timespec="milliseconds"))  # as SQLite's clock
+
+
+def date_trunc(field: str | None, value: str | None) -> str | None:
+    """PostgreSQL's date_trunc('hour', t) (SqlReader registers it), in UTC: what BI tools group
+    a time series by. A field PostgreSQL does not know, or a value that is no timestamp: null."""
+    found = _instant(value) if isinstance(value, str) else None
+    unit = (field or "").lower()
+    if found is None or unit not in _KEPT:
+        return None
+    found = found.astimezone(UTC)
+    parts = (found.month, found.day, found.hour, found.minute, found.second, found.microsecond)
+    kept = _KEPT[unit]
+    month, day, hour, minute, second, micro = (*parts[:kept], *_STARTS[kept:])
+    found = datetime(found.year, month, day, hour, minute, second, micro, tzinfo=UTC)
+    if unit == "week":  # its Monday, as PostgreSQL's (ISO) weeks start
+        found -= timedelta(days=found.weekday())
+    elif unit == "quarter":
+        found = found.replace(month=(found.month - 1) // 3 * 3 + 1)
+    elif unit == "milliseconds":
+        found = found.replace(microsecond=found.microsecond // 1000 * 1000)
+    return pg_text(found.isoformat())
+
+
 def rewritten(sql: str, masked: str) -> str:
-    """`sql` with `now()`, `current_timestamp` and `localtimestamp`, and `± interval '...'`
-    after them, as SQLite's clock (`masked`: `sql` with its strings and comments blanked, the
-    same length: those inside them are left). An interval of another unit is left to SQLite to
+    """`sql` with `now()`, `current_timestamp` or `localtimestamp` `± interval '...'` as SQLite's
+    clock shifted (`masked`: `sql` with its strings and comments blanked, the same length: those
+    inside them are left). An interval of another unit is left to SQLite to
     refuse."""
     for found in reversed([m for m in _SHIFTED.finditer(sql) if masked[m.start()] == sql[m.start()]]):
-        shift = ""
-        if found.group(2) is not None:
-            amount, unit = sql[found.start(3) : found.end(3)], sql[found.start(4) : found.end(4)].lower()
-            if unit not in _UNITS:
-                continue
-            word, times = _UNITS[unit]
-            number = float(amount) * times
-            shown = f"{number:g}" if word == "seconds" else str(int(number))
-            if word != "seconds" and number != int(number):
-                continue  # '1.5 hours': SQLite takes whole units only here
-            shift = f", '{found.group(2)}{shown} {word}'"
-        replacement = f"({_NOW_SQL.format(shift=shift)} COLLATE {COLLATION})"
+        unit = found.group(4).lower()
+        if unit not in _UNITS:
+            continue
+        word, times = _UNITS[unit]
+        number = float(found.group(3)) * times
+        if word != "seconds" and number != int(number):
+            continue  # '1.5 hours': SQLite takes whole units only here
+        shown = f"{number:g}" if word == "seconds" else str(int(number))
+        replacement = (
+            f"(strftime({_NOW_FORMAT}, 'now', '{found.group(2)}{shown} {word}') COLLATE {COLLATION})"
+        )
         sql = sql[: found.start()] + replacement + sql[found.end() :]
     return sql

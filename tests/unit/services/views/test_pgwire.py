@@ -1284,6 +1284,14 @@ def test_timestamps_are_timestamptz_in_utc_compared_by_instant_whatever_the_lite
         "2026-11-07",
         "2026-11-07",
     ]
+    assert served.rows("SELECT min(hour_start) FROM hourly") == ["2026-11-07 03:00:00+00"]  # computed: typed
+    by_day = (
+        "SELECT date_trunc('day', hour_start) AS d, sum(ratings) FROM hourly GROUP BY 1 ORDER BY 1 LIMIT 1"
+    )
+    assert served.rows(by_day) == ["2026-11-07 00:00:00+00|3"]  # a BI tool's time grain
+    clock = served.rows("SELECT now(), now() - interval '1 day' AS yesterday")[0].split("|")
+    apart = datetime.datetime.fromisoformat(clock[0]) - datetime.datetime.fromisoformat(clock[1])
+    assert abs(apart - datetime.timedelta(days=1)) < datetime.timedelta(seconds=1), clock
     described = served.rows("\\d hourly")
     assert described[:2] == ["hour_start|timestamp with time zone|||", "day|date|||"], described
     with _connect(served) as conn:

@@ -13,6 +13,8 @@ from services.views.timestamps import (
     binary_timestamp,
     cast,
     date_of_binary,
+    date_trunc,
+    now,
     order,
     pg_text,
     rewritten,
@@ -72,12 +74,14 @@ def test_now_and_intervals_are_sqlite_s_clock_and_strings_are_left_alone() -> No
     assert "localtimestamp - interval '1 fortnight'" in out  # no unit SQLite has: left to refuse
     conn = sqlite3.connect(":memory:")
     conn.create_collation(COLLATION, order)
+    conn.create_function("now", 0, now)  # as the SQL reader's connections have it
     clock = "SELECT now(), now() - interval '90 seconds'"
     shown = conn.execute(rewritten(clock, _masked(clock))).fetchone()
-    now = datetime.now(UTC)
-    assert abs(datetime.fromisoformat(shown[0]) - now) < timedelta(seconds=5)
-    assert abs(datetime.fromisoformat(shown[1]) - (now - timedelta(seconds=90))) < timedelta(seconds=5)
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\+00", shown[0])
+    moment = datetime.now(UTC)
+    assert abs(datetime.fromisoformat(shown[0]) - moment) < timedelta(seconds=5)
+    assert abs(datetime.fromisoformat(shown[1]) - (moment - timedelta(seconds=90))) < timedelta(seconds=5)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,3})?\+00", shown[0]), shown[0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\+00", shown[1]), shown[1]
 
 
 def test_casts_to_time_types_are_written_for_sqlite_and_others_left() -> None:
@@ -101,3 +105,27 @@ def test_binary_formats_count_from_2000_as_postgresql_s_do() -> None:
     assert date_of_binary(struct.pack("!i", 9_837)) == "2026-12-07"
     with pytest.raises(ValueError):
         binary_timestamp("soon")
+
+
+@pytest.mark.parametrize(
+    ("field", "start"),
+    [
+        ("milliseconds", "2026-12-09 05:34:21.164+00"),
+        ("second", "2026-12-09 05:34:21+00"),
+        ("minute", "2026-12-09 05:34:00+00"),
+        ("HOUR", "2026-12-09 05:00:00+00"),
+        ("day", "2026-12-09 00:00:00+00"),
+        ("week", "2026-12-07 00:00:00+00"),  # its Monday
+        ("month", "2026-12-01 00:00:00+00"),
+        ("quarter", "2026-10-01 00:00:00+00"),
+        ("year", "2026-01-01 00:00:00+00"),
+        ("fortnight", None),  # no field of PostgreSQL's: null
+    ],
+)
+def test_date_trunc_gives_the_start_of_the_field_in_utc(field: str, start: str | None) -> None:
+    assert date_trunc(field, "2026-12-09T07:34:21.164567+02:00") == start
+
+
+def test_date_trunc_of_no_timestamp_is_null() -> None:
+    assert date_trunc("hour", None) is None
+    assert date_trunc("hour", "soon") is None
