@@ -28,10 +28,10 @@ from support.views_api import Events, Service
 
 StackEnv = dict[str, str]
 ROOT = Path(__file__).resolve().parents[4]
-BY_CHANNEL = """-- Ratings per channel, with their stars and the newest rating time.
+BY_CHANNEL = """-- Ratings per channel, with their stars and the newest rating time (epoch ms and timestamp).
 -- trigger: 1 second
 SELECT coalesce(channel, 'none') AS channel, count(*) AS ratings, sum(stars) AS stars,
-       max(rating_time) AS last_rating_time
+       max(rating_time) AS last_rating_time, timestamp_millis(max(rating_time)) AS last_rating_at
 FROM enriched
 GROUP BY coalesce(channel, 'none')
 """
@@ -59,7 +59,19 @@ def by_channel(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             stars=row["stars"] + r["stars"],
             last_rating_time=max(row["last_rating_time"], r["rating_time"]),
         )
+        row["last_rating_at"] = _spark_json_time(row["last_rating_time"])
     return dict(rows)
+
+
+def _spark_json_time(ms: int) -> str:
+    """A timestamp as the views job's JSON writes it: ISO 8601, milliseconds, UTC."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _pg_time(ms: int) -> str:
+    """The same instant as PostgreSQL shows a timestamptz in UTC: fractions without trailing zeros."""
+    fraction = f".{ms % 1000:03d}".rstrip("0").rstrip(".")
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms // 1000)) + fraction + "+00"
 
 
 def rows_equal(
@@ -103,6 +115,13 @@ def served(stack_env: StackEnv, topics: ViewTopics, tmp_path: Path, web: dict[st
     answer = service.psql("SELECT channel, ratings, stars FROM by_channel WHERE channel = 'web'")
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.strip() == f"web|{web['ratings']}|{web['stars']}"
+    at = web["last_rating_time"]  # the timestamp: timestamptz over psql, compared by instant
+    since = time.strftime("%Y-%m-%d %H:%M", time.gmtime(at // 1000 - 60))
+    timed = service.psql(
+        f"SELECT last_rating_at FROM by_channel WHERE last_rating_at > '{since}' AND channel = 'web'"  # noqa: S608
+    )
+    assert timed.stdout.strip() == _pg_time(at), timed.stderr
+    assert "last_rating_at|timestamp with time zone" in service.psql(r"\d by_channel").stdout
     listed = {v["name"]: v for v in service.get("/views")[1]["views"]}
     assert listed["by_channel"]["key"] == ["channel"] and listed["by_channel"]["rows"] == 4
 
