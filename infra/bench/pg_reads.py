@@ -33,7 +33,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any
 import psycopg
 
 from foundation.view_marker import ViewMarker
+from infra.bench.memory import PeakRss
 from infra.bench.results import exit_on_sigterm, write_result
 from infra.stack.artifacts import postgres_bin
 from infra.stack.settings import REPO_ROOT, StackSettings
@@ -220,30 +220,10 @@ def _tree_pss_kib(pid: int) -> int:
     return total
 
 
-class _PeakPss(threading.Thread):
-    """The largest PSS of a server while a phase runs, sampled every 50 ms, at its start and at
-    its end."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.peak_kib = _tree_pss_kib(pid)
-        self.done = threading.Event()
-        self.start()
-
-    def run(self) -> None:
-        while not self.done.wait(0.05):
-            self.peak_kib = max(self.peak_kib, _tree_pss_kib(self.pid))
-
-    def stop(self) -> float:
-        self.done.set()
-        self.join()
-        return round(max(self.peak_kib, _tree_pss_kib(self.pid)) / 1024, 1)
-
-
 def _measured(pid: int, work: Callable[[], int]) -> dict[str, Any]:
     """`work` (which returns the rows it read) timed, with the server's CPU and peak memory."""
-    memory = _PeakPss(pid)
+    memory = PeakRss(pid, interval_s=0.05, measure=_tree_pss_kib)
+    memory.peak_kib = _tree_pss_kib(pid)  # at its start: a phase may be shorter than a sample
     cpu = _tree_cpu_s(pid)
     started = time.perf_counter()
     rows = work()
