@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from services.views import timestamps
 from services.views.sql import IDENTIFIER, Column, identifier
 
 __all__ = [
@@ -85,10 +86,13 @@ def changes(text: str) -> tuple[list[str], str | None]:
     return found, None
 
 
-def _value(value: Any) -> str | None:
-    """A JSON value in PostgreSQL's text format: booleans t/f, objects and arrays as JSON."""
+def _value(value: Any, pg_type: str) -> str | None:
+    """A JSON value in PostgreSQL's text format: booleans t/f, objects and arrays as JSON, a
+    timestamp as PostgreSQL shows one (the JSON's is ISO 8601)."""
     if value is None:
         return None
+    if pg_type == "timestamptz" and isinstance(value, str):
+        return timestamps.pg_text(value)
     if isinstance(value, bool):
         return "t" if value else "f"
     if isinstance(value, dict | list):
@@ -103,7 +107,7 @@ def row_values(data: str, columns: tuple[Column, ...]) -> tuple[str | None, ...]
     change = json.loads(data)
     row, key = change.get("row"), change.get("key") or {}
     state, values = ("upsert", row) if row is not None else ("delete", key)
-    return (state, *(_value(values.get(c.name)) for c in columns))
+    return (state, *(_value(values.get(c.name), c.pg_type) for c in columns))
 
 
 def copy_line(data: str, columns: tuple[Column, ...]) -> bytes:

@@ -38,6 +38,13 @@ def test_a_change_is_a_copy_row_with_its_state_and_escapes() -> None:
     assert copy_line('{"key":{"user_id":7},"row":null}', COLUMNS) == b"delete\t7\t\\N\t\\N\n"
 
 
+def test_a_timestamp_in_a_change_is_shown_as_postgresql_shows_one() -> None:
+    columns = (pg_column("hour_start", "timestamp"), pg_column("day", "date"))
+    hour = '"hour_start":"2026-12-07T05:00:00.000Z"'
+    change = '{"key":{' + hour + '},"row":{' + hour + ',"day":"2026-12-07"}}'
+    assert copy_line(change, columns) == b"upsert\t2026-12-07 05:00:00+00\t2026-12-07\n"
+
+
 @pytest.mark.parametrize(
     ("text", "found", "ended"),
     [
