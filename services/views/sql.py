@@ -255,7 +255,7 @@ _CAST_TYPE = re.compile(
     r"::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s+(?:precision|varying))?)(\s*\([0-9,\s]*\))?(\s*\[\s*\])?",
     re.IGNORECASE,
 )
-_CLOCK = re.compile(r"\binterval\b", re.IGNORECASE)  # `now() - interval '1 hour'`: `timestamps`
+_CLOCK = re.compile(r"\b(?:interval|extract)\b", re.IGNORECASE)  # `now() - interval '1 hour'`: `timestamps`
 _OPERAND_END = re.compile(r"[\w.$\"]")
 _CASE_WORDS = re.compile(r"\b(?:CASE|END)\b", re.IGNORECASE)
 
@@ -297,7 +297,7 @@ def pg_casts(sql: str) -> str:
         return sql
     masked = _masked(sql)
     if clock:
-        sql = timestamps.rewritten(sql, masked)
+        sql = timestamps.rewritten(sql, _masked)
         masked = _masked(sql)
     for found in reversed([m for m in _CAST_TYPE.finditer(sql) if masked[m.start()] == ":"]):
         start = _operand_start(masked, found.start())
@@ -411,6 +411,7 @@ class SqlReader:
         conn.create_collation(timestamps.COLLATION, timestamps.order)
         conn.create_function("now", 0, timestamps.now)  # PostgreSQL's clock (not deterministic)
         conn.create_function("date_trunc", 2, timestamps.date_trunc, deterministic=True)
+        conn.create_function("date_part", 2, timestamps.date_part, deterministic=True)
         views = set(shapes)
 
         def authorize(
@@ -742,7 +743,7 @@ _CAST_KINDS = {
 }
 _FUNCTION_KINDS = {
     **dict.fromkeys(("count", "length", "instr"), "long"),
-    **dict.fromkeys(("avg", "total", "round"), "double"),
+    **dict.fromkeys(("avg", "total", "round", "date_part"), "double"),
     "date": "date",
     **dict.fromkeys(("now", "date_trunc"), "timestamp"),
     **dict.fromkeys(

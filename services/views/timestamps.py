@@ -8,14 +8,16 @@ views job writes them (Spark's JSON: `2026-12-07T05:00:00.000Z`, a date `2026-12
   a literal in any ISO 8601 or PostgreSQL spelling (`'2026-12-07 04:00'`, `'2026-12-07T04:00:00Z'`,
   `'2026-12-07 06:00:00+01'`, what Grafana's `$__timeFilter` writes) selects the same rows; a
   literal without a zone is UTC, as the service's TimeZone is.
-- `now()` and `date_trunc(field, t)` are functions of the reader's connections; `± interval
-  'N unit'` after `now()` or `current_timestamp` (`rewritten`), and casts to `timestamptz`,
-  `timestamp` and `date` (`cast`), are written as SQLite reads them.
+- `now()`, `date_trunc(field, t)` and `date_part(field, t)` are functions of the reader's
+  connections; `extract(field FROM t)` and `± interval 'N unit'` after `now()` or
+  `current_timestamp` (`rewritten`), and casts to `timestamptz`, `timestamp` and `date`
+  (`cast`), are written as SQLite reads them.
 """
 
 import functools
 import re
 import struct
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "binary_timestamp",
     "cast",
     "date_of_binary",
+    "date_part",
     "date_trunc",
     "now",
     "order",
@@ -34,6 +37,7 @@ __all__ = [
 
 COLLATION = "pg_timestamp"  # the collation of a view's timestamp columns (SqlReader registers it)
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # PostgreSQL's binary formats count from it
+_UNIX = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_ZERO = _EPOCH.date()
 # now() or current_timestamp, plus or minus an interval literal: '1 hour', '30 minutes', '2 days'.
 _SHIFTED = re.compile(
@@ -54,6 +58,23 @@ _UNITS = {
 _KEPT = {"microseconds": 6, "milliseconds": 6, "second": 5, "minute": 4, "hour": 3, "day": 2, "week": 2}
 _KEPT |= {"month": 1, "quarter": 1, "year": 0}
 _STARTS = (1, 1, 0, 0, 0, 0)  # each one's first value
+_EXTRACT = re.compile(r"\bextract\s*\(\s*([A-Za-z]+)\s+FROM\s+", re.IGNORECASE)
+_PARTS: dict[str, Callable[[datetime], float]] = {
+    "epoch": lambda t: (t - _UNIX).total_seconds(),
+    "year": lambda t: t.year,
+    "quarter": lambda t: (t.month - 1) // 3 + 1,
+    "month": lambda t: t.month,
+    "week": lambda t: t.isocalendar().week,
+    "day": lambda t: t.day,
+    "dow": lambda t: t.isoweekday() % 7,  # Sunday 0, as PostgreSQL's
+    "isodow": lambda t: t.isoweekday(),
+    "doy": lambda t: t.timetuple().tm_yday,
+    "hour": lambda t: t.hour,
+    "minute": lambda t: t.minute,
+    "second": lambda t: t.second + t.microsecond / 1e6,
+    "milliseconds": lambda t: t.second * 1e3 + t.microsecond / 1e3,
+    "microseconds": lambda t: t.second * 1_000_000 + t.microsecond,
+}
 _NOW_FORMAT = "'%Y-%m-%d %H:%M:%f+00'"  # SQLite's clock (UTC) in PostgreSQL's text format
 
 
@@ -148,11 +169,24 @@ def date_trunc(field: str | None, value: str | None) -> str | None:
     return pg_text(found.isoformat())
 
 
-def rewritten(sql: str, masked: str) -> str:
-    """`sql` with `now()`, `current_timestamp` or `localtimestamp` `± interval '...'` as SQLite's
-    clock shifted (`masked`: `sql` with its strings and comments blanked, the same length: those
-    inside them are left). An interval of another unit is left to SQLite to
-    refuse."""
+def date_part(field: str | None, value: str | None) -> float | None:
+    """PostgreSQL's date_part('hour', t), and `extract(hour FROM t)` (`rewritten`), in UTC, as a
+    double: what Grafana's `$__timeGroup` (`extract(epoch FROM t)`) and time-of-day groupings
+    ask. A field PostgreSQL does not know, or a value that is no timestamp: null."""
+    found = _instant(value) if isinstance(value, str) else None
+    part = _PARTS.get((field or "").lower())
+    if found is None or part is None:
+        return None
+    return float(part(found.astimezone(UTC)))
+
+
+def rewritten(sql: str, masking: Callable[[str], str]) -> str:
+    """`sql` with `extract(field FROM t)` as `date_part('field', t)`, and `now()`,
+    `current_timestamp` or `localtimestamp` `± interval '...'` as SQLite's clock shifted, where
+    `masking` (which blanks strings and comments, keeping the length) leaves them: none inside a
+    string is touched. An interval of another unit is left to SQLite to refuse."""
+    sql = _extracts(sql, masking)
+    masked = masking(sql)
     for found in reversed([m for m in _SHIFTED.finditer(sql) if masked[m.start()] == sql[m.start()]]):
         unit = found.group(4).lower()
         if unit not in _UNITS:
@@ -167,3 +201,22 @@ def rewritten(sql: str, masked: str) -> str:
         )
         sql = sql[: found.start()] + replacement + sql[found.end() :]
     return sql
+
+
+def _extracts(sql: str, masking: Callable[[str], str]) -> str:
+    """Each `extract(field FROM expression)` as `date_part('field', expression)`, the last
+    first (so that one inside another's expression is written before it is moved)."""
+    while True:
+        masked = masking(sql)
+        found = [m for m in _EXTRACT.finditer(masked) if masked[m.start()] == sql[m.start()]]
+        if not found:
+            return sql
+        last = found[-1]
+        depth, end = 1, last.end()
+        while end < len(masked) and depth:
+            depth += (masked[end] == "(") - (masked[end] == ")")
+            end += 1
+        if depth:
+            return sql  # no closing parenthesis: SQLite says what is wrong
+        field = sql[last.start(1) : last.end(1)].lower()
+        sql = f"{sql[: last.start()]}date_part('{field}', {sql[last.end() : end - 1].strip()}){sql[end:]}"

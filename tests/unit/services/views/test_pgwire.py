@@ -1289,6 +1289,12 @@ def test_timestamps_are_timestamptz_in_utc_compared_by_instant_whatever_the_lite
         "SELECT date_trunc('day', hour_start) AS d, sum(ratings) FROM hourly GROUP BY 1 ORDER BY 1 LIMIT 1"
     )
     assert served.rows(by_day) == ["2026-11-07 00:00:00+00|3"]  # a BI tool's time grain
+    grafana = (  # $__timeGroupAlias(hour_start, '2h') and $__timeFilter(hour_start), as Grafana writes them
+        'SELECT floor(extract(epoch from hour_start)/7200)*7200 AS "time", sum(ratings) FROM hourly'
+        " WHERE hour_start BETWEEN '2026-11-07T00:00:00Z' AND '2026-11-08T00:00:00Z' GROUP BY 1 ORDER BY 1"
+    )
+    two_hours = int(datetime.datetime(2026, 11, 7, 2, tzinfo=utc).timestamp())
+    assert served.rows(grafana) == [f"{two_hours}.0|1", f"{two_hours + 7200}.0|2"]
     clock = served.rows("SELECT now(), now() - interval '1 day' AS yesterday")[0].split("|")
     apart = datetime.datetime.fromisoformat(clock[0]) - datetime.datetime.fromisoformat(clock[1])
     assert abs(apart - datetime.timedelta(days=1)) < datetime.timedelta(seconds=1), clock

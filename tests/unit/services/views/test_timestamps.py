@@ -13,6 +13,7 @@ from services.views.timestamps import (
     binary_timestamp,
     cast,
     date_of_binary,
+    date_part,
     date_trunc,
     now,
     order,
@@ -67,7 +68,7 @@ def test_now_and_intervals_are_sqlite_s_clock_and_strings_are_left_alone() -> No
         "SELECT 'now()' AS s FROM v WHERE t > now() - interval '2 hours'"
         " AND t < CURRENT_TIMESTAMP + INTERVAL '1 week' AND t > localtimestamp - interval '1 fortnight'"
     )
-    out = rewritten(sql, _masked(sql))
+    out = rewritten(sql, _masked)
     assert "'now()' AS s" in out
     assert f"(strftime('%Y-%m-%d %H:%M:%f+00', 'now', '-2 hours') COLLATE {COLLATION})" in out
     assert f"(strftime('%Y-%m-%d %H:%M:%f+00', 'now', '+7 days') COLLATE {COLLATION})" in out
@@ -76,7 +77,7 @@ def test_now_and_intervals_are_sqlite_s_clock_and_strings_are_left_alone() -> No
     conn.create_collation(COLLATION, order)
     conn.create_function("now", 0, now)  # as the SQL reader's connections have it
     clock = "SELECT now(), now() - interval '90 seconds'"
-    shown = conn.execute(rewritten(clock, _masked(clock))).fetchone()
+    shown = conn.execute(rewritten(clock, _masked)).fetchone()
     moment = datetime.now(UTC)
     assert abs(datetime.fromisoformat(shown[0]) - moment) < timedelta(seconds=5)
     assert abs(datetime.fromisoformat(shown[1]) - (moment - timedelta(seconds=90))) < timedelta(seconds=5)
@@ -129,3 +130,40 @@ def test_date_trunc_gives_the_start_of_the_field_in_utc(field: str, start: str |
 def test_date_trunc_of_no_timestamp_is_null() -> None:
     assert date_trunc("hour", None) is None
     assert date_trunc("hour", "soon") is None
+
+
+def test_extract_is_date_part_and_one_inside_another_or_a_string_is_handled() -> None:
+    sql = (
+        "SELECT floor(extract(epoch FROM hour_start) / 300) * 300 AS time, 'extract(day from x)',"
+        " EXTRACT ( hour from date_trunc('day', extract(epoch from t)) ) FROM v"
+    )
+    assert rewritten(sql, _masked) == (
+        "SELECT floor(date_part('epoch', hour_start) / 300) * 300 AS time, 'extract(day from x)',"
+        " date_part('hour', date_trunc('day', date_part('epoch', t))) FROM v"
+    )
+    assert rewritten("SELECT extract(day FROM t", _masked) == "SELECT extract(day FROM t"  # SQLite's error
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("epoch", 1_796_794_461.164567),
+        ("year", 2026.0),
+        ("quarter", 4.0),
+        ("month", 12.0),
+        ("week", 50.0),
+        ("day", 9.0),
+        ("dow", 3.0),  # a Wednesday
+        ("isodow", 3.0),
+        ("doy", 343.0),
+        ("HOUR", 5.0),
+        ("minute", 34.0),
+        ("second", 21.164567),
+        ("milliseconds", 21_164.567),
+        ("microseconds", 21_164_567.0),
+        ("fortnight", None),
+    ],
+)
+def test_date_part_gives_postgresql_s_fields_in_utc(field: str, value: float | None) -> None:
+    found = date_part(field, "2026-12-09T07:34:21.164567+02:00")
+    assert found == pytest.approx(value) if value is not None else found is None
