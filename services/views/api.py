@@ -10,6 +10,7 @@ import re
 import sqlite3
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from foundation.view_marker import ViewMarker
+from services.views import timestamps
 from services.views.changelog import ChangelogProcess
 from services.views.config import ViewsApiSettings
 from services.views.hub import REPLACED, Hub, RowFilter, Subscriber, Turns, change_data, sse
@@ -62,7 +64,19 @@ def parse_value(text: str, kind: str, what: str) -> Any:
         if text not in ("true", "false"):
             raise BadRequest(400, f"{what}: {text!r} is not true or false")
         return text == "true"
+    if kind in ("timestamp", "date"):  # in the stored form, which compares as text by instant
+        found = timestamps.stored(text) if kind == "timestamp" else _iso_date(text)
+        if found is None:
+            raise BadRequest(400, f"{what}: {text!r} is not a {kind} (ISO 8601: 2026-12-07T05:00:00Z)")
+        return found
     return text
+
+
+def _iso_date(text: str) -> str | None:
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        return None
 
 
 _PAGE = Path(__file__).parent / "page"

@@ -32,6 +32,7 @@ __all__ = [
     "order",
     "pg_text",
     "rewritten",
+    "stored",
     "timestamp_of_binary",
 ]
 
@@ -105,6 +106,16 @@ def pg_text(text: str) -> str:
     found = found.astimezone(UTC)
     fraction = f".{found.microsecond:06d}".rstrip("0") if found.microsecond else ""
     return found.strftime("%Y-%m-%d %H:%M:%S") + fraction + "+00"
+
+
+def stored(text: str) -> str | None:
+    """A timestamp in the views job's JSON form (`2026-12-07T05:00:00.000Z`: UTC, milliseconds),
+    which compares with the stored ones as text by instant (HTTP filters); None for no timestamp."""
+    found = _instant(text)
+    if found is None:
+        return None
+    found = found.astimezone(UTC)
+    return found.strftime("%Y-%m-%dT%H:%M:%S.") + f"{found.microsecond // 1000:03d}Z"
 
 
 def binary_timestamp(text: str) -> bytes:

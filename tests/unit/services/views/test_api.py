@@ -163,6 +163,31 @@ def test_subscribers_reading_snapshots_at_once_write_one_page_between_two_polls_
     assert busiest == 1, f"{busiest} subscribers' writes in one turn of the event loop"
 
 
+def test_a_timestamp_filter_in_any_iso_spelling_selects_by_instant_and_a_bad_one_is_a_400(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    columns = [{"name": "hour_start", "type": "timestamp"}, {"name": "day", "type": "date"}]
+    marker = ViewMarker.decode({"view": "hourly", "key": ["hour_start"], "columns": columns})
+    hours = [f"2026-11-07T0{h}:00:00.000Z" for h in (3, 4, 5)]  # as the views job's JSON writes them
+    rows = [{"hour_start": h, "day": "2026-11-07"} for h in hours]
+    store.apply(
+        [Change("hourly", key_of([r["hour_start"]]), ("hour_start",), json.dumps(r)) for r in rows],
+        {"hourly": marker},
+        {},
+    )
+    types = {"hour_start": "timestamp", "day": "date"}
+    for spelling in ("2026-11-07 05:30:00+02", "2026-11-07T03:30Z", "2026-11-07 03:30"):
+        found = scan_filters("hour_start.gt", spelling, types, "hourly")
+        assert found == [("hour_start", ">", "2026-11-07T03:30:00.000Z")], spelling
+        assert [json.loads(r)["hour_start"] for r in store.scan("hourly", found, 10)] == hours[1:]
+    assert scan_filters("day", "2026-11-07", types, "hourly") == [("day", "=", "2026-11-07")]
+    for param, text in (("hour_start.lt", "soon"), ("day", "2026-13-01")):
+        with pytest.raises(BadRequest) as refused:
+            scan_filters(param, text, types, "hourly")
+        assert refused.value.status == 400 and "ISO 8601" in str(refused.value)
+
+
 def test_scan_parameters_become_typed_filters_and_a_cursor_round_trips() -> None:
     types = {"user_id": "int", "hour": "string", "average_stars": "double"}
     assert scan_filters("user_id", "42", types, "v") == [("user_id", "=", 42)]

@@ -19,6 +19,7 @@ from services.views.timestamps import (
     order,
     pg_text,
     rewritten,
+    stored,
     timestamp_of_binary,
 )
 
@@ -167,3 +168,9 @@ def test_extract_is_date_part_and_one_inside_another_or_a_string_is_handled() ->
 def test_date_part_gives_postgresql_s_fields_in_utc(field: str, value: float | None) -> None:
     found = date_part(field, "2026-12-09T07:34:21.164567+02:00")
     assert found == pytest.approx(value) if value is not None else found is None
+
+
+def test_a_filter_s_timestamp_takes_the_stored_form_which_compares_as_text_by_instant() -> None:
+    assert stored("2026-12-07 06:30:00.1234+01:30") == "2026-12-07T05:00:00.123Z"
+    assert stored("2026-12-07") == "2026-12-07T00:00:00.000Z"
+    assert stored("soon") is None
