@@ -40,7 +40,6 @@ from pyspark.sql.types import (
     LongType,
     StringType,
     StructType,
-    TimestampNTZType,
     TimestampType,
 )
 
@@ -94,9 +93,9 @@ _TYPES: dict[type[DataType], str] = {
     StringType: "string",
     BooleanType: "boolean",
     # Spark's JSON writes them in ISO 8601 (the session is in UTC): the query service serves a
-    # timestamp as PostgreSQL's timestamptz (one without a zone is UTC), a date as date.
+    # timestamp as PostgreSQL's timestamptz, a date as date. A timestamp without a zone
+    # (`to_timestamp_ntz`) stays text, as it is written (`2026-12-07T05:00:00.000`).
     TimestampType: "timestamp",
-    TimestampNTZType: "timestamp",
     DateType: "date",
 }
 

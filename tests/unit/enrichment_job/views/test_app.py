@@ -100,7 +100,7 @@ def test_a_view_s_columns_are_typed_for_the_query_service_timestamps_and_dates_a
         {"name": "b", "type": "boolean"},
         {"name": "s", "type": "string"},
         {"name": "t", "type": "timestamp"},
-        {"name": "t_ntz", "type": "timestamp"},
+        {"name": "t_ntz", "type": "string"},  # no zone: its text as written
         {"name": "d", "type": "date"},
         {"name": "other", "type": "string"},  # served as its JSON text
     ]
