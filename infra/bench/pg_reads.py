@@ -151,6 +151,7 @@ class Postgres:
             raise SystemExit(f"PostgreSQL is not installed at {self.bin}: `make install` installs it")
         self.folder.mkdir(parents=True)
         secret = self.folder / "pw"
+        secret.touch(mode=0o600)  # its owner's alone, for the moment initdb reads it
         secret.write_text(self.password)
         if self.user:
             shutil.chown(self.folder, self.user)
@@ -167,7 +168,8 @@ class Postgres:
         cmd += ["-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.folder}"]
         with log.open("ab") as err:
             self.process = subprocess.Popen(self._as_user(cmd), stdout=err, stderr=err)
-        conninfo = f"host=127.0.0.1 port={self.port} user=bench password={self.password} dbname=postgres"
+        os.environ["PGPASSWORD"] = self.password  # libpq's, for psql and psycopg: not on a command line
+        conninfo = f"host=127.0.0.1 port={self.port} user=bench dbname=postgres"
         _ready(conninfo, self.process, "PostgreSQL", log)
         return conninfo
 
@@ -180,6 +182,7 @@ class Postgres:
         return int(children[0])
 
     def stop(self) -> None:
+        os.environ.pop("PGPASSWORD", None)
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
@@ -188,20 +191,19 @@ class Postgres:
                 self.process.kill()
 
 
-def _cpu_s(pid: int, children_ended: bool) -> float:
+def _cpu_s(pid: int) -> float:
     """utime + stime of a process, with those of its children that ended (cutime + cstime)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = [int(f) for f in fields[11:15]] if children_ended else [int(f) for f in fields[11:13]]
-    return sum(ticks) / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _tree_cpu_s(pid: int) -> float:
     """CPU seconds of a server so far: the process, its children that ended (PostgreSQL's
     backends, reaped by the postmaster) and those still running."""
-    total = _cpu_s(pid, True)
+    total = _cpu_s(pid)
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
         try:
-            total += _cpu_s(int(child), True)
+            total += _cpu_s(int(child))
         except (FileNotFoundError, ProcessLookupError):
             continue  # ended meanwhile: counted in its parent's once reaped
     return total
