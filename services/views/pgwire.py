@@ -47,6 +47,7 @@ from services.views.portals import (
 from services.views.session import Session, reported
 from services.views.sql import (
     PAST_DEADLINE,
+    SETTINGS,
     Column,
     Params,
     Result,
@@ -254,6 +255,7 @@ class PgServer:
 
     async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int) -> None:
         session = Session(secret)
+        SETTINGS.set(session.setting)  # current_setting(): this connection's task and its threads
         held = _Held(writer)  # the extended protocol's answers, sent together at Sync or Flush
         try:
             while True:

@@ -330,6 +330,11 @@ class Session:
         self.settings[name] = SETTABLE[name]
         return "RESET"
 
+    def setting(self, name: str) -> str | None:
+        """A setting's value for current_setting(name), in any case; None for one not known."""
+        known = _canonical(name)
+        return None if known is None else self.settings.get(known, _SHOWN.get(known, ""))
+
     def _show(self, sql: str) -> Result:
         asked = _SHOW.fullmatch(sql)
         words = " ".join(asked.group(1).split()).lower() if asked is not None else ""

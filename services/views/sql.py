@@ -11,6 +11,7 @@ a time from one snapshot of the store, for COPY TO STDOUT and cursors.
 """
 
 import contextlib
+import contextvars
 import functools
 import json
 import math
@@ -35,6 +36,7 @@ __all__ = [
     "PG_TYPES",
     "PG_TYPE_NAMES",
     "SCHEMA",
+    "SETTINGS",
     "Column",
     "Params",
     "Result",
@@ -102,6 +104,17 @@ Params = dict[str, Any]  # a query's parameters by number: {"1": 42} for $1
 VERSION = "PostgreSQL 15.0 (ratings views), the materialized views' query service, read only"
 DATABASE, SCHEMA = "views", "public"  # the one database and schema the views are, to every tool
 _SESSION_FUNCTIONS = {"version": VERSION, "current_schema": SCHEMA, "current_database": DATABASE}
+# The client's settings, by name (None: unknown), for current_setting(): its connection's task
+# sets it (a worker thread running the query gets the task's context).
+SETTINGS: contextvars.ContextVar[Callable[[str], str | None]] = contextvars.ContextVar(
+    "SETTINGS", default=lambda _name: None
+)
+
+
+def _current_setting(name: Any, _missing_ok: Any = None) -> str | None:
+    """PostgreSQL's current_setting(name [, missing_ok]): the client's value; null for a
+    setting not known here (PostgreSQL refuses it unless missing_ok)."""
+    return SETTINGS.get()(str(name)) if name is not None else None
 
 
 class SqlError(RatingsError):
@@ -412,6 +425,8 @@ class SqlReader:
         conn.create_function("now", 0, timestamps.now)  # PostgreSQL's clock (not deterministic)
         conn.create_function("date_trunc", 2, timestamps.date_trunc, deterministic=True)
         conn.create_function("date_part", 2, timestamps.date_part, deterministic=True)
+        for arguments in (1, 2):
+            conn.create_function("current_setting", arguments, _current_setting)
         views = set(shapes)
 
         def authorize(

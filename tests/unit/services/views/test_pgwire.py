@@ -1312,3 +1312,13 @@ def test_timestamps_are_timestamptz_in_utc_compared_by_instant_whatever_the_lite
         with conn.cursor(binary=True) as cur:  # the values in binary, the parameter too (%b)
             cur.execute("SELECT hour_start, day FROM hourly WHERE hour_start < %b ORDER BY 1", (recent,))
             assert cur.fetchall() == rows
+
+
+def test_current_setting_gives_the_client_s_own_settings(served: Served) -> None:
+    with _connect(served, autocommit=True) as conn, _connect(served, autocommit=True) as other:
+        version = "SELECT current_setting('server_version_num')::int / 100"  # Grafana's version check
+        assert conn.execute(version).fetchone() == (1500,)
+        conn.execute("SET application_name = 'grafana'")
+        asked = "SELECT current_setting('APPLICATION_NAME'), current_setting('no_such_setting', true)"
+        assert conn.execute(asked).fetchone() == ("grafana", None)
+        assert other.execute("SELECT current_setting('application_name')").fetchone() == ("",)  # its own
