@@ -7,8 +7,9 @@ A parameter the client does not declare takes the type of the view's column it i
 with, where the statement's text says (`inferred_types`). Parameters in text are read by their
 type: an integer type as an integer, a floating one as a float, `numeric` as an integer when it
 is whole, bool as 1 or 0; one of no type is bound as text, which SQLite compares with a view's
-typed column by the column's type. Binary parameters are read for bool, the integer and
-floating types, numeric and the text types; any other binary type is refused with SQLSTATE
+typed column by the column's type (a timestamp column compares by instant: `timestamps`).
+Binary parameters are read for bool, the integer and floating types, numeric, the text types,
+timestamptz, timestamp (taken as UTC) and date; any other binary type is refused with SQLSTATE
 0A000, never guessed.
 """
 
