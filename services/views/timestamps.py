@@ -90,6 +90,18 @@ def _instant(text: str) -> datetime | None:
     return found.replace(tzinfo=UTC) if found.tzinfo is None else found
 
 
+def _utc(text: str) -> datetime | None:
+    """`_instant` in UTC."""
+    found = _instant(text)
+    return None if found is None else found.astimezone(UTC)
+
+
+def _shown(found: datetime) -> str:
+    """A UTC instant in PostgreSQL's text format: fractions only when there are some."""
+    fraction = f".{found.microsecond:06d}".rstrip("0") if found.microsecond else ""
+    return found.strftime("%Y-%m-%d %H:%M:%S") + fraction + "+00"
+
+
 def order(a: str, b: str) -> int:
     """The collation: two timestamps by instant; text that is no timestamp, as text."""
     x, y = _instant(a), _instant(b)
@@ -100,21 +112,16 @@ def order(a: str, b: str) -> int:
 
 def pg_text(text: str) -> str:
     """A stored timestamp in PostgreSQL's text format, in UTC; text that is none, as it is."""
-    found = _instant(text)
-    if found is None:
-        return text
-    found = found.astimezone(UTC)
-    fraction = f".{found.microsecond:06d}".rstrip("0") if found.microsecond else ""
-    return found.strftime("%Y-%m-%d %H:%M:%S") + fraction + "+00"
+    found = _utc(text)
+    return text if found is None else _shown(found)
 
 
 def stored(text: str) -> str | None:
     """A timestamp in the views job's JSON form (`2026-12-07T05:00:00.000Z`: UTC, milliseconds),
     which compares with the stored ones as text by instant (HTTP filters); None for no timestamp."""
-    found = _instant(text)
+    found = _utc(text)
     if found is None:
         return None
-    found = found.astimezone(UTC)
     return found.strftime("%Y-%m-%dT%H:%M:%S.") + f"{found.microsecond // 1000:03d}Z"
 
 
@@ -134,7 +141,7 @@ def binary_date(text: str) -> bytes:
 def timestamp_of_binary(data: bytes) -> str:
     """A timestamp parameter sent in binary, as text the collation compares."""
     (micros,) = struct.unpack("!q", data)
-    return pg_text((_EPOCH + timedelta(microseconds=micros)).isoformat())
+    return _shown(_EPOCH + timedelta(microseconds=micros))
 
 
 def date_of_binary(data: bytes) -> str:
@@ -156,17 +163,17 @@ def cast(operand: str, type_name: str) -> str | None:
 def now() -> str:
     """PostgreSQL's now() (SqlReader registers it): the service's clock, UTC, in PostgreSQL's
     text format. SQLite's own `current_timestamp` gives the same instant without fractions."""
-    return pg_text(datetime.now(UTC).isoformat(timespec="milliseconds"))  # as SQLite's clock
+    moment = datetime.now(UTC)
+    return _shown(moment.replace(microsecond=moment.microsecond // 1000 * 1000))  # as SQLite's clock
 
 
 def date_trunc(field: str | None, value: str | None) -> str | None:
     """PostgreSQL's date_trunc('hour', t) (SqlReader registers it), in UTC: what BI tools group
     a time series by. A field PostgreSQL does not know, or a value that is no timestamp: null."""
-    found = _instant(value) if isinstance(value, str) else None
+    found = _utc(value) if isinstance(value, str) else None
     unit = (field or "").lower()
     if found is None or unit not in _KEPT:
         return None
-    found = found.astimezone(UTC)
     parts = (found.month, found.day, found.hour, found.minute, found.second, found.microsecond)
     kept = _KEPT[unit]
     month, day, hour, minute, second, micro = (*parts[:kept], *_STARTS[kept:])
@@ -177,18 +184,18 @@ def date_trunc(field: str | None, value: str | None) -> str | None:
         found = found.replace(month=(found.month - 1) // 3 * 3 + 1)
     elif unit == "milliseconds":
         found = found.replace(microsecond=found.microsecond // 1000 * 1000)
-    return pg_text(found.isoformat())
+    return _shown(found)
 
 
 def date_part(field: str | None, value: str | None) -> float | None:
     """PostgreSQL's date_part('hour', t), and `extract(hour FROM t)` (`rewritten`), in UTC, as a
     double: what Grafana's `$__timeGroup` (`extract(epoch FROM t)`) and time-of-day groupings
     ask. A field PostgreSQL does not know, or a value that is no timestamp: null."""
-    found = _instant(value) if isinstance(value, str) else None
+    found = _utc(value) if isinstance(value, str) else None
     part = _PARTS.get((field or "").lower())
     if found is None or part is None:
         return None
-    return float(part(found.astimezone(UTC)))
+    return float(part(found))
 
 
 def rewritten(sql: str, masking: Callable[[str], str]) -> str:
