@@ -308,10 +308,9 @@ def pg_casts(sql: str) -> str:
     clock = _CLOCK.search(sql) is not None
     if "::" not in sql and not clock:
         return sql
-    masked = _masked(sql)
     if clock:
         sql = timestamps.rewritten(sql, _masked)
-        masked = _masked(sql)
+    masked = _masked(sql)
     for found in reversed([m for m in _CAST_TYPE.finditer(sql) if masked[m.start()] == ":"]):
         start = _operand_start(masked, found.start())
         if start == found.start():
@@ -563,11 +562,10 @@ class SqlReader:
         """The result's columns: a view's column by its view's type, a computed one by its values,
         or a time type where its text says (`min(hour_start)`, `now()`: their values are text)."""
         kinds = self.column_kinds()
-        timed = {
-            name: kind
-            for name, kind in computed_kinds(pg_casts(unqualified(sql)), kinds).items()
-            if kind in _TIME_KINDS
-        }
+        timed: dict[str, str] = {}
+        if any(name.lower() not in kinds for name in names):  # a computed column: its text is read
+            computed = computed_kinds(pg_casts(unqualified(sql)), kinds)
+            timed = {name: kind for name, kind in computed.items() if kind in _TIME_KINDS}
         return tuple(
             pg_column(name, kinds.get(name.lower()) or timed.get(name) or _kind_of(rows, i))
             for i, name in enumerate(names)
