@@ -221,22 +221,15 @@ class Rows:
         refused with 54000, never cut short (the rows stay). No wait for rows to come: the
         query has them."""
         wanted = count if count is not None and count <= limit else limit + 1  # one more: is it over?
-        while len(self._ahead) < wanted and self._stream is not None:
-            try:
-                page = await asyncio.to_thread(self._stream.page, wanted - len(self._ahead))
-            except asyncio.CancelledError:  # the page read meanwhile is lost: so is the cursor
-                self._stream.close(_PLACE_LOST)
-                raise
-            if not page:
-                self._end()
-            self._ahead.extend(page)
-        if wanted > limit and len(self._ahead) > limit:
+        rows = [row async for page in self.pages(wanted) for row in page]
+        if wanted > limit and len(rows) > limit:
+            self._ahead.extendleft(reversed(rows))  # they stay, for FETCHes of at most `limit`
             raise SqlError(
                 "54000",
                 f"FETCH {'ALL' if count is None else count} gives more than {limit} rows (VIEWS_PG_MAX_ROWS)"
                 f" to an Execute with a row limit: FETCH at most {limit} at a time",
             )
-        return [self._ahead.popleft() for _ in range(min(wanted, len(self._ahead)))]
+        return rows
 
     def _end(self) -> None:
         if self._expiry is not None:
