@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from enrichment_job.kafka.reader import FETCH_WAIT_MS
 from foundation.errors import ConfigError
-from foundation.kafka_record import topic_configs
+from foundation.kafka_record import MAX_RECORD_BYTES, topic_configs
 
 __all__ = [
     "FENCED_CODES",
@@ -159,8 +159,12 @@ def is_fenced(err: BaseException) -> bool:
     return error.code() in FENCED_CODES or (error.fatal() and "fenced" in error.str().lower())
 
 
-def transactional_config(config: dict[str, str], transactional_id: str) -> dict[str, Any]:
-    """The settings of a producer of `transactional_id`."""
+def transactional_config(
+    config: dict[str, str], transactional_id: str, max_queued_bytes: int | None = None
+) -> dict[str, Any]:
+    """The settings of a producer of `transactional_id`. `max_queued_bytes`: what its queue may
+    hold (2 GiB otherwise), at least a record of Kafka's limit and then some."""
+    queued_kb = 2_097_151 if max_queued_bytes is None else max(max_queued_bytes, 2 * MAX_RECORD_BYTES) // 1024
     return {
         **config,
         "transactional.id": transactional_id,
@@ -172,14 +176,16 @@ def transactional_config(config: dict[str, str], transactional_id: str) -> dict[
         "linger.ms": 5,
         "compression.type": "lz4",
         "queue.buffering.max.messages": 2_000_000,
-        "queue.buffering.max.kbytes": 2_097_151,
+        "queue.buffering.max.kbytes": queued_kb,
     }
 
 
-def transactional_producer(config: dict[str, str], transactional_id: str) -> Producer:
+def transactional_producer(
+    config: dict[str, str], transactional_id: str, max_queued_bytes: int | None = None
+) -> Producer:
     """A producer of `transactional_id`, its transactions initialised: an earlier producer of
     the same id is fenced, and a transaction it left open is aborted."""
-    producer = Producer(transactional_config(config, transactional_id))
+    producer = Producer(transactional_config(config, transactional_id, max_queued_bytes))
     producer.init_transactions(60)
     return producer
 
@@ -214,15 +220,17 @@ class TransactionalOutput:
         commits_topic: str,
         run: str | None = None,
         other_markers: Sequence[str] = (),
+        *,
+        max_queued_bytes: int | None = None,
     ) -> "TransactionalOutput":
         """Checks the commits topic's policy, starts the producer (fencing an earlier one of the
         same id) and reads the last markers. `run`, when given, goes into every marker, and only
         a marker of the same run counts as committed: a new checkpoint (a new run) under the same
         transactional id starts its batch ids again from 0 and must not take the old run's
         batches for its own. `other_markers`: keys of the commits topic read in the same pass as
-        this output's own (`others`)."""
+        this output's own (`others`). `max_queued_bytes`: as `transactional_config`'s."""
         check_commits_topic(config, commits_topic)
-        producer = transactional_producer(config, transactional_id)
+        producer = transactional_producer(config, transactional_id, max_queued_bytes)
         markers = last_markers(config, commits_topic, (transactional_id, *other_markers))
         out = cls(producer, transactional_id, commits_topic, markers, run)
         log.info("%s: last committed batch %s", transactional_id, out.marker and out.marker["batch_id"])
@@ -265,9 +273,15 @@ class TransactionalOutput:
         except KafkaException as err:
             log.warning("aborting the batch's transaction failed too: %s", err)
 
-    def write(self, batch_id: int, outputs: Iterable[Records], marker: dict[str, Any]) -> int:
+    def write(
+        self,
+        batch_id: int,
+        outputs: Iterable[Records],
+        marker: dict[str, Any] | Callable[[], dict[str, Any]],
+    ) -> int:
         """All records of the batch plus its marker, atomically (after those `begin` produced).
-        Returns the number written."""
+        `outputs` may be made as they are produced (a batch taken a slice at a time); `marker`
+        may then be a function, called once they all are. Returns the number written."""
         early, self._early = self._early, None
         written = 0
         try:
@@ -276,7 +290,8 @@ class TransactionalOutput:
             else:
                 written += early.result()
             written += self._produce_all(outputs)
-            body = {"batch_id": batch_id, **({"run": self.run} if self.run else {}), **marker}
+            said = marker() if callable(marker) else marker
+            body = {"batch_id": batch_id, **({"run": self.run} if self.run else {}), **said}
             # On the commits topic's first partition, where `last_marker` reads it, whatever
             # the number of partitions (the join's tasks write theirs to the others).
             produce(
