@@ -22,11 +22,13 @@ that counted any reads its own offsets again for them and writes them in the sam
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -43,7 +45,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from enrichment_job.kafka.batches import collect, kafka_records, to_records
+from enrichment_job.kafka.batches import Slices, to_records
 from enrichment_job.kafka.claim_check import MAX_VALUE_BYTES, ClaimCheck, StorePruner
 from enrichment_job.kafka.transactions import Records, TransactionalOutput
 from enrichment_job.records.transforms import dead_letters
@@ -139,6 +141,7 @@ def open_output(
         settings.commits_topic,
         run=run,
         other_markers=other_markers,
+        max_queued_bytes=settings.max_batch_bytes,
     )
     if (last := QueryMarker.last(out.marker)) is not None:
         check_planned(
@@ -160,6 +163,24 @@ class BatchSink:
         """`out`: the query's output, from `open_output`. Does no I/O of its own."""
         self.settings, self.query, self.out = settings, query, out
         self.state, self.checkpoint = settings.state, f"{CHECKPOINTS}/{query}"
+        self._ends: dict[int, dict[int, int]] = {}  # the last batches' ends, read once each
+
+    def ends(self, batch_id: int) -> dict[int, int]:
+        """Where batch `batch_id` ends in the enriched topic, by partition (its offset log)."""
+        if batch_id not in self._ends:
+            self._ends = {b: e for b, e in self._ends.items() if b >= batch_id - 1}
+            self._ends[batch_id] = batch_ends(
+                self.state, self.checkpoint, batch_id, self.settings.enriched_topic
+            )
+        return self._ends[batch_id]
+
+    def records_in(self, batch_id: int) -> int:
+        """How many enriched records batch `batch_id` reads."""
+        if batch_id > 0:
+            starts = self.ends(batch_id - 1)
+        else:
+            starts = batch_starts(self.state, self.checkpoint, batch_id, self.settings.enriched_topic)
+        return sum(max(0, end - starts.get(p, 0)) for p, end in self.ends(batch_id).items())
 
     def last(self) -> QueryMarker | None:
         """The query's last committed marker; None before its first commit, or when the
@@ -170,30 +191,43 @@ class BatchSink:
     def write(
         self,
         batch_id: int,
-        outputs: list[Records],
+        outputs: Iterable[Records],
         newest: NewestRating,
         more: Callable[[QueryMarker], Records] | None = None,
-        found: Callable[[dict[int, int]], Records] | None = None,
+        found: Callable[[dict[int, int]], Iterable[Records]] | None = None,
     ) -> None:
         """`outputs`, the records `found` finds (given where the batch ends), the batch's marker
         (with `newest`, the newest rating time) and the records `more` makes of it, in one
-        transaction, unless the batch is in Kafka already."""
+        transaction, unless the batch is in Kafka already. `outputs` may be a generator that
+        reads them as they are written (a batch taken a slice at a time): `found` is then called
+        after it ends. Neither should run Spark jobs: the transaction is open meanwhile."""
         if self.out.committed(batch_id):
             log.info("%s: batch %d is already in Kafka; not writing it again", self.query, batch_id)
             return
-        ends = batch_ends(self.state, self.checkpoint, batch_id, self.settings.enriched_topic)
-        if found is not None:
-            outputs = [*outputs, found(ends)]
-        marker = QueryMarker(
-            batch_id,
-            enriched_to=ends,
-            written_at_ms=int(time.time() * 1000),
-            rows=sum(len(r) for r in outputs),
-            max_rating_time=newest,
-        )
-        if more is not None:
-            outputs = [*outputs, more(marker)]
-        self.out.write(batch_id, outputs, marker.as_json())
+        ends = self.ends(batch_id)
+        made: list[QueryMarker] = []
+
+        def records() -> Iterator[Records]:
+            rows = 0
+            for r in outputs:
+                rows += len(r)
+                yield r
+            for r in found(ends) if found is not None else ():
+                rows += len(r)
+                yield r
+            marker = QueryMarker(
+                batch_id,
+                enriched_to=ends,
+                written_at_ms=int(time.time() * 1000),
+                rows=rows,
+                max_rating_time=newest,
+            )
+            made.append(marker)
+            if more is not None:
+                yield more(marker)
+
+        # made[0] once records() has ended: the marker counts what it wrote
+        self.out.write(batch_id, records(), lambda: made[0].as_json())  # noqa: PLW0108
 
 
 class ViewsSink(BatchSink):
@@ -226,40 +260,64 @@ class ViewsSink(BatchSink):
         started = time.monotonic()
         if not self.columns:
             self.columns = {v.name: column_types(view_rows(batch, self.views, v)) for v in self.views}
-        # Run the batch even when it is committed already: that moves the state on.
-        table = collect(batch.select(*self.changelog), extra=("view", "last_rating_time"))
-        collected = time.monotonic()
-        outputs, changed = [], {}
+        # Entering runs the batch, even when it is committed already: that moves the state on.
+        # A record changes a row of each view that counts it, or the dead letters' row.
+        most = self.records_in(batch_id) * (len(self.views) + 1)
+        with ExitStack() as stack:
+            slices = stack.enter_context(
+                Slices(
+                    batch.select(*self.changelog),
+                    self.settings.max_batch_bytes,
+                    most,
+                    extra=("view", "last_rating_time"),
+                )
+            )
+            changed = self._changed(slices.extras)
+            found = None
+            # The dead letters' row (no view's) changed: the batch counted some. Read before the
+            # transaction opens, as the rows are.
+            if self.dead_letter is not None and slices.extras.column("view").null_count:
+                if not self.out.committed(batch_id):
+                    dead = stack.enter_context(self._dead_letters(batch.sparkSession, batch_id))
+                    found = partial(self._dead_letter_records, batch_id, dead)
+
+            def outputs() -> Iterator[Records]:
+                for table in slices:
+                    for view in self.views:
+                        rows = table.filter(pc.equal(table.column("view"), view.name))
+                        yield to_records(rows, self.settings.topic(view.name))
+
+            self.write(batch_id, outputs(), dict(self.max_rating_time), self._view_markers, found)
+        if slices.plan:
+            log.info("batch %d: %s (VIEWS_JOB_MAX_BATCH_BYTES)", batch_id, slices.describe())
+        if slices.rows:
+            log.info(
+                "batch %d: %s rows changed, %.2f s",
+                batch_id,
+                ", ".join(f"{name} {n}" for name, n in changed.items()),
+                time.monotonic() - started,
+            )
+
+    def _changed(self, extras: pa.Table) -> dict[str, int]:
+        """Each view's rows the batch changed; its newest rating time moved on."""
+        changed = {}
         for view in self.views:
-            rows = table.filter(pc.equal(table.column("view"), view.name))
-            changed[view.name] = rows.num_rows
-            newest = pc.max(rows.column("last_rating_time")).as_py() if rows.num_rows else None
+            mine = pc.equal(extras.column("view"), view.name)
+            changed[view.name] = pc.sum(mine.cast("int64")).as_py() or 0
+            newest = pc.max(extras.column("last_rating_time").filter(mine)).as_py()
             known = self.max_rating_time[view.name]
             if newest is not None and (known is None or newest > known):
                 self.max_rating_time[view.name] = newest
-            outputs.append(to_records(rows, self.settings.topic(view.name)))
-        # The dead letters' row (no view's) changed: the batch counted some.
-        found = None
-        if self.dead_letter is not None and table.column("view").null_count:
-            found = partial(self._dead_letters, batch.sparkSession, batch_id)
-        self.write(batch_id, outputs, dict(self.max_rating_time), self._view_markers, found)
-        if table.num_rows:
-            done = time.monotonic()
-            log.info(
-                "batch %d: %s rows changed, %.2f s (spark=%.2f kafka=%.2f)",
-                batch_id,
-                ", ".join(f"{name} {n}" for name, n in changed.items()),
-                done - started,
-                collected - started,
-                done - collected,
-            )
+        return changed
 
-    def _dead_letters(self, spark: SparkSession, batch_id: int, ends: dict[int, int]) -> Records:
-        """The batch's dead letters, read again from its offsets of the enriched topic (up to
-        `ends`): the original key and bytes, the reason and origin as headers, in offset order."""
+    def _dead_letters(self, spark: SparkSession, batch_id: int) -> Slices:
+        """The batch's dead letters, read again from its offsets of the enriched topic: the
+        original key and bytes, the reason and origin as headers, each key's in offset order,
+        VIEWS_JOB_MAX_BATCH_BYTES of them at a time (to enter)."""
         assert self.dead_letter is not None
         topic = self.settings.enriched_topic
         starts = batch_starts(self.state, self.checkpoint, batch_id, topic)
+        ends = self.ends(batch_id)
         ranges = {p: (starts.get(p, 0), end) for p, end in sorted(ends.items()) if starts.get(p, 0) < end}
         raw = (
             spark.read.format("kafka")
@@ -274,15 +332,19 @@ class ViewsSink(BatchSink):
             .withColumn("dlq_reason", self.dead_letter)
             .where(F.col("dlq_reason").isNotNull())
         )
-        records = kafka_records(
-            dead_letters(dead, DLQ_STAGE, keep=("partition", "offset")),
-            self.settings.dlq_topic,
-            ("partition", "offset"),
+        order = ("partition", "offset")
+        # No bound on the rows: each slice is whole keys, each key's records in offset order.
+        return Slices(
+            dead_letters(dead, DLQ_STAGE, keep=order), self.settings.max_batch_bytes, None, order_by=order
         )
-        log.warning("batch %d: %d records to %s", batch_id, len(records), self.settings.dlq_topic)
-        # An enriched record near Kafka's limit would not fit with its headers: its bytes go to
-        # the claim-check store (VIEWS_JOB_DEAD_LETTER_STORE) instead of failing every re-run.
-        return self.claim_check.oversized(records, MAX_VALUE_BYTES)
+
+    def _dead_letter_records(self, batch_id: int, dead: Slices, ends: dict[int, int]) -> Iterator[Records]:
+        """`dead`'s records (`ends`: where the batch ends, which `dead` was read up to)."""
+        for table in dead:
+            # An enriched record near Kafka's limit would not fit with its headers: its bytes go
+            # to the claim-check store (VIEWS_JOB_DEAD_LETTER_STORE) instead of failing every re-run.
+            yield self.claim_check.oversized(to_records(table, self.settings.dlq_topic), MAX_VALUE_BYTES)
+        log.warning("batch %d: %d records to %s", batch_id, dead.rows, self.settings.dlq_topic)
 
     def _view_markers(self, marker: QueryMarker) -> Records:
         """Per view, what the query service reads: key, column types and freshness."""

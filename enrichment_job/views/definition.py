@@ -142,6 +142,23 @@ class CompiledView:
         return self.definition.name
 
     @property
+    def rows_per_record(self) -> int | None:
+        """How many of the view's rows one enriched record can change, from its plan: one
+        group each, times what an Expand makes of a record (a sliding window's windows) and an
+        `inline` of an array of k structs (the parse's own, k = 1); None when another generator
+        (LATERAL VIEW explode) makes as many rows as the record holds."""
+        most = 1
+        for node in _nodes([self.rows._jdf.queryExecution().analyzed()]):
+            if node.nodeName() == "Generate":
+                generator = node.generator()
+                if generator.nodeName() != "Inline" or generator.child().nodeName() != "CreateArray":
+                    return None
+                most *= generator.child().children().size()
+            elif node.nodeName() == "Expand":
+                most *= node.projections().size()
+        return most
+
+    @property
     def columns(self) -> list[tuple[str, str]]:
         """The view's columns and their Spark types, as its rows have them (without VISIBLE)."""
         return [(n, t) for n, t in self.rows.dtypes if not (self.having and n == VISIBLE)]

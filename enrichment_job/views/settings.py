@@ -41,6 +41,14 @@ class ViewsSettings(SparkJobSettings):
     )
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int = Field(200_000, gt=0, description="enriched records per micro-batch")
+    max_batch_bytes: int = Field(
+        134_217_728,
+        ge=1_000_000,
+        description="the changed rows' keys and values a batch takes to the driver at once: a batch"
+        " whose rows weigh more is taken and written in slices of at most this (the rows of a key"
+        " in one slice), in the same transaction. A row keeps what its groups keep (a last message"
+        " of up to 1 MB), whatever the rating that changed it",
+    )
 
     # The views
     unhappy_stars_below: int = Field(3, ge=1, le=6, description="a rating is unhappy when stars < this")

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -33,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from enrichment_job.kafka.batches import collect
+from enrichment_job.kafka.batches import Slices
 from enrichment_job.kafka.claim_check import ClaimCheck
 from enrichment_job.kafka.transactions import Records
 from enrichment_job.runtime.checkpoints import CHECKPOINTS
@@ -107,6 +108,7 @@ class SqlViewSink:
             (F.when(F.col(VISIBLE), value) if view.having else value).alias("value"),
         ]
         self.newest = "last_rating_time" if "last_rating_time" in names else None
+        self.fanout = view.rows_per_record
         # With a retention: each window's keys in the changelog, to write their tombstones once
         # a window `retention_ms` newer has come (read back from the topic after a restart).
         self.windows: dict[int, set[bytes]] = defaultdict(set, windows)
@@ -140,16 +142,33 @@ class SqlViewSink:
         started = time.monotonic()
         extra = (self.newest,) if self.newest else ()
         windowed = (_WINDOW_MS,) if self.view.retention_ms is not None else ()
-        table = collect(batch.select(*self.select, *extra), extra=(*extra, *windowed))
-        if self.newest and table.num_rows:
-            newest = pc.max(table.column(self.newest)).as_py()
-            if newest is not None and (self.max_rating_time is None or newest > self.max_rating_time):
-                self.max_rating_time = newest
-        rows, dead = self._split(table, batch_id)
-        written = {k for k, v in zip(rows.keys, rows.values, strict=True) if k is not None and v is not None}
-        expired = self._expire(table, written) if self.view.retention_ms is not None else []
-        tombstones = Records(rows.topic, expired, [None] * len(expired))
-        self.sink.write(batch_id, [rows, tombstones, dead], self.max_rating_time, self._marker)
+        written = dead = 0
+        expired: list[bytes] = []
+        # A record changes as many rows as the view's plan makes of it (None: no bound known).
+        most = None if self.fanout is None else self.sink.records_in(batch_id) * self.fanout
+        # Entering runs the batch, even when it is committed already: that moves the state on.
+        with Slices(
+            batch.select(*self.select, *extra), self.settings.max_batch_bytes, most, extra=(*extra, *windowed)
+        ) as slices:
+            if self.newest and slices.rows:
+                newest = pc.max(slices.extras.column(self.newest)).as_py()
+                if newest is not None and (self.max_rating_time is None or newest > self.max_rating_time):
+                    self.max_rating_time = newest
+
+            def outputs() -> Iterator[Records]:
+                nonlocal written, dead
+                for table in slices:
+                    rows, letters = self._split(table, batch_id)
+                    written, dead = written + len(rows), dead + len(letters)
+                    if self.view.retention_ms is not None:
+                        self._remember(table, rows)
+                    yield rows
+                    yield letters
+                if self.view.retention_ms is not None:
+                    expired.extend(self._expired())
+                    yield Records(self.topic, expired, [None] * len(expired))
+
+            self.sink.write(batch_id, outputs(), self.max_rating_time, self._marker)
         if expired:
             log.info(
                 "view %s, batch %d: %d rows of windows past the retention removed",
@@ -157,13 +176,20 @@ class SqlViewSink:
                 batch_id,
                 len(expired),
             )
-        if table.num_rows:
+        if slices.plan:
+            log.info(
+                "view %s, batch %d: %s (VIEWS_JOB_MAX_BATCH_BYTES)",
+                self.view.name,
+                batch_id,
+                slices.describe(),
+            )
+        if written or dead:
             log.info(
                 "view %s, batch %d: %d rows changed (%d dead letters), %.2f s",
                 self.view.name,
                 batch_id,
-                len(rows),
-                len(dead),
+                written,
+                dead,
                 time.monotonic() - started,
             )
 
@@ -175,14 +201,18 @@ class SqlViewSink:
         except KafkaException:
             pass  # none was open
 
-    def _expire(self, table: pa.Table, written: set[bytes]) -> list[bytes]:
-        """Adds the batch's written rows to their windows; returns the keys of the windows that
-        are now older than the newest one's start minus the retention (their tombstones)."""
+    def _remember(self, table: pa.Table, rows: Records) -> None:
+        """Adds the rows written (not tombstones, not dead letters) to their windows."""
+        written = {k for k, v in zip(rows.keys, rows.values, strict=True) if k is not None and v is not None}
         for key, start in zip(
             table.column("key").to_pylist(), table.column(_WINDOW_MS).to_pylist(), strict=True
         ):
             if key in written and start is not None:
                 self.windows[int(start)].add(key)
+
+    def _expired(self) -> list[bytes]:
+        """The keys of the windows that are now older than the newest one's start minus the
+        retention (their tombstones), forgotten."""
         if not self.windows:
             return []
         assert self.view.retention_ms is not None

@@ -22,6 +22,7 @@ from enrichment_job.views.definition import (
     ViewFile,
     ViewRefused,
     check,
+    compile_view,
     enriched_columns,
     fields_read,
     having_kept,
@@ -347,3 +348,37 @@ def test_a_view_without_having_is_kept_as_written(spark: SparkSession) -> None:
     )
     compiled = check(spark, parse("v", f"SELECT user_id, count(*) AS n {_BY_USER}"))
     assert not compiled.having and compiled.columns == compiled.rows.dtypes
+
+
+def test_how_many_rows_a_record_can_change_comes_from_the_plan(spark: SparkSession) -> None:
+    """A bound on a batch's changed rows (its records times this) sizes what it collects at once."""
+    assert check(spark, parse("v", f"SELECT user_id, count(*) AS n {_BY_USER}")).rows_per_record == 1
+    hourly = (
+        "-- watermark: rating_ts 1 hour\n"
+        "SELECT window.start AS hour, count(*) AS n FROM enriched GROUP BY window(rating_ts, '1 hour')"
+    )
+    assert check(spark, parse("h", hourly)).rows_per_record == 1
+    words = (
+        "SELECT word, count(*) AS n FROM enriched"
+        " LATERAL VIEW explode(split(message, ' ')) w AS word GROUP BY word"
+    )
+    assert check(spark, parse("w", words)).rows_per_record is None  # as many as the message has words
+    # over the enriched stream as the job reads it: its parse is a generator of one row a record
+    raw = (
+        spark.readStream.format("rate")
+        .load()
+        .select(
+            F.lit(b"k").alias("key"),
+            F.lit(_enriched(1)).alias("value"),
+            F.lit("enriched").alias("topic"),
+            F.lit(0).alias("partition"),
+            F.col("value").alias("offset"),
+            F.col("timestamp"),
+        )
+    )
+    stream = enriched_columns(parse_enriched(raw, EVERY_FIELD).where(F.col("dlq_reason").isNull()))
+    assert (
+        compile_view(spark, parse("v", f"SELECT user_id, count(*) AS n {_BY_USER}"), stream).rows_per_record
+        == 1
+    )
+    assert compile_view(spark, parse("w", words), stream).rows_per_record is None

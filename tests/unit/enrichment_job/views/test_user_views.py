@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 
 from enrichment_job.kafka.claim_check import ClaimCheck, Claimed
+from enrichment_job.kafka.transactions import Records
 from enrichment_job.runtime.state_dir import ObjectStoreSettings, StateDir
 from enrichment_job.views.catalog import marker_key
 from enrichment_job.views.settings import ViewsSettings
@@ -65,13 +66,18 @@ def test_a_retention_removes_the_rows_of_windows_older_than_the_newest_minus_it_
     def batch(*rows: tuple[bytes, int]) -> pa.Table:
         return pa.table({"key": [k for k, _ in rows], "__window_start_ms": [w for _, w in rows]})
 
-    assert sink._expire(batch((b"a0", 0), (b"b0", 0), (b"a1", HOUR)), {b"a0", b"b0", b"a1"}) == []
-    assert sink._expire(batch((b"a2", 2 * HOUR)), {b"a2"}) == []  # 0 is just 2 h before 2 h
-    assert sink._expire(batch((b"a3", 3 * HOUR), (b"big", 0)), {b"a3"}) == [
-        b"a0",
-        b"b0",
-    ]  # b"big": not written
-    assert sink._expire(batch((b"a3", 3 * HOUR)), {b"a3"}) == []  # each window once
+    def expire(table: pa.Table, written: set[bytes]) -> list[bytes]:
+        """A batch's slice: the rows written (not dead letters) join their windows; then what expired."""
+        sink._remember(table, Records("view.hourly", list(written), [b"{}"] * len(written)))
+        return sink._expired()
+
+    assert expire(batch((b"a0", 0), (b"b0", 0), (b"a1", HOUR)), {b"a0", b"b0", b"a1"}) == []
+    assert expire(batch((b"a2", 2 * HOUR)), {b"a2"}) == []  # 0 is just 2 h before 2 h
+    assert expire(batch((b"a3", 3 * HOUR), (b"big", 0)), {b"a3"}) == [b"a0", b"b0"]  # b"big": not written
+    assert expire(batch((b"a3", 3 * HOUR)), {b"a3"}) == []  # each window once
+    # a tombstone (no value) is no row of its window
+    sink._remember(batch((b"gone", 3 * HOUR)), Records("view.hourly", [b"gone"], [None]))
+    assert b"gone" not in sink.windows[3 * HOUR]
     assert set(sink.windows) == {HOUR, 2 * HOUR, 3 * HOUR}
 
 
