@@ -80,6 +80,7 @@ def main(argv: list[str]) -> int:
         sql = SqlReader(
             store,
             max_rows=settings.pg_max_rows,
+            max_bytes=settings.pg_max_bytes,
             timeout_s=settings.pg_timeout_s,
             loading=api.loading_views,
         )

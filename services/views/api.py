@@ -323,9 +323,11 @@ class Api:
                 filters += scan_filters(param, text, types, name)
         # In a worker thread: a filter that matches few rows reads the whole view (SQLite lets
         # go of the interpreter while it does), and pulls go on meanwhile.
-        rows = await asyncio.to_thread(self.store.scan, name, filters, limit, after, descending)
+        most = self.settings.scan_max_bytes
+        page = functools.partial(self.store.page, after=after, descending=descending, max_bytes=most)
+        rows, cut = await asyncio.to_thread(page, name, filters, limit)
         following = "null"
-        if len(rows) == limit:
+        if len(rows) == limit or cut:  # cut: the next row would have taken it over VIEWS_SCAN_MAX_BYTES
             last = json.loads(rows[-1])
             following = json.dumps(encode_cursor([last.get(k) for k in info["key"]]))
         return Response('{"rows":[' + ",".join(rows) + '],"next":' + following + "}", media_type=JSON)

@@ -56,6 +56,13 @@ class ViewsApiSettings(Settings):
     )
     scan_limit: int = Field(100, gt=0, description="rows a filtered scan returns without ?limit=")
     scan_limit_max: int = Field(1000, gt=0, description="the largest ?limit= accepted")
+    scan_max_bytes: int = Field(
+        8_388_608,
+        ge=1_000_000,
+        description="a scan's page holds at most this many bytes of rows (JSON), whatever its limit; a"
+        " page cut short says where the next one starts (`next`), as a full one does. A row keeps"
+        " what its view keeps (a last message of up to 1 MB): 1,000 of them would be 1 GB",
+    )
     subscriber_queue: int = Field(
         10_000, gt=0, description="changes a slow SSE subscriber may fall behind before it is cut off"
     )
@@ -104,6 +111,12 @@ class ViewsApiSettings(Settings):
         gt=0,
         description="a query over PostgreSQL's protocol that gives more rows is refused (COPY TO STDOUT"
         " and a cursor's FETCHes are not capped: their rows are written as they are read)",
+    )
+    pg_max_bytes: int = Field(
+        33_554_432,
+        ge=1_000_000,
+        description="a query over PostgreSQL's protocol whose rows weigh more (their values as text) is"
+        " refused as VIEWS_PG_MAX_ROWS refuses, whatever their number (COPY and cursors: not capped)",
     )
     pg_timeout_s: float = Field(
         5, gt=0, description="a query over PostgreSQL's protocol that runs longer is ended"

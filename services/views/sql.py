@@ -99,6 +99,7 @@ STREAM_CACHE_KIB = 1_024
 PAGE_BYTES = 1 << 20
 _FIRST_ROWS = 100  # read as the stream opens: the computed columns' types come from them
 _FETCH_ROWS = 100
+_CHUNK = 500  # rows read at a time while their weight is counted
 PAST_DEADLINE = "the rows were read for longer than VIEWS_PG_STREAM_TIMEOUT_S: read fewer, or faster"
 Params = dict[str, Any]  # a query's parameters by number: {"1": 42} for $1
 VERSION = "PostgreSQL 15.0 (ratings views), the materialized views' query service, read only"
@@ -349,11 +350,12 @@ class SqlReader:
         max_rows: int,
         timeout_s: float,
         loading: Callable[[], frozenset[str]] = frozenset,
+        max_bytes: int = 33_554_432,
     ) -> None:
         self.path = store.path
         self.infos = store.infos
         self.get = store.get
-        self.max_rows = max_rows
+        self.max_rows, self.max_bytes = max_rows, max_bytes
         self.timeout_s = timeout_s
         self.loading = loading
         self._local = threading.local()
@@ -578,8 +580,7 @@ class SqlReader:
         try:
             cursor = self._execute(conn, self._local, sql, params, time.monotonic() + limit)
             try:
-                with self._errors(self._local):
-                    rows = cursor.fetchmany(self.max_rows + 1)
+                rows = self._rows(cursor)
                 names = [d[0] for d in cursor.description or ()]
             finally:
                 cursor.close()  # a statement left open would hold its read transaction, and the WAL
@@ -596,6 +597,28 @@ class SqlReader:
             )
         columns = self._columns(sql, names, rows)
         return Result(columns, [_texts(row, columns) for row in rows])
+
+    def _rows(self, cursor: sqlite3.Cursor) -> list[Any]:
+        """The statement's rows, up to one past `max_rows`; SqlError 54000 once their values
+        weigh more than `max_bytes` (characters of text, bytes of blobs): a row keeps what its
+        view keeps (a last message of up to 1 MB each), so the row cap alone let 10 GB in."""
+        rows: list[Any] = []
+        weight = 0
+        while len(rows) <= self.max_rows:
+            with self._errors(self._local):
+                chunk = cursor.fetchmany(min(_CHUNK, self.max_rows + 1 - len(rows)))
+            if not chunk:
+                break
+            rows += chunk
+            weight += sum(len(v) for row in chunk for v in row if isinstance(v, (str, bytes)))
+            if weight > self.max_bytes:
+                raise SqlError(
+                    "54000",
+                    f"the query's rows weigh more than {self.max_bytes} bytes (VIEWS_PG_MAX_BYTES): add a"
+                    " WHERE or a LIMIT, leave out the long columns, or read it with COPY ... TO STDOUT or"
+                    " through a cursor",
+                )
+        return rows
 
     def plan(self, sql: str, params: Params | None = None) -> list[tuple[int, int, str]]:
         """SQLite's plan of a query of the views (EXPLAIN QUERY PLAN), without running it: each

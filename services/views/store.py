@@ -356,19 +356,27 @@ class Store:
         ).fetchone()
         return None if row is None else str(row[0])
 
-    def scan(
+    def scan(self, view: str, filters: list[tuple[str, str, Any]], limit: int, **how: Any) -> list[str]:
+        """`page`'s rows (`how`: its `after`, `descending`)."""
+        return self.page(view, filters, limit, **how)[0]
+
+    def page(
         self,
         view: str,
         filters: list[tuple[str, str, Any]],
         limit: int,
+        *,
         after: list[Any] | None = None,
         descending: bool = False,
-    ) -> list[str]:
+        max_bytes: int | None = None,
+    ) -> tuple[list[str], bool]:
         """Rows whose columns compare as the filters say ((column, op, value); op one of `=`,
         `>=`, `>`, `<=`, `<`; values typed as their columns), in the order of the key's typed
         values (42 before 100; the key index serves it), or the reverse, at most `limit`;
-        `after`: the key values of the last row of the page before, to go on after it. `view`
-        is a known view's name."""
+        `after`: the key values of the last row of the page before, to go on after it;
+        `max_bytes`: the page ends before the row that would take it over (UTF-8 bytes of the
+        rows' JSON; the first row always comes), and says so (the bool: more rows may follow
+        though fewer than `limit` came). `view` is a known view's name."""
         info = self._info.get(view) or {}
         kinds = {c["name"]: c.get("type", "string") for c in info.get("columns") or []}
         where, params = "", []
@@ -397,12 +405,12 @@ class Store:
             # whole range; the key index reads just the page.
             indexed = f'SELECT value FROM rows INDEXED BY "{_index_name(view, keys)[1]}"{tail}'  # noqa: S608
             try:
-                return [r[0] for r in self._reader.execute(indexed, (*params, limit))]
+                return _within(self._reader.execute(indexed, (*params, limit)), max_bytes)
             except sqlite3.OperationalError as err:
                 if "no such index" not in str(err) and "no query solution" not in str(err):
                     raise
         sql = f"SELECT value FROM rows{tail}"  # noqa: S608 (names checked)
-        return [r[0] for r in self._reader.execute(sql, (*params, limit))]
+        return _within(self._reader.execute(sql, (*params, limit)), max_bytes)
 
     def snapshot(self, view: str, key: str | None, *, rows: bool = True) -> "Snapshot":
         """The view's rows (or the key's) as of the last batch applied, to read page by page;
@@ -489,3 +497,21 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, *_: object) -> None:
         self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _within(cursor: sqlite3.Cursor, max_bytes: int | None) -> tuple[list[str], bool]:
+    """The cursor's values (one column), up to the one that would take them over `max_bytes`
+    (the first always), and whether that cut them short; the cursor is closed either way."""
+    try:
+        if max_bytes is None:
+            return [r[0] for r in cursor], False
+        rows: list[str] = []
+        weight = 0
+        for (value,) in cursor:
+            weight += len(value.encode())
+            if rows and weight > max_bytes:
+                return rows, True
+            rows.append(value)
+        return rows, False
+    finally:
+        cursor.close()

@@ -420,3 +420,26 @@ def test_a_view_still_loading_answers_503_rather_than_from_part_of_its_rows(tmp_
     assert api.pull(b"/views/customer_ratings/1") == b'{"user_id":1}'
     assert [_answer(app, path)[0] for path in queries] == [200, 404, 200]
     assert not json.loads(_answer(app, "/views")[2])["views"][0]["loading"]
+
+
+def test_a_scan_page_cut_short_by_its_bytes_gives_the_next_cursor_and_every_row_comes_once(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    rows = [
+        Change("customer_ratings", key_of([i]), ("user_id",), json.dumps({"user_id": i, "m": "x" * 400_000}))
+        for i in range(5)
+    ]
+    store.apply(rows, {"customer_ratings": MARKER}, {("t", 0): 5})
+    changelog = SimpleNamespace(records=0, caught_up=threading.Event(), failed=None, loading=frozenset())
+    app = Api(ViewsApiSettings(scan_max_bytes=1_000_000), store, Hub(), changelog).app()  # type: ignore[arg-type]
+    seen, path = [], "/views/customer_ratings?limit=100"
+    while True:
+        status, _, body = _answer(app, path)
+        assert status == 200, body[:300]
+        page = json.loads(body)
+        seen.append([r["user_id"] for r in page["rows"]])
+        if page["next"] is None:
+            break
+        path = f"/views/customer_ratings?limit=100&after={page['next']}"
+    assert seen == [[0, 1], [2, 3], [4]]  # 800 KB a page: a third row would take it over 1 MB

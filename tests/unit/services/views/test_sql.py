@@ -1,8 +1,14 @@
-"""What a prepared statement's computed columns are told to be, from its SELECT list's text."""
+"""The SQL reader: what a prepared statement's computed columns are told to be, from its SELECT
+list's text, and the bound on a query's rows in bytes."""
+
+import json
+from pathlib import Path
 
 import pytest
 
-from services.views.sql import computed_kinds, information_schema, pg_casts, unqualified
+from foundation.view_marker import ViewMarker
+from services.views.sql import SqlError, SqlReader, computed_kinds, information_schema, pg_casts, unqualified
+from services.views.store import Change, Store, key_of
 
 COLUMNS = {"user_id": "int", "ratings": "long", "average_stars": "double", "club_status": "string"}
 
@@ -104,3 +110,28 @@ def test_information_schema_s_tables_are_named_as_the_connection_has_them() -> N
         "SELECT 'information_schema.tables', x FROM information_schema.routines -- information_schema.views"
     )
     assert information_schema(kept) == kept
+
+
+def test_a_query_whose_rows_weigh_more_than_the_bound_is_refused_whatever_their_number(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    marker = ViewMarker.decode(
+        {
+            "view": "customer_ratings",
+            "key": ["user_id"],
+            "columns": [{"name": "user_id", "type": "int"}, {"name": "last_message", "type": "string"}],
+        }
+    )
+    rows = [json.dumps({"user_id": u, "last_message": "m" * 300_000}) for u in range(4)]
+    store.apply(
+        [Change("customer_ratings", key_of([u]), ("user_id",), r) for u, r in enumerate(rows)],
+        {"customer_ratings": marker},
+        {},
+    )
+    reader = SqlReader(store, max_rows=100, timeout_s=5, max_bytes=1_000_000)
+    assert len(reader.query("SELECT * FROM customer_ratings WHERE user_id < 3").rows) == 3  # 900 KB
+    with pytest.raises(SqlError) as refused:
+        reader.query("SELECT * FROM customer_ratings")  # 4 rows, 1.2 MB of text
+    assert refused.value.sqlstate == "54000" and "VIEWS_PG_MAX_BYTES" in str(refused.value)
+    assert len(reader.query("SELECT user_id FROM customer_ratings").rows) == 4  # without the long column

@@ -295,3 +295,30 @@ def test_readers_keep_a_small_page_cache_each_and_the_writer_the_one_it_is_given
         thread.join()
     assert readers == [(-READER_CACHE_KIB,)] * 2
     assert READER_CACHE_KIB < WRITER_CACHE_KIB
+
+
+def test_a_page_ends_before_the_row_that_would_take_it_over_its_bytes_and_says_so(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite3")
+    marker = ViewMarker.decode(
+        {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
+    )
+    rows = {
+        i: json.dumps(
+            {"user_id": i, "last_message": "é" * (300_000 if i == 4 else 100_000)}, ensure_ascii=False
+        )
+        for i in range(6)
+    }
+    store.apply(
+        [Change("customer_ratings", key_of([i]), ("user_id",), r) for i, r in rows.items()],
+        {"customer_ratings": marker},
+        {},
+    )
+    pages, after, cut = [], None, True
+    while cut:  # rows of about 200 KB (é is two bytes), one of 600 KB; 450 KB a page at most
+        page, cut = store.page("customer_ratings", [], 10, after=after, max_bytes=450_000)
+        pages.append([json.loads(r)["user_id"] for r in page])
+        after = [pages[-1][-1]]
+    assert pages == [[0, 1], [2, 3], [4], [5]]  # the long row alone: a page has its first row whole
+    assert (
+        store.page("customer_ratings", [], 3)[1] is False and len(store.scan("customer_ratings", [], 3)) == 3
+    )
