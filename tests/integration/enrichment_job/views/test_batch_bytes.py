@@ -3,7 +3,7 @@ of 100 KB for each of many customers) is taken to the driver and written a slice
 within the bound, and the built-in views and a view declared in SQL still come out exact, the
 batches after it going on from there. The rows of a batch weigh what its groups keep, not what
 it read: without the bound, 1,400 rows of 850 KB stopped the views job (Arrow out of direct
-memory in its driver), and again on every restart."""
+memory in its driver), and a restart reads the same batch."""
 
 import re
 from pathlib import Path
