@@ -191,6 +191,23 @@ def without(rows: dict[str, dict[str, Any]], column: str) -> dict[str, dict[str,
     return {k: {c: v for c, v in row.items() if c != column} for k, row in rows.items()}
 
 
+def rows_equal(
+    stack_env: StackEnv, topic: str, expected: dict[str, Any], ignore: str = ""
+) -> Callable[[], str | None]:
+    """A check for `wait_until`: the changelog's latest rows (less column `ignore`) are
+    `expected`; otherwise what differs, the first keys of it by name."""
+
+    def check() -> str | None:
+        rows = latest_rows(stack_env, topic)
+        rows = without(rows, ignore) if ignore else rows
+        if rows == expected:
+            return None
+        wrong = sorted(k for k in expected if rows.get(k) != expected[k])[:5]
+        return f"{topic}: {len(rows)} rows, {len(expected)} expected; differ: {wrong}"
+
+    return check
+
+
 def wait_until(check: Callable[[], str | None], job: ViewsJob, timeout_s: float = 240) -> None:
     """Until check() returns None (it returns what still differs)."""
     deadline, diff = time.monotonic() + timeout_s, "never checked"

@@ -15,10 +15,9 @@ from support.views import (
     ViewsJob,
     ViewTopics,
     expected_customer_ratings,
-    latest_rows,
+    rows_equal,
     views_cli,
     wait_until,
-    without,
 )
 
 StackEnv = dict[str, str]
@@ -51,18 +50,6 @@ def _last_words(enriched: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _matches(stack_env: StackEnv, topic: str, expected: dict[str, Any], ignore: str = "") -> Any:
-    def check() -> str | None:
-        rows = latest_rows(stack_env, topic)
-        rows = without(rows, ignore) if ignore else rows
-        if rows == expected:
-            return None
-        wrong = sorted(k for k in expected if rows.get(k) != expected[k])[:5]
-        return f"{topic}: {len(rows)} rows, {len(expected)} expected; differ: {wrong}"
-
-    return check
-
-
 def test_a_batch_of_rows_over_the_bound_is_written_in_slices_within_it_and_every_view_is_exact(
     stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
 ) -> None:
@@ -74,26 +61,26 @@ def test_a_batch_of_rows_over_the_bound_is_written_in_slices_within_it_and_every
     job = ViewsJob(stack_env, topics, tmp_path, VIEWS_JOB_MAX_BATCH_BYTES=str(MAX_BATCH_BYTES)).start()
     try:
         wait_until(
-            _matches(stack_env, topics.customer_ratings, expected_customer_ratings(first), "average_stars"),
+            rows_equal(stack_env, topics.customer_ratings, expected_customer_ratings(first), "average_stars"),
             job,
         )
         (tmp_path / "last_words.sql").write_text(LAST_WORDS)
         created = views_cli(stack_env, topics, "create", str(tmp_path / "last_words.sql"))
         assert created.returncode == 0, created.stderr[-3000:]
         view_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}last_words"
-        wait_until(_matches(stack_env, view_topic, _last_words(first)), job)
+        wait_until(rows_equal(stack_env, view_topic, _last_words(first)), job)
 
         # then a short last rating for the customers of the long ones, and long ones for 20 others
         second = [_rating(300 + i, i + 1, big=False) for i in range(30)]
         second += [_rating(400 + i, 100 + i, big=True) for i in range(20)]
         produce(stack_env, topics.enriched, [as_kafka(r) for r in second])
         wait_until(
-            _matches(
+            rows_equal(
                 stack_env, topics.customer_ratings, expected_customer_ratings(first + second), "average_stars"
             ),
             job,
         )
-        wait_until(_matches(stack_env, view_topic, _last_words(first + second)), job)
+        wait_until(rows_equal(stack_env, view_topic, _last_words(first + second)), job)
     finally:
         job.stop()
     log = job.log.read_text()

@@ -20,9 +20,9 @@ from support.views import (
     changes_per_key,
     expected_customer_ratings,
     latest_rows,
+    rows_equal,
     views_cli,
     wait_until,
-    without,
 )
 from support.views_api import Events, Service
 
@@ -72,17 +72,6 @@ def _pg_time(ms: int) -> str:
     """The same instant as PostgreSQL shows a timestamptz in UTC: fractions without trailing zeros."""
     fraction = f".{ms % 1000:03d}".rstrip("0").rstrip(".")
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms // 1000)) + fraction + "+00"
-
-
-def rows_equal(
-    stack_env: StackEnv, topic: str, expected: dict[str, Any], ignore: str = ""
-) -> Callable[[], str | None]:
-    def check() -> str | None:
-        rows = latest_rows(stack_env, topic)
-        rows = without(rows, ignore) if ignore else rows
-        return None if rows == expected else f"{topic}: {len(rows)} rows, {len(expected)} expected"
-
-    return check
 
 
 def topic_exists(stack_env: StackEnv, topic: str) -> bool:
