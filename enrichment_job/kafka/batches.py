@@ -61,7 +61,7 @@ class Slices:
         """Does no Spark work of its own: entering does."""
         self.data = ["key", "value", *(["headers"] if "headers" in df.columns else [])]
         self.df, self.others = df, [*order_by, *extra]
-        self.max_bytes, self.max_rows, self.order_by = max_bytes, max_rows, order_by
+        self.max_bytes, self.order_by = max_bytes, order_by
         self.per_row = max_bytes // max_rows if max_rows else -1  # longer rows come in slices
         self.rows = self.bytes = 0
         self.largest = 0  # the bytes of the largest collect

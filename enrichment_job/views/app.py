@@ -174,12 +174,15 @@ class BatchSink:
             )
         return self._ends[batch_id]
 
+    def starts(self, batch_id: int) -> dict[int, int]:
+        """Where batch `batch_id` begins in the enriched topic: where the batch before it ended."""
+        if batch_id > 0:
+            return self.ends(batch_id - 1)
+        return batch_starts(self.state, self.checkpoint, batch_id, self.settings.enriched_topic)
+
     def records_in(self, batch_id: int) -> int:
         """How many enriched records batch `batch_id` reads."""
-        if batch_id > 0:
-            starts = self.ends(batch_id - 1)
-        else:
-            starts = batch_starts(self.state, self.checkpoint, batch_id, self.settings.enriched_topic)
+        starts = self.starts(batch_id)
         return sum(max(0, end - starts.get(p, 0)) for p, end in self.ends(batch_id).items())
 
     def last(self) -> QueryMarker | None:
@@ -316,8 +319,7 @@ class ViewsSink(BatchSink):
         VIEWS_JOB_MAX_BATCH_BYTES of them at a time (to enter)."""
         assert self.dead_letter is not None
         topic = self.settings.enriched_topic
-        starts = batch_starts(self.state, self.checkpoint, batch_id, topic)
-        ends = self.ends(batch_id)
+        starts, ends = self.starts(batch_id), self.ends(batch_id)
         ranges = {p: (starts.get(p, 0), end) for p, end in sorted(ends.items()) if starts.get(p, 0) < end}
         raw = (
             spark.read.format("kafka")
