@@ -17,14 +17,17 @@ The file, e.g. `views/examples/channel_hourly.sql`:
   (`transforms.EVERY_FIELD`) and `rating_ts`, `rating_time` as a timestamp.
 - Header lines `-- <key>: <value>` before the SQL (a key spelt close to one of them is refused):
   `retention: <interval>` (a window's rows leave the view, as tombstones in its changelog, once
-  a window that many ms newer has come; needs the watermark and `window.start` selected),
+  a window that many ms newer has come; needs the watermark, no shorter than its delay plus
+  what the window outlasts its slide, and `window.start` selected),
   `watermark: <timestamp column> <delay>`
   (Spark's watermark: the state of a window the watermark has passed is dropped, and a rating
   older than it is no longer counted) and `trigger: <interval>` (how often a batch runs; default
   the job's VIEWS_JOB_SQL_TRIGGER_INTERVAL, 2 seconds). Other comment lines are the view's description.
 - The key of the view's rows is its GROUP BY columns, each of which must be selected; a window
   is selected by its start or end, or an expression of them alone (`window.start AS hour`,
-  `date_format(window.start, 'yyyy-MM-dd HH') AS hour`).
+  `date_format(window.start, 'yyyy-MM-dd HH') AS hour`). A window tumbles
+  (`window(rating_ts, '1 hour')`) or slides (`window(rating_ts, '1 hour', '10 minutes')`: a
+  rating counts in each window that holds it).
 
 HAVING is kept exactly, though Spark's update mode never takes a row back: the aggregation keeps
 every group, each changed row carries whether it matches the condition (`VISIBLE`), and the
@@ -33,9 +36,9 @@ it matches again (`having_kept`).
 
 Refused: a syntax error (with its position); what Spark refuses for a streaming query in update
 mode (distinct aggregates, ORDER BY, LIMIT, session windows, an aggregate over an aggregate);
-a filter over the aggregation other than HAVING; joins; non-deterministic functions (a rebuilt
-view must give the same rows); a view without GROUP BY, or with a GROUP BY column that is not
-selected.
+GROUPING SETS, ROLLUP and CUBE; a filter over the aggregation other than HAVING; joins;
+non-deterministic functions (a rebuilt view must give the same rows); a view without GROUP BY,
+or with a GROUP BY column that is not selected.
 """
 
 import difflib
@@ -107,6 +110,9 @@ _BELOW = {
     "Union": "UNION: declare one view per part",
     "Window": "window functions (OVER): not kept by a streaming aggregation",
 }
+# The column an Expand of GROUPING SETS, ROLLUP or CUBE adds; a sliding window's Expand (one row
+# a window a record falls in) has none, and Spark keeps it like any other grouping.
+_GROUPING_ID = "spark_grouping_id"
 
 
 class ViewRefused(RatingsError):
@@ -277,6 +283,7 @@ def compile_view(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> Co
     rows = rows_of(spark, view, source)
     if not rows.isStreaming:
         raise ViewRefused(f"{view.name}: a view reads FROM {RELATION}")
+    spans = _window_spans_ms(rows)  # from the SQL as parsed, before HAVING's plan replaces it
     kept = having_kept(spark, view.name, rows)
     having = kept is not None
     rows = kept if kept is not None else rows
@@ -300,7 +307,8 @@ def compile_view(spark: SparkSession, view: ViewFile, enriched: DataFrame) -> Co
     if twice:
         raise ViewRefused(f"{view.name}: more than one column named {', '.join(twice)}: name each with AS")
     key, window_start = _key(view.name, aggregate), _window_start(aggregate)
-    return CompiledView(view, rows, key, window_start, _retention_ms(view, window_start), having)
+    retention = _retention_ms(view, window_start, spans)
+    return CompiledView(view, rows, key, window_start, retention, having)
 
 
 def having_kept(spark: SparkSession, name: str, rows: DataFrame) -> DataFrame | None:
@@ -354,10 +362,12 @@ def _header_ms(view: ViewFile, header: str, text: str) -> int:
         raise ViewRefused(f"{view.name}: header {header}: {err}") from None
 
 
-def _retention_ms(view: ViewFile, window_start: str | None) -> int | None:
+def _retention_ms(view: ViewFile, window_start: str | None, spans: tuple[int, int] | None) -> int | None:
     """The retention header in ms, after its checks: a windowed view with a watermark, its window's
-    start selected, and a retention no shorter than the watermark's delay (a window Spark still
-    updates must not have left the view already)."""
+    start selected, and a retention no shorter than the watermark's delay plus what the window
+    outlasts its slide (`spans`: the window's size and slide). A row leaves once a window that
+    much newer has started; by then the watermark has passed the row's window end, so Spark no
+    longer updates it: a window still updated must not have left the view."""
     if view.retention is None:
         return None
     retention = _header_ms(view, "retention", view.retention)
@@ -370,13 +380,51 @@ def _retention_ms(view: ViewFile, window_start: str | None) -> int | None:
             f"{view.name}: header retention needs the window's start selected as is (window.start AS ...):"
             " a row's window is read from it"
         )
+    if spans is None:
+        raise ViewRefused(
+            f"{view.name}: header retention needs the window's size and slide as intervals of fixed"
+            f" length, e.g. window({EVENT_TIME}, '1 hour', '10 minutes'): the shortest retention is read"
+            " from them"
+        )
     delay = _header_ms(view, "watermark", view.watermark[1])
-    if retention < delay:
+    size, slide = spans
+    if retention < delay + size - slide:
+        overlap = (
+            f" plus what the window outlasts its slide ({(size - slide) / 1000:g} s)" if size > slide else ""
+        )
         raise ViewRefused(
             f"{view.name}: header retention ({view.retention}) must be at least the watermark's delay"
-            f" ({view.watermark[1]}): a window Spark still updates must not have left the view"
+            f" ({view.watermark[1]}){overlap}: a window Spark still updates must not have left the view"
         )
     return retention
+
+
+def _window_spans_ms(rows: DataFrame) -> tuple[int, int] | None:
+    """The size and slide in ms of the view's `window(...)` as its SQL gives them (the slide is
+    the size for a tumbling window); None without one. Spark takes them as text or as integer
+    microseconds, and refuses anything else itself."""
+    for node in _nodes([rows._jdf.queryExecution().logical()]):
+        for expression in _expressions(list(_seq(node.expressions()))):
+            if expression.nodeName() != "UnresolvedFunction" or [
+                str(p).lower() for p in _seq(expression.nameParts())
+            ] != ["window"]:
+                continue
+            spans = [_span_ms(a) for a in list(_seq(expression.arguments()))[1:3]] or [None]
+            size, slide = spans[0], spans[-1]
+            return (size, slide) if size is not None and slide is not None else None
+    return None
+
+
+def _span_ms(argument: Any) -> int | None:
+    if argument.nodeName() != "Literal":
+        return None
+    kind = str(argument.dataType().typeName())
+    try:
+        if kind == "string":
+            return interval_ms(str(argument.value()))
+        return int(argument.value()) // 1000 if kind in ("integer", "long") else None
+    except ValueError:
+        return None  # not the interval grammar: Spark refuses it with its own message, or its end
 
 
 def _window_start(aggregate: Any) -> str | None:
@@ -430,6 +478,10 @@ def _check_shape(name: str, plan: Any) -> Any:
         raise ViewRefused(f"{name}: a view needs a GROUP BY: its columns are the key of the view's rows")
     for below in _nodes(list(_seq(node.children()))):
         refused = _BELOW.get(below.nodeName())
+        if below.nodeName() == "Expand" and not any(
+            str(a.name()) == _GROUPING_ID for a in _seq(below.output())
+        ):
+            refused = None  # a sliding window's
         if refused is not None:
             raise ViewRefused(f"{name}: {refused}")
     return node

@@ -356,6 +356,15 @@ SELECT channel, window.start AS hour, count(*) AS ratings
 FROM enriched
 GROUP BY channel, window(rating_ts, '1 hour')
 """
+# A sliding window: each rating counts in the two 2-hour windows that hold it, an hour apart;
+# Spark updates a window until an hour after the next one started, so the retention is 2 hours.
+SLIDING = """-- watermark: rating_ts 1 hour
+-- retention: 2 hours
+-- trigger: 1 second
+SELECT channel, window.start AS hour, count(*) AS ratings
+FROM enriched
+GROUP BY channel, window(rating_ts, '2 hours', '1 hour')
+"""
 HOUR_MS = 3_600_000
 
 
@@ -371,7 +380,7 @@ def current_rows(stack_env: StackEnv, topic: str) -> dict[str, int]:
     return rows
 
 
-def test_a_retention_removes_the_rows_of_old_windows_from_the_topic_as_newer_ones_come(
+def test_a_retention_removes_the_rows_of_old_windows_tumbling_or_sliding_as_newer_ones_come(
     stack_env: StackEnv, topics: ViewTopics, tmp_path: Path
 ) -> None:
     start = 1_795_000_000_000 // HOUR_MS * HOUR_MS
@@ -385,20 +394,26 @@ def test_a_retention_removes_the_rows_of_old_windows_from_the_topic_as_newer_one
 
     produce(stack_env, topics.enriched, [as_kafka(r) for r in hour(0, 0) + hour(1, 100)])
     job = ViewsJob(stack_env, topics, tmp_path).start()
-    (tmp_path / "hourly.sql").write_text(HOURLY)
-    created = views_cli(stack_env, topics, "create", str(tmp_path / "hourly.sql"))
-    assert created.returncode == 0, created.stderr[-2000:]
-    view_topic = f"{topics.env()['VIEWS_JOB_TOPIC_PREFIX']}hourly"
-    first, second, fourth = (
-        time.strftime("%Y-%m-%dT%H", time.gmtime((start + h * HOUR_MS) / 1000)) for h in (0, 1, 3)
-    )
+    for name, sql in (("hourly", HOURLY), ("sliding", SLIDING)):
+        (tmp_path / f"{name}.sql").write_text(sql)
+        created = views_cli(stack_env, topics, "create", str(tmp_path / f"{name}.sql"))
+        assert created.returncode == 0, created.stderr[-2000:]
+    prefix = topics.env()["VIEWS_JOB_TOPIC_PREFIX"]
+    at = {h: time.strftime("%Y-%m-%dT%H", time.gmtime((start + h * HOUR_MS) / 1000)) for h in range(-1, 4)}
 
-    def rows_are(expected: dict[str, int]) -> Callable[[], str | None]:
-        return lambda: None if (seen := current_rows(stack_env, view_topic)) == expected else f"rows {seen}"
+    def rows_are(view: str, expected: dict[str, int]) -> Callable[[], str | None]:
+        def check() -> str | None:
+            seen = current_rows(stack_env, prefix + view)
+            return None if seen == expected else f"{view}'s rows {seen}"
 
-    wait_until(rows_are({first: 10, second: 10}), job)
+        return check
+
+    wait_until(rows_are("hourly", {at[0]: 10, at[1]: 10}), job)
+    wait_until(rows_are("sliding", {at[-1]: 10, at[0]: 20, at[1]: 10}), job)
     produce(stack_env, topics.enriched, [as_kafka(r) for r in hour(3, 300)])
-    wait_until(rows_are({fourth: 10}), job)  # the first two hours are past the retention
+    wait_until(rows_are("hourly", {at[3]: 10}), job)  # the first two hours are past the retention
+    # the windows from hour 1 on are kept: those that started more than 2 hours before hour 3 left
+    wait_until(rows_are("sliding", {at[1]: 10, at[2]: 10, at[3]: 10}), job)
     assert job.stop() == 0, job.tail()
 
 

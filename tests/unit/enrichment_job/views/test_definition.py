@@ -118,6 +118,33 @@ def test_a_window_is_selected_by_its_start_and_the_header_gives_the_watermark_an
     assert "EventTimeWatermark" in compiled.rows._jdf.queryExecution().analyzed().treeString()
 
 
+def test_a_sliding_window_is_kept_each_rating_counting_in_every_window_that_holds_it(
+    spark: SparkSession,
+) -> None:
+    """Spark plans a sliding window as an Expand, as it plans GROUPING SETS: only the latter is
+    refused."""
+    view = parse(
+        "sliding",
+        "-- watermark: rating_ts 1 hour\n"
+        "SELECT channel, window.start AS hour, count(*) AS ratings FROM enriched\n"
+        "GROUP BY channel, window(rating_ts, '1 hour', '20 minutes')\n",
+    )
+    compiled = check(spark, view)
+    assert compiled.key == ("channel", "hour") and compiled.window_start == "hour"
+    assert compiled.rows_per_record == 3
+    rows = rows_of(spark, view, enriched_columns(_readable(spark, RECORDS)))
+    counted = {(r["channel"], int(r["hour"].timestamp() * 1000)): r["ratings"] for r in rows.collect()}
+    slide = 20 * 60_000
+    expected: dict[tuple[str | None, int], int] = {}
+    for record in map(json.loads, RECORDS):
+        first = record["rating_time"] // slide * slide
+        for start in (first - 2 * slide, first - slide, first):  # the windows [start, start + 1 hour)
+            key = (record["channel"], start)
+            expected[key] = expected.get(key, 0) + 1
+    assert counted == expected
+    assert sum(counted.values()) == 3 * len(RECORDS) and (None, HOUR - 2 * slide) in counted
+
+
 _BY_USER = "FROM enriched GROUP BY user_id"
 
 
@@ -172,6 +199,12 @@ _BY_USER = "FROM enriched GROUP BY user_id"
         ("SELECT id, count(*) AS n FROM range(3) GROUP BY id", "a view reads FROM enriched"),
         ("SELECT user_id, count(*) AS n, sum(stars) AS n " + _BY_USER, "more than one column named n"),
         ("SELECT user_id, count(*) AS n FROM enriched GROUP BY ROLLUP(user_id)", "ROLLUP"),
+        (
+            "SELECT channel, club_status, count(*) AS n FROM enriched"
+            " GROUP BY GROUPING SETS ((channel), (club_status))",
+            "GROUPING SETS, ROLLUP and CUBE: declare one view per grouping",
+        ),
+        ("SELECT channel, stars, count(*) AS n FROM enriched GROUP BY CUBE(channel, stars)", "CUBE"),
     ],
 )
 def test_a_view_spark_would_keep_wrongly_or_not_at_all_is_refused_with_one_message(
@@ -268,6 +301,14 @@ def test_a_retention_needs_a_watermark_the_window_start_and_no_less_than_the_del
 ) -> None:
     kept = check(spark, parse("v", f"-- watermark: rating_ts 2 hours\n-- retention: 1 day\n{_HOURLY}"))
     assert (kept.window_start, kept.retention_ms) == ("hour", 86_400_000)
+    # a 3-hour window sliding by the hour is updated until 2 hours after a newer one started
+    sliding = _HOURLY.replace("'1 hour')", "'3 hours', '1 hour')")
+    assert "'3 hours', '1 hour'" in sliding
+    kept = check(spark, parse("v", f"-- watermark: rating_ts 2 hours\n-- retention: 4 hours\n{sliding}"))
+    assert kept.retention_ms == 4 * 3_600_000
+    in_microseconds = sliding.replace("'3 hours', '1 hour'", "10800000000, 3600000000")
+    with pytest.raises(ViewRefused, match="outlasts its slide"):
+        check(spark, parse("v", f"-- watermark: rating_ts 2 hours\n-- retention: 3 hours\n{in_microseconds}"))
     for header, sql, refusal in [
         ("-- retention: 1 day", _HOURLY, "retention needs a watermark"),
         ("-- watermark: rating_ts 2 hours\n-- retention: a while", _HOURLY, "'a while' is not an interval"),
@@ -280,6 +321,11 @@ def test_a_retention_needs_a_watermark_the_window_start_and_no_less_than_the_del
             "-- watermark: rating_ts 2 hours\n-- retention: 1 day",
             _HOURLY.replace("window.start AS hour", "date_format(window.start, 'HH') AS hour"),
             "needs the window's start selected as is",
+        ),
+        (
+            "-- watermark: rating_ts 2 hours\n-- retention: 3 hours",
+            _HOURLY.replace("'1 hour')", "'3 hours', '1 hour')"),
+            r"delay \(2 hours\) plus what the window outlasts its slide \(7200 s\)",
         ),
     ]:
         with pytest.raises(ViewRefused, match=refusal):
