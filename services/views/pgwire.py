@@ -30,7 +30,7 @@ import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from services.views import catalog, cursors, exports, plans, subscription
+from services.views import catalog, cursors, exports, plans, subscription, timestamps
 from services.views.portals import (
     Portal,
     Statement,
@@ -44,7 +44,7 @@ from services.views.portals import (
     read_parse,
     row_description,
 )
-from services.views.session import Session, reported
+from services.views.session import Session, reported, time_zone_refusal
 from services.views.sql import (
     PAST_DEADLINE,
     SETTINGS,
@@ -193,9 +193,9 @@ class PgServer:
         secret = secrets.randbits(31)
         try:
             async with asyncio.timeout(self.settings.startup_timeout_s):
-                started = await self._startup(reader, writer, secret)
-            if started:
-                await self._queries(reader, writer, secret)
+                zone = await self._startup(reader, writer, secret)
+            if zone is not None:
+                await self._queries(reader, writer, secret, zone)
         except (_Closed, TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -204,8 +204,11 @@ class PgServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _startup(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int) -> bool:
-        """The start-up exchange; False when the client is not let in (the reason sent)."""
+    async def _startup(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int
+    ) -> str | None:
+        """The start-up exchange: the session's TimeZone (the client's, as JDBC sends its JVM's,
+        or UTC); None when the client is not let in (the reason sent)."""
         while True:
             (length,) = struct.unpack("!I", await reader.readexactly(4))
             if not 8 <= length <= MAX_STARTUP_BYTES:
@@ -225,15 +228,23 @@ class PgServer:
             if code != PROTOCOL_V3:
                 writer.write(error("08P01", f"protocol {code >> 16}.{code & 0xFFFF} is not served; 3.0 is"))
                 await writer.drain()
-                return False
+                return None
             break
         if self.connections > self.settings.max_connections:
             cap = self.settings.max_connections
             writer.write(error("53300", f"more than {cap} connections (VIEWS_PG_MAX_CONNECTIONS)", "FATAL"))
             await writer.drain()
-            return False
+            return None
         params = payload[4:].split(b"\0")
-        user = dict(zip(params[0::2], params[1::2], strict=False)).get(b"user", b"").decode(errors="replace")
+        named = dict(zip(params[0::2], params[1::2], strict=False))
+        user = named.get(b"user", b"").decode(errors="replace")
+        # JDBC names its JVM's zone; libpq sends PGTZ as `timezone` (a setting's name in any case)
+        zone = next((v for k, v in named.items() if k.lower() == b"timezone"), b"").decode(errors="replace")
+        zone = zone or "UTC"
+        if (refusal := time_zone_refusal(zone)) is not None:
+            writer.write(error("22023", refusal, "FATAL"))
+            await writer.drain()
+            return None
         if self.settings.token is not None:
             writer.write(_message(b"R", struct.pack("!I", 3)))  # cleartext password, please
             await writer.drain()
@@ -243,19 +254,22 @@ class PgServer:
                 writer.write(error("28P01", f'password authentication failed for user "{user}"', "FATAL"))
                 await writer.drain()
                 log.warning("a PostgreSQL client gave a wrong password (user %r)", user)
-                return False
+                return None
         out = [_message(b"R", struct.pack("!I", 0))]
-        for name, value in reported().items():
+        for name, value in reported(zone[:63]).items():
             out.append(_message(b"S", _cstr(name) + _cstr(value)))
         out.append(_message(b"K", struct.pack("!II", self._pid, secret)))
         out.append(ready())
         writer.write(b"".join(out))
         await writer.drain()
-        return True
+        return zone[:63]
 
-    async def _queries(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int) -> None:
-        session = Session(secret)
+    async def _queries(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int, zone: str = "UTC"
+    ) -> None:
+        session = Session(secret, zone)
         SETTINGS.set(session.setting)  # current_setting(): this connection's task and its threads
+        timestamps.ZONE.set(session.time_zone)  # so are the zone's timestamps
         held = _Held(writer)  # the extended protocol's answers, sent together at Sync or Flush
         try:
             while True:
@@ -307,6 +321,7 @@ class PgServer:
         if not sql.strip().strip(";").strip():
             return _message(b"I") + ready(session.state)  # EmptyQueryResponse
         answer: str | Result | bytes  # a command's tag, rows, or what ends the rows written
+        status = b""  # a ParameterStatus of a reported setting the command changed
         try:
             if (export := exports.parse(sql)) is not None:
                 answer = await self._export(session, export, {}, writer)
@@ -317,7 +332,7 @@ class PgServer:
             elif asked is not None:
                 answer = await self._cursor(session, asked, {})
             elif _about_session(session, sql):
-                answer = session.command(sql)
+                answer, status = _command(session, sql)
             else:
                 session.refuse_if_aborted()
                 answer = await self._result(sql, {}, session.statement_timeout_s)
@@ -331,7 +346,7 @@ class PgServer:
             session.failed()
             return error("XX000", "internal error: the service's log has it") + ready(session.state)
         if isinstance(answer, str):  # a command's tag
-            return _message(b"C", _cstr(answer)) + ready(session.state)
+            return status + _message(b"C", _cstr(answer)) + ready(session.state)
         return (answer if isinstance(answer, bytes) else result_messages(answer)) + ready(session.state)
 
     async def _subscribe(
@@ -657,9 +672,9 @@ class PgServer:
                 return _message(b"C", _cstr(answer))
             portal.result = answer
         if _about_session(session, sql) and portal.result is None:
-            answer = session.command(sql)
+            answer, status = _command(session, sql)
             if isinstance(answer, str):
-                return _message(b"C", _cstr(answer))
+                return status + _message(b"C", _cstr(answer))
             portal.result = answer
         result = await self._ran(session, portal)
         end = len(result.rows) if limit <= 0 else min(len(result.rows), portal.sent + limit)
@@ -699,6 +714,15 @@ def _query_rows(session: Session, asked: cursors.Fetch) -> cursors.Rows | None:
         return None
     found = session.cursors.get(asked.cursor)
     return found if isinstance(found, cursors.Rows) else None
+
+
+def _command(session: Session, sql: str) -> tuple[str | Result, bytes]:
+    """`session.command(sql)`, and the ParameterStatus PostgreSQL sends before its tag when it
+    changed TimeZone (a reported setting: JDBC follows it)."""
+    before = session.settings["TimeZone"]
+    answer = session.command(sql)
+    now = session.settings["TimeZone"]
+    return answer, _message(b"S", _cstr("TimeZone") + _cstr(now)) if now != before else b""
 
 
 def _about_session(session: Session, sql: str) -> bool:

@@ -11,16 +11,23 @@ as a read-only PostgreSQL answers them:
   further queries get 25P02 until ROLLBACK, or ROLLBACK TO a SAVEPOINT (psycopg's nested
   transactions; RELEASE too). A transaction holds no snapshot: each query reads
   the views as they are at that moment (READ COMMITTED, as PostgreSQL's default).
-- SET and RESET of the settings in SETTABLE are kept for SHOW and change nothing else (the
-  views hold no time zone or float to format: a timestamp is text), but `statement_timeout`,
-  which bounds the session's queries below VIEWS_PG_TIMEOUT_S (never above it; 0, its default,
-  leaves that bound alone). `client_encoding` takes UTF8 only, a transaction READ WRITE is
-  refused with 25006, and every other setting with 0A000 naming the ones that are taken.
+- SET and RESET of the settings in SETTABLE are kept for SHOW. Two change answers:
+  `TimeZone` (also from the start-up exchange; `time_zone`), in which timestamps are shown,
+  read when a literal names no zone, truncated and cast to dates, as PostgreSQL does
+  (`timestamps`; a value PostgreSQL would refuse is refused with 22023), and
+  `statement_timeout`, which bounds the session's queries below VIEWS_PG_TIMEOUT_S (never above
+  it; 0, its default, leaves that bound alone). `client_encoding` takes UTF8 only, a
+  transaction READ WRITE is refused with 25006, and every other setting with 0A000 naming the
+  ones that are taken; the others are kept for SHOW and change nothing (the views hold no
+  float to format: a double goes out as Python shows it, shortest first).
 - SHOW of those settings and of the server's own (`server_version`, `transaction_isolation`...).
 """
 
+import functools
 import re
+from datetime import tzinfo
 
+from services.views import timestamps
 from services.views.cursors import Open
 from services.views.portals import Portal, Statement
 from services.views.sql import (
@@ -41,6 +48,7 @@ __all__ = [
     "SETTABLE",
     "Session",
     "reported",
+    "time_zone_refusal",
 ]
 
 SERVER_VERSION = "15.0 (ratings views)"  # what psql reads to choose its catalog queries
@@ -92,6 +100,7 @@ _SHOWN_WHY |= {
 }
 _SHOWN_WHY |= {
     "statement_timeout": "bounds the session's queries below VIEWS_PG_TIMEOUT_S (0: that bound alone)",
+    "TimeZone": "timestamps are shown, truncated and read (a literal without a zone) in it",
     "transaction_read_only": "the views are read only",
     "transaction_isolation": "each query reads the views as they are",
 }
@@ -114,9 +123,26 @@ _SAVEPOINT = re.compile(
 )
 
 
-def reported() -> dict[str, str]:
-    """The server's parameters as the start-up exchange reports them."""
-    return dict(_REPORTED)
+def reported(zone: str = "UTC") -> dict[str, str]:
+    """The server's parameters as the start-up exchange reports them, with the session's
+    TimeZone."""
+    return _REPORTED | {"TimeZone": zone}
+
+
+@functools.lru_cache(maxsize=256)
+def _zone(value: str) -> tzinfo:
+    return timestamps.zone_named(value)
+
+
+def time_zone_refusal(value: str) -> str | None:
+    """Why PostgreSQL would refuse `value` for TimeZone; None when it is one."""
+    if len(value) > 63:
+        return 'invalid value for parameter "TimeZone": longer than 63 characters'
+    try:
+        _zone(value)
+    except ValueError as err:
+        return f'invalid value for parameter "TimeZone": {err}'
+    return None
 
 
 def _canonical(name: str) -> str | None:
@@ -156,8 +182,9 @@ def _unquoted(value: str) -> str:
 class Session:
     """One connection's state: its transaction, settings, prepared statements and portals."""
 
-    def __init__(self, secret: int = 0) -> None:
-        """`secret`: the connection's, as BackendKeyData told it (a CancelRequest names it)."""
+    def __init__(self, secret: int = 0, zone: str = "UTC") -> None:
+        """`secret`: the connection's, as BackendKeyData told it (a CancelRequest names it);
+        `zone`: the TimeZone the start-up exchange gave (`time_zone_refusal` checked it)."""
         self.secret = secret
         self.state = b"I"  # I: idle, T: in a transaction, E: in a failed one
         self.skipping = False  # an extended-protocol error: messages are skipped until Sync
@@ -165,9 +192,15 @@ class Session:
         self.described: dict[str, tuple[Column, ...]] = {}  # the statements' columns, as told
         self.portals: dict[str, Portal] = {}
         self.settings = dict(SETTABLE)
+        self.settings["TimeZone"] = zone
+        self.started_zone = zone  # what RESET goes back to, as PostgreSQL's session default
         self.savepoints: list[str] = []
         self.cursors: dict[str, Open] = {}  # by name, until their transaction ends (or CLOSE)
         self.declared: set[str] = set()  # the cursors declared in the transaction under way
+
+    def time_zone(self) -> tzinfo:
+        """The session's TimeZone (`timestamps.ZONE` holds this method for its queries)."""
+        return _zone(self.settings["TimeZone"])
 
     @property
     def statement_timeout_s(self) -> float | None:
@@ -307,13 +340,17 @@ class Session:
                 f"SET {found[0]} is not served (these are: {taken})",
             )
         if value.upper() == "DEFAULT":
-            value = SETTABLE[name]
+            value = self.started_zone if name == "TimeZone" else SETTABLE[name]
         if name == "client_encoding" and value.lower() not in _UTF8:
             raise SqlError("22023", f"client_encoding {value!r}: only UTF8 is served")
         if name == "extra_float_digits" and not (value.lstrip("-").isdigit() and -15 <= int(value) <= 3):
             raise SqlError("22023", f"extra_float_digits {value!r}: an integer from -15 to 3")
         if name == "statement_timeout":
             value = _duration_shown(value)
+        if name == "TimeZone":
+            value = "UTC" if value.upper() == "LOCAL" else value
+            if (refusal := time_zone_refusal(value)) is not None:
+                raise SqlError("22023", refusal)
         self.settings[name] = "UTF8" if name == "client_encoding" else value[:63]
         return "SET"
 
@@ -322,12 +359,12 @@ class Session:
         if asked is None:
             raise SqlError("42601", "syntax error in RESET: RESET name, or RESET ALL")
         if asked.group(1).upper() == "ALL":
-            self.settings = dict(SETTABLE)
+            self.settings = dict(SETTABLE) | {"TimeZone": self.started_zone}
             return "RESET"
         name = _canonical(asked.group(1))
         if name not in SETTABLE:
             raise SqlError("0A000", f"RESET {asked.group(1)} is not served")
-        self.settings[name] = SETTABLE[name]
+        self.settings[name] = self.started_zone if name == "TimeZone" else SETTABLE[name]
         return "RESET"
 
     def setting(self, name: str) -> str | None:

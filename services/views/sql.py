@@ -426,6 +426,7 @@ class SqlReader:
         conn.create_function("now", 0, timestamps.now)  # PostgreSQL's clock (not deterministic)
         conn.create_function("date_trunc", 2, timestamps.date_trunc, deterministic=True)
         conn.create_function("date_part", 2, timestamps.date_part, deterministic=True)
+        conn.create_function("pg_date", 1, timestamps.pg_date, deterministic=True)
         for arguments in (1, 2):
             conn.create_function("current_setting", arguments, _current_setting)
         views = set(shapes)

@@ -1,27 +1,33 @@
 """A view's timestamps and dates as PostgreSQL serves them, over a store that keeps them as the
 views job writes them (Spark's JSON: `2026-12-07T05:00:00.000Z`, a date `2026-12-07`).
 
-- Out: a timestamp column is `timestamptz` in PostgreSQL's text format in UTC
-  (`2026-12-07 05:00:00+00`, fractions only when there are some), a date column `date`; in
+- The session's time zone (`SET TimeZone`, or the start-up exchange's; UTC by default) is
+  `ZONE`'s: the PostgreSQL connection sets it to its session's, a thread it starts inherits it,
+  anything else (HTTP) has UTC. `zone_named` reads a value as PostgreSQL does.
+- Out: a timestamp column is `timestamptz` in PostgreSQL's text format in the session's zone
+  (`2026-12-07 06:00:00+01`, fractions only when there are some), a date column `date`; in
   binary, microseconds (days) since 2000-01-01, as PostgreSQL sends them.
 - Compared: a timestamp column compares by instant (SQLite's collation `pg_timestamp`), so that
   a literal in any ISO 8601 or PostgreSQL spelling (`'2026-12-07 04:00'`, `'2026-12-07T04:00:00Z'`,
   `'2026-12-07 06:00:00+01'`, what Grafana's `$__timeFilter` writes) selects the same rows; a
-  literal without a zone is UTC, as the service's TimeZone is.
-- `now()`, `date_trunc(field, t)` and `date_part(field, t)` are functions of the reader's
-  connections; `extract(field FROM t)` and `± interval 'N unit'` after `now()` or
-  `current_timestamp` (`rewritten`), and casts to `timestamptz`, `timestamp` and `date`
-  (`cast`), are written as SQLite reads them.
+  literal without a zone is in the session's zone, as in PostgreSQL.
+- `now()`, `date_trunc(field, t)`, `date_part(field, t)` and `pg_date(t)` are functions of the
+  reader's connections, in the session's zone; `extract(field FROM t)` and `± interval 'N unit'`
+  after `now()` or `current_timestamp` (`rewritten`), and casts to `timestamptz`, `timestamp`
+  and `date` (`cast`), are written as SQLite reads them.
 """
 
+import contextvars
 import functools
 import re
 import struct
+import zoneinfo
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 
 __all__ = [
     "COLLATION",
+    "ZONE",
     "binary_date",
     "binary_timestamp",
     "cast",
@@ -30,10 +36,12 @@ __all__ = [
     "date_trunc",
     "now",
     "order",
+    "pg_date",
     "pg_text",
     "rewritten",
     "stored",
     "timestamp_of_binary",
+    "zone_named",
 ]
 
 COLLATION = "pg_timestamp"  # the collation of a view's timestamp columns (SqlReader registers it)
@@ -77,17 +85,56 @@ _PARTS: dict[str, Callable[[datetime], float]] = {
     "microseconds": lambda t: t.second * 1_000_000 + t.microsecond,
 }
 _NOW_FORMAT = "'%Y-%m-%d %H:%M:%f+00'"  # SQLite's clock (UTC) in PostgreSQL's text format
+# The session's time zone, as a callable: its current value (a connection's session sets it once;
+# a thread started with asyncio.to_thread sees the same).
+ZONE: contextvars.ContextVar[Callable[[], tzinfo]] = contextvars.ContextVar("ZONE", default=lambda: UTC)
+# PostgreSQL's POSIX-style offsets: 'UTC+3' and '+3' are three hours WEST of Greenwich.
+_POSIX = re.compile(r"(?:UTC|GMT|UT|Z)?([+-])?(\d{1,2})(?::(\d{2}))?(?::(\d{2}))?", re.IGNORECASE)
+_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(?:/[A-Za-z0-9_+\-]+)*")
+
+
+def zone_named(value: str) -> tzinfo:
+    """A TimeZone setting's value as PostgreSQL reads it: an IANA name (`Europe/Berlin`), UTC
+    (or GMT, Z, LOCAL and DEFAULT: the server's), a number of hours (`-7`, `5.5`: ISO's sign),
+    or a POSIX-style offset (`UTC+3`, `+05:30`: the sign is POSIX's, so these are west of
+    Greenwich, as PostgreSQL's documentation warns). ValueError for any other."""
+    text = value.strip()
+    if text.upper() in ("UTC", "GMT", "Z", "UT", "LOCAL", "DEFAULT"):
+        return UTC
+    if _NUMBER.fullmatch(text):
+        offset = timedelta(hours=float(text))
+    elif (posix := _POSIX.fullmatch(text)) is not None:
+        sign, hours, minutes, seconds = posix.groups()
+        offset = timedelta(hours=int(hours), minutes=int(minutes or 0), seconds=int(seconds or 0))
+        offset = offset if sign == "-" else -offset
+    elif _NAME.fullmatch(text):
+        try:
+            return zoneinfo.ZoneInfo(text)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"{value!r} is not a time zone (an IANA name such as Europe/Berlin, or UTC)"
+            ) from None
+    else:
+        raise ValueError(f"{value!r} is not a time zone (an IANA name such as Europe/Berlin, or UTC)")
+    if abs(offset) > timedelta(hours=15):
+        raise ValueError(f"{value!r}: an offset of at most 15 hours")
+    return timezone(offset) if offset else UTC
 
 
 @functools.lru_cache(maxsize=8192)
-def _instant(text: str) -> datetime | None:
-    """A timestamp's or a date's text as an aware datetime (UTC when it names no zone); None
-    for text that is neither."""
+def _instant_in(text: str, zone: tzinfo) -> datetime | None:
     try:
         found = datetime.fromisoformat(text.strip())
     except ValueError:
         return None
-    return found.replace(tzinfo=UTC) if found.tzinfo is None else found
+    return found.replace(tzinfo=zone) if found.tzinfo is None else found
+
+
+def _instant(text: str) -> datetime | None:
+    """A timestamp's or a date's text as an aware datetime (in the session's zone when it names
+    none); None for text that is neither."""
+    return _instant_in(text, ZONE.get()())
 
 
 def _utc(text: str) -> datetime | None:
@@ -96,10 +143,23 @@ def _utc(text: str) -> datetime | None:
     return None if found is None else found.astimezone(UTC)
 
 
+def _local(text: str) -> datetime | None:
+    """`_instant` in the session's zone."""
+    found = _instant(text)
+    return None if found is None else found.astimezone(ZONE.get()())
+
+
 def _shown(found: datetime) -> str:
-    """A UTC instant in PostgreSQL's text format: fractions only when there are some."""
+    """An aware datetime in PostgreSQL's text format, with its offset: fractions only when there
+    are some, the offset's minutes and seconds only when it has some (`+00`, `+05:30`)."""
     fraction = f".{found.microsecond:06d}".rstrip("0") if found.microsecond else ""
-    return found.strftime("%Y-%m-%d %H:%M:%S") + fraction + "+00"
+    offset = found.utcoffset() or timedelta(0)
+    sign, offset = ("-", -offset) if offset < timedelta(0) else ("+", offset)
+    minutes, seconds = divmod(int(offset.total_seconds()), 60)
+    hours, minutes = divmod(minutes, 60)
+    shown = f"{sign}{hours:02d}" + (f":{minutes:02d}" if minutes or seconds else "")
+    shown += f":{seconds:02d}" if seconds else ""
+    return found.strftime("%Y-%m-%d %H:%M:%S") + fraction + shown
 
 
 def order(a: str, b: str) -> int:
@@ -111,9 +171,19 @@ def order(a: str, b: str) -> int:
 
 
 def pg_text(text: str) -> str:
-    """A stored timestamp in PostgreSQL's text format, in UTC; text that is none, as it is."""
-    found = _utc(text)
+    """A stored timestamp in PostgreSQL's text format, in the session's zone; text that is none,
+    as it is."""
+    found = _local(text)
     return text if found is None else _shown(found)
+
+
+def pg_date(value: str | None) -> str | None:
+    """`t::date` (SqlReader registers it): a timestamp's date in the session's zone, as
+    PostgreSQL's; a date as it is; null for text that is neither."""
+    if value is None:
+        return None
+    found = _local(value) if isinstance(value, str) else None
+    return None if found is None else found.date().isoformat()
 
 
 def stored(text: str) -> str | None:
@@ -139,7 +209,7 @@ def binary_date(text: str) -> bytes:
 
 
 def timestamp_of_binary(data: bytes) -> str:
-    """A timestamp parameter sent in binary, as text the collation compares."""
+    """A timestamp parameter sent in binary, as text the collation compares (UTC: an instant)."""
     (micros,) = struct.unpack("!q", data)
     return _shown(_EPOCH + timedelta(microseconds=micros))
 
@@ -156,42 +226,45 @@ def cast(operand: str, type_name: str) -> str | None:
     if name in ("timestamptz", "timestamp"):
         return f"(CAST({operand} AS TEXT) COLLATE {COLLATION})"
     if name == "date":
-        return f"date({operand})"
+        return f"pg_date({operand})"
     return None
 
 
 def now() -> str:
-    """PostgreSQL's now() (SqlReader registers it): the service's clock, UTC, in PostgreSQL's
-    text format. SQLite's own `current_timestamp` gives the same instant without fractions."""
-    moment = datetime.now(UTC)
+    """PostgreSQL's now() (SqlReader registers it): the service's clock, in the session's zone,
+    in PostgreSQL's text format. SQLite's own `current_timestamp` gives the same instant in UTC
+    without fractions."""
+    moment = datetime.now(UTC).astimezone(ZONE.get()())
     return _shown(moment.replace(microsecond=moment.microsecond // 1000 * 1000))  # as SQLite's clock
 
 
 def date_trunc(field: str | None, value: str | None) -> str | None:
-    """PostgreSQL's date_trunc('hour', t) (SqlReader registers it), in UTC: what BI tools group
-    a time series by. A field PostgreSQL does not know, or a value that is no timestamp: null."""
-    found = _utc(value) if isinstance(value, str) else None
+    """PostgreSQL's date_trunc('hour', t) (SqlReader registers it), in the session's zone (a day
+    starts at its midnight): what BI tools group a time series by. A field PostgreSQL does not
+    know, or a value that is no timestamp: null."""
+    found = _local(value) if isinstance(value, str) else None
     unit = (field or "").lower()
     if found is None or unit not in _KEPT:
         return None
     parts = (found.month, found.day, found.hour, found.minute, found.second, found.microsecond)
     kept = _KEPT[unit]
     month, day, hour, minute, second, micro = (*parts[:kept], *_STARTS[kept:])
-    found = datetime(found.year, month, day, hour, minute, second, micro, tzinfo=UTC)
+    found = datetime(found.year, month, day, hour, minute, second, micro, tzinfo=found.tzinfo)
     if unit == "week":  # its Monday, as PostgreSQL's (ISO) weeks start
         found -= timedelta(days=found.weekday())
     elif unit == "quarter":
         found = found.replace(month=(found.month - 1) // 3 * 3 + 1)
     elif unit == "milliseconds":
         found = found.replace(microsecond=found.microsecond // 1000 * 1000)
-    return _shown(found)
+    return _shown(found.astimezone(UTC).astimezone(found.tzinfo))  # the offset of that moment
 
 
 def date_part(field: str | None, value: str | None) -> float | None:
-    """PostgreSQL's date_part('hour', t), and `extract(hour FROM t)` (`rewritten`), in UTC, as a
-    double: what Grafana's `$__timeGroup` (`extract(epoch FROM t)`) and time-of-day groupings
-    ask. A field PostgreSQL does not know, or a value that is no timestamp: null."""
-    found = _utc(value) if isinstance(value, str) else None
+    """PostgreSQL's date_part('hour', t), and `extract(hour FROM t)` (`rewritten`), in the
+    session's zone, as a double: what Grafana's `$__timeGroup` (`extract(epoch FROM t)`) and
+    time-of-day groupings ask. A field PostgreSQL does not know, or a value that is no
+    timestamp: null."""
+    found = _local(value) if isinstance(value, str) else None
     part = _PARTS.get((field or "").lower())
     if found is None or part is None:
         return None

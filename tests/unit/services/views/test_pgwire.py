@@ -17,11 +17,13 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import psycopg
 import psycopg.types
 import pytest
 from psycopg.pq import TransactionStatus
+from psycopg.types.string import TextLoader
 
 from foundation.view_marker import ViewMarker
 from services.views.pgwire import PROTOCOL_V3, PgServer, PgSettings
@@ -56,8 +58,10 @@ class Served:
     port: int
     store: Store
 
-    def psql(self, sql: str, password: str | None = None) -> subprocess.CompletedProcess[str]:
-        return psql(self.port, sql, user="reader", password=password)
+    def psql(
+        self, sql: str, password: str | None = None, zone: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return psql(self.port, sql, user="reader", password=password, zone=zone)
 
     def rows(self, sql: str) -> list[str]:
         done = self.psql(sql)
@@ -1312,6 +1316,58 @@ def test_timestamps_are_timestamptz_in_utc_compared_by_instant_whatever_the_lite
         with conn.cursor(binary=True) as cur:  # the values in binary, the parameter too (%b)
             cur.execute("SELECT hour_start, day FROM hourly WHERE hour_start < %b ORDER BY 1", (recent,))
             assert cur.fetchall() == rows
+
+
+def test_a_session_s_time_zone_shows_reads_truncates_and_casts_timestamps_as_postgresql_does(
+    served: Served,
+) -> None:
+    utc = datetime.UTC
+    _hours(
+        served, datetime.datetime(2026, 11, 7, 22, tzinfo=utc), datetime.datetime(2026, 11, 7, 23, tzinfo=utc)
+    )
+    berlin = ZoneInfo("Europe/Berlin")  # UTC+1 in November
+    # the start-up's TimeZone (libpq's PGTZ; JDBC sends its JVM's): shown in it, with its offset
+    shown = served.psql(
+        "SELECT hour_start, hour_start::date, ratings FROM hourly ORDER BY 1", zone="Europe/Berlin"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        "2026-11-07 23:00:00+01|2026-11-07|1",
+        "2026-11-08 00:00:00+01|2026-11-08|2",
+    ]
+    by_day = "SELECT date_trunc('day', hour_start), sum(ratings) FROM hourly GROUP BY 1 ORDER BY 1"
+    assert served.psql(by_day, zone="Europe/Berlin").stdout.splitlines() == [
+        "2026-11-07 00:00:00+01|1",
+        "2026-11-08 00:00:00+01|2",
+    ]
+    assert served.rows(by_day) == ["2026-11-07 00:00:00+00|3"]  # the default: UTC
+    refused = served.psql("SELECT 1", zone="Mars/Olympus_Mons")
+    assert refused.returncode != 0
+    assert "FATAL:  invalid value for parameter \"TimeZone\": 'Mars/Olympus_Mons'" in refused.stderr
+    with _connect(served, autocommit=True) as conn:
+        conn.adapters.register_loader("timestamptz", TextLoader)  # the server's text, not psycopg's reading
+        conn.execute("SET TIME ZONE 'Asia/Kolkata'")
+        assert conn.info.parameter_status("TimeZone") == "Asia/Kolkata"  # ParameterStatus, as JDBC follows it
+        assert conn.execute("SELECT min(hour_start) FROM hourly").fetchone() == ("2026-11-08 03:30:00+05:30",)
+        conn.execute("SET TimeZone TO 'Europe/Berlin'")
+        # a literal without a zone is the session's: 23:30 in Berlin is 22:30 UTC
+        after = conn.execute("SELECT hour_start FROM hourly WHERE hour_start > '2026-11-07 23:30'").fetchall()
+        assert after == [("2026-11-08 00:00:00+01",)]
+        hour = conn.execute("SELECT extract(hour FROM hour_start) FROM hourly ORDER BY 1").fetchall()
+        assert hour == [(0.0,), (23.0,)]
+        assert conn.execute("SHOW TimeZone").fetchone() == ("Europe/Berlin",)
+        conn.execute("SET TIME ZONE -7")  # a number of hours: ISO's sign
+        assert conn.execute("SELECT min(hour_start) FROM hourly").fetchone() == ("2026-11-07 15:00:00-07",)
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="is not a time zone"):
+            conn.execute("SET TimeZone = 'Europe/Nowhere'")
+        conn.execute("RESET TimeZone")
+        assert conn.execute("SHOW TimeZone").fetchone() == ("UTC",)
+        assert conn.info.parameter_status("TimeZone") == "UTC"
+    with _connect(served, autocommit=True) as conn:  # a timestamp psycopg reads: the same instant
+        conn.execute("SET TimeZone TO 'Europe/Berlin'")
+        first = conn.execute("SELECT min(hour_start) FROM hourly").fetchone()
+        assert first == (datetime.datetime(2026, 11, 7, 22, tzinfo=utc),)
+        assert first[0].utcoffset() == datetime.timedelta(hours=1) and first[0].tzinfo == berlin
 
 
 def test_current_setting_gives_the_client_s_own_settings(served: Served) -> None:

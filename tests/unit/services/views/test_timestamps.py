@@ -1,14 +1,19 @@
 """A view's timestamps as PostgreSQL serves them: text, binary, order by instant, the clock."""
 
+import contextvars
 import re
 import sqlite3
 import struct
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from services.views.timestamps import (
     COLLATION,
+    ZONE,
     binary_date,
     binary_timestamp,
     cast,
@@ -17,10 +22,12 @@ from services.views.timestamps import (
     date_trunc,
     now,
     order,
+    pg_date,
     pg_text,
     rewritten,
     stored,
     timestamp_of_binary,
+    zone_named,
 )
 
 
@@ -91,12 +98,11 @@ def test_casts_to_time_types_are_written_for_sqlite_and_others_left() -> None:
         cast("'2026-12-07 05:00'", "timestamptz") == f"(CAST('2026-12-07 05:00' AS TEXT) COLLATE {COLLATION})"
     )
     assert cast("hour_start", "TIMESTAMP") == f"(CAST(hour_start AS TEXT) COLLATE {COLLATION})"
-    assert cast("hour_start", "date") == "date(hour_start)"
+    assert cast("hour_start", "date") == "pg_date(hour_start)"  # its date in the session's zone
     assert cast("x", "bigint") is None
-    day = (
-        sqlite3.connect(":memory:").execute("SELECT " + cast("'2026-12-07T05:00:00.000Z'", "date")).fetchone()
-    )
-    assert day == ("2026-12-07",)
+    conn = sqlite3.connect(":memory:")
+    conn.create_function("pg_date", 1, pg_date)
+    assert conn.execute("SELECT " + cast("'2026-12-07T05:00:00.000Z'", "date")).fetchone() == ("2026-12-07",)
 
 
 def test_binary_formats_count_from_2000_as_postgresql_s_do() -> None:
@@ -174,3 +180,54 @@ def test_a_filter_s_timestamp_takes_the_stored_form_which_compares_as_text_by_in
     assert stored("2026-12-07 06:30:00.1234+01:30") == "2026-12-07T05:00:00.123Z"
     assert stored("2026-12-07") == "2026-12-07T00:00:00.000Z"
     assert stored("soon") is None
+
+
+def _in(zone: str, function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` in a session whose TimeZone is `zone`, as a connection's task runs it."""
+
+    def run() -> Any:
+        ZONE.set(lambda: zone_named(zone))
+        return function(*args)
+
+    return contextvars.copy_context().run(run)
+
+
+@pytest.mark.parametrize(
+    ("value", "zone"),
+    [
+        ("UTC", UTC),
+        ("DEFAULT", UTC),
+        ("Europe/Berlin", ZoneInfo("Europe/Berlin")),
+        ("-7", timezone(timedelta(hours=-7))),  # a number of hours: ISO's sign
+        ("5.5", timezone(timedelta(hours=5, minutes=30))),
+        ("UTC+3", timezone(timedelta(hours=-3))),  # POSIX's sign: west of Greenwich
+        ("+05:30", timezone(timedelta(hours=-5, minutes=-30))),
+    ],
+)
+def test_a_time_zone_is_read_as_postgresql_reads_its_timezone_setting(value: str, zone: Any) -> None:
+    assert zone_named(value) == zone
+
+
+@pytest.mark.parametrize("value", ["Europe/Nowhere", "../../etc/passwd", "16", "UTC+16", "", "1 hour"])
+def test_a_time_zone_postgresql_would_refuse_is_refused(value: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(repr(value))):
+        zone_named(value)
+
+
+def test_a_session_s_zone_shows_reads_truncates_and_dates_timestamps() -> None:
+    late = "2026-12-07T23:30:00.000Z"  # Monday 8 December, 00:30, in Berlin
+    assert _in("Europe/Berlin", pg_text, late) == "2026-12-08 00:30:00+01"
+    assert _in("Asia/Kathmandu", pg_text, late) == "2026-12-08 05:15:00+05:45"
+    assert _in("America/St_Johns", pg_text, late) == "2026-12-07 20:00:00-03:30"
+    assert _in("Europe/Berlin", pg_date, late) == "2026-12-08" and pg_date(late) == "2026-12-07"
+    assert _in("Europe/Berlin", date_trunc, "day", late) == "2026-12-08 00:00:00+01"
+    assert _in("Europe/Berlin", date_part, "hour", late) == 0.0
+    assert _in("Europe/Berlin", date_part, "epoch", late) == date_part("epoch", late)  # an instant's
+    # a literal without a zone is in the session's: 00:30 in Berlin is 23:30 UTC
+    assert _in("Europe/Berlin", order, "2026-12-08 00:30", late) == 0
+    assert order("2026-12-08 00:30", late) == 1
+    # a day the clocks change: it starts at +01 and its noon is at +02
+    spring = "2026-03-29T12:00:00.000Z"
+    assert _in("Europe/Berlin", pg_text, spring) == "2026-03-29 14:00:00+02"
+    assert _in("Europe/Berlin", date_trunc, "day", spring) == "2026-03-29 00:00:00+01"
+    assert _in("Europe/Berlin", date_trunc, "hour", spring) == "2026-03-29 14:00:00+02"
