@@ -193,9 +193,9 @@ class PgServer:
         secret = secrets.randbits(31)
         try:
             async with asyncio.timeout(self.settings.startup_timeout_s):
-                zone = await self._startup(reader, writer, secret)
-            if zone is not None:
-                await self._queries(reader, writer, secret, zone)
+                started = await self._startup(reader, writer, secret)
+            if started is not None:
+                await self._queries(reader, writer, secret, *started)
         except (_Closed, TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -206,9 +206,9 @@ class PgServer:
 
     async def _startup(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int
-    ) -> str | None:
+    ) -> tuple[str, str] | None:
         """The start-up exchange: the session's TimeZone (the client's, as JDBC sends its JVM's,
-        or UTC); None when the client is not let in (the reason sent)."""
+        or UTC) and user name; None when the client is not let in (the reason sent)."""
         while True:
             (length,) = struct.unpack("!I", await reader.readexactly(4))
             if not 8 <= length <= MAX_STARTUP_BYTES:
@@ -256,18 +256,23 @@ class PgServer:
                 log.warning("a PostgreSQL client gave a wrong password (user %r)", user)
                 return None
         out = [_message(b"R", struct.pack("!I", 0))]
-        for name, value in reported(zone[:63]).items():
+        for name, value in reported(zone).items():
             out.append(_message(b"S", _cstr(name) + _cstr(value)))
         out.append(_message(b"K", struct.pack("!II", self._pid, secret)))
         out.append(ready())
         writer.write(b"".join(out))
         await writer.drain()
-        return zone[:63]
+        return zone, user[:63]
 
     async def _queries(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: int, zone: str = "UTC"
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        secret: int,
+        zone: str = "UTC",
+        user: str = "",
     ) -> None:
-        session = Session(secret, zone)
+        session = Session(secret, zone, user)
         SETTINGS.set(session.setting)  # current_setting(): this connection's task and its threads
         timestamps.ZONE.set(session.time_zone)  # so are the zone's timestamps
         held = _Held(writer)  # the extended protocol's answers, sent together at Sync or Flush

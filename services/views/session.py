@@ -93,6 +93,7 @@ _SHOWN = {
     "transaction_read_only": "on",
     "max_identifier_length": "63",
     "server_version_num": "150000",
+    "session_authorization": "",
 }
 _SHOWN_WHY = {name: "the server's, as the start-up exchange reports it" for name in _REPORTED}
 _SHOWN_WHY |= {
@@ -103,6 +104,7 @@ _SHOWN_WHY |= {
     "TimeZone": "timestamps are shown, truncated and read (a literal without a zone) in it",
     "transaction_read_only": "the views are read only",
     "transaction_isolation": "each query reads the views as they are",
+    "session_authorization": "the user the client named as it connected",
 }
 _UTF8 = {"utf8", "utf-8", "unicode"}
 _SET = re.compile(
@@ -182,9 +184,10 @@ def _unquoted(value: str) -> str:
 class Session:
     """One connection's state: its transaction, settings, prepared statements and portals."""
 
-    def __init__(self, secret: int = 0, zone: str = "UTC") -> None:
+    def __init__(self, secret: int = 0, zone: str = "UTC", user: str = "") -> None:
         """`secret`: the connection's, as BackendKeyData told it (a CancelRequest names it);
-        `zone`: the TimeZone the start-up exchange gave (`time_zone_refusal` checked it)."""
+        `zone`: the TimeZone the start-up exchange gave (`time_zone_refusal` checked it);
+        `user`: the user it named (current_user; no role is checked: VIEWS_PG_TOKEN is)."""
         self.secret = secret
         self.state = b"I"  # I: idle, T: in a transaction, E: in a failed one
         self.skipping = False  # an extended-protocol error: messages are skipped until Sync
@@ -193,6 +196,7 @@ class Session:
         self.portals: dict[str, Portal] = {}
         self.settings = dict(SETTABLE)
         self.settings["TimeZone"] = zone
+        self.user = user
         self.started_zone = zone  # what RESET goes back to, as PostgreSQL's session default
         self.savepoints: list[str] = []
         self.cursors: dict[str, Open] = {}  # by name, until their transaction ends (or CLOSE)
@@ -370,6 +374,8 @@ class Session:
     def setting(self, name: str) -> str | None:
         """A setting's value for current_setting(name), in any case; None for one not known."""
         known = _canonical(name)
+        if known == "session_authorization":
+            return self.user
         return None if known is None else self.settings.get(known, _SHOWN.get(known, ""))
 
     def _show(self, sql: str) -> Result:
@@ -378,11 +384,11 @@ class Session:
         aliases = {"transaction isolation level": "transaction_isolation", "time zone": "TimeZone"}
         if words == "all":  # every setting, as PostgreSQL's SHOW ALL lists them
             names = sorted({*SETTABLE, *_SHOWN}, key=str.lower)
-            rows = [(n, self.settings.get(n, _SHOWN.get(n, "")), _SHOWN_WHY.get(n, "")) for n in names]
+            rows = [(n, self.setting(n) or "", _SHOWN_WHY.get(n, "")) for n in names]
             columns = tuple(pg_column(c, "string") for c in ("name", "setting", "description"))
             return Result(columns, list(rows), "SHOW")
         name = _canonical(aliases.get(words, words))
         if name is None:
             raise SqlError("42704", f'unrecognized configuration parameter "{words}"')
-        value = self.settings.get(name, _SHOWN.get(name, ""))
+        value = self.setting(name) or ""
         return Result((pg_column(name, "string"),), [(value,)], "SHOW")

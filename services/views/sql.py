@@ -112,6 +112,11 @@ SETTINGS: contextvars.ContextVar[Callable[[str], str | None]] = contextvars.Cont
 )
 
 
+def _session_user() -> str:
+    """current_user, session_user and current_role: the user the client named."""
+    return SETTINGS.get()("session_authorization") or ""
+
+
 def _current_setting(name: Any, _missing_ok: Any = None) -> str | None:
     """PostgreSQL's current_setting(name [, missing_ok]): the client's value; null for a
     setting not known here (PostgreSQL refuses it unless missing_ok)."""
@@ -270,6 +275,12 @@ _CAST_TYPE = re.compile(
     re.IGNORECASE,
 )
 _CLOCK = re.compile(r"\b(?:interval|extract)\b", re.IGNORECASE)  # `now() - interval '1 hour'`: `timestamps`
+# PostgreSQL's functions called without parentheses (DBeaver asks `SELECT current_schema(),
+# session_user` as it connects): written as SQLite's calls, where not a name's part or quoted.
+_NILADIC = re.compile(
+    r"(?<![.\w\"])(current_user|session_user|current_role|current_catalog)(?![\w\"]|\s*[(.])", re.IGNORECASE
+)
+_NILADIC_WORDS = ("current_user", "session_user", "current_role", "current_catalog")
 _OPERAND_END = re.compile(r"[\w.$\"]")
 _CASE_WORDS = re.compile(r"\b(?:CASE|END)\b", re.IGNORECASE)
 
@@ -303,9 +314,17 @@ def _operand_start(masked: str, end: int) -> int:
 
 def pg_casts(sql: str) -> str:
     """PostgreSQL's `x::type` written as `CAST(x AS type)`, which SQLite reads (`$1::int`,
-    `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`, `CASE ... END::text`), and
+    `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`, `CASE ... END::text`),
     PostgreSQL's clock (`now() - interval '1 hour'`) and casts to its time types as
-    `timestamps` writes them, outside strings and comments."""
+    `timestamps` writes them, and `current_user` (`session_user`, `current_role`,
+    `current_catalog`) as a call, outside strings and comments."""
+    lowered = sql.lower()
+    if any(word in lowered for word in _NILADIC_WORDS):
+        masked = _masked(sql)
+        for found in reversed([m for m in _NILADIC.finditer(sql) if masked[m.start()] == sql[m.start()]]):
+            word = found.group(1).lower()
+            call = "current_database()" if word == "current_catalog" else f"{word}()"
+            sql = sql[: found.start()] + call + sql[found.end() :]
     clock = _CLOCK.search(sql) is not None
     if "::" not in sql and not clock:
         return sql
@@ -429,6 +448,8 @@ class SqlReader:
         conn.create_function("pg_date", 1, timestamps.pg_date, deterministic=True)
         for arguments in (1, 2):
             conn.create_function("current_setting", arguments, _current_setting)
+        for name in ("current_user", "session_user", "current_role"):
+            conn.create_function(name, 0, _session_user)
         views = set(shapes)
 
         def authorize(

@@ -1370,6 +1370,25 @@ def test_a_session_s_time_zone_shows_reads_truncates_and_casts_timestamps_as_pos
         assert first[0].utcoffset() == datetime.timedelta(hours=1) and first[0].tzinfo == berlin
 
 
+def test_the_user_functions_postgresql_calls_without_parentheses_name_the_client_s_user(
+    served: Served,
+) -> None:
+    # DBeaver asks this as it connects; psql's user is "reader" (Served.psql)
+    assert served.rows("SELECT current_schema(), session_user") == ["public|reader"]
+    assert served.rows("SELECT current_user, current_role, current_catalog, 'current_user'") == [
+        "reader|reader|views|current_user"
+    ]
+    assert served.rows("SHOW session_authorization") == ["reader"]
+    assert served.rows(
+        "SELECT user_id FROM customer_ratings WHERE current_user = 'reader' AND user_id = 2"
+    ) == ["2"]
+    with _connect(served, autocommit=True) as conn:  # psycopg's user is "app"
+        assert conn.execute("SELECT session_user, current_setting('session_authorization')").fetchone() == (
+            "app",
+            "app",
+        )
+
+
 def test_current_setting_gives_the_client_s_own_settings(served: Served) -> None:
     with _connect(served, autocommit=True) as conn, _connect(served, autocommit=True) as other:
         version = "SELECT current_setting('server_version_num')::int / 100"  # Grafana's version check

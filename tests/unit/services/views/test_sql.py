@@ -96,6 +96,14 @@ def test_the_schema_public_is_taken_off_names_and_left_in_strings_comments_and_o
             "SELECT 'a::int', x FROM v -- y::int",
             "SELECT 'a::int', x FROM v -- y::int",
         ),  # strings and comments kept
+        (
+            "SELECT current_schema(),session_user, CURRENT_USER, current_catalog FROM v",
+            "SELECT current_schema(),session_user(), current_user(), current_database() FROM v",
+        ),  # PostgreSQL's calls without parentheses
+        (
+            "SELECT \"current_user\", v.current_user, current_user_id, current_role(), 'current_role' FROM v",
+            "SELECT \"current_user\", v.current_user, current_user_id, current_role(), 'current_role' FROM v",
+        ),  # a column so named, quoted or qualified; a longer name; a string
     ],
 )
 def test_postgresql_s_casts_are_written_as_sqlite_reads_them(sql: str, sqlite: str) -> None:
