@@ -24,7 +24,8 @@ def _probe(stack_env: StackEnv, port: int, view: str, key: int) -> dict[str, lis
     java = Path(stack_env["JAVA_HOME"]) / "bin" / "java"
     url = f"jdbc:postgresql://127.0.0.1:{port}/views?user=app"
     ran = subprocess.run(
-        [str(java), "-cp", str(jar), str(PROBE), url, view, str(key)],
+        # the driver sends the JVM's zone as the session's TimeZone, as on a desktop outside UTC
+        [str(java), "-Duser.timezone=Asia/Kolkata", "-cp", str(jar), str(PROBE), url, view, str(key)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -90,6 +91,8 @@ def test_a_jdbc_tool_browses_the_views_pulls_a_row_as_http_gives_it_and_follows_
     for none in ("columnPrivileges", "indexInfo", "importedKeys", "exportedKeys", "functions", "udts"):
         assert calls[none] == [], none
     assert calls["clientInfoProperties"][0][:2] == ["ApplicationName", "63"]
+    assert calls["dbeaver"] == [["public", "app"]]
+    assert calls["timeZone"] == [["Asia/Kolkata"]]
     # The pull, the first five times as unnamed statements, then as a named prepared one
     expected = [_texts(row)]
     for i in range(7):

@@ -74,6 +74,13 @@ public class JdbcProbe {
                     error(call.getKey(), e);
                 }
             }
+            // What DBeaver asks as it connects; the session's zone, which the driver sent from the JVM's
+            try (Statement session = connection.createStatement()) {
+                print("dbeaver", session.executeQuery("SELECT current_schema(), session_user"));
+                print("timeZone", session.executeQuery("SHOW TimeZone"));
+            } catch (SQLException e) {
+                error("dbeaver", e);
+            }
             // A pull as an application sends it: prepared, the key bound; past the driver's
             // prepareThreshold (5) it becomes a named server-side statement.
             try (PreparedStatement pull = connection.prepareStatement("SELECT * FROM " + view + " WHERE user_id = ?")) {
