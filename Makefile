@@ -131,6 +131,9 @@ bench-scale: up ## the job's rate with 1, 2, 3 Spark workers capped at 0.3 core 
 bench-memory: up ## the job's driver memory on a backlog of 450 KB ratings, small ones beside (ARGS="--max-batch-bytes 0 134217728")
 	$(BIN)/python -m infra.bench.backlog_memory $(ARGS)
 
+bench-views-memory: up ## the views job's memory on a backlog of rows of ~850 KB, one per customer (ARGS="--max-batch-bytes 0 33554432")
+	$(BIN)/python -m infra.bench.views_memory $(ARGS)
+
 bench-views: up ## the views beside the job at 5,000/s: job latency, views freshness, pull queries, service restart (ARGS="--in-job")
 	$(BIN)/python -m infra.bench.views $(ARGS)
 

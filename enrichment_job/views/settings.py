@@ -129,7 +129,11 @@ class ViewsSettings(SparkJobSettings):
         gt=0,
         description="state partitions of each windowed view's query, fixed at a checkpoint's first start",
     )
-    driver_memory: str = "1g"
+    driver_memory: str = Field(
+        "1g",
+        pattern=r"^\s*\d+\s*([kKmMgGtT][bB]?)?\s*$",
+        description="spark.driver.memory (only with python -m): a JVM size, 1g, 1536m (no unit: MiB)",
+    )
     ui_enabled: bool = False
     nice: int = Field(
         0,
@@ -138,6 +142,22 @@ class ViewsSettings(SparkJobSettings):
         description="lowers the CPU priority (nice) of the job's process and its Spark JVM, only with"
         " python -m: on a host shared with the enrichment job, enrichment gets the CPU first",
     )
+
+    @model_validator(mode="after")
+    def _batch_fits_the_driver(self) -> "ViewsSettings":
+        """A collect of VIEWS_JOB_MAX_BATCH_BYTES is an Arrow buffer in the driver JVM's direct
+        memory (its heap's size), grown by doubling: with a bound over the memory, a backlog of
+        large rows stopped the job (Arrow out of direct memory) as it did with no bound at all
+        (`make bench-views-memory ARGS="--max-batch-bytes 2147483648"` before this check)."""
+        memory = _jvm_bytes(self.driver_memory)
+        if self.max_batch_bytes > memory // 4:
+            raise ValueError(
+                f"VIEWS_JOB_MAX_BATCH_BYTES ({self.max_batch_bytes}) must be at most a quarter of"
+                f" VIEWS_JOB_DRIVER_MEMORY ({self.driver_memory}: {memory // 4} bytes): a batch's"
+                " collect grows its buffer by doubling in the driver's direct memory; raise"
+                " VIEWS_JOB_DRIVER_MEMORY with it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_way_to_split(self) -> "ViewsSettings":
@@ -176,3 +196,13 @@ class ViewsSettings(SparkJobSettings):
 
     def topic(self, view: str) -> str:
         return f"{self.topic_prefix}{view}"
+
+
+_JVM_UNITS = {"": 2**20, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}  # no unit: MiB, as Spark's
+
+
+def _jvm_bytes(text: str) -> int:
+    """A JVM size as spark.driver.memory reads it (`1g`, `1536m`, `1024`: MiB), in bytes."""
+    value = text.strip().lower().removesuffix("b")
+    digits = value.rstrip("kmgt")
+    return int(digits) * _JVM_UNITS[value[len(digits) :]]

@@ -6,7 +6,8 @@ post), job (enrichment throughput and latency at 5,000/s), versus (the job besid
 reference, one at a time: start, backlog, p99 at 5,000/s), views (the views beside the job at
 5,000/s: freshness, pull queries, restart), backfill (a view created over 1,000,000 records),
 pg_reads (large reads over the views' PostgreSQL protocol beside PostgreSQL itself),
-backlog_memory (the job's memory on a backlog of large ratings), es_sink, s3_sink, slack_notifier.
+backlog_memory (the job's memory on a backlog of large ratings), views_memory (the views job's
+on a backlog of large rows), es_sink, s3_sink, slack_notifier.
 """
 
 import argparse

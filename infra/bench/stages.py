@@ -74,6 +74,12 @@ def stages(results: Path) -> list[Stage]:
             ("infra.bench.backlog_memory", "--out", str(results / "backlog_memory.json")),
             "backlog_memory.json",
         ),
+        # The views job's memory on a backlog of large rows (VIEWS_JOB_MAX_BATCH_BYTES).
+        Stage(
+            "views_memory",
+            ("infra.bench.views_memory", "--out", str(results / "views_memory.json")),
+            "views_memory.json",
+        ),
         Stage("es_sink", ("infra.bench.es_sink",), "es_sink.json"),
         Stage("s3_sink", ("infra.bench.s3_sink",), "s3_sink.json"),
         Stage("slack_notifier", ("infra.bench.slack_notifier",), "slack_notifier.json"),

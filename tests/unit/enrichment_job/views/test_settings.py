@@ -107,6 +107,17 @@ def test_the_background_process_and_a_query_list_exclude_each_other() -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_a_batch_bound_the_driver_cannot_collect_is_refused_naming_both_settings() -> None:
+    assert ViewsSettings(driver_memory="1g", max_batch_bytes=268_435_456).max_batch_bytes == 268_435_456
+    assert ViewsSettings(driver_memory="2048", max_batch_bytes=536_870_912).driver_memory == "2048"  # MiB
+    done = _run({"VIEWS_JOB_MAX_BATCH_BYTES": "2147483648"})  # a collect of it stopped a 1 GB driver
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "VIEWS_JOB_MAX_BATCH_BYTES (2147483648)" in done.stderr
+    assert "VIEWS_JOB_DRIVER_MEMORY (1g: 268435456 bytes)" in done.stderr
+    done = _run({"VIEWS_JOB_DRIVER_MEMORY": "a lot"})
+    assert done.returncode == 2 and "VIEWS_JOB_DRIVER_MEMORY" in done.stderr
+
+
 def test_the_background_process_gets_its_own_queries_state_and_ports() -> None:
     settings = ViewsSettings(
         state_dir="s3a://lake/views/",
