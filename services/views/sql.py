@@ -622,7 +622,7 @@ class SqlReader:
 
     def _rows(self, cursor: sqlite3.Cursor) -> list[Any]:
         """The statement's rows, up to one past `max_rows`; SqlError 54000 once their values
-        weigh more than `max_bytes` (characters of text, bytes of blobs): a row keeps what its
+        weigh more than `max_bytes` (UTF-8 bytes of text, bytes of blobs): a row keeps what its
         view keeps (a last message of up to 1 MB each), so the row cap alone let 10 GB in."""
         rows: list[Any] = []
         weight = 0
@@ -632,7 +632,7 @@ class SqlReader:
             if not chunk:
                 break
             rows += chunk
-            weight += sum(len(v) for row in chunk for v in row if isinstance(v, (str, bytes)))
+            weight += sum(_size(v) for row in chunk for v in row if isinstance(v, (str, bytes)))
             if weight > self.max_bytes:
                 raise SqlError(
                     "54000",
@@ -712,7 +712,7 @@ class Stream:
         self._done = False
 
     def page(self, rows: int, max_bytes: int = PAGE_BYTES) -> list[tuple[str | None, ...]]:
-        """The next rows, at most `rows` of them and about `max_bytes` of text; none at the end.
+        """The next rows, at most `rows` of them and about `max_bytes` of text (UTF-8); none at the end.
         SqlError 57014 once the stream is past its deadline or closed."""
         with self._lock:
             if self._ended is not None:
@@ -741,7 +741,7 @@ class Stream:
                     self._cursor.close()  # its read transaction ends with the rows
                     break
                 texts = [_texts(row, self.columns) for row in raw]
-                size += sum(len(v) for row in texts for v in row if v is not None)
+                size += sum(_size(v) for row in texts for v in row if v is not None)
                 out.extend(texts)
             return out
 
@@ -1014,6 +1014,12 @@ def _translated(err: sqlite3.DatabaseError, timeout_s: float) -> SqlError:
 def pg_column(name: str, kind: str) -> Column:
     pg_type, oid, size = PG_TYPES.get(kind, PG_TYPES["string"])
     return Column(name, pg_type, oid, size)
+
+
+def _size(value: str | bytes) -> int:
+    """A value's bytes as they go out: UTF-8 for text (its length when ASCII, which CPython knows
+    without reading it)."""
+    return len(value) if isinstance(value, bytes) or value.isascii() else len(value.encode())
 
 
 def _kind_of(rows: list[Any], index: int) -> str:

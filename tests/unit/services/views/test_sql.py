@@ -143,3 +143,19 @@ def test_a_query_whose_rows_weigh_more_than_the_bound_is_refused_whatever_their_
         reader.query("SELECT * FROM customer_ratings")  # 4 rows, 1.2 MB of text
     assert refused.value.sqlstate == "54000" and "VIEWS_PG_MAX_BYTES" in str(refused.value)
     assert len(reader.query("SELECT user_id FROM customer_ratings").rows) == 4  # without the long column
+    # in bytes as they go out (UTF-8), not characters: 3 rows of 200,000 characters of 3 bytes each
+    wide = [
+        json.dumps({"user_id": u, "last_message": "€" * 200_000}, ensure_ascii=False) for u in range(10, 13)
+    ]
+    store.apply(
+        [
+            Change("customer_ratings", key_of([u]), ("user_id",), r)
+            for u, r in zip(range(10, 13), wide, strict=True)
+        ],
+        {},
+        {},
+    )
+    with pytest.raises(SqlError) as refused:
+        reader.query("SELECT * FROM customer_ratings WHERE user_id >= 10")  # 600,000 characters, 1.8 MB
+    assert refused.value.sqlstate == "54000"
+    assert len(reader.query("SELECT * FROM customer_ratings WHERE user_id = 10").rows) == 1  # 600 KB
