@@ -112,6 +112,24 @@ SETTINGS: contextvars.ContextVar[Callable[[str], str | None]] = contextvars.Cont
 )
 
 
+# A PostgreSQL function's refusal, raised in SQLite's call of it (SQLite says only "user-defined
+# function raised exception"): kept here by the thread that ran it, for `_translated` to give.
+_REFUSED = threading.local()
+
+
+def _refusing(function: Callable[..., Any], sqlstate: str) -> Callable[..., Any]:
+    """`function` as SQLite calls it: its ValueError becomes the query's SqlError(`sqlstate`)."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return function(*args)
+        except ValueError as err:
+            _REFUSED.error = SqlError(sqlstate, str(err))
+            raise
+
+    return call
+
+
 def _session_user() -> str:
     """current_user, session_user and current_role: the user the client named."""
     return SETTINGS.get()("session_authorization") or ""
@@ -446,6 +464,7 @@ class SqlReader:
         conn.create_function("date_trunc", 2, timestamps.date_trunc, deterministic=True)
         conn.create_function("date_part", 2, timestamps.date_part, deterministic=True)
         conn.create_function("pg_date", 1, timestamps.pg_date, deterministic=True)
+        conn.create_function("to_char", 2, _refusing(timestamps.to_char, "22007"), deterministic=True)
         for arguments in (1, 2):
             conn.create_function("current_setting", arguments, _current_setting)
         for name in ("current_user", "session_user", "current_role"):
@@ -1001,6 +1020,9 @@ _SQLSTATES = (
 
 def _translated(err: sqlite3.DatabaseError, timeout_s: float) -> SqlError:
     text = str(err)
+    refused, _REFUSED.error = getattr(_REFUSED, "error", None), None
+    if refused is not None and text.startswith("user-defined function raised exception"):
+        return refused
     if text == "interrupted":
         return SqlError("57014", f"the query ran longer than {timeout_s:g} s (VIEWS_PG_TIMEOUT_S)")
     if text.startswith("not authorized") or text.endswith("is prohibited"):

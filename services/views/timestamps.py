@@ -11,10 +11,10 @@ views job writes them (Spark's JSON: `2026-12-07T05:00:00.000Z`, a date `2026-12
   a literal in any ISO 8601 or PostgreSQL spelling (`'2026-12-07 04:00'`, `'2026-12-07T04:00:00Z'`,
   `'2026-12-07 06:00:00+01'`, what Grafana's `$__timeFilter` writes) selects the same rows; a
   literal without a zone is in the session's zone, as in PostgreSQL.
-- `now()`, `date_trunc(field, t)`, `date_part(field, t)` and `pg_date(t)` are functions of the
-  reader's connections, in the session's zone; `extract(field FROM t)` and `± interval 'N unit'`
-  after `now()` or `current_timestamp` (`rewritten`), and casts to `timestamptz`, `timestamp`
-  and `date` (`cast`), are written as SQLite reads them.
+- `now()`, `date_trunc(field, t)`, `date_part(field, t)`, `to_char(t, format)` and `pg_date(t)`
+  are functions of the reader's connections, in the session's zone; `extract(field FROM t)` and
+  `± interval 'N unit'` after `now()` or `current_timestamp` (`rewritten`), and casts to
+  `timestamptz`, `timestamp` and `date` (`cast`), are written as SQLite reads them.
 """
 
 import contextvars
@@ -41,6 +41,7 @@ __all__ = [
     "rewritten",
     "stored",
     "timestamp_of_binary",
+    "to_char",
     "zone_named",
 ]
 
@@ -153,13 +154,17 @@ def _shown(found: datetime) -> str:
     """An aware datetime in PostgreSQL's text format, with its offset: fractions only when there
     are some, the offset's minutes and seconds only when it has some (`+00`, `+05:30`)."""
     fraction = f".{found.microsecond:06d}".rstrip("0") if found.microsecond else ""
+    return found.strftime("%Y-%m-%d %H:%M:%S") + fraction + _offset(found)
+
+
+def _offset(found: datetime) -> str:
+    """The offset as PostgreSQL shows it: `+00`, `-07`, `+05:30`."""
     offset = found.utcoffset() or timedelta(0)
     sign, offset = ("-", -offset) if offset < timedelta(0) else ("+", offset)
     minutes, seconds = divmod(int(offset.total_seconds()), 60)
     hours, minutes = divmod(minutes, 60)
     shown = f"{sign}{hours:02d}" + (f":{minutes:02d}" if minutes or seconds else "")
-    shown += f":{seconds:02d}" if seconds else ""
-    return found.strftime("%Y-%m-%d %H:%M:%S") + fraction + shown
+    return shown + (f":{seconds:02d}" if seconds else "")
 
 
 def order(a: str, b: str) -> int:
@@ -311,3 +316,91 @@ def _extracts(sql: str, masking: Callable[[str], str]) -> str:
             return sql  # no closing parenthesis: SQLite says what is wrong
         field = sql[last.start(1) : last.end(1)].lower()
         sql = f"{sql[: last.start()]}date_part('{field}', {sql[last.end() : end - 1].strip()}){sql[end:]}"
+
+
+# to_char's patterns, longest first; a quoted text, or any other character, is itself.
+_PATTERN = re.compile(
+    r'FM|"(?:[^"\\]|\\.)*"|HH24|HH12|HH|MI|SS|MS|US|IYYY|YYYY|YYY|YY|Y|MONTH|MON|MM|DAY|DDD|DD|DY|ID|D'
+    r"|IW|WW|W|Q|A\.M\.|P\.M\.|AM|PM|TZ|OF|.",
+    re.IGNORECASE | re.DOTALL,
+)
+_NAMES = ("MONTH", "MON", "DAY", "DY", "AM", "PM", "A.M.", "P.M.", "TZ")  # text: in the pattern's case
+
+
+def _number(pattern: str, t: datetime) -> tuple[int, int] | None:
+    """A numeric pattern's value and its width (zero-padded unless FM)."""
+    iso = t.isocalendar()
+    values = {
+        "HH24": (t.hour, 2),
+        "HH12": ((t.hour - 1) % 12 + 1, 2),
+        "HH": ((t.hour - 1) % 12 + 1, 2),
+        "MI": (t.minute, 2),
+        "SS": (t.second, 2),
+        "MS": (t.microsecond // 1000, 3),
+        "US": (t.microsecond, 6),
+        "IYYY": (iso.year, 4),
+        "YYYY": (t.year, 4),
+        "YYY": (t.year % 1000, 3),
+        "YY": (t.year % 100, 2),
+        "Y": (t.year % 10, 1),
+        "MM": (t.month, 2),
+        "DDD": (t.timetuple().tm_yday, 3),
+        "DD": (t.day, 2),
+        "D": (t.isoweekday() % 7 + 1, 1),  # Sunday 1, as PostgreSQL's
+        "ID": (t.isoweekday(), 1),
+        "IW": (iso.week, 2),
+        "WW": ((t.timetuple().tm_yday - 1) // 7 + 1, 2),
+        "W": ((t.day - 1) // 7 + 1, 1),
+        "Q": ((t.month - 1) // 3 + 1, 1),
+    }
+    return values.get(pattern.upper())
+
+
+def _text(pattern: str, t: datetime, fill: bool) -> str:
+    """A text pattern's value in the pattern's case (`Month`, `MONTH`, `month`); names padded to
+    9 characters unless FM, as PostgreSQL's."""
+    upper = pattern.upper()
+    if upper in ("AM", "PM", "A.M.", "P.M."):
+        value = ("PM" if t.hour >= 12 else "AM") if len(upper) == 2 else ("P.M." if t.hour >= 12 else "A.M.")
+    elif upper == "TZ":
+        value = t.tzname() or ""
+    elif upper in ("MONTH", "DAY"):
+        value = t.strftime("%B" if upper == "MONTH" else "%A")
+        value = value.ljust(9) if fill else value
+    else:
+        value = t.strftime("%b" if upper == "MON" else "%a")
+    if pattern.isupper():
+        return value.upper()
+    return value.lower() if pattern.islower() else value  # `Month`, `Dy`: as the C locale spells them
+
+
+def to_char(value: str | None, format_text: str | None) -> str | None:
+    """PostgreSQL's to_char(t, format) (SqlReader registers it) for a timestamp or a date, in the
+    session's zone: `YYYY-MM-DD HH24:MI`, `FMMonth DD`, `Dy`, `IYYY-IW`, `"week" IW`... (FM
+    drops the next pattern's padding; a quoted text is itself). Null in, null out. ValueError
+    for a value that is neither (to_char of a number is not served)."""
+    if value is None or format_text is None:
+        return None
+    t = _local(value) if isinstance(value, str) else None
+    if t is None:
+        raise ValueError(
+            f"to_char: {str(value)[:40]!r} is not a timestamp or a date (numbers are not served)"
+        )
+    out, fill = [], True
+    for found in _PATTERN.finditer(format_text):
+        pattern = found.group(0)
+        if pattern.upper() == "FM":
+            fill = False
+            continue
+        if pattern.startswith('"'):
+            out.append(re.sub(r"\\(.)", r"\1", pattern[1:-1]))
+        elif pattern.upper() == "OF":
+            out.append(_offset(t))
+        elif (number := _number(pattern, t)) is not None:
+            out.append(f"{number[0]:0{number[1]}d}" if fill else str(number[0]))
+        elif pattern.upper() in _NAMES:
+            out.append(_text(pattern, t, fill))
+        else:
+            out.append(pattern)
+        fill = True
+    return "".join(out)

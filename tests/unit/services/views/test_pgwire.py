@@ -1370,6 +1370,20 @@ def test_a_session_s_time_zone_shows_reads_truncates_and_casts_timestamps_as_pos
         assert first[0].utcoffset() == datetime.timedelta(hours=1) and first[0].tzinfo == berlin
 
 
+def test_to_char_labels_a_time_in_the_session_s_zone_and_refuses_a_number_with_its_reason(
+    served: Served,
+) -> None:
+    _hours(served, datetime.datetime(2026, 11, 7, 22, tzinfo=datetime.UTC))
+    label = "SELECT to_char(hour_start, 'Dy DD Mon HH24:MI') FROM hourly"
+    assert served.rows(label) == ["Sat 07 Nov 22:00"]
+    assert served.psql(label, zone="Europe/Berlin").stdout.splitlines() == ["Sat 07 Nov 23:00"]
+    refused = served.psql("SELECT to_char(ratings, '999') FROM hourly")
+    assert (
+        refused.returncode != 0 and "22007" in refused.stderr and "numbers are not served" in refused.stderr
+    )
+    assert served.rows("SELECT to_char(hour_start, 'YYYY') FROM hourly") == ["2026"]  # the session goes on
+
+
 def test_the_user_functions_postgresql_calls_without_parentheses_name_the_client_s_user(
     served: Served,
 ) -> None:

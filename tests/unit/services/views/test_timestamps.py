@@ -27,6 +27,7 @@ from services.views.timestamps import (
     rewritten,
     stored,
     timestamp_of_binary,
+    to_char,
     zone_named,
 )
 
@@ -231,3 +232,31 @@ def test_a_session_s_zone_shows_reads_truncates_and_dates_timestamps() -> None:
     assert _in("Europe/Berlin", pg_text, spring) == "2026-03-29 14:00:00+02"
     assert _in("Europe/Berlin", date_trunc, "day", spring) == "2026-03-29 00:00:00+01"
     assert _in("Europe/Berlin", date_trunc, "hour", spring) == "2026-03-29 14:00:00+02"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "shown"),
+    [
+        ("YYYY-MM-DD HH24:MI:SS.MS", "2026-12-07 05:04:03.120"),
+        ("yyyy-mm-dd", "2026-12-07"),  # numbers in any case
+        ("FMMonth DD, YYYY", "December 07, 2026"),  # FM: the next pattern only
+        ("Month|MONTH|month", "December |DECEMBER |december "),  # padded to 9, in the pattern's case
+        ("Dy, FMDD Mon", "Mon, 7 Dec"),
+        ("HH12:MI AM", "05:04 AM"),
+        ('IYYY-"W"IW', "2026-W50"),  # a quoted text is itself
+        ("Q YYYY", "4 2026"),
+        ("DDD D ID", "341 2 1"),  # day of the year; of the week, Sunday 1; ISO's, Monday 1
+        ("OF TZ", "+00 UTC"),
+    ],
+)
+def test_to_char_formats_a_timestamp_as_postgresql_does(pattern: str, shown: str) -> None:
+    assert to_char("2026-12-07T05:04:03.120Z", pattern) == shown
+
+
+def test_to_char_is_in_the_session_s_zone_and_refuses_what_is_no_time() -> None:
+    assert _in("Asia/Kolkata", to_char, "2026-12-07T23:04:00.000Z", "YYYY-MM-DD HH24:MI OF TZ") == (
+        "2026-12-08 04:34 +05:30 IST"
+    )
+    assert to_char(None, "YYYY") is None and to_char("2026-12-07", None) is None
+    with pytest.raises(ValueError, match="is not a timestamp or a date"):
+        to_char(3.14, "999.99")  # type: ignore[arg-type]
