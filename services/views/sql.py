@@ -1021,7 +1021,7 @@ _SQLSTATES = (
 def _translated(err: sqlite3.DatabaseError, timeout_s: float) -> SqlError:
     text = str(err)
     refused, _REFUSED.error = getattr(_REFUSED, "error", None), None
-    if refused is not None and text.startswith("user-defined function raised exception"):
+    if isinstance(refused, SqlError) and text.startswith("user-defined function raised exception"):
         return refused
     if text == "interrupted":
         return SqlError("57014", f"the query ran longer than {timeout_s:g} s (VIEWS_PG_TIMEOUT_S)")
