@@ -424,7 +424,7 @@ def _span_ms(argument: Any) -> int | None:
             return interval_ms(str(argument.value()))
         return int(argument.value()) // 1000 if kind in ("integer", "long") else None
     except ValueError:
-        return None  # not the interval grammar: Spark refuses it with its own message, or its end
+        return None  # not of fixed length (a month): the retention cannot be checked against it
 
 
 def _window_start(aggregate: Any) -> str | None:
