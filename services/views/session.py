@@ -187,7 +187,7 @@ class Session:
     def __init__(self, secret: int = 0, zone: str = "UTC", user: str = "") -> None:
         """`secret`: the connection's, as BackendKeyData told it (a CancelRequest names it);
         `zone`: the TimeZone the start-up exchange gave (`time_zone_refusal` checked it);
-        `user`: the user it named (current_user; no role is checked: VIEWS_PG_TOKEN is)."""
+        `user`: the user it named (current_user; no role is checked: VIEWS_TOKEN is)."""
         self.secret = secret
         self.state = b"I"  # I: idle, T: in a transaction, E: in a failed one
         self.skipping = False  # an extended-protocol error: messages are skipped until Sync

@@ -89,7 +89,7 @@ _NOW_FORMAT = "'%Y-%m-%d %H:%M:%f+00'"  # SQLite's clock (UTC) in PostgreSQL's t
 # The session's time zone, as a callable: its current value (a connection's session sets it once;
 # a thread started with asyncio.to_thread sees the same).
 ZONE: contextvars.ContextVar[Callable[[], tzinfo]] = contextvars.ContextVar("ZONE", default=lambda: UTC)
-# PostgreSQL's POSIX-style offsets: 'UTC+3' and '+3' are three hours WEST of Greenwich.
+# PostgreSQL's POSIX-style offsets: 'UTC+3' and '+03:00' are three hours WEST of Greenwich.
 _POSIX = re.compile(r"(?:UTC|GMT|UT|Z)?([+-])?(\d{1,2})(?::(\d{2}))?(?::(\d{2}))?", re.IGNORECASE)
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(?:/[A-Za-z0-9_+\-]+)*")
