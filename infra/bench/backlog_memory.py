@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,33 +119,63 @@ def phase(
     }
 
 
-def main() -> int:
+def parse_phases(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    doc: str | None,
+    ratings: int,
+    message_bytes: int,
+    setting: str,
+    result: str,
+) -> argparse.Namespace:
+    """The options of a backlog-memory benchmark: its backlog's size, its large messages, the
+    bounds (`setting`) of its large phases, and its JSON file (`result` under bench-results)."""
     parser = argparse.ArgumentParser(
-        prog="python -m infra.bench.backlog_memory",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--ratings", type=int, default=2_000, help="ratings in each backlog")
-    parser.add_argument("--message-bytes", type=int, default=450_000, help="a large rating's message")
+    parser.add_argument("--ratings", type=int, default=ratings, help="records in each backlog")
+    parser.add_argument("--message-bytes", type=int, default=message_bytes, help="a large record's message")
     parser.add_argument(
         "--max-batch-bytes",
         type=int,
         nargs="*",
         default=[0],
-        help="ENRICH_MAX_BATCH_BYTES of each large phase (0: the job's default)",
+        help=f"{setting} of each large phase (0: the default)",
     )
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "backlog_memory.json")
-    args = parser.parse_args()
-    env = read_env_file(stack_env_path(StackSettings()))
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / result)
+    return parser.parse_args(argv)
+
+
+def run_phases(
+    args: argparse.Namespace, setting: str, phase: Callable[[int, int, int], dict[str, Any]]
+) -> None:
+    """A `small` phase (100-byte messages), then a `large` one per bound: `phase(records,
+    message bytes, bound)` each; their figures printed and written to --out."""
     runs = [("small", 100, 0)] + [("large", args.message_bytes, bound) for bound in args.max_batch_bytes]
     results: dict[str, Any] = {"machine_cores": os.cpu_count(), "phases": []}
     for name, message_bytes, bound in runs:
-        bound_text = bound or "default"
-        print(f"{name}: {args.ratings} ratings of {message_bytes} bytes, ENRICH_MAX_BATCH_BYTES {bound_text}")
-        figures = {"phase": name, **phase(env, args.ratings, message_bytes, bound, args.out)}
+        print(
+            f"{name}: {args.ratings} records of {message_bytes}-byte messages, {setting} {bound or 'default'}"
+        )
+        figures = {"phase": name, **phase(args.ratings, message_bytes, bound)}
         print(f"  {json.dumps(figures)}", flush=True)
         results["phases"].append(figures)
     write_result(results, args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_phases(
+        argv,
+        prog="python -m infra.bench.backlog_memory",
+        doc=__doc__,
+        ratings=2_000,
+        message_bytes=450_000,
+        setting="ENRICH_MAX_BATCH_BYTES",
+        result="backlog_memory.json",
+    )
+    env = read_env_file(stack_env_path(StackSettings()))
+    run_phases(args, "ENRICH_MAX_BATCH_BYTES", lambda n, size, bound: phase(env, n, size, bound, args.out))
     return 0
 
 

@@ -16,9 +16,7 @@ collected in slices of at most the bound, in how many collects, the largest in b
 `VIEWS_JOB_MAX_BATCH_BYTES` lines). Printed, and written as JSON (--out).
 """
 
-import argparse
 import json
-import os
 import re
 import shutil
 import sys
@@ -29,10 +27,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from infra.bench.results import exit_on_sigterm, write_result
+from infra.bench.backlog_memory import parse_phases, run_phases
+from infra.bench.results import exit_on_sigterm
 from infra.bench.views import create_topics, spawn, stop_all, topics_for, views_job_env
 from infra.stack.secrets import read_env_file
-from infra.stack.settings import REPO_ROOT, StackSettings
+from infra.stack.settings import StackSettings
 from infra.stack.stack import stack_env_path, tree_rss_kib
 
 FIRST_USER = 940_000
@@ -162,37 +161,19 @@ def phase(env: dict[str, str], count: int, message_bytes: int, bound: int, work:
 
 def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
-    parser = argparse.ArgumentParser(
+    args = parse_phases(
+        argv,
         prog="make bench-views-memory",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        doc=__doc__,
+        ratings=1_400,
+        message_bytes=850_000,
+        setting="VIEWS_JOB_MAX_BATCH_BYTES",
+        result="views_memory.json",
     )
-    parser.add_argument("--ratings", type=int, default=1_400, help="enriched records, one per customer")
-    parser.add_argument("--message-bytes", type=int, default=850_000, help="a large record's message")
-    parser.add_argument(
-        "--max-batch-bytes",
-        type=int,
-        nargs="*",
-        default=[0],
-        help="VIEWS_JOB_MAX_BATCH_BYTES of each large phase (0: the job's default, 128 MiB)",
-    )
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / "views_memory.json")
-    args = parser.parse_args(argv)
     env = read_env_file(stack_env_path(StackSettings()))
     work = args.out.parent / f"views-memory-{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True)
-    runs = [("small", 100, 0)] + [("large", args.message_bytes, bound) for bound in args.max_batch_bytes]
-    results: dict[str, Any] = {"machine_cores": os.cpu_count(), "phases": []}
-    for name, message_bytes, bound in runs:
-        print(
-            f"{name}: {args.ratings} records of {message_bytes}-byte messages,"
-            f" VIEWS_JOB_MAX_BATCH_BYTES {bound or 'default'}",
-            flush=True,
-        )
-        figures = {"phase": name, **phase(env, args.ratings, message_bytes, bound, work)}
-        print(f"  {json.dumps(figures)}", flush=True)
-        results["phases"].append(figures)
-    write_result(results, args.out)
+    run_phases(args, "VIEWS_JOB_MAX_BATCH_BYTES", lambda n, size, bound: phase(env, n, size, bound, work))
     return 0
 
 

@@ -5,12 +5,21 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from infra.bench.backlog_memory import rss_mb
 
 
-def test_help_names_its_settings_and_connects_nowhere() -> None:
+@pytest.mark.parametrize(
+    ("module", "setting"),
+    [
+        ("infra.bench.backlog_memory", "ENRICH_MAX_BATCH_BYTES"),
+        ("infra.bench.views_memory", "VIEWS_JOB_MAX_BATCH_BYTES"),
+    ],
+)
+def test_help_names_its_settings_and_connects_nowhere(module: str, setting: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "infra.bench.backlog_memory", "--help"],
+        [sys.executable, "-m", module, "--help"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -18,7 +27,7 @@ def test_help_names_its_settings_and_connects_nowhere() -> None:
         env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
     )
     assert done.returncode == 0, done.stderr
-    for option in ("--ratings", "--message-bytes", "--max-batch-bytes", "--out"):
+    for option in ("--ratings", "--message-bytes", "--max-batch-bytes", "--out", setting):
         assert option in done.stdout
 
 

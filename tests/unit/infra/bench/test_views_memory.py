@@ -1,28 +1,11 @@
-"""The views-memory benchmark: --help answers without the stack, its records are what the views
-job parses (one customer each, the message as long as asked), and it reads the job's slicing
-from the job's own log line."""
+"""The views-memory benchmark: its records are what the views job parses (one customer each, the
+message as long as asked), and it reads the job's slicing from the job's own log line (its
+--help is tested with the backlog-memory benchmark's, whose options it shares)."""
 
 import json
-import os
-import subprocess
-import sys
 
 from enrichment_job.kafka.batches import Slices
 from infra.bench.views_memory import SLICED_BATCH, enriched
-
-
-def test_help_names_its_settings_and_connects_nowhere() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "infra.bench.views_memory", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
-    )
-    assert done.returncode == 0, done.stderr
-    for option in ("--ratings", "--message-bytes", "--max-batch-bytes", "--out"):
-        assert option in done.stdout
 
 
 def test_each_record_is_its_own_customer_s_with_a_message_of_the_size_asked() -> None:
