@@ -26,7 +26,7 @@ from typing import Any
 
 from foundation.errors import RatingsError
 from services.views import timestamps
-from services.views.store import Store, column_sql, key_of, served, still_loading, view_literal
+from services.views.store import Store, column_sql, key_of, served, still_loading, utf8_bytes, view_literal
 
 __all__ = [
     "DATABASE",
@@ -651,7 +651,7 @@ class SqlReader:
             if not chunk:
                 break
             rows += chunk
-            weight += sum(_size(v) for row in chunk for v in row if isinstance(v, (str, bytes)))
+            weight += sum(utf8_bytes(v) for row in chunk for v in row if isinstance(v, (str, bytes)))
             if weight > self.max_bytes:
                 raise SqlError(
                     "54000",
@@ -760,7 +760,7 @@ class Stream:
                     self._cursor.close()  # its read transaction ends with the rows
                     break
                 texts = [_texts(row, self.columns) for row in raw]
-                size += sum(_size(v) for row in texts for v in row if v is not None)
+                size += sum(utf8_bytes(v) for row in texts for v in row if v is not None)
                 out.extend(texts)
             return out
 
@@ -1036,12 +1036,6 @@ def _translated(err: sqlite3.DatabaseError, timeout_s: float) -> SqlError:
 def pg_column(name: str, kind: str) -> Column:
     pg_type, oid, size = PG_TYPES.get(kind, PG_TYPES["string"])
     return Column(name, pg_type, oid, size)
-
-
-def _size(value: str | bytes) -> int:
-    """A value's bytes as they go out: UTF-8 for text (its length when ASCII, which CPython knows
-    without reading it)."""
-    return len(value) if isinstance(value, bytes) or value.isascii() else len(value.encode())
 
 
 def _kind_of(rows: list[Any], index: int) -> str:

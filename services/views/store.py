@@ -36,6 +36,7 @@ __all__ = [
     "key_of",
     "served",
     "still_loading",
+    "utf8_bytes",
     "view_literal",
 ]
 
@@ -508,10 +509,16 @@ def _within(cursor: sqlite3.Cursor, max_bytes: int | None) -> tuple[list[str], b
         rows: list[str] = []
         weight = 0
         for (value,) in cursor:
-            weight += len(value.encode())
+            weight += utf8_bytes(value)
             if rows and weight > max_bytes:
                 return rows, True
             rows.append(value)
         return rows, False
     finally:
         cursor.close()
+
+
+def utf8_bytes(value: str | bytes) -> int:
+    """A value's bytes as they go out: UTF-8 for text (its length when ASCII, which CPython knows
+    without reading it, so a long row is not copied to be weighed)."""
+    return len(value) if isinstance(value, bytes) or value.isascii() else len(value.encode())
