@@ -25,9 +25,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from infra.bench.backlog_memory import parse_phases, run_phases
+from infra.bench.job import committed_reader
 from infra.bench.results import exit_on_sigterm
 from infra.bench.views import create_topics, spawn, stop_all, topics_for, views_job_env
 from infra.stack.secrets import read_env_file
@@ -78,18 +79,7 @@ class Rows:
     """The keys with a row in a changelog topic (read_committed), read as they come."""
 
     def __init__(self, servers: str, topic: str) -> None:
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": servers,
-                "group.id": f"bench-views-memory-{uuid.uuid4().hex}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "max.partition.fetch.bytes": 4 * 1024 * 1024,
-                "queued.max.messages.kbytes": 65536,
-            }
-        )
-        self.consumer.subscribe([topic])
+        self.consumer = committed_reader(servers, topic)
         self.keys: set[bytes] = set()
 
     def read(self, seconds: float) -> int:
