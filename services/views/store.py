@@ -357,10 +357,6 @@ class Store:
         ).fetchone()
         return None if row is None else str(row[0])
 
-    def scan(self, view: str, filters: list[tuple[str, str, Any]], limit: int, **how: Any) -> list[str]:
-        """`page`'s rows (`how`: its `after`, `descending`)."""
-        return self.page(view, filters, limit, **how)[0]
-
     def page(
         self,
         view: str,

@@ -64,11 +64,11 @@ def test_columns_come_from_the_first_row_until_a_marker_names_them(tmp_path: Pat
 def test_filtered_scans_compare_typed_values_and_stop_at_the_limit(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.sqlite3")
     store.apply([_change(i, i % 3, "platinum" if i % 2 else "gold") for i in range(20)], {}, {})
-    rows = [json.loads(r) for r in store.scan("customer_ratings", [("club_status", "=", "platinum")], 4)]
+    rows = [json.loads(r) for r in store.page("customer_ratings", [("club_status", "=", "platinum")], 4)[0]]
     assert len(rows) == 4 and {r["club_status"] for r in rows} == {"platinum"}
-    both = store.scan("customer_ratings", [("club_status", "=", "gold"), ("ratings", "=", 0)], 100)
+    both = store.page("customer_ratings", [("club_status", "=", "gold"), ("ratings", "=", 0)], 100)[0]
     assert sorted(json.loads(r)["user_id"] for r in both) == [0, 6, 12, 18]
-    assert len(store.scan("customer_ratings", [("customer_matched", "=", True)], 100)) == 20
+    assert len(store.page("customer_ratings", [("customer_matched", "=", True)], 100)[0]) == 20
 
 
 def test_key_parts_and_filters_parse_as_their_column_types() -> None:
@@ -214,9 +214,9 @@ def test_a_scan_orders_rows_by_the_key_s_typed_values_not_its_text(tmp_path: Pat
         {"view": "customer_ratings", "key": ["user_id"], "columns": [{"name": "user_id", "type": "int"}]}
     )
     store.apply([_change(i, 1) for i in (100, 3, 42, 7)], {"customer_ratings": marker}, {})
-    users = [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [("ratings", "=", 1)], 10)]
+    users = [json.loads(r)["user_id"] for r in store.page("customer_ratings", [("ratings", "=", 1)], 10)[0]]
     assert users == [3, 7, 42, 100]  # as text, "[100]" < "[3]" < "[42]" < "[7]"
-    assert [json.loads(r)["user_id"] for r in store.scan("customer_ratings", [], 2)] == [3, 7]
+    assert [json.loads(r)["user_id"] for r in store.page("customer_ratings", [], 2)[0]] == [3, 7]
 
 
 def test_a_dropped_view_loses_its_rows_description_and_offsets_and_the_others_keep_theirs(
@@ -245,7 +245,7 @@ def test_a_scan_takes_ranges_reverses_and_pages_after_a_cursor_without_skipping_
     store.apply([_change(i, i % 7) for i in range(1, 51)], {"customer_ratings": marker}, {})
 
     def users(filters: list[tuple[str, str, Any]], limit: int = 100, **how: Any) -> list[int]:
-        return [json.loads(r)["user_id"] for r in store.scan("customer_ratings", filters, limit, **how)]
+        return [json.loads(r)["user_id"] for r in store.page("customer_ratings", filters, limit, **how)[0]]
 
     assert users([("user_id", ">=", 8), ("user_id", "<", 12)]) == [8, 9, 10, 11]
     assert users([("user_id", ">", 45)], descending=True) == [50, 49, 48, 47, 46]
@@ -260,7 +260,7 @@ def test_a_scan_takes_ranges_reverses_and_pages_after_a_cursor_without_skipping_
     assert pages == [i for i in range(1, 51) if i % 7 >= 3]
     assert users([], 3, after=[10], descending=True) == [9, 8, 7]
     with pytest.raises(ValueError, match="operator"):
-        store.scan("customer_ratings", [("ratings", "!=", 1)], 10)
+        store.page("customer_ratings", [("ratings", "!=", 1)], 10)[0]
 
 
 def test_a_filtered_subscription_gets_the_rows_that_match_and_a_removal_when_one_stops_matching() -> None:
@@ -320,5 +320,6 @@ def test_a_page_ends_before_the_row_that_would_take_it_over_its_bytes_and_says_s
         after = [pages[-1][-1]]
     assert pages == [[0, 1], [2, 3], [4], [5]]  # the long row alone: a page has its first row whole
     assert (
-        store.page("customer_ratings", [], 3)[1] is False and len(store.scan("customer_ratings", [], 3)) == 3
+        store.page("customer_ratings", [], 3)[1] is False
+        and len(store.page("customer_ratings", [], 3)[0]) == 3
     )
