@@ -3,6 +3,7 @@ store (SQLite), served as HTTP JSON by key and by filter, and as Server-Sent Eve
 
 __all__ = [
     "api",
+    "arrays",
     "changelog",
     "cli",
     "config",

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from foundation.errors import RatingsError
-from services.views import timestamps
+from services.views import arrays, timestamps
 from services.views.store import Store, column_sql, key_of, served, still_loading, utf8_bytes, view_literal
 
 __all__ = [
@@ -89,6 +89,7 @@ _NOT_SERVED = {
 }  # fmt: skip
 _VIEW_DDL = re.compile(r"\s*(?:CREATE|DROP|ALTER)\s+(?:OR\s+REPLACE\s+)?(?:MATERIALIZED\s+)?VIEW\b", re.I)
 _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+_TABLE_FUNCTIONS = {"json_each"}  # SQLite's, read as a table: an array's elements (`arrays`)
 _BLOB_FUNCTIONS = {"randomblob", "zeroblob"}  # a row of a gigabyte in one call
 _MAX_VALUE_BYTES = 1_000_000  # SQLite's limit on one value's length (a view's row is far less)
 _MAX_SQL_BYTES = 100_000
@@ -206,7 +207,30 @@ _INFORMATION_SCHEMA = {
         "udt_name",
     ),
 }
-_INFORMATION_VIEWS = {f"information_schema__{table}" for table in _INFORMATION_SCHEMA}
+# pg_catalog's tables that tools read by their bare name (Grafana looks for TimescaleDB in
+# pg_extension), as psql's queries of them find them (`catalog`): empty.
+_CATALOG: dict[str, tuple[tuple[str, ...], list[tuple[object, ...]]]] = {
+    "pg_extension": (
+        (
+            "oid",
+            "extname",
+            "extowner",
+            "extnamespace",
+            "extrelocatable",
+            "extversion",
+            "extconfig",
+            "extcondition",
+        ),
+        [],
+    ),
+}
+_CATALOG_NAME = re.compile(
+    r'(?<![\w."$])(?:(?:pg_catalog|"pg_catalog")\s*\.\s*)?("?)(' + "|".join(_CATALOG) + r')\1(?![\w"$])',
+    re.IGNORECASE,
+)
+_INFORMATION_VIEWS = {f"information_schema__{table}" for table in _INFORMATION_SCHEMA} | {
+    f"pg_catalog__{table}" for table in _CATALOG
+}
 _INFORMATION_NAME = re.compile(
     r'(?<![\w."$])(?:information_schema|"information_schema")\s*\.\s*("?)('
     + "|".join(_INFORMATION_SCHEMA)
@@ -227,11 +251,16 @@ def _information_sql(shapes: dict[str, list[dict[str, str]]]) -> list[str]:
             for i, c in enumerate(shapes[view], start=1)
         ],
     }
+    tables = {
+        f"information_schema__{table}": (columns, rows[table])
+        for table, columns in _INFORMATION_SCHEMA.items()
+    }
+    tables.update({f"pg_catalog__{table}": shape for table, shape in _CATALOG.items()})
     made = []
-    for table, columns in _INFORMATION_SCHEMA.items():
-        values = ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in rows[table])
+    for name, (columns, table_rows) in tables.items():
+        values = ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in table_rows)
         body = f"VALUES {values}" if values else f"SELECT {', '.join(['NULL'] * len(columns))} WHERE 0"
-        made.append(f"CREATE TEMP VIEW information_schema__{table}({', '.join(columns)}) AS {body}")
+        made.append(f"CREATE TEMP VIEW {name}({', '.join(columns)}) AS {body}")
     return made
 
 
@@ -248,11 +277,14 @@ def _literal(value: object) -> str:
 
 
 def information_schema(sql: str) -> str:
-    """`sql` with information_schema's tables (`information_schema.columns`...) named as the
-    connection has them, outside strings and comments."""
-    if "information_schema" not in sql.lower():
-        return sql
-    return _outside_strings(sql, _INFORMATION_NAME, lambda m: f"information_schema__{m.group(2).lower()}")
+    """`sql` with information_schema's tables (`information_schema.columns`...) and pg_catalog's
+    served here (`pg_extension`) named as the connection has them, outside strings and comments."""
+    lowered = sql.lower()
+    if "information_schema" in lowered:
+        sql = _outside_strings(sql, _INFORMATION_NAME, lambda m: f"information_schema__{m.group(2).lower()}")
+    if any(table in lowered for table in _CATALOG):
+        sql = _outside_strings(sql, _CATALOG_NAME, lambda m: f"pg_catalog__{m.group(2).lower()}")
+    return sql
 
 
 def _outside_strings(sql: str, pattern: re.Pattern[str], replaced: Callable[[re.Match[str]], str]) -> str:
@@ -296,9 +328,9 @@ _CLOCK = re.compile(r"\b(?:interval|extract)\b", re.IGNORECASE)  # `now() - inte
 # PostgreSQL's functions called without parentheses (DBeaver asks `SELECT current_schema(),
 # session_user` as it connects): written as SQLite's calls, where not a name's part or quoted.
 _NILADIC = re.compile(
-    r"(?<![.\w\"])(current_user|session_user|current_role|current_catalog)(?![\w\"]|\s*[(.])", re.IGNORECASE
+    r"(?<![.\w\"])(current_user|session_user|current_role|current_catalog|user)(?![\w\"]|\s*[(.])",
+    re.IGNORECASE,
 )
-_NILADIC_WORDS = ("current_user", "session_user", "current_role", "current_catalog")
 _OPERAND_END = re.compile(r"[\w.$\"]")
 _CASE_WORDS = re.compile(r"\b(?:CASE|END)\b", re.IGNORECASE)
 
@@ -334,15 +366,19 @@ def pg_casts(sql: str) -> str:
     """PostgreSQL's `x::type` written as `CAST(x AS type)`, which SQLite reads (`$1::int`,
     `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`, `CASE ... END::text`),
     PostgreSQL's clock (`now() - interval '1 hour'`) and casts to its time types as
-    `timestamps` writes them, and `current_user` (`session_user`, `current_role`,
-    `current_catalog`) as a call, outside strings and comments."""
-    lowered = sql.lower()
-    if any(word in lowered for word in _NILADIC_WORDS):
+    `timestamps` writes them, `current_user` (`user`, `session_user`, `current_role`,
+    `current_catalog`) as a call, and arrays, `= ANY (...)` and functions in FROM as `arrays`
+    writes them, outside strings and comments."""
+    if _NILADIC.search(sql) is not None:
         masked = _masked(sql)
         for found in reversed([m for m in _NILADIC.finditer(sql) if masked[m.start()] == sql[m.start()]]):
             word = found.group(1).lower()
-            call = "current_database()" if word == "current_catalog" else f"{word}()"
+            call = {"current_catalog": "current_database()", "user": "current_user()"}.get(word, f"{word}()")
             sql = sql[: found.start()] + call + sql[found.end() :]
+    try:
+        sql = arrays.rewritten(sql, _masked, _operand_start)
+    except arrays.Refused as err:
+        raise SqlError(err.sqlstate, str(err)) from None
     clock = _CLOCK.search(sql) is not None
     if "::" not in sql and not clock:
         return sql
@@ -354,9 +390,12 @@ def pg_casts(sql: str) -> str:
         if start == found.start():
             continue  # nothing before it to cast: SQLite says what is wrong
         operand = sql[start : found.start()].strip()
-        cast = timestamps.cast(operand, found.group(1)) or (
-            f"CAST({operand} AS {found.group(1)}{found.group(2) or ''})"
-        )
+        if found.group(3):  # to an array type: `'{1,2}'::int[]`
+            cast = f"pg_array_in({operand}, {view_literal(found.group(1))})"
+        else:
+            cast = timestamps.cast(operand, found.group(1)) or (
+                f"CAST({operand} AS {found.group(1)}{found.group(2) or ''})"
+            )
         sql = sql[:start] + cast + sql[found.end() :]
         masked = masked[:start] + cast + masked[found.end() :]
     return sql
@@ -469,6 +508,11 @@ class SqlReader:
             conn.create_function("current_setting", arguments, _current_setting)
         for name in ("current_user", "session_user", "current_role"):
             conn.create_function(name, 0, _session_user)
+        for name, arguments, function, sqlstate in arrays.FUNCTIONS:
+            conn.create_function(name, arguments, _refusing(function, sqlstate), deterministic=True)
+        # SQLite connects its table-valued json_each (unnest, ANY) at its first use, and asks the
+        # authorizer to write the schema as it does: done here, before there is one.
+        conn.execute("SELECT value FROM json_each('[]')").fetchall()
         views = set(shapes)
 
         def authorize(
@@ -992,7 +1036,13 @@ def _as_sqlite(value: Any, kind: str) -> Any:
 def _authorize(views: set[str], action: int, arg1: str | None, arg2: str | None, db: str | None) -> int:
     if action == sqlite3.SQLITE_READ:
         # A view's table reads the store's rows; a common table expression is no database's.
-        allowed = db is None or arg1 == "rows" or arg1 in views or arg1 in _INFORMATION_VIEWS
+        allowed = (
+            db is None
+            or arg1 == "rows"
+            or arg1 in views
+            or arg1 in _INFORMATION_VIEWS
+            or arg1 in _TABLE_FUNCTIONS
+        )
         return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_FUNCTION:
         return sqlite3.SQLITE_DENY if (arg2 or "").lower() in _BLOB_FUNCTIONS else sqlite3.SQLITE_OK
@@ -1058,5 +1108,5 @@ def _text(value: Any, pg_type: str) -> str | None:
             return "NaN"
         return repr(value) if math.isfinite(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, bytes):
-        return "\\x" + value.hex()
+        return arrays.text(value) if arrays.is_array(value) else "\\x" + value.hex()
     return str(value)

@@ -1411,3 +1411,33 @@ def test_current_setting_gives_the_client_s_own_settings(served: Served) -> None
         asked = "SELECT current_setting('APPLICATION_NAME'), current_setting('no_such_setting', true)"
         assert conn.execute(asked).fetchone() == ("grafana", None)
         assert other.execute("SELECT current_setting('application_name')").fetchone() == ("",)  # its own
+
+
+def test_grafana_s_query_builder_finds_the_views_and_their_columns_over_the_wire(served: Served) -> None:
+    # its table picker's query (the schemas of search_path read with arrays) and its column picker's
+    in_path = (
+        "quote_ident(table_schema) IN (SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user"
+        " ELSE trim(s[i]) END FROM generate_series("
+        "array_lower(string_to_array(current_setting('search_path'),','),1),"
+        " array_upper(string_to_array(current_setting('search_path'),','),1)) as i,"
+        " string_to_array(current_setting('search_path'),',') s)"
+    )
+    tables = (
+        f"SELECT CASE WHEN {in_path} THEN quote_ident(table_name) ELSE quote_ident(table_schema) || '.' ||"  # noqa: S608
+        ' quote_ident(table_name) END AS "table" FROM information_schema.tables WHERE'
+        f" quote_ident(table_schema) NOT IN ('information_schema', 'pg_catalog') ORDER BY 1"
+    )
+    assert served.rows(tables) == ["customer_ratings"]
+    columns = (
+        'SELECT quote_ident(column_name) AS "column", data_type AS "type" FROM information_schema.columns'  # noqa: S608
+        " WHERE CASE WHEN array_length(parse_ident('customer_ratings'),1) = 2"
+        " THEN quote_ident(table_schema) = (parse_ident('customer_ratings'))[1]"
+        f" ELSE quote_ident(table_name) = 'customer_ratings' AND {in_path} END"
+    )
+    assert served.rows(columns)[:2] == ["user_id|integer", "ratings|bigint"]
+    assert served.rows("SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'") == []
+    with _connect(served, autocommit=True) as conn:  # an array's text, as psycopg reads it
+        assert conn.execute("SELECT string_to_array('a,b c', ',')").fetchone() == ('{a,"b c"}',)
+        by_list = "SELECT user_id FROM customer_ratings WHERE user_id = ANY(%s) ORDER BY 1"
+        for binary in (False, True):  # a list bound as an array parameter
+            assert conn.cursor(binary=binary).execute(by_list, ([2, 4, 99],)).fetchall() == [(2,), (4,)]
