@@ -379,11 +379,44 @@ def pg_casts(sql: str) -> str:
         sql = arrays.rewritten(sql, _masked, _operand_start)
     except arrays.Refused as err:
         raise SqlError(err.sqlstate, str(err)) from None
-    clock = _CLOCK.search(sql) is not None
-    if "::" not in sql and not clock:
-        return sql
-    if clock:
-        sql = timestamps.rewritten(sql, _masked)
+    if "::" in sql:
+        sql = _casts(sql)
+    if _TIME_CAST.search(sql) is not None:
+        sql = _time_casts(sql)
+    if _CLOCK.search(sql) is not None:  # after the casts: `'2026-12-07'::date + interval '1 day'`
+        sql = timestamps.rewritten(sql, _masked, _operand_start)
+    return sql
+
+
+_CAST_CALL = re.compile(r"\bCAST\s*\(", re.IGNORECASE)
+_TIME_TYPE = r"(timestamptz|timestamp(?:\s+with(?:out)?\s+time\s+zone)?|date)"
+_TIME_CAST = re.compile(rf"\bAS\s+{_TIME_TYPE}\s*\)", re.IGNORECASE)
+_TIME_CAST_END = re.compile(rf"\s+AS\s+{_TIME_TYPE}\s*$", re.IGNORECASE)
+
+
+def _time_casts(sql: str) -> str:
+    """Each `CAST(x AS date)` (or `timestamp`, `timestamptz`) as `timestamps` writes it, the last
+    first: SQLite's CAST to a name it does not know keeps the leading number (2026), and
+    Metabase groups by day with `CAST(t AS date)`."""
+    masked = _masked(sql)
+    for found in reversed(list(_CAST_CALL.finditer(masked))):
+        depth, end = 1, found.end()
+        while end < len(masked) and depth:
+            depth += (masked[end] == "(") - (masked[end] == ")")
+            end += 1
+        typed = _TIME_CAST_END.search(masked, found.end(), end - 1) if not depth else None
+        if typed is None:
+            continue
+        cast = timestamps.cast(sql[found.end() : typed.start()].strip(), typed.group(1))
+        if cast is not None:
+            sql = sql[: found.start()] + cast + sql[end:]
+            masked = masked[: found.start()] + cast + masked[end:]
+    return sql
+
+
+def _casts(sql: str) -> str:
+    """Each `x::type` as SQLite's `CAST`, `timestamps`' for its time types, `pg_array_in` for an
+    array type."""
     masked = _masked(sql)
     for found in reversed([m for m in _CAST_TYPE.finditer(sql) if masked[m.start()] == ":"]):
         start = _operand_start(masked, found.start())
@@ -503,6 +536,7 @@ class SqlReader:
         conn.create_function("date_trunc", 2, timestamps.date_trunc, deterministic=True)
         conn.create_function("date_part", 2, timestamps.date_part, deterministic=True)
         conn.create_function("pg_date", 1, timestamps.pg_date, deterministic=True)
+        conn.create_function("pg_shift", 3, _refusing(timestamps.shifted, "22007"), deterministic=True)
         conn.create_function("to_char", 2, _refusing(timestamps.to_char, "22007"), deterministic=True)
         for arguments in (1, 2):
             conn.create_function("current_setting", arguments, _current_setting)

@@ -11,12 +11,13 @@ views job writes them (Spark's JSON: `2026-12-07T05:00:00.000Z`, a date `2026-12
   a literal in any ISO 8601 or PostgreSQL spelling (`'2026-12-07 04:00'`, `'2026-12-07T04:00:00Z'`,
   `'2026-12-07 06:00:00+01'`, what Grafana's `$__timeFilter` writes) selects the same rows; a
   literal without a zone is in the session's zone, as in PostgreSQL.
-- `now()`, `date_trunc(field, t)`, `date_part(field, t)`, `to_char(t, format)` and `pg_date(t)`
-  are functions of the reader's connections, in the session's zone; `extract(field FROM t)` and
-  `± interval 'N unit'` after `now()` or `current_timestamp` (`rewritten`), and casts to
-  `timestamptz`, `timestamp` and `date` (`cast`), are written as SQLite reads them.
+- `now()`, `date_trunc(field, t)`, `date_part(field, t)`, `to_char(t, format)`, `pg_date(t)`
+  and `pg_shift(t, sign, interval)` (`shifted`) are functions of the reader's connections, in
+  the session's zone; `extract(field FROM t)` and `t ± interval '...'` (`rewritten`), and casts
+  to `timestamptz`, `timestamp` and `date` (`cast`), are written as SQLite reads them.
 """
 
+import calendar
 import contextvars
 import functools
 import re
@@ -39,6 +40,7 @@ __all__ = [
     "pg_date",
     "pg_text",
     "rewritten",
+    "shifted",
     "stored",
     "timestamp_of_binary",
     "to_char",
@@ -228,7 +230,7 @@ def cast(operand: str, type_name: str) -> str | None:
     """`operand::type_name` as SQLite reads it, for a timestamp's or a date's type (SQLite's
     CAST to an unknown type name takes the leading number: 2026); None for other types."""
     name = " ".join(type_name.lower().split())
-    if name in ("timestamptz", "timestamp"):
+    if name in ("timestamptz", "timestamp", "timestamp with time zone", "timestamp without time zone"):
         return f"(CAST({operand} AS TEXT) COLLATE {COLLATION})"
     if name == "date":
         return f"pg_date({operand})"
@@ -276,11 +278,111 @@ def date_part(field: str | None, value: str | None) -> float | None:
     return float(part(found))
 
 
-def rewritten(sql: str, masking: Callable[[str], str]) -> str:
-    """`sql` with `extract(field FROM t)` as `date_part('field', t)`, and `now()`,
-    `current_timestamp` or `localtimestamp` `± interval '...'` as SQLite's clock shifted, where
-    `masking` (which blanks strings and comments, keeping the length) leaves them: none inside a
-    string is touched. An interval of another unit is left to SQLite to refuse."""
+# An interval's text as PostgreSQL reads it: quantities with units ('1 day 2 hours', '-30 day',
+# '1 mon', '@ 3 days ago') and a time of day ('01:30', '-00:00:05.5').
+_QUANTITY = re.compile(r"([+-]?\d+(?:\.\d+)?)\s*([A-Za-z]+)")
+_TIME_OF_DAY = re.compile(r"([+-])?(\d+):(\d{1,2})(?::(\d{1,2}(?:\.\d+)?))?")
+_INTERVAL_UNITS = {
+    **dict.fromkeys(("us", "usec", "usecs", "microsecond", "microseconds"), ("seconds", 1e-6)),
+    **dict.fromkeys(("ms", "msec", "msecs", "millisecond", "milliseconds"), ("seconds", 1e-3)),
+    **{unit: ("seconds", 1) for unit, (word, _) in _UNITS.items() if word == "seconds"},
+    **{unit: ("seconds", 60) for unit, (word, _) in _UNITS.items() if word == "minutes"},
+    **{unit: ("seconds", 3600) for unit, (word, _) in _UNITS.items() if word == "hours"},
+    **{unit: ("days", times) for unit, (word, times) in _UNITS.items() if word == "days"},
+    **{unit: ("months", 1) for unit, (word, _) in _UNITS.items() if word == "months"},
+    **{unit: ("months", 12) for unit, (word, _) in _UNITS.items() if word == "years"},
+    **dict.fromkeys(("decade", "decades"), ("months", 120)),
+    **dict.fromkeys(("century", "centuries"), ("months", 1200)),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _interval(text: str) -> tuple[int, float, float] | None:
+    """An interval's (months, days, seconds); None for text PostgreSQL would refuse."""
+    rest, parts = text.strip().removeprefix("@").strip(), [0.0, 0.0, 0.0]
+    ago = rest.lower().endswith(" ago")
+    rest = rest[:-4] if ago else rest
+    at = 0
+    while at < len(rest):
+        if rest[at].isspace():
+            at += 1
+            continue
+        quantity = _QUANTITY.match(rest, at)
+        clock = _TIME_OF_DAY.match(rest, at)
+        if clock is not None and (quantity is None or clock.end() > quantity.end()):
+            sign = -1 if clock.group(1) == "-" else 1
+            hours, minutes, seconds = int(clock.group(2)), int(clock.group(3)), float(clock.group(4) or 0)
+            parts[2] += sign * (hours * 3600 + minutes * 60 + seconds)
+            at = clock.end()
+        elif quantity is not None and quantity.group(2).lower() in _INTERVAL_UNITS:
+            field, times = _INTERVAL_UNITS[quantity.group(2).lower()]
+            parts[("months", "days", "seconds").index(field)] += float(quantity.group(1)) * times
+            at = quantity.end()
+        else:
+            return None
+    months, days, seconds = (-part if ago else part for part in parts)
+    whole_months = int(months)  # a fraction of a month is 30 days, of a day 24 hours, as PostgreSQL's
+    days += (months - whole_months) * 30
+    whole_days = int(days)
+    return whole_months, float(whole_days), seconds + (days - whole_days) * 86_400
+
+
+def shifted(value: str | None, sign: str | None, interval: str | None) -> str | None:
+    """`t + interval '...'` (or `-`; SqlReader registers it as `pg_shift`), as PostgreSQL adds
+    one to a timestamptz in the session's zone: months first (the 31st of a month with fewer days
+    its last), then days on the calendar (a day across a change of clocks is 23 or 25 hours),
+    then the time. Null for a value that is no timestamp; ValueError for an interval PostgreSQL
+    would refuse."""
+    parsed = _interval(interval or "")
+    if parsed is None:
+        raise ValueError(f'invalid input syntax for type interval: "{interval}"')
+    found = _local(value) if isinstance(value, str) else None
+    if found is None:
+        return None
+    direction = -1 if sign == "-" else 1
+    months, days, seconds = (direction * part for part in parsed)
+    zone = ZONE.get()()
+    year, month = divmod(found.month - 1 + int(months), 12)
+    year += found.year
+    day = min(found.day, calendar.monthrange(year, month + 1)[1])
+    wall = found.replace(tzinfo=None, year=year, month=month + 1, day=day) + timedelta(days=days)
+    moment = wall.replace(tzinfo=zone).astimezone(UTC) + timedelta(seconds=seconds)
+    return _shown(moment.astimezone(zone))
+
+
+# `± interval '...'` after any operand: `pg_shift`'s, compared by instant.
+_SHIFT = re.compile(r"([-+])\s*interval\s*'", re.IGNORECASE)
+
+
+def _shifts(sql: str, masking: Callable[[str], str], operand_start: Callable[[str, int], int]) -> str:
+    """Each `operand ± interval '...'` as a call of `pg_shift`, the first first (an operand that
+    holds an earlier one, `date_trunc('week', t + interval '1 day') - interval '1 day'`, is
+    taken whole once that one is written)."""
+    done = 0
+    while True:
+        masked = masking(sql)
+        found = next((m for m in _SHIFT.finditer(masked, done) if masked[m.start()] == sql[m.start()]), None)
+        if found is None:
+            return sql
+        close = masked.find("'", found.end())
+        start = operand_start(masked, found.start())
+        if close < 0 or start == found.start():
+            done = found.end()  # no operand (`interval '1 day' + t`, a sign): SQLite says what is wrong
+            continue
+        operand, literal = sql[start : found.start()].strip(), sql[found.end() - 1 : close + 1]
+        call = f"(pg_shift({operand}, '{found.group(1)}', {literal}) COLLATE {COLLATION})"
+        sql = sql[:start] + call + sql[close + 1 :]
+        done = start + len(call)
+
+
+def rewritten(
+    sql: str, masking: Callable[[str], str], operand_start: Callable[[str, int], int] | None = None
+) -> str:
+    """`sql` with `extract(field FROM t)` as `date_part('field', t)`, `now()`,
+    `current_timestamp` or `localtimestamp` `± interval '...'` as SQLite's clock shifted, and
+    with `operand_start` (where the operand that ends at a position starts) any other
+    `t ± interval '...'` as `shifted`'s, where `masking` (which blanks strings and comments,
+    keeping the length) leaves them: none inside a string is touched."""
     sql = _extracts(sql, masking)
     masked = masking(sql)
     for found in reversed([m for m in _SHIFTED.finditer(sql) if masked[m.start()] == sql[m.start()]]):
@@ -296,7 +398,7 @@ def rewritten(sql: str, masking: Callable[[str], str]) -> str:
             f"(strftime({_NOW_FORMAT}, 'now', '{found.group(2)}{shown} {word}') COLLATE {COLLATION})"
         )
         sql = sql[: found.start()] + replacement + sql[found.end() :]
-    return sql
+    return sql if operand_start is None else _shifts(sql, masking, operand_start)
 
 
 def _extracts(sql: str, masking: Callable[[str], str]) -> str:

@@ -1441,3 +1441,35 @@ def test_grafana_s_query_builder_finds_the_views_and_their_columns_over_the_wire
         by_list = "SELECT user_id FROM customer_ratings WHERE user_id = ANY(%s) ORDER BY 1"
         for binary in (False, True):  # a list bound as an array parameter
             assert conn.cursor(binary=binary).execute(by_list, ([2, 4, 99],)).fetchall() == [(2,), (4,)]
+
+
+def test_bi_tools_time_grains_and_relative_filters_shift_timestamps_by_intervals(served: Served) -> None:
+    utc = datetime.UTC
+    yesterday = datetime.datetime.now(utc).replace(minute=0, second=0, microsecond=0) - datetime.timedelta(
+        days=1
+    )
+    _hours(served, datetime.datetime(2026, 1, 31, 3, tzinfo=utc), yesterday)
+    first = "FROM hourly WHERE ratings = 1"
+    # Superset's and Metabase's week starting on Sunday, Metabase's day grouping
+    sunday = f"SELECT date_trunc('week', hour_start + interval '1 day') - interval '1 day' {first}"
+    assert served.rows(sunday) == ["2026-01-25 00:00:00+00"]
+    assert served.rows(f"SELECT CAST(hour_start AS date), CAST(hour_start AS timestamp) {first}") == [
+        "2026-01-31|2026-01-31 03:00:00+00"
+    ]
+    assert served.rows(
+        f"SELECT hour_start + interval '1 mon', hour_start - interval '90 minutes' {first}"
+    ) == ["2026-02-28 03:00:00+00|2026-01-31 01:30:00+00"]
+    # Metabase's "previous 30 days" (the interval's number signed), compared by instant
+    recent = "SELECT ratings FROM hourly WHERE hour_start >= date_trunc('day', now() + INTERVAL '-30 day')"
+    assert served.rows(recent) == ["2"]
+    assert served.rows(
+        "SELECT count(*) FROM hourly WHERE hour_start + interval '1 hour' > '2026-01-31 03:30Z'"
+    ) == ["2"]
+    assert served.refused(f"SELECT hour_start + interval '1 fortnight' {first}") == "22007"
+    noon = "'2026-03-28 12:00'::timestamptz"  # in Berlin, the day before the clocks change
+    spring = f"SELECT {noon} + interval '1 day', {noon} + interval '24h'"
+    assert served.psql(spring, zone="Europe/Berlin").stdout.split() == [
+        "2026-03-29",
+        "12:00:00+02|2026-03-29",
+        "13:00:00+02",
+    ]

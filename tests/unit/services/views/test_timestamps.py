@@ -25,6 +25,7 @@ from services.views.timestamps import (
     pg_date,
     pg_text,
     rewritten,
+    shifted,
     stored,
     timestamp_of_binary,
     to_char,
@@ -260,3 +261,68 @@ def test_to_char_is_in_the_session_s_zone_and_refuses_what_is_no_time() -> None:
     assert to_char(None, "YYYY") is None and to_char("2026-12-07", None) is None
     with pytest.raises(ValueError, match="is not a timestamp or a date"):
         to_char(3.14, "999.99")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("start", "sign", "interval", "shown"),
+    [
+        ("2026-12-07T05:00:00.000Z", "+", "1 day", "2026-12-08 05:00:00+00"),
+        ("2026-12-07T05:00:00.000Z", "-", "90 minutes", "2026-12-07 03:30:00+00"),
+        (
+            "2026-12-07T05:00:00.000Z",
+            "+",
+            "-30 day",
+            "2026-11-07 05:00:00+00",
+        ),  # Metabase's "previous 30 days"
+        ("2026-12-07T05:00:00.000Z", "+", "1 day 02:30", "2026-12-08 07:30:00+00"),
+        ("2026-12-07T05:00:00.000Z", "+", "@ 2 hours ago", "2026-12-07 03:00:00+00"),
+        ("2026-12-07T05:00:00.000Z", "+", "1.5 days", "2026-12-08 17:00:00+00"),
+        ("2026-12-07T05:00:00.000Z", "+", "250 ms", "2026-12-07 05:00:00.25+00"),
+        ("2026-01-31T10:00:00.000Z", "+", "1 mon", "2026-02-28 10:00:00+00"),  # the month's last day
+        ("2024-02-29T10:00:00.000Z", "+", "1 year", "2025-02-28 10:00:00+00"),
+        ("2026-12-07", "+", "1 week", "2026-12-14 00:00:00+00"),  # a date: its midnight
+        ("not a time", "+", "1 day", None),
+        (None, "+", "1 day", None),
+    ],
+)
+def test_an_interval_shifts_a_timestamp_as_postgresql_adds_one(
+    start: str | None, sign: str, interval: str, shown: str | None
+) -> None:
+    assert shifted(start, sign, interval) == shown
+
+
+def test_a_day_is_a_day_on_the_session_s_calendar_and_24_hours_are_24_hours() -> None:
+    before_spring = "2026-03-28T11:00:00.000Z"  # noon in Berlin, the day before the clocks change
+    assert _in("Europe/Berlin", shifted, before_spring, "+", "1 day") == "2026-03-29 12:00:00+02"
+    assert _in("Europe/Berlin", shifted, before_spring, "+", "24 hours") == "2026-03-29 13:00:00+02"
+    assert shifted(before_spring, "+", "1 day") == "2026-03-29 11:00:00+00"  # UTC has no such day
+
+
+@pytest.mark.parametrize("interval", ["banana", "1 fortnight", "1 day and 2 hours", "12:xx"])
+def test_an_interval_postgresql_would_refuse_is_refused(interval: str) -> None:
+    with pytest.raises(ValueError, match="invalid input syntax for type interval"):
+        shifted("2026-12-07T05:00:00.000Z", "+", interval)
+
+
+def test_any_operand_plus_an_interval_is_shifted_and_strings_are_left_alone() -> None:
+    def masked(sql: str) -> str:
+        return re.sub(r"'[^']*'", lambda m: "'" + "_" * (len(m.group(0)) - 2) + "'", sql)
+
+    def operand_start(text: str, end: int) -> int:  # a name, or a call with its parentheses
+        i = len(text[:end].rstrip())
+        if text[i - 1] == ")":
+            depth = 0
+            while True:
+                i -= 1
+                depth += (text[i] == ")") - (text[i] == "(")
+                if depth == 0:
+                    break
+        while i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_"):
+            i -= 1
+        return i
+
+    sql = "SELECT date_trunc('week', t + interval '1 day') - INTERVAL '1 day', 'x - interval 1' FROM v"
+    assert rewritten(sql, masked, operand_start) == (
+        f"SELECT (pg_shift(date_trunc('week', (pg_shift(t, '+', '1 day') COLLATE {COLLATION})), '-', '1 day')"  # noqa: S608
+        f" COLLATE {COLLATION}), 'x - interval 1' FROM v"
+    )
