@@ -339,18 +339,26 @@ _CLAUSES = frozenset(
     ).split()
 )
 _FROM_CLAUSES = frozenset(("FROM", "JOIN", "ON", "USING"))
+# Words after which a parenthesis opens a group or a subquery, not a call's arguments.
+_BEFORE_GROUPS = frozenset(
+    """AND OR NOT IN EXISTS ANY ALL SOME AS ON USING FROM JOIN LATERAL SELECT WHERE HAVING VALUES
+    WHEN THEN ELSE CASE BETWEEN LIKE IS UNION INTERSECT EXCEPT WITH RECURSIVE BY""".split()
+)
 
 
 def _from_calls(masked: str) -> list[tuple[int, int, int]]:
     """The function calls that are items of a FROM list (after FROM, JOIN or a comma of one,
-    LATERAL or not), in one pass: (where the item starts, where its name starts, its `(`)."""
-    calls, clauses = [], ["SELECT"]  # the clause each open parenthesis is in
-    tokens: list[tuple[str, int]] = []  # the last three: (text, where)
+    LATERAL or not), in one pass: (where the item starts, where its name starts, its `(`). A
+    FROM inside a call's parentheses (`extract(epoch FROM t)`, `substring(s FROM 2)`) starts
+    no list."""
+    calls, clauses = [], ["SELECT"]  # the clause each open parenthesis is in ("CALL": a call's)
+    tokens: list[tuple[str, int]] = []  # the last three: (text, where), a call's FROM as "IN CALL"
     for token in _TOKEN.finditer(masked):
         text, at = token.group(0), token.start()
         upper = text.upper()
         if text == "(":
-            if tokens and (tokens[-1][0][:1].isalpha() or tokens[-1][0][:1] == "_"):
+            named = bool(tokens) and (tokens[-1][0][:1].isalpha() or tokens[-1][0][:1] == "_")
+            if named:
                 before = [t for t, _ in tokens[:-1]]
                 item = tokens[-1][1]
                 if before and before[-1].upper() == "LATERAL":
@@ -358,12 +366,16 @@ def _from_calls(masked: str) -> list[tuple[int, int, int]]:
                 last = before[-1].upper() if before else ""
                 if last in ("FROM", "JOIN") or (last == "," and clauses[-1] in _FROM_CLAUSES):
                     calls.append((item, tokens[-1][1], at))
-            clauses.append("SELECT")
+            called = named and tokens[-1][0].upper() not in _BEFORE_GROUPS
+            clauses.append("CALL" if called else "SELECT")
         elif text == ")":
             if len(clauses) > 1:
                 clauses.pop()
         elif upper in _CLAUSES:
-            clauses[-1] = upper
+            if clauses[-1] == "CALL" and upper != "SELECT":
+                text = "IN CALL"
+            else:
+                clauses[-1] = upper
         tokens = [*tokens[-2:], (text, at)]
     return calls
 

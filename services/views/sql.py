@@ -324,7 +324,8 @@ _CAST_TYPE = re.compile(
     r"::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s+(?:precision|varying))?)(\s*\([0-9,\s]*\))?(\s*\[\s*\])?",
     re.IGNORECASE,
 )
-_CLOCK = re.compile(r"\b(?:interval|extract)\b", re.IGNORECASE)  # `now() - interval '1 hour'`: `timestamps`
+# `now() - interval '1 hour'`, `extract(...)`, `now() - t`: `timestamps`
+_CLOCK = re.compile(r"\b(?:interval|extract|now|current_timestamp|localtimestamp)\b", re.IGNORECASE)
 # PostgreSQL's functions called without parentheses (DBeaver asks `SELECT current_schema(),
 # session_user` as it connects): written as SQLite's calls, where not a name's part or quoted.
 _NILADIC = re.compile(
@@ -537,6 +538,7 @@ class SqlReader:
         conn.create_function("date_part", 2, timestamps.date_part, deterministic=True)
         conn.create_function("pg_date", 1, timestamps.pg_date, deterministic=True)
         conn.create_function("pg_shift", 3, _refusing(timestamps.shifted, "22007"), deterministic=True)
+        conn.create_function("pg_minus", 2, timestamps.between, deterministic=True)
         conn.create_function("to_char", 2, _refusing(timestamps.to_char, "22007"), deterministic=True)
         for arguments in (1, 2):
             conn.create_function("current_setting", arguments, _current_setting)

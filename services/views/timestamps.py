@@ -29,6 +29,7 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 __all__ = [
     "COLLATION",
     "ZONE",
+    "between",
     "binary_date",
     "binary_timestamp",
     "cast",
@@ -272,10 +273,31 @@ def date_part(field: str | None, value: str | None) -> float | None:
     time-of-day groupings ask. A field PostgreSQL does not know, or a value that is no
     timestamp: null."""
     found = _local(value) if isinstance(value, str) else None
+    if found is None and isinstance(value, str):
+        return _interval_part(field, value)
     part = _PARTS.get((field or "").lower())
     if found is None or part is None:
         return None
     return float(part(found))
+
+
+def _interval_part(field: str | None, value: str) -> float | None:
+    """date_part of an interval (`between`'s): its epoch (a month 30 days), or its fields."""
+    parsed = _interval(value)
+    if parsed is None:
+        return None
+    months, days, seconds = parsed
+    parts = {
+        "epoch": months * 30 * 86_400 + days * 86_400 + seconds,
+        "year": int(months / 12),
+        "month": months - int(months / 12) * 12,
+        "day": days,
+        "hour": int(seconds / 3600),
+        "minute": int(seconds / 60) - int(seconds / 3600) * 60,
+        "second": seconds - int(seconds / 60) * 60,
+    }
+    found = parts.get((field or "").lower())
+    return None if found is None else float(found)
 
 
 # An interval's text as PostgreSQL reads it: quantities with units ('1 day 2 hours', '-30 day',
@@ -350,6 +372,33 @@ def shifted(value: str | None, sign: str | None, interval: str | None) -> str | 
     return _shown(moment.astimezone(zone))
 
 
+def _interval_text(microseconds: int) -> str:
+    """An interval of days and a time in PostgreSQL's text format: `2 days 03:00:00`,
+    `-1 days -02:30:00`, `00:00:05.25`."""
+    sign = -1 if microseconds < 0 else 1
+    days, rest = divmod(abs(microseconds), 86_400_000_000)
+    seconds, fraction = divmod(rest, 1_000_000)
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    clock = f"{'-' if sign < 0 and rest else ''}{hours:02d}:{minutes:02d}:{seconds:02d}"
+    clock += f".{fraction:06d}".rstrip("0") if fraction else ""
+    if not days:
+        return clock
+    shown = f"{sign * days} day{'' if days == 1 and sign > 0 else 's'}"
+    return shown if not rest else f"{shown} {clock}"
+
+
+def between(later: str | None, earlier: str | None) -> str | None:
+    """`t1 - t2` of two timestamps (SqlReader registers it as `pg_minus`): the interval between
+    them, in days and a time, as PostgreSQL gives it (`extract(epoch FROM now() - max(t))`, how
+    long ago a view's last row came, is its seconds). Null where either is no timestamp."""
+    a = _utc(later) if isinstance(later, str) else None
+    b = _utc(earlier) if isinstance(earlier, str) else None
+    if a is None or b is None:
+        return None
+    return _interval_text((a - b) // timedelta(microseconds=1))
+
+
 # `± interval '...'` after any operand: `pg_shift`'s, compared by instant.
 _SHIFT = re.compile(r"([-+])\s*interval\s*'", re.IGNORECASE)
 
@@ -398,6 +447,7 @@ def rewritten(
             f"(strftime({_NOW_FORMAT}, 'now', '{found.group(2)}{shown} {word}') COLLATE {COLLATION})"
         )
         sql = sql[: found.start()] + replacement + sql[found.end() :]
+    sql = _since_now(_date_parts(sql, masking), masking)
     return sql if operand_start is None else _shifts(sql, masking, operand_start)
 
 
@@ -417,7 +467,83 @@ def _extracts(sql: str, masking: Callable[[str], str]) -> str:
         if depth:
             return sql  # no closing parenthesis: SQLite says what is wrong
         field = sql[last.start(1) : last.end(1)].lower()
-        sql = f"{sql[: last.start()]}date_part('{field}', {sql[last.end() : end - 1].strip()}){sql[end:]}"
+        expression = _difference(sql[last.end() : end - 1], masked[last.end() : end - 1])
+        sql = f"{sql[: last.start()]}date_part('{field}', {expression}){sql[end:]}"
+
+
+_DATE_PART = re.compile(r"\bdate_part\s*\(\s*'_*'\s*,", re.IGNORECASE)
+
+
+def _date_parts(sql: str, masking: Callable[[str], str]) -> str:
+    """`date_part('field', a - b)` as `date_part('field', pg_minus(a, b))`, the last first."""
+    masked = masking(sql)
+    for found in reversed(list(_DATE_PART.finditer(masked))):
+        depth, end = 1, found.end()
+        while end < len(masked) and depth:
+            depth += (masked[end] == "(") - (masked[end] == ")")
+            end += 1
+        if not depth:
+            expression = _difference(sql[found.end() : end - 1], masked[found.end() : end - 1])
+            sql = f"{sql[: found.end()]} {expression}){sql[end:]}"
+    return sql
+
+
+_MINUS = re.compile(r"-(?!\s*interval\b)", re.IGNORECASE)
+
+
+def _difference(text: str, masked: str) -> str:
+    """`a - b` (one subtraction at the expression's top, not of an interval) as `pg_minus(a, b)`,
+    which extract and date_part read as an interval; any other expression as it is."""
+    depth, minuses = 0, []
+    for i, char in enumerate(masked):
+        depth += (char == "(") - (char == ")")
+        if depth == 0 and char in "+-" and masked[:i].strip() and masked[:i].rstrip()[-1] not in "+-*/%(,":
+            minuses.append(i)
+    if len(minuses) != 1 or _MINUS.match(masked, minuses[0]) is None:
+        return text.strip()
+    at = minuses[0]
+    return f"pg_minus({text[:at].strip()}, {text[at + 1 :].strip()})"
+
+
+_NOW_MINUS = re.compile(
+    r"\b(?:now\s*\(\s*\)|current_timestamp|localtimestamp)\s*-(?!\s*interval\b)", re.IGNORECASE
+)
+
+
+def _operand_end(masked: str, at: int) -> int:
+    """Where the operand that starts at `at` (after spaces) ends: a string, a parenthesised
+    group, a name, or a call."""
+    i = at
+    while i < len(masked) and masked[i].isspace():
+        i += 1
+    if i < len(masked) and masked[i] == "'":
+        return masked.find("'", i + 1) + 1 or i
+    start = i
+    while i < len(masked) and (masked[i].isalnum() or masked[i] in '_.$"'):
+        i += 1
+    call = i
+    while call < len(masked) and masked[call].isspace():
+        call += 1
+    if call < len(masked) and masked[call] == "(":
+        depth = 0
+        for j in range(call, len(masked)):
+            depth += (masked[j] == "(") - (masked[j] == ")")
+            if depth == 0:
+                return j + 1
+        return start
+    return i
+
+
+def _since_now(sql: str, masking: Callable[[str], str]) -> str:
+    """`now() - t` (or current_timestamp's, localtimestamp's) as `pg_minus(now(), t)`: the
+    interval since `t`."""
+    masked = masking(sql)
+    for found in reversed([m for m in _NOW_MINUS.finditer(masked) if masked[m.start()] == sql[m.start()]]):
+        end = _operand_end(masked, found.end())
+        operand = sql[found.end() : end].strip()
+        if operand:
+            sql = f"{sql[: found.start()]}pg_minus(now(), {operand}){sql[end:]}"
+    return sql
 
 
 # to_char's patterns, longest first; a quoted text, or any other character, is itself.

@@ -1466,6 +1466,17 @@ def test_bi_tools_time_grains_and_relative_filters_shift_timestamps_by_intervals
         "SELECT count(*) FROM hourly WHERE hour_start + interval '1 hour' > '2026-01-31 03:30Z'"
     ) == ["2"]
     assert served.refused(f"SELECT hour_start + interval '1 fortnight' {first}") == "22007"
+    # how long ago the view's last row came (Grafana's freshness stat), and a span between two rows
+    ago = served.rows(
+        "SELECT extract(epoch FROM now() - max(hour_start)), now() - max(hour_start) FROM hourly"
+    )
+    seconds, interval = ago[0].split("|")
+    assert 86_400 <= float(seconds) < 90_000 and interval.startswith("1 day ")
+    spans = (
+        "SELECT extract(hour FROM max(hour_start) - '2026-01-30 23:00Z'::timestamptz),"
+        " date_part('epoch', max(hour_start) - '2026-01-30 23:00Z') FROM hourly WHERE ratings = 1"
+    )
+    assert served.rows(spans) == ["4.0|14400.0"]
     noon = "'2026-03-28 12:00'::timestamptz"  # in Berlin, the day before the clocks change
     spring = f"SELECT {noon} + interval '1 day', {noon} + interval '24h'"
     assert served.psql(spring, zone="Europe/Berlin").stdout.split() == [

@@ -14,6 +14,7 @@ import pytest
 from services.views.timestamps import (
     COLLATION,
     ZONE,
+    between,
     binary_date,
     binary_timestamp,
     cast,
@@ -325,4 +326,48 @@ def test_any_operand_plus_an_interval_is_shifted_and_strings_are_left_alone() ->
     assert rewritten(sql, masked, operand_start) == (
         f"SELECT (pg_shift(date_trunc('week', (pg_shift(t, '+', '1 day') COLLATE {COLLATION})), '-', '1 day')"  # noqa: S608
         f" COLLATE {COLLATION}), 'x - interval 1' FROM v"
+    )
+
+
+@pytest.mark.parametrize(
+    ("later", "earlier", "shown"),
+    [
+        ("2026-12-09T05:30:00.000Z", "2026-12-07T02:30:00.000Z", "2 days 03:00:00"),
+        ("2026-12-08T05:00:00.000Z", "2026-12-07T05:00:00.000Z", "1 day"),
+        ("2026-12-07T05:00:05.250Z", "2026-12-07T05:00:00.000Z", "00:00:05.25"),
+        ("2026-12-07T02:30:00.000Z", "2026-12-08T05:00:00.000Z", "-1 days -02:30:00"),
+        ("2026-12-07 06:00:00+01", "2026-12-07T05:00:00.000Z", "00:00:00"),  # one instant
+        ("not a time", "2026-12-07T05:00:00.000Z", None),
+        (None, "2026-12-07T05:00:00.000Z", None),
+    ],
+)
+def test_the_difference_of_two_timestamps_is_postgresql_s_interval(
+    later: str | None, earlier: str, shown: str | None
+) -> None:
+    assert between(later, earlier) == shown
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("epoch", 183_600.0), ("day", 2.0), ("hour", 3.0), ("minute", 0.0), ("second", 0.0), ("dow", None)],
+)
+def test_date_part_reads_an_interval_s_fields(field: str, value: float | None) -> None:
+    assert date_part(field, "2 days 03:00:00") == value
+    assert date_part(field, between("2026-12-09T05:30:00.000Z", "2026-12-07T02:30:00.000Z")) == value
+
+
+def test_a_difference_in_extract_or_date_part_and_after_now_is_an_interval() -> None:
+    def masked(sql: str) -> str:
+        return re.sub(r"'[^']*'", lambda m: "'" + "_" * (len(m.group(0)) - 2) + "'", sql)
+
+    assert rewritten("SELECT extract(epoch FROM now() - max(t)) FROM v", masked) == (
+        "SELECT date_part('epoch', pg_minus(now(), max(t))) FROM v"
+    )
+    assert rewritten("SELECT date_part('day', max(t) - min(t)), now() - max(t) FROM v", masked) == (
+        "SELECT date_part('day', pg_minus(max(t), min(t))), pg_minus(now(), max(t)) FROM v"
+    )
+    kept = "SELECT extract(epoch FROM t) - 10, date_part('hour', -t), 'now() - t' FROM v"
+    assert (
+        rewritten(kept, masked)
+        == "SELECT date_part('epoch', t) - 10, date_part('hour', -t), 'now() - t' FROM v"
     )
