@@ -49,6 +49,7 @@ __all__ = [
     "information_schema",
     "pg_casts",
     "pg_column",
+    "time_arithmetic",
     "uncommented",
     "unqualified",
 ]
@@ -324,14 +325,22 @@ _CAST_TYPE = re.compile(
     r"::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s+(?:precision|varying))?)(\s*\([0-9,\s]*\))?(\s*\[\s*\])?",
     re.IGNORECASE,
 )
-# `now() - interval '1 hour'`, `extract(...)`, `now() - t`: `timestamps`
-_CLOCK = re.compile(r"\b(?:interval|extract|now|current_timestamp|localtimestamp)\b", re.IGNORECASE)
+_CLOCK = re.compile(r"\b(?:interval|extract)\b", re.IGNORECASE)  # `t - interval '1 hour'`: `timestamps`
 # PostgreSQL's functions called without parentheses (DBeaver asks `SELECT current_schema(),
 # session_user` as it connects): written as SQLite's calls, where not a name's part or quoted.
 _NILADIC = re.compile(
-    r"(?<![.\w\"])(current_user|session_user|current_role|current_catalog|user)(?![\w\"]|\s*[(.])",
+    r"(?<![.\w\"])(current_user|session_user|current_role|current_catalog|user|current_timestamp"
+    r"|localtimestamp|current_date)(?![\w\"]|\s*[(.])",
     re.IGNORECASE,
 )
+# Their calls: the clock's in the session's zone (SQLite's own are UTC without a zone).
+_NILADIC_CALLS = {
+    "current_catalog": "current_database()",
+    "user": "current_user()",
+    "current_timestamp": "now()",
+    "localtimestamp": "now()",
+    "current_date": "pg_date(now())",
+}
 _OPERAND_END = re.compile(r"[\w.$\"]")
 _CASE_WORDS = re.compile(r"\b(?:CASE|END)\b", re.IGNORECASE)
 
@@ -368,13 +377,13 @@ def pg_casts(sql: str) -> str:
     `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`, `CASE ... END::text`),
     PostgreSQL's clock (`now() - interval '1 hour'`) and casts to its time types as
     `timestamps` writes them, `current_user` (`user`, `session_user`, `current_role`,
-    `current_catalog`) as a call, and arrays, `= ANY (...)` and functions in FROM as `arrays`
-    writes them, outside strings and comments."""
+    `current_catalog`, `current_timestamp`, `current_date`) as a call, and arrays, `= ANY (...)`
+    and functions in FROM as `arrays` writes them, outside strings and comments."""
     if _NILADIC.search(sql) is not None:
         masked = _masked(sql)
         for found in reversed([m for m in _NILADIC.finditer(sql) if masked[m.start()] == sql[m.start()]]):
             word = found.group(1).lower()
-            call = {"current_catalog": "current_database()", "user": "current_user()"}.get(word, f"{word}()")
+            call = _NILADIC_CALLS.get(word, f"{word}()")
             sql = sql[: found.start()] + call + sql[found.end() :]
     try:
         sql = arrays.rewritten(sql, _masked, _operand_start)
@@ -432,6 +441,95 @@ def _casts(sql: str) -> str:
             )
         sql = sql[:start] + cast + sql[found.end() :]
         masked = masked[:start] + cast + masked[found.end() :]
+    return sql
+
+
+_ARITHMETIC = re.compile(r"[-+](?!-)")
+_AFTER_OPERAND = re.compile(r"[\w)\"']")
+_NUMBERS = ("int", "long")
+
+
+def _operand_end(masked: str, at: int) -> int:
+    """Where the operand that starts at `at` (after spaces) ends: a string, a parenthesised
+    group, a name (qualified or quoted), a number, or a call."""
+    i = at
+    while i < len(masked) and masked[i].isspace():
+        i += 1
+    if i < len(masked) and masked[i] in "'(":
+        close = masked.find("'", i + 1) if masked[i] == "'" else _closing_parenthesis(masked, i)
+        return close + 1 if close >= 0 else i
+    start = i
+    while i < len(masked) and (masked[i].isalnum() or masked[i] in '_.$"'):
+        i += 1
+    call = i
+    while call < len(masked) and masked[call].isspace():
+        call += 1
+    if i > start and call < len(masked) and masked[call] == "(":
+        close = _closing_parenthesis(masked, call)
+        return close + 1 if close >= 0 else start
+    return i
+
+
+def _closing_parenthesis(masked: str, opening: int) -> int:
+    depth = 0
+    for i in range(opening, len(masked)):
+        depth += (masked[i] == "(") - (masked[i] == ")")
+        if depth == 0:
+            return i
+    return -1
+
+
+def _time_operation(operator: str, left: str, right: str, kinds: dict[str, str]) -> str | None:
+    """What `left operator right` is when either is a timestamp or a date and the other's type is
+    known, as PostgreSQL computes it (a string literal is read as the other's type); None when
+    neither is one, or one's type is not known here (a parameter)."""
+    left_kind, right_kind = _kind(left, kinds), _kind(right, kinds)
+    found = {left_kind, right_kind}
+    if not found & {"timestamp", "date"} or None in found:
+        return None
+    if operator == "-" and "timestamp" in found and found <= {"timestamp", "date", "string"}:
+        return f"pg_minus({left}, {right})"  # the interval between them
+    if operator == "-" and found <= {"date", "string"}:
+        return f"CAST(julianday({left}) - julianday({right}) AS INTEGER)"  # days
+    if left_kind == "date" and right_kind in _NUMBERS:  # date ± days: a date
+        return f"date({left}, printf('%+d days', {operator}({right})))"
+    if operator == "+" and left_kind in _NUMBERS and right_kind == "date":
+        return f"date({right}, printf('%+d days', {left}))"
+    shown = {
+        "timestamp": "timestamp with time zone",
+        "int": "integer",
+        "long": "bigint",
+        "double": "double precision",
+    }
+    raise SqlError(
+        "42883",
+        f"operator does not exist: {shown.get(left_kind or '', left_kind)} {operator} "
+        f"{shown.get(right_kind or '', right_kind)} (a timestamp moves by an interval: t + interval '1 h')",
+    )
+
+
+def time_arithmetic(sql: str, kinds: dict[str, str]) -> str:
+    """`a - b` and `a + b` where either is a view's timestamp or date (a column, `max(t)`, a cast
+    literal: what `kinds`, the columns' types, say) as PostgreSQL computes them: the interval
+    between two timestamps (`pg_minus`), the days between two dates, a date moved by days; a
+    timestamp plus a number is refused, as in PostgreSQL. SQLite would add or subtract the two
+    texts' leading numbers (the years) and give a wrong number without a word."""
+    masked = _masked(sql)
+    for found in reversed(list(_ARITHMETIC.finditer(masked))):
+        at = found.start()
+        before = masked[:at].rstrip()
+        if not before or _AFTER_OPERAND.match(before[-1]) is None or before.endswith("-"):
+            continue  # a sign, or a comment's
+        if re.search(r"\b(?:e|E)$", before) and before[:-1][-1:].isdigit():
+            continue  # an exponent: 1e-3
+        start, end = _operand_start(masked, at), _operand_end(masked, at + 1)
+        left, right = sql[start:at].strip(), sql[at + 1 : end].strip()
+        if not left or not right or right.lower().startswith("interval"):
+            continue
+        replacement = _time_operation(found.group(0), left, right, kinds)
+        if replacement is not None:
+            sql = sql[:start] + replacement + sql[end:]
+            masked = masked[:start] + _masked(replacement) + masked[end:]
     return sql
 
 
@@ -657,7 +755,10 @@ class SqlReader:
         `prefix`: SQLite's words before it (EXPLAIN QUERY PLAN)."""
         sql = information_schema(unqualified(sql))
         self._check_readable(sql)
-        sql = prefix + pg_casts(sql)
+        sql = pg_casts(sql)
+        if "-" in sql or "+" in sql:
+            sql = time_arithmetic(sql, self.column_kinds())
+        sql = prefix + sql
         state.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
         state.refused = None
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
@@ -901,7 +1002,7 @@ _CAST_KINDS = {
 _FUNCTION_KINDS = {
     **dict.fromkeys(("count", "length", "instr"), "long"),
     **dict.fromkeys(("avg", "total", "round", "date_part"), "double"),
-    "date": "date",
+    **dict.fromkeys(("date", "pg_date"), "date"),
     **dict.fromkeys(("now", "date_trunc"), "timestamp"),
     **dict.fromkeys(
         ("upper", "lower", "substr", "trim", "replace", "printf", "format", "group_concat"), "string"

@@ -447,7 +447,6 @@ def rewritten(
             f"(strftime({_NOW_FORMAT}, 'now', '{found.group(2)}{shown} {word}') COLLATE {COLLATION})"
         )
         sql = sql[: found.start()] + replacement + sql[found.end() :]
-    sql = _since_now(_date_parts(sql, masking), masking)
     return sql if operand_start is None else _shifts(sql, masking, operand_start)
 
 
@@ -467,83 +466,7 @@ def _extracts(sql: str, masking: Callable[[str], str]) -> str:
         if depth:
             return sql  # no closing parenthesis: SQLite says what is wrong
         field = sql[last.start(1) : last.end(1)].lower()
-        expression = _difference(sql[last.end() : end - 1], masked[last.end() : end - 1])
-        sql = f"{sql[: last.start()]}date_part('{field}', {expression}){sql[end:]}"
-
-
-_DATE_PART = re.compile(r"\bdate_part\s*\(\s*'_*'\s*,", re.IGNORECASE)
-
-
-def _date_parts(sql: str, masking: Callable[[str], str]) -> str:
-    """`date_part('field', a - b)` as `date_part('field', pg_minus(a, b))`, the last first."""
-    masked = masking(sql)
-    for found in reversed(list(_DATE_PART.finditer(masked))):
-        depth, end = 1, found.end()
-        while end < len(masked) and depth:
-            depth += (masked[end] == "(") - (masked[end] == ")")
-            end += 1
-        if not depth:
-            expression = _difference(sql[found.end() : end - 1], masked[found.end() : end - 1])
-            sql = f"{sql[: found.end()]} {expression}){sql[end:]}"
-    return sql
-
-
-_MINUS = re.compile(r"-(?!\s*interval\b)", re.IGNORECASE)
-
-
-def _difference(text: str, masked: str) -> str:
-    """`a - b` (one subtraction at the expression's top, not of an interval) as `pg_minus(a, b)`,
-    which extract and date_part read as an interval; any other expression as it is."""
-    depth, minuses = 0, []
-    for i, char in enumerate(masked):
-        depth += (char == "(") - (char == ")")
-        if depth == 0 and char in "+-" and masked[:i].strip() and masked[:i].rstrip()[-1] not in "+-*/%(,":
-            minuses.append(i)
-    if len(minuses) != 1 or _MINUS.match(masked, minuses[0]) is None:
-        return text.strip()
-    at = minuses[0]
-    return f"pg_minus({text[:at].strip()}, {text[at + 1 :].strip()})"
-
-
-_NOW_MINUS = re.compile(
-    r"\b(?:now\s*\(\s*\)|current_timestamp|localtimestamp)\s*-(?!\s*interval\b)", re.IGNORECASE
-)
-
-
-def _operand_end(masked: str, at: int) -> int:
-    """Where the operand that starts at `at` (after spaces) ends: a string, a parenthesised
-    group, a name, or a call."""
-    i = at
-    while i < len(masked) and masked[i].isspace():
-        i += 1
-    if i < len(masked) and masked[i] == "'":
-        return masked.find("'", i + 1) + 1 or i
-    start = i
-    while i < len(masked) and (masked[i].isalnum() or masked[i] in '_.$"'):
-        i += 1
-    call = i
-    while call < len(masked) and masked[call].isspace():
-        call += 1
-    if call < len(masked) and masked[call] == "(":
-        depth = 0
-        for j in range(call, len(masked)):
-            depth += (masked[j] == "(") - (masked[j] == ")")
-            if depth == 0:
-                return j + 1
-        return start
-    return i
-
-
-def _since_now(sql: str, masking: Callable[[str], str]) -> str:
-    """`now() - t` (or current_timestamp's, localtimestamp's) as `pg_minus(now(), t)`: the
-    interval since `t`."""
-    masked = masking(sql)
-    for found in reversed([m for m in _NOW_MINUS.finditer(masked) if masked[m.start()] == sql[m.start()]]):
-        end = _operand_end(masked, found.end())
-        operand = sql[found.end() : end].strip()
-        if operand:
-            sql = f"{sql[: found.start()]}pg_minus(now(), {operand}){sql[end:]}"
-    return sql
+        sql = f"{sql[: last.start()]}date_part('{field}', {sql[last.end() : end - 1].strip()}){sql[end:]}"
 
 
 # to_char's patterns, longest first; a quoted text, or any other character, is itself.

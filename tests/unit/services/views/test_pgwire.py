@@ -1477,6 +1477,12 @@ def test_bi_tools_time_grains_and_relative_filters_shift_timestamps_by_intervals
         " date_part('epoch', max(hour_start) - '2026-01-30 23:00Z') FROM hourly WHERE ratings = 1"
     )
     assert served.rows(spans) == ["4.0|14400.0"]
+    # a difference anywhere: SQLite would subtract the texts' years and give 0 or 2026 - 2025
+    two = f"SELECT hour_start - '2026-01-30 23:00Z'::timestamptz, day - '2025-12-31'::date, day - day {first}"
+    assert served.rows(two) == ["04:00:00|31|0"]
+    assert served.rows(f"SELECT day + 1, day - 31, 1 + day {first}") == ["2026-02-01|2025-12-31|2026-02-01"]
+    assert served.refused(f"SELECT hour_start + 1 {first}") == "42883"  # as in PostgreSQL, not 2027
+    assert served.rows("SELECT current_date = CAST(now() AS date), current_timestamp <= now()") == ["1|1"]
     noon = "'2026-03-28 12:00'::timestamptz"  # in Berlin, the day before the clocks change
     spring = f"SELECT {noon} + interval '1 day', {noon} + interval '24h'"
     assert served.psql(spring, zone="Europe/Berlin").stdout.split() == [

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from foundation.view_marker import ViewMarker
-from services.views.sql import SqlError, SqlReader, computed_kinds, information_schema, pg_casts, unqualified
+from services.views.sql import (
+    SqlError,
+    SqlReader,
+    computed_kinds,
+    information_schema,
+    pg_casts,
+    time_arithmetic,
+    unqualified,
+)
 from services.views.store import Change, Store, key_of
 
 COLUMNS = {"user_id": "int", "ratings": "long", "average_stars": "double", "club_status": "string"}
@@ -159,3 +167,33 @@ def test_a_query_whose_rows_weigh_more_than_the_bound_is_refused_whatever_their_
         reader.query("SELECT * FROM customer_ratings WHERE user_id >= 10")  # 600,000 characters, 1.8 MB
     assert refused.value.sqlstate == "54000"
     assert len(reader.query("SELECT * FROM customer_ratings WHERE user_id = 10").rows) == 1  # 600 KB
+
+
+def test_a_timestamp_minus_a_timestamp_is_an_interval_and_a_date_minus_a_date_days() -> None:
+    kinds = {"hour_start": "timestamp", "day": "date", "ratings": "long"}
+    asked = "SELECT max(hour_start) - min(hour_start), now() - max(v.hour_start), day - day FROM v"
+    assert time_arithmetic(pg_casts(asked), kinds) == (
+        "SELECT pg_minus(max(hour_start), min(hour_start)), pg_minus(now(), max(v.hour_start)),"
+        " CAST(julianday(day) - julianday(day) AS INTEGER) FROM v"
+    )
+    assert time_arithmetic(pg_casts("SELECT current_timestamp - hour_start FROM v"), kinds) == (
+        "SELECT pg_minus(now(), hour_start) FROM v"  # the clock in the session's zone
+    )
+    kept = (
+        "SELECT ratings - 1, -ratings, 2 - -ratings, 1e-3, 'a - b', hour_start - interval '1 hour' -- x - y"
+    )
+    assert time_arithmetic(kept, kinds) == kept  # numbers, signs, strings, an interval, a comment
+    unknown = "SELECT hour_start - $1, day + x FROM v"  # a parameter's or an unknown name's type
+    assert time_arithmetic(unknown, kinds) == unknown
+    assert time_arithmetic("SELECT day + 1, 2 + day, day - ratings FROM v", kinds) == (
+        "SELECT date(day, printf('%+d days', +(1))), date(day, printf('%+d days', 2)),"
+        " date(day, printf('%+d days', -(ratings))) FROM v"
+    )
+    for refused in (
+        "SELECT hour_start + 1 FROM v",
+        "SELECT day + day FROM v",
+        "SELECT ratings - hour_start FROM v",
+    ):
+        with pytest.raises(SqlError) as error:
+            time_arithmetic(refused, kinds)
+        assert error.value.sqlstate == "42883" and "operator does not exist" in str(error.value), refused

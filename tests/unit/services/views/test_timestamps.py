@@ -354,20 +354,3 @@ def test_the_difference_of_two_timestamps_is_postgresql_s_interval(
 def test_date_part_reads_an_interval_s_fields(field: str, value: float | None) -> None:
     assert date_part(field, "2 days 03:00:00") == value
     assert date_part(field, between("2026-12-09T05:30:00.000Z", "2026-12-07T02:30:00.000Z")) == value
-
-
-def test_a_difference_in_extract_or_date_part_and_after_now_is_an_interval() -> None:
-    def masked(sql: str) -> str:
-        return re.sub(r"'[^']*'", lambda m: "'" + "_" * (len(m.group(0)) - 2) + "'", sql)
-
-    assert rewritten("SELECT extract(epoch FROM now() - max(t)) FROM v", masked) == (
-        "SELECT date_part('epoch', pg_minus(now(), max(t))) FROM v"
-    )
-    assert rewritten("SELECT date_part('day', max(t) - min(t)), now() - max(t) FROM v", masked) == (
-        "SELECT date_part('day', pg_minus(max(t), min(t))), pg_minus(now(), max(t)) FROM v"
-    )
-    kept = "SELECT extract(epoch FROM t) - 10, date_part('hour', -t), 'now() - t' FROM v"
-    assert (
-        rewritten(kept, masked)
-        == "SELECT date_part('epoch', t) - 10, date_part('hour', -t), 'now() - t' FROM v"
-    )
