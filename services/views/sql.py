@@ -637,6 +637,8 @@ class SqlReader:
         conn.create_function("pg_date", 1, timestamps.pg_date, deterministic=True)
         conn.create_function("pg_shift", 3, _refusing(timestamps.shifted, "22007"), deterministic=True)
         conn.create_function("pg_minus", 2, timestamps.between, deterministic=True)
+        for arguments in (1, 2):
+            conn.create_function("age", arguments, timestamps.age)  # age(t): from today
         conn.create_function("to_char", 2, _refusing(timestamps.to_char, "22007"), deterministic=True)
         for arguments in (1, 2):
             conn.create_function("current_setting", arguments, _current_setting)
@@ -1001,6 +1003,7 @@ _CAST_KINDS = {
 }
 _FUNCTION_KINDS = {
     **dict.fromkeys(("count", "length", "instr"), "long"),
+    **dict.fromkeys(("age", "pg_minus"), "string"),  # an interval, as text
     **dict.fromkeys(("avg", "total", "round", "date_part"), "double"),
     **dict.fromkeys(("date", "pg_date"), "date"),
     **dict.fromkeys(("now", "date_trunc"), "timestamp"),

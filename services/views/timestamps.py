@@ -29,6 +29,7 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 __all__ = [
     "COLLATION",
     "ZONE",
+    "age",
     "between",
     "binary_date",
     "binary_timestamp",
@@ -372,20 +373,27 @@ def shifted(value: str | None, sign: str | None, interval: str | None) -> str | 
     return _shown(moment.astimezone(zone))
 
 
-def _interval_text(microseconds: int) -> str:
-    """An interval of days and a time in PostgreSQL's text format: `2 days 03:00:00`,
-    `-1 days -02:30:00`, `00:00:05.25`."""
-    sign = -1 if microseconds < 0 else 1
-    days, rest = divmod(abs(microseconds), 86_400_000_000)
-    seconds, fraction = divmod(rest, 1_000_000)
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    clock = f"{'-' if sign < 0 and rest else ''}{hours:02d}:{minutes:02d}:{seconds:02d}"
-    clock += f".{fraction:06d}".rstrip("0") if fraction else ""
-    if not days:
-        return clock
-    shown = f"{sign * days} day{'' if days == 1 and sign > 0 else 's'}"
-    return shown if not rest else f"{shown} {clock}"
+def _unit(count: int, name: str) -> str:
+    return "" if not count else f"{count} {name}{'' if count == 1 else 's'}"
+
+
+def _interval_text(months: int, days: int, microseconds: int) -> str:
+    """An interval in PostgreSQL's text format: `1 year 2 mons 3 days 04:05:06`, `2 days
+    03:00:00`, `-1 days -02:30:00`, `00:00:05.25`."""
+    years = int(months / 12)
+    shown = [
+        part for part in (_unit(years, "year"), _unit(months - years * 12, "mon"), _unit(days, "day")) if part
+    ]
+    if microseconds or not shown:
+        seconds, fraction = divmod(abs(microseconds), 1_000_000)
+        minutes, seconds = divmod(seconds, 60)
+        hours, minutes = divmod(minutes, 60)
+        clock = f"{'-' if microseconds < 0 else ''}{hours:02d}:{minutes:02d}:{seconds:02d}"
+        shown.append(clock + (f".{fraction:06d}".rstrip("0") if fraction else ""))
+    return " ".join(shown)
+
+
+_DAY_US = 86_400_000_000
 
 
 def between(later: str | None, earlier: str | None) -> str | None:
@@ -396,7 +404,30 @@ def between(later: str | None, earlier: str | None) -> str | None:
     b = _utc(earlier) if isinstance(earlier, str) else None
     if a is None or b is None:
         return None
-    return _interval_text((a - b) // timedelta(microseconds=1))
+    total = (a - b) // timedelta(microseconds=1)
+    days = int(total / _DAY_US)
+    return _interval_text(0, days, total - days * _DAY_US)
+
+
+def age(later: str | None, earlier: str | None = None) -> str | None:
+    """PostgreSQL's age(t1, t2) (SqlReader registers it): the interval between them in years,
+    months and days of the session's calendar, field by field as PostgreSQL subtracts them;
+    age(t) is from today's midnight. Null where either is no timestamp."""
+    if earlier is None:
+        later, earlier = date_trunc("day", now()), later
+    a = _local(later) if isinstance(later, str) else None
+    b = _local(earlier) if isinstance(earlier, str) else None
+    if a is None or b is None:
+        return None
+    sign, (a, b) = (1, (a, b)) if a >= b else (-1, (b, a))
+    micro = (a.hour - b.hour) * 3_600_000_000 + (a.minute - b.minute) * 60_000_000
+    micro += (a.second - b.second) * 1_000_000 + a.microsecond - b.microsecond
+    days, months = a.day - b.day, (a.year - b.year) * 12 + a.month - b.month
+    if micro < 0:
+        micro, days = micro + _DAY_US, days - 1
+    if days < 0:  # borrowed from the earlier one's month, as PostgreSQL borrows
+        days, months = days + calendar.monthrange(b.year, b.month)[1], months - 1
+    return _interval_text(sign * months, sign * days, sign * micro)
 
 
 # `± interval '...'` after any operand: `pg_shift`'s, compared by instant.

@@ -1482,6 +1482,9 @@ def test_bi_tools_time_grains_and_relative_filters_shift_timestamps_by_intervals
     assert served.rows(two) == ["04:00:00|31|0"]
     assert served.rows(f"SELECT day + 1, day - 31, 1 + day {first}") == ["2026-02-01|2025-12-31|2026-02-01"]
     assert served.refused(f"SELECT hour_start + 1 {first}") == "42883"  # as in PostgreSQL, not 2027
+    assert served.rows(f"SELECT age(hour_start, '2025-10-31 06:30Z'), age(now(), now()) {first}") == [
+        "2 mons 30 days 20:30:00|00:00:00"
+    ]
     assert served.rows("SELECT current_date = CAST(now() AS date), current_timestamp <= now()") == ["1|1"]
     noon = "'2026-03-28 12:00'::timestamptz"  # in Berlin, the day before the clocks change
     spring = f"SELECT {noon} + interval '1 day', {noon} + interval '24h'"

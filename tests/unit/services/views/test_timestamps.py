@@ -14,6 +14,7 @@ import pytest
 from services.views.timestamps import (
     COLLATION,
     ZONE,
+    age,
     between,
     binary_date,
     binary_timestamp,
@@ -354,3 +355,25 @@ def test_the_difference_of_two_timestamps_is_postgresql_s_interval(
 def test_date_part_reads_an_interval_s_fields(field: str, value: float | None) -> None:
     assert date_part(field, "2 days 03:00:00") == value
     assert date_part(field, between("2026-12-09T05:30:00.000Z", "2026-12-07T02:30:00.000Z")) == value
+
+
+@pytest.mark.parametrize(
+    ("later", "earlier", "shown"),
+    [
+        ("2026-12-07T05:00:00.000Z", "2025-10-31T06:30:00.000Z", "1 year 1 mon 6 days 22:30:00"),
+        ("2025-10-31T06:30:00.000Z", "2026-12-07T05:00:00.000Z", "-1 years -1 mons -6 days -22:30:00"),
+        ("2026-03-01T00:00:00.000Z", "2026-01-31T00:00:00.000Z", "1 mon 1 day"),  # January's days borrowed
+        ("2026-12-07T05:00:00.000Z", "2026-12-07T05:00:00.000Z", "00:00:00"),
+        ("2026-12-07T05:00:00.000Z", "not a time", None),
+    ],
+)
+def test_age_subtracts_field_by_field_as_postgresql_does(later: str, earlier: str, shown: str | None) -> None:
+    assert age(later, earlier) == shown
+
+
+def test_age_of_one_timestamp_is_from_today_s_midnight_and_its_fields_can_be_extracted() -> None:
+    midnight = date_trunc("day", now())
+    assert midnight is not None
+    assert age(shifted(midnight, "-", "3 days")) == "3 days"
+    assert date_part("year", age("2026-12-07T05:00:00.000Z", "2025-10-31T06:30:00.000Z")) == 1.0
+    assert date_part("day", age("2026-12-07T05:00:00.000Z", "2025-10-31T06:30:00.000Z")) == 6.0
