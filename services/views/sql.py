@@ -352,7 +352,8 @@ def _operand_start(masked: str, end: int) -> int:
     while i > 0 and masked[i - 1].isspace():
         i -= 1
     if i > 0 and masked[i - 1] == "'":  # a string: its opening quote (a string's inside is masked)
-        return masked.rindex("'", 0, i - 1)
+        opening = masked.rfind("'", 0, i - 1)
+        return end if opening < 0 else opening  # a lone quote: no operand
     if i > 0 and masked[i - 1] == ")":
         depth, i = 0, i - 1
         while i >= 0:
@@ -360,6 +361,8 @@ def _operand_start(masked: str, end: int) -> int:
             if depth == 0:
                 break
             i -= 1
+        if i < 0:
+            return end  # a `)` that closes nothing: no operand
     end_of_word = i
     while i > 0 and _OPERAND_END.match(masked[i - 1]):
         i -= 1

@@ -160,6 +160,10 @@ def test_grafana_s_query_builder_lists_the_views_of_the_search_path_and_a_view_s
         ("SELECT x FROM unnest('not one') AS x", "42804"),
         ("SELECT ARRAY[ARRAY[1], ARRAY[2]]", "0A000"),
         ("SELECT " + " + ".join(["(ARRAY[1])[1]"] * 1_001), "54001"),
+        # a `)` that closes nothing before a subscript, a cast or an interval: a syntax error, not a
+        # rewrite that grows without end (it took all the memory there was)
+        ("SELECT hourly ) [ 1 ] + ( x ,", "42601"),
+        ("SELECT a)::int, 1) + interval '1 day', 1) - x", "42601"),
     ],
 )
 def test_what_is_not_an_array_or_not_served_is_refused_with_postgresql_s_code(
