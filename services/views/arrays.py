@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FUNCTIONS", "Refused", "is_array", "quote_ident", "rewritten", "text"]
+__all__ = ["FUNCTIONS", "Refused", "closing", "is_array", "quote_ident", "rewritten", "text"]
 
 
 class Refused(ValueError):
@@ -248,7 +248,7 @@ OperandStart = Callable[[str, int], int]
 _BRACKETS = re.compile(r"[\[\]()]")
 
 
-def _closing(masked: str, opening: int, close: str) -> int:
+def closing(masked: str, opening: int, close: str) -> int:
     """Where the bracket that closes the one at `opening` is; -1 if none does."""
     stack: list[str] = []
     for found in _BRACKETS.finditer(masked, opening):
@@ -273,7 +273,7 @@ def _constructors(sql: str, masking: Masking) -> str:
         if not found:
             return sql
         last = found[-1]
-        close = _closing(masked, last.end() - 1, "]")
+        close = closing(masked, last.end() - 1, "]")
         if close < 0:
             return sql  # SQLite says what is wrong
         sql = sql[: last.start()] + "pg_array(" + sql[last.end() : close] + ")" + sql[close + 1 :]
@@ -292,7 +292,7 @@ def _subscripts(sql: str, masking: Masking, operand_start: OperandStart) -> str:
         if not openings:
             return sql
         opening = openings[-1]
-        close = _closing(masked, opening, "]")
+        close = closing(masked, opening, "]")
         start = operand_start(masked, opening)
         if close < 0 or start == opening or ":" in masked[opening:close]:
             return sql  # a slice, or nothing to subscript: SQLite says what is wrong
@@ -312,7 +312,7 @@ def _any(sql: str, masking: Masking) -> str:
         negated = operator in ("<>", "!=")
         if negated != (word == "ALL"):
             continue
-        close = _closing(masked, found.end() - 1, ")")
+        close = closing(masked, found.end() - 1, ")")
         if close < 0:
             continue
         inner = sql[found.end() : close].strip()
@@ -427,7 +427,7 @@ def _functions_in_from(sql: str, masking: Masking) -> str:
     """Each function call in a FROM list as the subquery of its rows, the last first."""
     masked = masking(sql)
     for item, name_at, opening in reversed(_from_calls(masked)):
-        close = _closing(masked, opening, ")")
+        close = closing(masked, opening, ")")
         name = sql[name_at:opening].strip()
         if close < 0 or name.upper() in ("SELECT", "VALUES", "WITH", "JSON_EACH", "JSON_TREE"):
             continue

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -423,7 +424,7 @@ def _time_casts(sql: str) -> str:
         cast = timestamps.cast(sql[found.end() : typed.start()].strip(), typed.group(1))
         if cast is not None:
             sql = sql[: found.start()] + cast + sql[end:]
-            masked = masked[: found.start()] + cast + masked[end:]
+            masked = masked[: found.start()] + _masked(cast) + masked[end:]
     return sql
 
 
@@ -459,7 +460,7 @@ def _operand_end(masked: str, at: int) -> int:
     while i < len(masked) and masked[i].isspace():
         i += 1
     if i < len(masked) and masked[i] in "'(":
-        close = masked.find("'", i + 1) if masked[i] == "'" else _closing_parenthesis(masked, i)
+        close = masked.find("'", i + 1) if masked[i] == "'" else arrays.closing(masked, i, ")")
         return close + 1 if close >= 0 else i
     start = i
     while i < len(masked) and (masked[i].isalnum() or masked[i] in '_.$"'):
@@ -468,18 +469,9 @@ def _operand_end(masked: str, at: int) -> int:
     while call < len(masked) and masked[call].isspace():
         call += 1
     if i > start and call < len(masked) and masked[call] == "(":
-        close = _closing_parenthesis(masked, call)
+        close = arrays.closing(masked, call, ")")
         return close + 1 if close >= 0 else start
     return i
-
-
-def _closing_parenthesis(masked: str, opening: int) -> int:
-    depth = 0
-    for i in range(opening, len(masked)):
-        depth += (masked[i] == "(") - (masked[i] == ")")
-        if depth == 0:
-            return i
-    return -1
 
 
 def _time_operation(operator: str, left: str, right: str, kinds: dict[str, str]) -> str | None:
@@ -523,7 +515,7 @@ def time_arithmetic(sql: str, kinds: dict[str, str]) -> str:
         before = masked[:at].rstrip()
         if not before or _AFTER_OPERAND.match(before[-1]) is None or before.endswith("-"):
             continue  # a sign, or a comment's
-        if re.search(r"\b(?:e|E)$", before) and before[:-1][-1:].isdigit():
+        if re.search(r"[0-9.][eE]$", before):
             continue  # an exponent: 1e-3
         start, end = _operand_start(masked, at), _operand_end(masked, at + 1)
         left, right = sql[start:at].strip(), sql[at + 1 : end].strip()
@@ -766,6 +758,7 @@ class SqlReader:
         sql = prefix + sql
         state.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
         state.refused = None
+        timestamps.STATEMENT_TIME.set(datetime.now(UTC))  # now(), the same in the whole statement
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
         with self._errors(state):
             return conn.cursor().execute(sql, params or {})

@@ -28,6 +28,7 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 
 __all__ = [
     "COLLATION",
+    "STATEMENT_TIME",
     "ZONE",
     "age",
     "between",
@@ -93,6 +94,10 @@ _NOW_FORMAT = "'%Y-%m-%d %H:%M:%f+00'"  # SQLite's clock (UTC) in PostgreSQL's t
 # The session's time zone, as a callable: its current value (a connection's session sets it once;
 # a thread started with asyncio.to_thread sees the same).
 ZONE: contextvars.ContextVar[Callable[[], tzinfo]] = contextvars.ContextVar("ZONE", default=lambda: UTC)
+# When the statement being run started (None: now), for now().
+STATEMENT_TIME: contextvars.ContextVar[datetime | None] = contextvars.ContextVar(
+    "STATEMENT_TIME", default=None
+)
 # PostgreSQL's POSIX-style offsets: 'UTC+3' and '+03:00' are three hours WEST of Greenwich.
 _POSIX = re.compile(r"(?:UTC|GMT|UT|Z)?([+-])?(\d{1,2})(?::(\d{2}))?(?::(\d{2}))?", re.IGNORECASE)
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
@@ -240,10 +245,11 @@ def cast(operand: str, type_name: str) -> str | None:
 
 
 def now() -> str:
-    """PostgreSQL's now() (SqlReader registers it): the service's clock, in the session's zone,
-    in PostgreSQL's text format. SQLite's own `current_timestamp` gives the same instant in UTC
-    without fractions."""
-    moment = datetime.now(UTC).astimezone(ZONE.get()())
+    """PostgreSQL's now() (SqlReader registers it): the service's clock when the statement
+    started (`STATEMENT_TIME`, set by the reader: every call in one statement gives the same
+    instant, as PostgreSQL's gives its transaction's start), in the session's zone, in
+    PostgreSQL's text format."""
+    moment = (STATEMENT_TIME.get() or datetime.now(UTC)).astimezone(ZONE.get()())
     return _shown(moment.replace(microsecond=moment.microsecond // 1000 * 1000))  # as SQLite's clock
 
 
