@@ -170,8 +170,11 @@ def test_a_query_whose_rows_weigh_more_than_the_bound_is_refused_whatever_their_
     assert len(reader.query("SELECT * FROM customer_ratings WHERE user_id = 10").rows) == 1  # 600 KB
 
 
+HOURLY_KINDS = {"hour_start": "timestamp", "day": "date", "ratings": "long"}  # a windowed view's columns
+
+
 def test_a_timestamp_minus_a_timestamp_is_an_interval_and_a_date_minus_a_date_days() -> None:
-    kinds = {"hour_start": "timestamp", "day": "date", "ratings": "long"}
+    kinds = HOURLY_KINDS
     asked = "SELECT max(hour_start) - min(hour_start), now() - max(v.hour_start), day - day FROM v"
     assert time_arithmetic(pg_casts(asked), kinds) == (
         "SELECT pg_minus(max(hour_start), min(hour_start)), pg_minus(now(), max(v.hour_start)),"
@@ -211,17 +214,8 @@ def test_any_jumble_of_sql_words_gets_an_sql_error_or_rows_never_another_failure
     # the rewrites of PostgreSQL's syntax each walk the statement's text: none may fail on a text
     # they do not expect (a `)` that closes nothing once made one grow without end)
     store = Store(tmp_path / "s.sqlite3")
-    marker = ViewMarker.decode(
-        {
-            "view": "hourly",
-            "key": ["hour_start"],
-            "columns": [
-                {"name": "hour_start", "type": "timestamp"},
-                {"name": "day", "type": "date"},
-                {"name": "ratings", "type": "long"},
-            ],
-        }
-    )
+    columns = [{"name": name, "type": kind} for name, kind in HOURLY_KINDS.items()]
+    marker = ViewMarker.decode({"view": "hourly", "key": ["hour_start"], "columns": columns})
     row = {"hour_start": "2026-01-01T00:00:00.000Z", "day": "2026-01-01", "ratings": 3}
     store.apply(
         [Change("hourly", key_of([row["hour_start"]]), ("hour_start",), json.dumps(row))],
