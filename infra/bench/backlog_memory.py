@@ -144,20 +144,18 @@ def parse_phases(
         help=f"{setting} of each large phase (0: the default)",
     )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results" / result)
+    parser.set_defaults(setting=setting)  # for run_phases' lines
     return parser.parse_args(argv)
 
 
-def run_phases(
-    args: argparse.Namespace, setting: str, phase: Callable[[int, int, int], dict[str, Any]]
-) -> None:
-    """A `small` phase (100-byte messages), then a `large` one per bound: `phase(records,
-    message bytes, bound)` each; their figures printed and written to --out."""
+def run_phases(args: argparse.Namespace, phase: Callable[[int, int, int], dict[str, Any]]) -> None:
+    """A `small` phase (100-byte messages), then a `large` one per bound (`args.setting`'s):
+    `phase(records, message bytes, bound)` each; their figures printed and written to --out."""
     runs = [("small", 100, 0)] + [("large", args.message_bytes, bound) for bound in args.max_batch_bytes]
     results: dict[str, Any] = {"machine_cores": os.cpu_count(), "phases": []}
     for name, message_bytes, bound in runs:
-        print(
-            f"{name}: {args.ratings} records of {message_bytes}-byte messages, {setting} {bound or 'default'}"
-        )
+        bounded = f"{args.setting} {bound or 'default'}"
+        print(f"{name}: {args.ratings} records of {message_bytes}-byte messages, {bounded}")
         figures = {"phase": name, **phase(args.ratings, message_bytes, bound)}
         print(f"  {json.dumps(figures)}", flush=True)
         results["phases"].append(figures)
@@ -175,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         result="backlog_memory.json",
     )
     env = read_env_file(stack_env_path(StackSettings()))
-    run_phases(args, "ENRICH_MAX_BATCH_BYTES", lambda n, size, bound: phase(env, n, size, bound, args.out))
+    run_phases(args, lambda n, size, bound: phase(env, n, size, bound, args.out))
     return 0
 
 

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     env = read_env_file(stack_env_path(StackSettings()))
     work = args.out.parent / f"views-memory-{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True)
-    run_phases(args, "VIEWS_JOB_MAX_BATCH_BYTES", lambda n, size, bound: phase(env, n, size, bound, work))
+    run_phases(args, lambda n, size, bound: phase(env, n, size, bound, work))
     return 0
 
 
