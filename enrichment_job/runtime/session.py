@@ -1,6 +1,12 @@
 """The Spark session of both jobs: its configuration, the driver JVM's options and class archive."""
 
 import atexit
+
+# Loaded before the session's thread forks spark-submit: this module registers fork hooks when
+# first imported (a lock taken before a fork, released after it). Imported by the main thread
+# while that thread forked, its hook ran after the fork without having run before it, and
+# Python printed "RuntimeError: release unlocked lock" with a traceback into the job's log.
+import concurrent.futures.thread  # noqa: F401
 import contextlib
 import importlib
 import logging
@@ -63,6 +69,14 @@ def driver_archive(settings: SparkJobSettings, app_name: str) -> ClassArchive | 
     """The class archive the driver JVM maps, or writes at a clean stop; None when off."""
     # Only a JVM the job starts itself takes the options (not one spark-submit started).
     if not settings.class_archive_dir or not _jvm_started_here():
+        return None
+    conf_dir = spark_conf_dir()
+    if conf_dir is not None:
+        log.info(
+            "driver class archive: off (Spark's launcher puts SPARK_CONF_DIR, %s, on the driver's "
+            "class path, and the JVM archives no class path with a folder that holds files)",
+            conf_dir,
+        )
         return None
     directory = Path(settings.class_archive_dir).expanduser()
     archive = class_archive(
@@ -240,6 +254,18 @@ def jars_on_class_path(settings: SparkJobSettings) -> bool:
     and the class archive holds their classes too. On a cluster the executors need them:
     `spark.jars` ships them."""
     return bool(settings.spark_jars) and settings.master.startswith("local") and _jvm_started_here()
+
+
+def spark_conf_dir() -> Path | None:
+    """The folder of Spark's configuration files that Spark's launcher puts on the class path of
+    the driver JVM it starts (SPARK_CONF_DIR, or SPARK_HOME's conf), when it holds files."""
+    given = os.environ.get("SPARK_CONF_DIR") or (
+        str(Path(os.environ["SPARK_HOME"], "conf")) if os.environ.get("SPARK_HOME") else ""
+    )
+    folder = Path(given) if given else None
+    if folder is None or not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    return folder
 
 
 def _jvm_started_here() -> bool:

@@ -121,13 +121,47 @@ def test_a_driver_that_runs_no_task_over_records_compiles_with_c1_alone_unless_i
     assert driver_jvm_options(views).endswith(C1_ONLY)
 
 
-def test_the_class_archive_of_a_driver_is_keyed_by_the_options_it_runs_with(tmp_path: Path) -> None:
+def test_the_class_archive_of_a_driver_is_keyed_by_the_options_it_runs_with(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
     both = driver_archive(
         JobSettings(master="local[2]", views_in_job=True, class_archive_dir=str(tmp_path)), "app"
     )
     c1 = driver_archive(JobSettings(master="spark://h:7077", class_archive_dir=str(tmp_path)), "app")
     assert both is not None and c1 is not None
     assert both.path != c1.path  # an archive is recorded with the JIT flags it is mapped with
+
+
+def test_with_a_spark_conf_dir_of_files_on_its_class_path_the_driver_has_no_class_archive(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # The JVM refuses to archive a class path with such a folder ("non-empty directory"): an
+    # error at every stop, and no archive ever written.
+    settings = JobSettings(master="spark://h:7077", class_archive_dir=str(tmp_path / "archives"))
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert driver_archive(settings, "app") is not None  # an empty folder is archived
+    (conf / "spark-defaults.conf").write_text("spark.authenticate true\n")
+    assert driver_archive(settings, "app") is None
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))  # its conf folder when SPARK_CONF_DIR is unset
+    assert driver_archive(settings, "app") is None
+
+
+def test_the_session_module_loads_what_registers_fork_hooks_before_its_thread_forks() -> None:
+    # A module that registers fork hooks, imported by another thread while the session's
+    # thread forked spark-submit, ran its after-fork hook alone: a traceback in the job's log.
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, enrichment_job.runtime.session; print(sorted(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "'concurrent.futures.thread'" in loaded
 
 
 class _Session:
