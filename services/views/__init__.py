@@ -12,6 +12,7 @@ __all__ = [
     "hub",
     "metadata",
     "metrics",
+    "numbers",
     "pgwire",
     "plans",
     "portals",

@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from services.views import numbers
+
 __all__ = ["FUNCTIONS", "Refused", "closing", "is_array", "quote_ident", "rewritten", "text"]
 
 
@@ -52,7 +54,7 @@ def _elements(value: object) -> list[Any] | None:
 def _element_text(element: Any) -> str:
     if element is None:
         return "NULL"
-    shown = str(element)
+    shown = numbers.float8_text(element) if isinstance(element, float) else str(element)
     if shown == "" or shown.upper() == "NULL" or re.search(r'[{},"\\\s]', shown):
         return '"' + shown.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return shown

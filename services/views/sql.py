@@ -14,7 +14,6 @@ import contextlib
 import contextvars
 import functools
 import json
-import math
 import re
 import sqlite3
 import threading
@@ -26,7 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from foundation.errors import RatingsError
-from services.views import arrays, timestamps
+from services.views import arrays, numbers, timestamps
 from services.views.store import Store, column_sql, key_of, served, still_loading, utf8_bytes, view_literal
 
 __all__ = [
@@ -1240,9 +1239,7 @@ def _text(value: Any, pg_type: str) -> str | None:
     if value is None or type(value) is str:  # most values: first, as a COPY asks this of every one
         return timestamps.pg_text(value) if value and pg_type == "timestamptz" else value
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        return repr(value) if math.isfinite(value) else ("Infinity" if value > 0 else "-Infinity")
+        return numbers.float8_text(value)
     if isinstance(value, bytes):
         return arrays.text(value) if arrays.is_array(value) else "\\x" + value.hex()
     return str(value)

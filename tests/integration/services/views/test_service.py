@@ -222,11 +222,14 @@ def _subscribers(service: Service) -> float:
 
 
 def _pg_text(value: Any) -> str:
-    """A JSON value as psql prints it unaligned: null empty, booleans t/f."""
+    """A JSON value as psql prints it unaligned: null empty, booleans t/f, a whole double
+    without Python's ".0" (PostgreSQL writes 4, not 4.0)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "t" if value else "f"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
     return str(value)
 
 
