@@ -54,12 +54,6 @@ COLLATION = "pg_timestamp"  # the collation of a view's timestamp columns (SqlRe
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # PostgreSQL's binary formats count from it
 _UNIX = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_ZERO = _EPOCH.date()
-# now() or current_timestamp, plus or minus an interval literal: '1 hour', '30 minutes', '2 days'.
-_SHIFTED = re.compile(
-    r"\b(now\s*\(\s*\)|current_timestamp|localtimestamp)\s*([-+])\s*interval\s*'\s*"
-    r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*'",
-    re.IGNORECASE,
-)
 _UNITS = {
     **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), ("seconds", 1)),
     **dict.fromkeys(("min", "mins", "minute", "minutes"), ("minutes", 1)),
@@ -90,7 +84,6 @@ _PARTS: dict[str, Callable[[datetime], float]] = {
     "milliseconds": lambda t: t.second * 1e3 + t.microsecond / 1e3,
     "microseconds": lambda t: t.second * 1_000_000 + t.microsecond,
 }
-_NOW_FORMAT = "'%Y-%m-%d %H:%M:%f+00'"  # SQLite's clock (UTC) in PostgreSQL's text format
 # The session's time zone, as a callable: its current value (a connection's session sets it once;
 # a thread started with asyncio.to_thread sees the same).
 ZONE: contextvars.ContextVar[Callable[[], tzinfo]] = contextvars.ContextVar("ZONE", default=lambda: UTC)
@@ -461,30 +454,12 @@ def _shifts(sql: str, masking: Callable[[str], str], operand_start: Callable[[st
         done = start + len(call)
 
 
-def rewritten(
-    sql: str, masking: Callable[[str], str], operand_start: Callable[[str, int], int] | None = None
-) -> str:
-    """`sql` with `extract(field FROM t)` as `date_part('field', t)`, `now()`,
-    `current_timestamp` or `localtimestamp` `± interval '...'` as SQLite's clock shifted, and
-    with `operand_start` (where the operand that ends at a position starts) any other
-    `t ± interval '...'` as `shifted`'s, where `masking` (which blanks strings and comments,
-    keeping the length) leaves them: none inside a string is touched."""
-    sql = _extracts(sql, masking)
-    masked = masking(sql)
-    for found in reversed([m for m in _SHIFTED.finditer(sql) if masked[m.start()] == sql[m.start()]]):
-        unit = found.group(4).lower()
-        if unit not in _UNITS:
-            continue
-        word, times = _UNITS[unit]
-        number = float(found.group(3)) * times
-        if word != "seconds" and number != int(number):
-            continue  # '1.5 hours': SQLite takes whole units only here
-        shown = f"{number:g}" if word == "seconds" else str(int(number))
-        replacement = (
-            f"(strftime({_NOW_FORMAT}, 'now', '{found.group(2)}{shown} {word}') COLLATE {COLLATION})"
-        )
-        sql = sql[: found.start()] + replacement + sql[found.end() :]
-    return sql if operand_start is None else _shifts(sql, masking, operand_start)
+def rewritten(sql: str, masking: Callable[[str], str], operand_start: Callable[[str, int], int]) -> str:
+    """`sql` with `extract(field FROM t)` as `date_part('field', t)`, and with `operand_start`
+    (where the operand that ends at a position starts) each `t ± interval '...'`, `now()`'s
+    too, as `shifted`'s, where `masking` (which blanks strings and comments, keeping the
+    length) leaves them: none inside a string is touched."""
+    return _shifts(_extracts(sql, masking), masking, operand_start)
 
 
 def _extracts(sql: str, masking: Callable[[str], str]) -> str:

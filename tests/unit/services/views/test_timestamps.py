@@ -13,6 +13,7 @@ import pytest
 
 from services.views.timestamps import (
     COLLATION,
+    STATEMENT_TIME,
     ZONE,
     age,
     between,
@@ -75,26 +76,53 @@ def _masked(sql: str) -> str:
     return re.sub(r"'[^']*'", lambda m: "'" + "_" * (len(m.group(0)) - 2) + "'", sql)
 
 
-def test_now_and_intervals_are_sqlite_s_clock_and_strings_are_left_alone() -> None:
-    sql = (
-        "SELECT 'now()' AS s FROM v WHERE t > now() - interval '2 hours'"
-        " AND t < CURRENT_TIMESTAMP + INTERVAL '1 week' AND t > localtimestamp - interval '1 fortnight'"
-    )
-    out = rewritten(sql, _masked)
-    assert "'now()' AS s" in out
-    assert f"(strftime('%Y-%m-%d %H:%M:%f+00', 'now', '-2 hours') COLLATE {COLLATION})" in out
-    assert f"(strftime('%Y-%m-%d %H:%M:%f+00', 'now', '+7 days') COLLATE {COLLATION})" in out
-    assert "localtimestamp - interval '1 fortnight'" in out  # no unit SQLite has: left to refuse
+def _operand_start(text: str, end: int) -> int:
+    """Where the operand that ends at `end` starts: a name, or a call with its parentheses (the
+    SQL reader's own finds any operand)."""
+    i = len(text[:end].rstrip())
+    if text[i - 1] == ")":
+        depth = 0
+        while True:
+            i -= 1
+            depth += (text[i] == ")") - (text[i] == "(")
+            if depth == 0:
+                break
+    while i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_"):
+        i -= 1
+    return i
+
+
+def _clock_connection() -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:")
     conn.create_collation(COLLATION, order)
-    conn.create_function("now", 0, now)  # as the SQL reader's connections have it
-    clock = "SELECT now(), now() - interval '90 seconds'"
-    shown = conn.execute(rewritten(clock, _masked)).fetchone()
-    moment = datetime.now(UTC)
-    assert abs(datetime.fromisoformat(shown[0]) - moment) < timedelta(seconds=5)
-    assert abs(datetime.fromisoformat(shown[1]) - (moment - timedelta(seconds=90))) < timedelta(seconds=5)
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,3})?\+00", shown[0]), shown[0]
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\+00", shown[1]), shown[1]
+    conn.create_function("now", 0, now)  # as the SQL reader's connections have them
+    conn.create_function("pg_shift", 3, shifted)
+    return conn
+
+
+def test_now_shifted_by_an_interval_is_the_statement_s_clock_on_the_session_s_calendar() -> None:
+    sql = "SELECT 'now() - 1' AS s, now(), now() - interval '90 seconds', now() + interval '1 day'"
+    out = rewritten(sql, _masked, _operand_start)
+    assert out.startswith("SELECT 'now() - 1' AS s, now(), (pg_shift(now(), '-', '90 seconds')")
+    started = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)  # the eve of Berlin's spring change of clocks
+
+    def run() -> Any:
+        STATEMENT_TIME.set(started)
+        ZONE.set(lambda: zone_named("Europe/Berlin"))
+        return _clock_connection().execute(out).fetchone()
+
+    assert contextvars.copy_context().run(run) == (
+        "now() - 1",
+        "2026-03-28 13:00:00+01",
+        "2026-03-28 12:58:30+01",  # the same statement's instant, 90 s earlier
+        "2026-03-29 13:00:00+02",  # a calendar day, as PostgreSQL adds it: 23 hours that day
+    )
+
+
+def test_an_interval_postgresql_refuses_refuses_a_shift_of_the_clock_too() -> None:
+    sql = rewritten("SELECT now() - interval '1 fortnight'", _masked, _operand_start)
+    with pytest.raises(sqlite3.OperationalError):  # the reader turns it into SQLSTATE 22007
+        _clock_connection().execute(sql).fetchone()
 
 
 def test_casts_to_time_types_are_written_for_sqlite_and_others_left() -> None:
@@ -148,11 +176,13 @@ def test_extract_is_date_part_and_one_inside_another_or_a_string_is_handled() ->
         "SELECT floor(extract(epoch FROM hour_start) / 300) * 300 AS time, 'extract(day from x)',"
         " EXTRACT ( hour from date_trunc('day', extract(epoch from t)) ) FROM v"
     )
-    assert rewritten(sql, _masked) == (
+    assert rewritten(sql, _masked, _operand_start) == (
         "SELECT floor(date_part('epoch', hour_start) / 300) * 300 AS time, 'extract(day from x)',"
         " date_part('hour', date_trunc('day', date_part('epoch', t))) FROM v"
     )
-    assert rewritten("SELECT extract(day FROM t", _masked) == "SELECT extract(day FROM t"  # SQLite's error
+    assert (
+        rewritten("SELECT extract(day FROM t", _masked, _operand_start) == "SELECT extract(day FROM t"
+    )  # SQLite's error
 
 
 @pytest.mark.parametrize(
@@ -307,24 +337,8 @@ def test_an_interval_postgresql_would_refuse_is_refused(interval: str) -> None:
 
 
 def test_any_operand_plus_an_interval_is_shifted_and_strings_are_left_alone() -> None:
-    def masked(sql: str) -> str:
-        return re.sub(r"'[^']*'", lambda m: "'" + "_" * (len(m.group(0)) - 2) + "'", sql)
-
-    def operand_start(text: str, end: int) -> int:  # a name, or a call with its parentheses
-        i = len(text[:end].rstrip())
-        if text[i - 1] == ")":
-            depth = 0
-            while True:
-                i -= 1
-                depth += (text[i] == ")") - (text[i] == "(")
-                if depth == 0:
-                    break
-        while i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_"):
-            i -= 1
-        return i
-
     sql = "SELECT date_trunc('week', t + interval '1 day') - INTERVAL '1 day', 'x - interval 1' FROM v"
-    assert rewritten(sql, masked, operand_start) == (
+    assert rewritten(sql, _masked, _operand_start) == (
         f"SELECT (pg_shift(date_trunc('week', (pg_shift(t, '+', '1 day') COLLATE {COLLATION})), '-', '1 day')"  # noqa: S608
         f" COLLATE {COLLATION}), 'x - interval 1' FROM v"
     )
