@@ -271,7 +271,7 @@ def _text(text: str, oid: int, number: int) -> Any:
         if word not in _TRUE | _FALSE:
             raise SqlError("22P02", f"parameter ${number}: invalid input syntax for type boolean: {text!r}")
         return int(word in _TRUE)
-    return text
+    return _TIME_PARAMETERS.get(oid, str)(text)  # a time's text, marked for time arithmetic
 
 
 def _binary(data: bytes, oid: int, number: int) -> Any:
@@ -303,9 +303,14 @@ def _numeric(data: bytes) -> int | float:
 
 _DECODED: dict[int, Callable[[bytes], Any]] = {
     _NUMERIC: _numeric,
-    _TIMESTAMPTZ: timestamps.timestamp_of_binary,
-    _TIMESTAMP: timestamps.timestamp_of_binary,
-    _DATE: timestamps.date_of_binary,
+    _TIMESTAMPTZ: lambda data: timestamps.TimeParameter(timestamps.timestamp_of_binary(data)),
+    _TIMESTAMP: lambda data: timestamps.TimeParameter(timestamps.timestamp_of_binary(data)),
+    _DATE: lambda data: timestamps.DateParameter(timestamps.date_of_binary(data)),
+}
+_TIME_PARAMETERS: dict[int, Callable[[str], str]] = {
+    _TIMESTAMPTZ: timestamps.TimeParameter,
+    _TIMESTAMP: timestamps.TimeParameter,
+    _DATE: timestamps.DateParameter,
 }
 
 

@@ -753,7 +753,7 @@ class SqlReader:
         self._check_readable(sql)
         sql = pg_casts(sql)
         if "-" in sql or "+" in sql:
-            sql = time_arithmetic(sql, self.column_kinds())
+            sql = time_arithmetic(sql, self.column_kinds() | _parameter_kinds(params))
         sql = prefix + sql
         state.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
         state.refused = None
@@ -952,6 +952,11 @@ class Stream:
             with contextlib.suppress(sqlite3.Error):
                 self._cursor.close()
             self._conn.close()
+
+
+def _parameter_kinds(params: Params | None) -> dict[str, str]:
+    """The parameters bound as a timestamp or a date, by their names in the SQL (`$1`)."""
+    return {f"${n}": v.kind for n, v in (params or {}).items() if isinstance(v, timestamps.TimeParameter)}
 
 
 def _nulls(sql: str) -> Params:

@@ -30,6 +30,8 @@ __all__ = [
     "COLLATION",
     "STATEMENT_TIME",
     "ZONE",
+    "DateParameter",
+    "TimeParameter",
     "age",
     "between",
     "binary_date",
@@ -213,6 +215,22 @@ def binary_timestamp(text: str) -> bytes:
 def binary_date(text: str) -> bytes:
     """date's binary format: days since 2000-01-01 (ValueError: no date)."""
     return struct.pack("!i", (date.fromisoformat(text.strip()[:10]) - _DAY_ZERO).days)
+
+
+class TimeParameter(str):
+    """A parameter bound as a timestamp (its declared type's, `timestamptz` or `timestamp`): its
+    text, as SQLite gets it, marked so that the SQL reader reads `$1 - t` as time arithmetic, as
+    PostgreSQL does (SQLite would subtract the two texts' years)."""
+
+    __slots__ = ()
+    kind = "timestamp"
+
+
+class DateParameter(TimeParameter):
+    """A parameter bound as a `date`."""
+
+    __slots__ = ()
+    kind = "date"
 
 
 def timestamp_of_binary(data: bytes) -> str:

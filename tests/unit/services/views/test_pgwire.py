@@ -1495,3 +1495,22 @@ def test_bi_tools_time_grains_and_relative_filters_shift_timestamps_by_intervals
         "12:00:00+02|2026-03-29",
         "13:00:00+02",
     ]
+
+
+def test_a_driver_s_timestamp_or_date_parameter_takes_part_in_time_arithmetic(served: Served) -> None:
+    utc = datetime.UTC
+    _hours(
+        served, datetime.datetime(2026, 1, 31, 3, tzinfo=utc), datetime.datetime(2026, 1, 31, 5, tzinfo=utc)
+    )
+    since = datetime.datetime(2026, 1, 30, 23, tzinfo=utc)
+    with _connect(served, autocommit=True) as conn:
+        for binary in (False, True):  # psycopg declares timestamptz, date: typed as PostgreSQL types them
+            cur = conn.cursor(binary=binary)
+            cur.execute("SELECT max(hour_start) - %s, %s - min(hour_start) FROM hourly", (since, since))
+            assert cur.fetchone() == ("06:00:00", "-04:00:00")  # not 0, SQLite's difference of the years
+            cur.execute(
+                "SELECT %s - min(day), min(day) - %s FROM hourly", (datetime.date(2026, 3, 2), since.date())
+            )
+            assert cur.fetchone() == (30, 1)
+            with pytest.raises(psycopg.errors.UndefinedFunction):  # 42883, as PostgreSQL: no number
+                cur.execute("SELECT %s + 1 FROM hourly", (since,))
