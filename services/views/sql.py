@@ -49,6 +49,7 @@ __all__ = [
     "information_schema",
     "pg_casts",
     "pg_column",
+    "subquery_kinds",
     "time_arithmetic",
     "uncommented",
     "unqualified",
@@ -753,7 +754,8 @@ class SqlReader:
         self._check_readable(sql)
         sql = pg_casts(sql)
         if "-" in sql or "+" in sql:
-            sql = time_arithmetic(sql, self.column_kinds() | _parameter_kinds(params))
+            kinds = self.column_kinds() | _parameter_kinds(params)
+            sql = time_arithmetic(sql, kinds | subquery_kinds(sql, kinds))
         sql = prefix + sql
         state.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
         state.refused = None
@@ -785,7 +787,8 @@ class SqlReader:
         kinds = self.column_kinds()
         timed: dict[str, str] = {}
         if any(name.lower() not in kinds for name in names):  # a computed column: its text is read
-            computed = computed_kinds(pg_casts(unqualified(sql)), kinds)
+            text = pg_casts(unqualified(sql))
+            computed = computed_kinds(text, kinds | subquery_kinds(text, kinds))
             timed = {name: kind for name, kind in computed.items() if kind in _TIME_KINDS}
         return tuple(
             pg_column(name, kinds.get(name.lower()) or timed.get(name) or _kind_of(rows, i))
@@ -1149,6 +1152,30 @@ def computed_kinds(sql: str, columns: dict[str, str]) -> dict[str, str]:
         if (kind := _kind(expression, columns)) is not None:
             kinds[name] = kind
     return kinds
+
+
+_SUBQUERY = re.compile(r"\(\s*(?:SELECT|WITH|VALUES)\b", re.IGNORECASE)
+
+
+def subquery_kinds(sql: str, columns: dict[str, str]) -> dict[str, str]:
+    """The timestamps and dates that the subqueries and common table expressions of `sql`
+    compute, by the names they give them in lower case (`(SELECT max(hour_start) AS last ...)`:
+    `last`), inner ones first, so that a query over them types them as it types a view's
+    columns (`columns`)."""
+    if "(" not in sql:
+        return {}
+    masked = _masked(sql)
+    spans = sorted(
+        (close, found.start())
+        for found in _SUBQUERY.finditer(masked)
+        if (close := arrays.closing(masked, found.start(), ")")) > found.start()
+    )
+    known, timed = dict(columns), {}
+    for close, start in spans:
+        for name, kind in computed_kinds(sql[start + 1 : close], known).items():
+            if kind in _TIME_KINDS:
+                known[name.lower()] = timed[name.lower()] = kind
+    return timed
 
 
 class _Unlike(Exception):

@@ -1514,3 +1514,19 @@ def test_a_driver_s_timestamp_or_date_parameter_takes_part_in_time_arithmetic(se
             assert cur.fetchone() == (30, 1)
             with pytest.raises(psycopg.errors.UndefinedFunction):  # 42883, as PostgreSQL: no number
                 cur.execute("SELECT %s + 1 FROM hourly", (since,))
+
+
+def test_a_nested_query_s_timestamps_are_timestamptz_and_subtract_as_postgresql_s(served: Served) -> None:
+    utc = datetime.UTC
+    _hours(
+        served, datetime.datetime(2026, 1, 31, 3, tzinfo=utc), datetime.datetime(2026, 1, 31, 5, tzinfo=utc)
+    )
+    nested = (
+        "SELECT last, last - first, d + 1"
+        " FROM (SELECT max(hour_start) AS last, min(hour_start) AS first, min(day) AS d FROM hourly) s"
+    )
+    # the raw stored text (2026-01-31T05:00:00.000Z) and 0 (the years' difference) before
+    assert served.rows(nested) == ["2026-01-31 05:00:00+00|02:00:00|2026-02-01"]
+    assert served.rows("SELECT x FROM (SELECT hour_start AS x FROM hourly) a ORDER BY x DESC LIMIT 1") == [
+        "2026-01-31 05:00:00+00"
+    ]

@@ -14,6 +14,7 @@ from services.views.sql import (
     computed_kinds,
     information_schema,
     pg_casts,
+    subquery_kinds,
     time_arithmetic,
     unqualified,
 )
@@ -201,6 +202,29 @@ def test_a_timestamp_minus_a_timestamp_is_an_interval_and_a_date_minus_a_date_da
         with pytest.raises(SqlError) as error:
             time_arithmetic(refused, kinds)
         assert error.value.sqlstate == "42883" and "operator does not exist" in str(error.value), refused
+
+
+def test_the_times_a_subquery_or_a_cte_computes_are_typed_by_the_names_it_gives_them() -> None:
+    # what Superset's virtual datasets and Metabase's nested questions send: the outer query
+    # reads the inner one's aliases, and `last - first` was SQLite's difference of two texts' years
+    nested = (
+        "WITH s AS (SELECT max(hour_start) AS Last, min(day) AS d, count(*) AS n FROM v)"
+        " SELECT y - x, last - (SELECT min(hour_start) AS first FROM v) FROM"
+        " (SELECT x, x + interval '1 day' AS y FROM (SELECT hour_start AS x FROM v) a) b, s"
+    )
+    kinds = subquery_kinds(pg_casts(nested), HOURLY_KINDS)
+    assert kinds == {
+        "last": "timestamp",
+        "d": "date",
+        "first": "timestamp",
+        "x": "timestamp",
+        "y": "timestamp",
+    }
+    assert time_arithmetic("SELECT last - x, d + 1 FROM s", HOURLY_KINDS | kinds) == (
+        "SELECT pg_minus(last, x), date(d, printf('%+d days', +(1))) FROM s"
+    )
+    assert subquery_kinds("SELECT hour_start - day FROM v WHERE x IN (1, 2)", HOURLY_KINDS) == {}
+    assert subquery_kinds("SELECT (SELECT max(hour_start) AS t FROM v", HOURLY_KINDS) == {}  # unclosed
 
 
 _WORDS = (  # split on spaces: `'1` and `day'` are lone quotes, as a hostile client sends them
