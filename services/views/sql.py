@@ -403,7 +403,7 @@ def pg_casts(sql: str) -> str:
 
 
 _CAST_CALL = re.compile(r"\bCAST\s*\(", re.IGNORECASE)
-_TIME_TYPE = r"(timestamptz|timestamp(?:\s+with(?:out)?\s+time\s+zone)?|date)"
+_TIME_TYPE = r"(timestamptz|timestamp(?:\s+with(?:out)?\s+time\s+zone)?|date|interval)"
 _TIME_CAST = re.compile(rf"\bAS\s+{_TIME_TYPE}\s*\)", re.IGNORECASE)
 _TIME_CAST_END = re.compile(rf"\s+AS\s+{_TIME_TYPE}\s*$", re.IGNORECASE)
 
@@ -448,7 +448,7 @@ def _casts(sql: str) -> str:
     return sql
 
 
-_ARITHMETIC = re.compile(r"[-+](?!-)")
+_ARITHMETIC = re.compile(r"[-+*/](?!-)")
 _AFTER_OPERAND = re.compile(r"[\w)\"']")
 _NUMBERS = ("int", "long")
 
@@ -480,8 +480,20 @@ def _time_operation(operator: str, left: str, right: str, kinds: dict[str, str])
     neither is one, or one's type is not known here (a parameter)."""
     left_kind, right_kind = _kind(left, kinds), _kind(right, kinds)
     found = {left_kind, right_kind}
-    if not found & {"timestamp", "date"} or None in found:
+    if not found & {"timestamp", "date", "interval"} or None in found:
         return None
+    if "interval" in found:
+        return _interval_operation(operator, left, right, left_kind, right_kind)
+    return _moment_operation(operator, left, right, left_kind, right_kind)
+
+
+def _moment_operation(
+    operator: str, left: str, right: str, left_kind: str | None, right_kind: str | None
+) -> str | None:
+    """`left operator right` where one is a timestamp or a date and neither an interval."""
+    found = {left_kind, right_kind}
+    if operator in "*/":
+        _no_operator(operator, left_kind, right_kind)
     if operator == "-" and "timestamp" in found and found <= {"timestamp", "date", "string"}:
         return f"pg_minus({left}, {right})"  # the interval between them
     if operator == "-" and found <= {"date", "string"}:
@@ -490,6 +502,28 @@ def _time_operation(operator: str, left: str, right: str, kinds: dict[str, str])
         return f"date({left}, printf('%+d days', {operator}({right})))"
     if operator == "+" and left_kind in _NUMBERS and right_kind == "date":
         return f"date({right}, printf('%+d days', {left}))"
+    _no_operator(operator, left_kind, right_kind)
+    return None
+
+
+def _interval_operation(
+    operator: str, left: str, right: str, left_kind: str | None, right_kind: str | None
+) -> str:
+    """`left operator right` where one is an interval (a cast, `'1 day'::interval`, or a literal
+    beside another operand): a timestamp or a date moved by it, as `t ± interval '...'` is."""
+    if operator in "+-" and left_kind in _TIME_KINDS and right_kind == "interval":
+        return f"(pg_shift({left}, '{operator}', {right}) COLLATE {timestamps.COLLATION})"
+    if operator == "+" and left_kind == "interval" and right_kind in _TIME_KINDS:
+        return f"(pg_shift({right}, '+', {left}) COLLATE {timestamps.COLLATION})"
+    if left_kind == right_kind == "interval" or {left_kind, right_kind} & set((*_NUMBERS, "double")):
+        raise SqlError(
+            "0A000", f"interval arithmetic ({operator}) is not served: keep such a length in seconds"
+        )
+    _no_operator(operator, left_kind, right_kind)
+    raise AssertionError  # _no_operator raised
+
+
+def _no_operator(operator: str, left_kind: str | None, right_kind: str | None) -> None:
     shown = {
         "timestamp": "timestamp with time zone",
         "int": "integer",
@@ -626,6 +660,10 @@ class SqlReader:
         for name, value in _SESSION_FUNCTIONS.items():  # what drivers and tools ask as they connect
             conn.create_function(name, 0, lambda v=value: v, deterministic=True)
         conn.create_collation(timestamps.COLLATION, timestamps.order)
+        conn.create_collation(timestamps.INTERVALS, timestamps.interval_order)
+        conn.create_function(
+            timestamps.INTERVALS, 1, _refusing(timestamps.interval, "22007"), deterministic=True
+        )
         conn.create_function("now", 0, timestamps.now)  # PostgreSQL's clock (not deterministic)
         conn.create_function("date_trunc", 2, timestamps.date_trunc, deterministic=True)
         conn.create_function("date_part", 2, timestamps.date_part, deterministic=True)
@@ -753,7 +791,7 @@ class SqlReader:
         sql = information_schema(unqualified(sql))
         self._check_readable(sql)
         sql = pg_casts(sql)
-        if "-" in sql or "+" in sql:
+        if _ARITHMETIC.search(sql) is not None:
             kinds = self.column_kinds() | _parameter_kinds(params)
             sql = time_arithmetic(sql, kinds | subquery_kinds(sql, kinds))
         sql = prefix + sql
@@ -1100,6 +1138,7 @@ def _small_integer(text: str) -> bool:
 
 
 _TIMESTAMP_COLLATED = f"collate {timestamps.COLLATION}"
+_INTERVAL_COLLATED = f"collate {timestamps.INTERVALS}"  # an interval, as `timestamps` writes one
 
 
 def _kind(expression: str, columns: dict[str, str]) -> str | None:
@@ -1131,6 +1170,8 @@ def _literal_kind(text: str) -> str | None:
     """A literal's kind; or a timestamp's, as `timestamps` writes now() and x::timestamptz."""
     if text.lower().endswith(_TIMESTAMP_COLLATED):
         return "timestamp"
+    if text.lower().startswith("pg_interval(") and text.lower().endswith(_INTERVAL_COLLATED):
+        return "interval"
     if re.fullmatch(r"-?[0-9]+", text):
         return "long"
     if re.fullmatch(r"-?[0-9]*\.[0-9]+(?:[eE][-+]?[0-9]+)?", text):

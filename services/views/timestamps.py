@@ -28,6 +28,7 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 
 __all__ = [
     "COLLATION",
+    "INTERVALS",
     "STATEMENT_TIME",
     "ZONE",
     "DateParameter",
@@ -40,6 +41,8 @@ __all__ = [
     "date_of_binary",
     "date_part",
     "date_trunc",
+    "interval",
+    "interval_order",
     "now",
     "order",
     "pg_date",
@@ -53,6 +56,7 @@ __all__ = [
 ]
 
 COLLATION = "pg_timestamp"  # the collation of a view's timestamp columns (SqlReader registers it)
+INTERVALS = "pg_interval"  # the collation of an interval literal, and its function (SqlReader registers both)
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # PostgreSQL's binary formats count from it
 _UNIX = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_ZERO = _EPOCH.date()
@@ -245,13 +249,16 @@ def date_of_binary(data: bytes) -> str:
 
 
 def cast(operand: str, type_name: str) -> str | None:
-    """`operand::type_name` as SQLite reads it, for a timestamp's or a date's type (SQLite's
-    CAST to an unknown type name takes the leading number: 2026); None for other types."""
+    """`operand::type_name` as SQLite reads it, for a timestamp's, a date's or an interval's type
+    (SQLite's CAST to an unknown type name takes the leading number: 2026, 1 for '1 day'); None
+    for other types."""
     name = " ".join(type_name.lower().split())
     if name in ("timestamptz", "timestamp", "timestamp with time zone", "timestamp without time zone"):
         return f"(CAST({operand} AS TEXT) COLLATE {COLLATION})"
     if name == "date":
         return f"pg_date({operand})"
+    if name == "interval":
+        return f"(pg_interval({operand}) COLLATE {INTERVALS})"
     return None
 
 
@@ -410,6 +417,35 @@ def _interval_text(months: int, days: int, microseconds: int) -> str:
     return " ".join(shown)
 
 
+def interval(text: str | None) -> str | None:
+    """`interval '...'` standing alone (SqlReader registers it as `pg_interval`): the interval
+    in PostgreSQL's text format (`'90 minutes'`: `01:30:00`); ValueError for text PostgreSQL
+    would refuse."""
+    if text is None:
+        return None
+    parsed = _interval(str(text))
+    if parsed is None:
+        raise ValueError(f'invalid input syntax for type interval: "{text}"')
+    months, days, seconds = parsed
+    return _interval_text(months, int(days), round(seconds * 1_000_000))
+
+
+def interval_order(a: str, b: str) -> int:
+    """The collation of intervals: two intervals' texts by their length, as PostgreSQL compares
+    them (a month 30 days, a day 24 hours: `now() - max(t) > interval '10 minutes'`); text that
+    is no interval after every interval, as text."""
+    x, y = _interval_key(a), _interval_key(b)
+    return (x > y) - (x < y)
+
+
+def _interval_key(text: str) -> tuple[int, float, str]:
+    parsed = _interval(text)
+    if parsed is None:
+        return 1, 0.0, text
+    months, days, seconds = parsed
+    return 0, (months * 30 + days) * 86_400 + seconds, ""
+
+
 _DAY_US = 86_400_000_000
 
 
@@ -473,11 +509,31 @@ def _shifts(sql: str, masking: Callable[[str], str], operand_start: Callable[[st
 
 
 def rewritten(sql: str, masking: Callable[[str], str], operand_start: Callable[[str, int], int]) -> str:
-    """`sql` with `extract(field FROM t)` as `date_part('field', t)`, and with `operand_start`
+    """`sql` with `extract(field FROM t)` as `date_part('field', t)`, with `operand_start`
     (where the operand that ends at a position starts) each `t ± interval '...'`, `now()`'s
-    too, as `shifted`'s, where `masking` (which blanks strings and comments, keeping the
-    length) leaves them: none inside a string is touched."""
-    return _shifts(_extracts(sql, masking), masking, operand_start)
+    too, as `shifted`'s, and any other interval literal as `interval`'s, where `masking` (which
+    blanks strings and comments, keeping the length) leaves them: none inside a string is
+    touched."""
+    return _literals(_shifts(_extracts(sql, masking), masking, operand_start), masking)
+
+
+_LITERAL = re.compile(r"\binterval\s*'", re.IGNORECASE)
+
+
+def _literals(sql: str, masking: Callable[[str], str]) -> str:
+    """Each `interval '...'` that no shift took (compared, shown, `interval '1 day' + t`), as
+    `pg_interval`'s text with its collation, which the SQL reader's arithmetic knows as an
+    interval (`* 2` is refused there); one after a sign (`- interval '1 day'`) is left for
+    SQLite to refuse, which would negate the text's leading number."""
+    masked = masking(sql)
+    for found in reversed([m for m in _LITERAL.finditer(masked) if masked[m.start()] == sql[m.start()]]):
+        close = masked.find("'", found.end())
+        before, after = masked[: found.start()].rstrip(), masked[close + 1 :].lstrip()
+        if close < 0 or before.endswith(("+", "-")) or after.startswith("::"):
+            continue
+        call = f"(pg_interval({sql[found.end() - 1 : close + 1]}) COLLATE {INTERVALS})"
+        sql = sql[: found.start()] + call + sql[close + 1 :]
+    return sql
 
 
 def _extracts(sql: str, masking: Callable[[str], str]) -> str:

@@ -1530,3 +1530,28 @@ def test_a_nested_query_s_timestamps_are_timestamptz_and_subtract_as_postgresql_
     assert served.rows("SELECT x FROM (SELECT hour_start AS x FROM hourly) a ORDER BY x DESC LIMIT 1") == [
         "2026-01-31 05:00:00+00"
     ]
+
+
+def test_intervals_compare_by_length_and_move_timestamps_as_in_postgresql(served: Served) -> None:
+    utc = datetime.UTC
+    _hours(
+        served, datetime.datetime(2026, 1, 31, 3, tzinfo=utc), datetime.datetime(2026, 1, 31, 5, tzinfo=utc)
+    )
+    # a staleness alert's condition: before, `interval '1 day'` was no column, `'1 day'::interval` was 1
+    stale = (
+        "SELECT now() - max(hour_start) > interval '1 day', now() - max(hour_start) < '10 min'::interval"
+        " FROM hourly"
+    )
+    assert served.rows(stale) == ["1|0"]
+    spans = (
+        "SELECT max(hour_start) - min(hour_start) BETWEEN interval '1 hour' AND '3 hours'::interval"
+        " FROM hourly"
+    )
+    assert served.rows(spans) == ["1"]
+    moved = "SELECT max(hour_start) - '1 day'::interval, interval '2 hours' + max(hour_start) FROM hourly"
+    assert served.rows(moved) == ["2026-01-30 05:00:00+00|2026-01-31 07:00:00+00"]
+    assert served.rows("SELECT interval '90 minutes', CAST('1 mon 2 days' AS interval)") == [
+        "01:30:00|1 mon 2 days"
+    ]
+    assert served.refused("SELECT '1 day'::interval * 2") == "0A000"  # SQLite would say 2
+    assert served.refused("SELECT interval 'banana'") == "22007"

@@ -204,6 +204,26 @@ def test_a_timestamp_minus_a_timestamp_is_an_interval_and_a_date_minus_a_date_da
         assert error.value.sqlstate == "42883" and "operator does not exist" in str(error.value), refused
 
 
+def test_an_interval_moves_a_timestamp_from_either_side_and_its_own_arithmetic_is_refused() -> None:
+    day = "(pg_interval('1 day') COLLATE pg_interval)"  # `'1 day'::interval`, as the casts write it
+    assert time_arithmetic(f"SELECT hour_start - {day}, {day} + day FROM v", HOURLY_KINDS) == (  # noqa: S608
+        f"SELECT (pg_shift(hour_start, '-', {day}) COLLATE pg_timestamp),"  # noqa: S608
+        f" (pg_shift(day, '+', {day}) COLLATE pg_timestamp) FROM v"
+    )
+    for refused, sqlstate in (
+        (f"SELECT {day} * 2", "0A000"),  # SQLite would give 2: the text's leading number
+        (f"SELECT {day} + {day}", "0A000"),
+        (f"SELECT {day} - hour_start FROM v", "42883"),  # noqa: S608 - as PostgreSQL
+        ("SELECT hour_start * 2 FROM v", "42883"),
+        ("SELECT day / 2 FROM v", "42883"),
+    ):
+        with pytest.raises(SqlError) as error:
+            time_arithmetic(refused, HOURLY_KINDS)
+        assert error.value.sqlstate == sqlstate, refused
+    kept = "SELECT count(*), t.*, ratings * 2, floor(date_part('epoch', hour_start) / 300) * 300 FROM v t"
+    assert time_arithmetic(kept, HOURLY_KINDS) == kept
+
+
 def test_the_times_a_subquery_or_a_cte_computes_are_typed_by_the_names_it_gives_them() -> None:
     # what Superset's virtual datasets and Metabase's nested questions send: the outer query
     # reads the inner one's aliases, and `last - first` was SQLite's difference of two texts' years
@@ -231,6 +251,7 @@ _WORDS = (  # split on spaces: `'1` and `day'` are lone quotes, as a hostile cli
     "SELECT FROM hourly WHERE hour_start day ratings - + interval '1 day' 'x' ( ) [ ] , 1 now() ARRAY"
     " generate_series unnest ANY ALL = <> :: int [] date extract epoch age CAST AS timestamp LATERAL"
     " JOIN ON user current_date '{1,2}' e -- /* */ \"q\" $1 AND s i string_to_array parse_ident"
+    " * / ::interval interval '10 min' >"
 ).split()
 
 

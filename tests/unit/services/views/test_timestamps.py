@@ -1,6 +1,7 @@
 """A view's timestamps as PostgreSQL serves them: text, binary, order by instant, the clock."""
 
 import contextvars
+import functools
 import re
 import sqlite3
 import struct
@@ -13,6 +14,7 @@ import pytest
 
 from services.views.timestamps import (
     COLLATION,
+    INTERVALS,
     STATEMENT_TIME,
     ZONE,
     age,
@@ -23,6 +25,8 @@ from services.views.timestamps import (
     date_of_binary,
     date_part,
     date_trunc,
+    interval,
+    interval_order,
     now,
     order,
     pg_date,
@@ -391,3 +395,37 @@ def test_age_of_one_timestamp_is_from_today_s_midnight_and_its_fields_can_be_ext
     assert age(shifted(midnight, "-", "3 days")) == "3 days"
     assert date_part("year", age("2026-12-07T05:00:00.000Z", "2025-10-31T06:30:00.000Z")) == 1.0
     assert date_part("day", age("2026-12-07T05:00:00.000Z", "2025-10-31T06:30:00.000Z")) == 6.0
+
+
+@pytest.mark.parametrize(
+    ("literal", "shown"),
+    [
+        ("90 minutes", "01:30:00"),
+        ("1 mon 2 days", "1 mon 2 days"),
+        ("@ 2 hours ago", "-02:00:00"),
+        ("1.5 days", "1 day 12:00:00"),
+        ("0", None),  # PostgreSQL refuses a number without a unit too
+    ],
+)
+def test_an_interval_literal_is_written_as_postgresql_writes_it(literal: str, shown: str | None) -> None:
+    if shown is None:
+        with pytest.raises(ValueError, match="invalid input syntax for type interval"):
+            interval(literal)
+    else:
+        assert interval(literal) == shown
+
+
+def test_intervals_compare_by_length_a_month_thirty_days_and_text_that_is_none_after_them() -> None:
+    ordered = ["-1 days -02:30:00", "00:00:05.25", "23:00:00", "1 day", "1 mon", "1 year", "no interval"]
+    assert sorted(reversed(ordered), key=functools.cmp_to_key(interval_order)) == ordered
+    assert interval_order("1 mon", "30 days") == 0 and interval_order("1 day", "24:00:00") == 0
+
+
+def test_an_interval_literal_standing_alone_is_typed_as_an_interval() -> None:
+    sql = "SELECT interval '90 min', now() - t > interval '10 minutes', 'interval ''1 day''' FROM v"
+    typed = f"COLLATE {INTERVALS})"
+    assert rewritten(sql, _masked, _operand_start) == (  # the SQL reader's arithmetic takes `now() - t`
+        f"SELECT (pg_interval('90 min') {typed}, now() - t > (pg_interval('10 minutes') {typed},"  # noqa: S608
+        " 'interval ''1 day''' FROM v"
+    )
+    assert cast("'1 day'", "interval") == f"(pg_interval('1 day') COLLATE {INTERVALS})"
