@@ -716,7 +716,7 @@ class SqlReader:
         columns = self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", _nulls(body)).columns  # noqa: S608
         every = self.column_kinds()
         kinds = {c.name: every[c.name.lower()] for c in columns if c.name.lower() in every}
-        kinds |= computed_kinds(body, every)
+        kinds |= computed_kinds(body, every | subquery_kinds(body, every))
         return tuple(pg_column(c.name, kinds.get(c.name, "string")) for c in columns)
 
     def column_kinds(self) -> dict[str, str]:
@@ -827,7 +827,7 @@ class SqlReader:
         if any(name.lower() not in kinds for name in names):  # a computed column: its text is read
             text = pg_casts(unqualified(sql))
             computed = computed_kinds(text, kinds | subquery_kinds(text, kinds))
-            timed = {name: kind for name, kind in computed.items() if kind in _TIME_KINDS}
+            timed = {name: kind for name, kind in computed.items() if kind in (*_TIME_KINDS, "boolean")}
         return tuple(
             pg_column(name, kinds.get(name.lower()) or timed.get(name) or _kind_of(rows, i))
             for i, name in enumerate(names)
@@ -1146,6 +1146,11 @@ def _kind(expression: str, columns: dict[str, str]) -> str | None:
     text = expression.strip()
     while _enclosed(text):
         text = text[1:-1].strip()
+    return "boolean" if _is_condition(text) else _expression_kind(text, columns)
+
+
+def _expression_kind(text: str, columns: dict[str, str]) -> str | None:
+    """What an expression that is no condition gives, where its text says."""
     parts, operators = _operands(text)
     if not operators and text[:1] in ("-", "+") and _literal_kind(text) is None:
         parts, operators = [text[1:]], {text[0]}  # a sign: the kind of what it signs
@@ -1164,6 +1169,27 @@ def _kind(expression: str, columns: dict[str, str]) -> str | None:
         return literal
     name = text.rsplit(".", 1)[-1]
     return columns.get((name[1:-1].replace('""', '"') if name.startswith('"') else name).lower())
+
+
+_NOT_COMPARISONS = re.compile(r"->>?|<<|>>")  # SQLite's JSON and bit-shift operators
+_COMPARISON = re.compile(
+    r"[<>=!]|\b(?:AND|OR|NOT|IS|IN|LIKE|ILIKE|GLOB|REGEXP|MATCH|BETWEEN|EXISTS)\b", re.IGNORECASE
+)
+_CASE = re.compile(r"\bCASE\b(?:(?!\bCASE\b).)*?\bEND\b", re.IGNORECASE | re.DOTALL)
+
+
+def _is_condition(text: str) -> bool:
+    """Whether an expression is a comparison or a condition (`a > b`, `x IS NULL`, `NOT y`,
+    `a = ANY (...)`) outside its parentheses and CASE ... END: PostgreSQL's boolean, which
+    SQLite gives as 1 or 0."""
+    masked, depth, top = _NOT_COMPARISONS.sub("  ", _masked(text)), 0, []
+    for char in masked:
+        depth += (char == "(") - (char == ")")
+        top.append(char if depth == 0 and char not in "()" else " ")
+    outer = "".join(top)
+    while (without := _CASE.sub(" ", outer)) != outer:
+        outer = without
+    return _COMPARISON.search(outer) is not None
 
 
 def _literal_kind(text: str) -> str | None:

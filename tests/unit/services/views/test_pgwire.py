@@ -1487,7 +1487,7 @@ def test_bi_tools_time_grains_and_relative_filters_shift_timestamps_by_intervals
     ]
     # now() is the statement's start in every row, as PostgreSQL's is its transaction's
     assert served.rows("SELECT count(DISTINCT now()) FROM generate_series(1, 3000)") == ["1"]
-    assert served.rows("SELECT current_date = CAST(now() AS date), current_timestamp <= now()") == ["1|1"]
+    assert served.rows("SELECT current_date = CAST(now() AS date), current_timestamp <= now()") == ["t|t"]
     noon = "'2026-03-28 12:00'::timestamptz"  # in Berlin, the day before the clocks change
     spring = f"SELECT {noon} + interval '1 day', {noon} + interval '24h'"
     assert served.psql(spring, zone="Europe/Berlin").stdout.split() == [

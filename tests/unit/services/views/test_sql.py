@@ -277,3 +277,24 @@ def test_any_jumble_of_sql_words_gets_an_sql_error_or_rows_never_another_failure
         except SqlError:
             pass
     assert answered > 0  # some were SQL
+
+
+@pytest.mark.parametrize(
+    ("expression", "kind"),
+    [
+        ("ratings > 1", "boolean"),
+        ("(a = ANY (ARRAY[1, 2]))", "boolean"),
+        ("x IS NOT NULL", "boolean"),
+        ("NOT EXISTS (SELECT 1)", "boolean"),
+        ("ratings BETWEEN 1 AND 3", "boolean"),
+        ("CASE WHEN ratings > 1 THEN 'a' ELSE 'b' END", None),  # the CASE's, not known here
+        ("coalesce(ratings > 1, false)", "boolean"),  # the kind of its first argument
+        ("data->>'x'", None),  # SQLite's JSON operator, no comparison
+        ("ratings << 2", None),  # a shift, no comparison
+        ("'a > b'", "string"),
+    ],
+)
+def test_a_comparison_or_a_condition_in_the_select_list_is_a_boolean(
+    expression: str, kind: str | None
+) -> None:
+    assert computed_kinds(f"SELECT {expression} AS c FROM v", HOURLY_KINDS).get("c") == kind  # noqa: S608
