@@ -43,12 +43,15 @@ __all__ = [
     "SqlError",
     "SqlReader",
     "Stream",
+    "aliased",
     "computed_kinds",
     "first_word",
     "identifier",
     "information_schema",
     "pg_casts",
     "pg_column",
+    "pg_name",
+    "pg_names",
     "subquery_kinds",
     "time_arithmetic",
     "uncommented",
@@ -176,6 +179,7 @@ def _quoted(name: str) -> str:
 
 
 _TIME_KINDS = ("timestamp", "date")
+_SAID_KINDS = (*_TIME_KINDS, "boolean")  # what a computed column's text types, over its values
 _COLLATED = {"timestamp": f" COLLATE {timestamps.COLLATION}"}  # compared by instant, not as text
 
 
@@ -713,11 +717,16 @@ class SqlReader:
         text where it says none."""
         self._check_readable(sql)
         body = pg_casts(unqualified(sql)).rstrip().rstrip(";")
-        columns = self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", _nulls(body)).columns  # noqa: S608
+        wrapped = self._run(f"SELECT * FROM (\n{body}\n) LIMIT 0", _nulls(body))  # noqa: S608
+        ran = self._local.ran
+        inner = ran[ran.index("(\n") + 2 : ran.rindex("\n)")]  # the body as SQLite read it
+        names = [c.name for c in wrapped.columns]
         every = self.column_kinds()
-        kinds = {c.name: every[c.name.lower()] for c in columns if c.name.lower() in every}
-        kinds |= computed_kinds(body, every | subquery_kinds(body, every))
-        return tuple(pg_column(c.name, kinds.get(c.name, "string")) for c in columns)
+        said = self._text_kinds(inner, names, every)
+        return tuple(
+            pg_column(shown, said[i] or every.get(name.lower()) or "string")
+            for i, (name, shown) in enumerate(zip(names, pg_names(sql, names), strict=True))
+        )
 
     def column_kinds(self) -> dict[str, str]:
         """Each served view column's type by its name in lower case (where two views have a
@@ -794,6 +803,7 @@ class SqlReader:
         if _ARITHMETIC.search(sql) is not None:
             kinds = self.column_kinds() | _parameter_kinds(params)
             sql = time_arithmetic(sql, kinds | subquery_kinds(sql, kinds))
+        state.ran = sql  # as SQLite reads it: the result's columns are typed from its text
         sql = prefix + sql
         state.loading = {name.lower(): name for name in self.loading()}  # SQLite's names ignore case
         state.refused = None
@@ -819,19 +829,33 @@ class SqlReader:
                 raise SqlError("57P03", still_loading(loading)) from None
             raise _translated(err, self.timeout_s) from None
 
-    def _columns(self, sql: str, names: list[str], rows: list[Any]) -> tuple[Column, ...]:
-        """The result's columns: a view's column by its view's type, a computed one by its values,
-        or a time type where its text says (`min(hour_start)`, `now()`: their values are text)."""
+    def _columns(self, sql: str, ran: str, names: list[str], rows: list[Any]) -> tuple[Column, ...]:
+        """The result's columns, named as PostgreSQL names them (`pg_names`) and typed: a time
+        type or a boolean where the text SQLite ran (`ran`) says (`min(hour_start)`, `now()`,
+        `a > b`: their values are text, or 1 and 0), else a view's column by its view's type,
+        else by the column's values."""
         kinds = self.column_kinds()
-        timed: dict[str, str] = {}
-        if any(name.lower() not in kinds for name in names):  # a computed column: its text is read
-            text = pg_casts(unqualified(sql))
-            computed = computed_kinds(text, kinds | subquery_kinds(text, kinds))
-            timed = {name: kind for name, kind in computed.items() if kind in (*_TIME_KINDS, "boolean")}
+        said = self._text_kinds(ran, names, kinds)
         return tuple(
-            pg_column(name, kinds.get(name.lower()) or timed.get(name) or _kind_of(rows, i))
-            for i, name in enumerate(names)
+            pg_column(
+                shown,
+                (said[i] if said[i] in _SAID_KINDS else None) or kinds.get(name.lower()) or _kind_of(rows, i),
+            )
+            for i, (name, shown) in enumerate(zip(names, pg_names(sql, names), strict=True))
         )
+
+    @staticmethod
+    def _text_kinds(ran: str, names: list[str], kinds: dict[str, str]) -> list[str | None]:
+        """Each result column's type where the text of its SELECT list item says: by position
+        where the list is the result's columns one for one, else by the name SQLite gives it."""
+        if not any(name.lower() not in kinds for name in names):
+            return [None] * len(names)  # the views' columns: typed by name
+        known = kinds | subquery_kinds(ran, kinds)
+        items = _aligned(ran, len(names))
+        if items is not None:
+            return [_kind(aliased(item)[0], known) for item in items]
+        computed = computed_kinds(ran, known)
+        return [computed.get(name) for name in names]
 
     def _run(self, sql: str, params: Params | None = None, timeout_s: float | None = None) -> Result:
         conn = self._connection()
@@ -855,7 +879,7 @@ class SqlReader:
                 f"the query gives more than {self.max_rows} rows (VIEWS_PG_MAX_ROWS): add a WHERE or a "
                 "LIMIT, or read it with COPY ... TO STDOUT or through a cursor",
             )
-        columns = self._columns(sql, names, rows)
+        columns = self._columns(sql, self._local.ran, names, rows)
         return Result(columns, [_texts(row, columns) for row in rows])
 
     def _rows(self, cursor: sqlite3.Cursor) -> list[Any]:
@@ -909,7 +933,7 @@ class SqlReader:
         except BaseException:
             conn.close()
             raise
-        columns = self._columns(sql, names, first)
+        columns = self._columns(sql, state.ran, names, first)
         errors = functools.partial(self._errors, state)
         return Stream(
             conn,
@@ -1205,19 +1229,168 @@ def _literal_kind(text: str) -> str | None:
     return "string" if text.startswith("'") else None
 
 
+_AS_ALIAS = re.compile(r'\s+AS\s+("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)\s*$', re.IGNORECASE)
+_BARE_ALIAS = re.compile(r'(?<=[\w)"\'\]])\s+("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)\s*$')
+# words that end an expression or join two, never a bare alias (`x IS NOT NULL`, `CASE ... END`)
+_NOT_ALIASES = frozenset(
+    "end null true false and or not is in like ilike glob regexp match between escape isnull notnull"
+    " collate then else when case asc desc distinct all".split()
+)
+_STAR = re.compile(r'\s*(?:(?:[A-Za-z_][A-Za-z0-9_]*|"(?:[^"]|"")+")\.)?\*\s*')
+_NAME = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
+_COLUMN_REF = re.compile(rf"(?:{_NAME}\s*\.\s*)*({_NAME})")
+_CALLED = re.compile(rf"(?:{_NAME}\s*\.\s*)*({_NAME})\s*\(")
+_TYPED_LITERAL = re.compile(r"(interval|date|timestamptz|timestamp|time)\s*'", re.IGNORECASE)
+_TYPE_NAMES = {
+    **dict.fromkeys(("int", "integer", "int4"), "int4"),
+    **dict.fromkeys(("smallint", "int2"), "int2"),
+    **dict.fromkeys(("bigint", "int8"), "int8"),
+    **dict.fromkeys(("real", "float4"), "float4"),
+    **dict.fromkeys(("float", "float8", "double", "double precision"), "float8"),
+    **dict.fromkeys(("numeric", "decimal"), "numeric"),
+    **dict.fromkeys(("boolean", "bool"), "bool"),
+    **dict.fromkeys(("varchar", "character varying"), "varchar"),
+    **dict.fromkeys(("timestamptz", "timestamp with time zone"), "timestamptz"),
+    **dict.fromkeys(("timestamp", "timestamp without time zone"), "timestamp"),
+}
+_UNNAMED = "?column?"
+
+
+def aliased(item: str) -> tuple[str, str | None]:
+    """A SELECT list's item as its expression and its alias as written, None when it has none:
+    `x AS y`, `x y`, `x "Y"`; not `x IS NOT NULL`, `CASE ... END` or `a + b`."""
+    masked = _masked(item)
+    found = _AS_ALIAS.search(masked)
+    if found is None:
+        found = _BARE_ALIAS.search(masked)
+        last = re.search(r"([A-Za-z_]+)\s*$", masked[: found.start()]) if found is not None else None
+        if (
+            found is None
+            or found.group(1).lower() in _NOT_ALIASES
+            or (last and last.group(1).lower() in _NOT_ALIASES)
+        ):
+            return item.strip(), None
+    return item[: found.start()].strip(), item[found.start(1) : found.end(1)]
+
+
+def _written(name: str) -> str:
+    """An identifier as SQLite names a column by it: a quoted one unquoted, any other as written."""
+    return name[1:-1].replace('""', '"') if name.startswith('"') else name
+
+
+def _unquoted(name: str) -> str:
+    """An identifier as PostgreSQL reads it: a quoted one as written, any other in lower case."""
+    return name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
+
+
+def pg_name(expression: str) -> str:
+    """The name PostgreSQL gives the column of a SELECT list's item without an alias: a column's
+    name, a function's (`count(*)`: count), a cast's operand's or its type's (`'1'::int`:
+    int4), `case`, `exists`, `array`, a scalar subquery's first column's, else `?column?`."""
+    name, strength = _figured(expression)
+    return name if strength else _UNNAMED
+
+
+def _figured(expression: str) -> tuple[str, int]:  # noqa: PLR0911, PLR0912 - PostgreSQL's cases, one by one
+    """PostgreSQL's name for an expression, with how strongly it names it: 2 a column's or a
+    function's, 1 a cast's type or `case`, 0 none."""
+    text = expression.strip()
+    while _enclosed(text):
+        inner = text[1:-1].strip()
+        if re.match(r"(?:SELECT|WITH)\b", inner, re.IGNORECASE):  # a scalar subquery: its first column
+            items = select_list(inner)
+            if not items:
+                return _UNNAMED, 0
+            first, alias = aliased(items[0])
+            return (_unquoted(alias), 2) if alias is not None else _figured(first)
+        text = inner
+    masked = _masked(text)
+    cast = _last_cast(masked)
+    if cast is not None:
+        name, strength = _figured(text[:cast])
+        if strength > 1:
+            return name, strength
+        type_name = re.sub(r"\s*(\(.*\)|\[\s*\])\s*$", "", " ".join(text[cast + 2 :].lower().split()))
+        return _TYPE_NAMES.get(type_name, type_name.rsplit(".", 1)[-1]), 1
+    if (collated := re.search(r"\s+COLLATE\s+\S+\s*$", masked, re.IGNORECASE)) is not None:
+        return _figured(text[: collated.start()])
+    if (typed := _TYPED_LITERAL.fullmatch(masked[: masked.find("'") + 1])) is not None and masked.endswith(
+        "'"
+    ):
+        return _TYPE_NAMES.get(typed.group(1).lower(), typed.group(1).lower()), 1
+    if (called := _CAST.fullmatch(text)) is not None and text[:4].upper() == "CAST":
+        name, strength = _figured(called.group(1))
+        return (
+            (name, strength)
+            if strength > 1
+            else (_TYPE_NAMES.get(called.group(2).lower(), called.group(2).lower()), 1)
+        )
+    if re.match(r"CASE\b", masked, re.IGNORECASE) and re.search(r"\bEND$", masked, re.IGNORECASE):
+        return "case", 1
+    if re.match(r"ARRAY\s*\[", masked, re.IGNORECASE):
+        return "array", 2
+    if re.fullmatch(r"EXISTS\s*\(.*\)", masked, re.IGNORECASE | re.DOTALL):
+        return "exists", 2
+    if masked.lower() in ("true", "false"):  # PostgreSQL reads them as 't'::bool
+        return "bool", 1
+    if masked.lower() == "null":
+        return _UNNAMED, 0
+    if (call := _CALLED.match(masked)) is not None:
+        close = arrays.closing(masked, call.end() - 1, ")")
+        rest = masked[close + 1 :].strip() if close > 0 else "?"
+        if not rest or re.match(r"(?:OVER|FILTER)\b", rest, re.IGNORECASE):
+            word = _unquoted(text[call.start(1) : call.end(1)])
+            return word, 2
+    if (column := _COLUMN_REF.fullmatch(masked)) is not None and text[:1] != "'":
+        return _unquoted(text[column.start(1) : column.end(1)]), 2
+    return _UNNAMED, 0
+
+
+def _last_cast(masked: str) -> int | None:
+    """Where the outermost `::` of an expression is, when it is the expression's last operator."""
+    depth, found = 0, None
+    for i, char in enumerate(masked):
+        depth += (char == "(") - (char == ")")
+        if depth == 0 and masked.startswith("::", i) and masked[i - 1 : i] != ":":
+            found = i
+    if found is None or re.search(r"[-+*/%<>=|]|\b(?:AND|OR|IS|NOT)\b", masked[found + 2 :], re.IGNORECASE):
+        return None
+    return found
+
+
+def pg_names(sql: str, names: list[str]) -> list[str]:
+    """The result's column names as PostgreSQL gives them: an alias as written (unquoted), an
+    item without one named by `pg_name`; `names` (SQLite's) where the SELECT list is not the
+    result's columns one for one (`*`, a set operation of several lists, VALUES)."""
+    items = _aligned(_without_comments(sql).rstrip().rstrip(";"), len(names))
+    if items is None:
+        return names
+    return [_unquoted(alias) if (alias := aliased(item)[1]) is not None else pg_name(item) for item in items]
+
+
+def _without_comments(sql: str) -> str:
+    """`sql` with each comment a space; strings and quoted names as they are."""
+    return _MASKED.sub(lambda m: " " if m.group(0)[0] in "-/" else m.group(0), sql)
+
+
+def _aligned(sql: str, count: int) -> list[str] | None:
+    """The items of the main SELECT list of `sql` when they are the result's `count` columns, one
+    for one (none is a `*`)."""
+    items = select_list(sql)
+    if len(items) != count or any(_STAR.fullmatch(_masked(item)) for item in items):
+        return None
+    return items
+
+
 def computed_kinds(sql: str, columns: dict[str, str]) -> dict[str, str]:
     """The types of the columns the main SELECT of `sql` computes, by the name SQLite gives each
     (its alias, or its text), where the expression says (`columns`: each view column's type by
     its name in lower case)."""
     kinds: dict[str, str] = {}
     for item in select_list(sql):
-        aliased = _ALIAS.fullmatch(item.strip())
-        expression, name = item.strip(), item.strip()
-        if aliased is not None and not aliased.group(1).rstrip().endswith((".", "(")):
-            expression, alias = aliased.group(1), aliased.group(2)
-            name = alias[1:-1].replace('""', '"') if alias.startswith('"') else alias
+        expression, alias = aliased(item)
         if (kind := _kind(expression, columns)) is not None:
-            kinds[name] = kind
+            kinds[_written(alias) if alias else item.strip()] = kind
     return kinds
 
 

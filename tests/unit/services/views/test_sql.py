@@ -11,9 +11,12 @@ from foundation.view_marker import ViewMarker
 from services.views.sql import (
     SqlError,
     SqlReader,
+    aliased,
     computed_kinds,
     information_schema,
     pg_casts,
+    pg_name,
+    pg_names,
     subquery_kinds,
     time_arithmetic,
     unqualified,
@@ -245,6 +248,54 @@ def test_the_times_a_subquery_or_a_cte_computes_are_typed_by_the_names_it_gives_
     )
     assert subquery_kinds("SELECT hour_start - day FROM v WHERE x IN (1, 2)", HOURLY_KINDS) == {}
     assert subquery_kinds("SELECT (SELECT max(hour_start) AS t FROM v", HOURLY_KINDS) == {}  # unclosed
+
+
+@pytest.mark.parametrize(
+    ("item", "name"),
+    [
+        ("count(*)", "count"),
+        ("pg_catalog.version()", "version"),
+        ("max(hour_start) OVER (PARTITION BY day)", "max"),
+        ("v.Hour_Start", "hour_start"),  # folded, as PostgreSQL folds a name
+        ('"Hour"', "Hour"),
+        ("hour_start::date", "hour_start"),  # a cast names its operand's column
+        ("'7'::bigint", "int8"),  # or its type
+        ("CAST(1.5 AS double precision)", "float8"),
+        ("CAST(ratings AS text)", "ratings"),
+        ("'{1,2}'::int[]", "int4"),
+        ("interval '1 day'", "interval"),
+        ("CASE WHEN ratings > 1 THEN 'a' END", "case"),
+        ("EXISTS (SELECT 1)", "exists"),
+        ("ARRAY[1, 2]", "array"),
+        ("(SELECT max(ratings) AS Most FROM v)", "most"),
+        ("(SELECT count(*) FROM v)", "count"),
+        ("current_timestamp", "current_timestamp"),
+        ("true", "bool"),
+        ("ratings + 1", "?column?"),
+        ("max(ratings) + 1", "?column?"),
+        ("1", "?column?"),
+        ("'text'", "?column?"),
+        ("null", "?column?"),
+        ("ratings > 1", "?column?"),
+        ("-ratings", "?column?"),
+    ],
+)
+def test_a_column_without_an_alias_is_named_as_postgresql_names_it(item: str, name: str) -> None:
+    assert pg_name(item) == name
+
+
+def test_the_result_s_names_are_aliases_folded_or_postgresql_s_and_sqlite_s_where_not_one_for_one() -> None:
+    sql = (
+        'SELECT count(*) AS Total, sum(ratings) "Sum", max(day) latest, x IS NOT NULL, -- why\n'
+        " count(*) FROM v;"
+    )
+    sqlite_names = ["Total", "Sum", "latest", "x IS NOT NULL", "count(*)"]
+    assert pg_names(sql, sqlite_names) == ["total", "Sum", "latest", "?column?", "count"]
+    assert aliased("CASE WHEN a THEN 1 ELSE 0 END") == ("CASE WHEN a THEN 1 ELSE 0 END", None)
+    assert aliased("name COLLATE nocase") == ("name COLLATE nocase", None)
+    assert aliased("a + b") == ("a + b", None)
+    for starred in ("SELECT *, count(*) FROM v", "SELECT v.* FROM v", "VALUES (1, 2)"):
+        assert pg_names(starred, ["a", "b"]) == ["a", "b"]  # not the result's columns one for one
 
 
 _WORDS = (  # split on spaces: `'1` and `day'` are lone quotes, as a hostile client sends them
