@@ -23,6 +23,7 @@ import psycopg
 import psycopg.types
 import pytest
 from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
 from psycopg.types.string import TextLoader
 
 from foundation.view_marker import ViewMarker
@@ -1555,3 +1556,11 @@ def test_intervals_compare_by_length_and_move_timestamps_as_in_postgresql(served
     ]
     assert served.refused("SELECT '1 day'::interval * 2") == "0A000"  # SQLite would say 2
     assert served.refused("SELECT interval 'banana'") == "22007"
+
+
+def test_code_written_against_postgresql_reads_columns_by_postgresql_s_names(served: Served) -> None:
+    with _connect(served, autocommit=True, row_factory=dict_row) as conn:
+        counted = conn.execute(
+            "SELECT count(*), max(ratings) AS Most, ratings > 20 FROM customer_ratings"
+        ).fetchone()
+        assert counted == {"count": 7, "most": 70, "?column?": True}
