@@ -1498,12 +1498,18 @@ def test_bi_tools_time_grains_and_relative_filters_shift_timestamps_by_intervals
     ]
 
 
-def test_a_driver_s_timestamp_or_date_parameter_takes_part_in_time_arithmetic(served: Served) -> None:
-    utc = datetime.UTC
+def _two_hours(served: Served) -> None:
+    """Rows of `hourly` at 03:00 and 05:00 UTC on 31 January 2026 (ratings 1 and 2)."""
     _hours(
-        served, datetime.datetime(2026, 1, 31, 3, tzinfo=utc), datetime.datetime(2026, 1, 31, 5, tzinfo=utc)
+        served,
+        datetime.datetime(2026, 1, 31, 3, tzinfo=datetime.UTC),
+        datetime.datetime(2026, 1, 31, 5, tzinfo=datetime.UTC),
     )
-    since = datetime.datetime(2026, 1, 30, 23, tzinfo=utc)
+
+
+def test_a_driver_s_timestamp_or_date_parameter_takes_part_in_time_arithmetic(served: Served) -> None:
+    _two_hours(served)
+    since = datetime.datetime(2026, 1, 30, 23, tzinfo=datetime.UTC)
     with _connect(served, autocommit=True) as conn:
         for binary in (False, True):  # psycopg declares timestamptz, date: typed as PostgreSQL types them
             cur = conn.cursor(binary=binary)
@@ -1518,10 +1524,7 @@ def test_a_driver_s_timestamp_or_date_parameter_takes_part_in_time_arithmetic(se
 
 
 def test_a_nested_query_s_timestamps_are_timestamptz_and_subtract_as_postgresql_s(served: Served) -> None:
-    utc = datetime.UTC
-    _hours(
-        served, datetime.datetime(2026, 1, 31, 3, tzinfo=utc), datetime.datetime(2026, 1, 31, 5, tzinfo=utc)
-    )
+    _two_hours(served)
     nested = (
         "SELECT last, last - first, d + 1"
         " FROM (SELECT max(hour_start) AS last, min(hour_start) AS first, min(day) AS d FROM hourly) s"
@@ -1534,10 +1537,7 @@ def test_a_nested_query_s_timestamps_are_timestamptz_and_subtract_as_postgresql_
 
 
 def test_intervals_compare_by_length_and_move_timestamps_as_in_postgresql(served: Served) -> None:
-    utc = datetime.UTC
-    _hours(
-        served, datetime.datetime(2026, 1, 31, 3, tzinfo=utc), datetime.datetime(2026, 1, 31, 5, tzinfo=utc)
-    )
+    _two_hours(served)
     # a staleness alert's condition: before, `interval '1 day'` was no column, `'1 day'::interval` was 1
     stale = (
         "SELECT now() - max(hour_start) > interval '1 day', now() - max(hour_start) < '10 min'::interval"
