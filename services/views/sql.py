@@ -1240,7 +1240,7 @@ _STAR = re.compile(r'\s*(?:(?:[A-Za-z_][A-Za-z0-9_]*|"(?:[^"]|"")+")\.)?\*\s*')
 _NAME = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
 _COLUMN_REF = re.compile(rf"(?:{_NAME}\s*\.\s*)*({_NAME})")
 _CALLED = re.compile(rf"(?:{_NAME}\s*\.\s*)*({_NAME})\s*\(")
-_TYPED_LITERAL = re.compile(r"(interval|date|timestamptz|timestamp|time)\s*'", re.IGNORECASE)
+_TYPED_LITERAL = re.compile(r"(interval|date|timestamptz|timestamp|time)\s*'[^']*'", re.IGNORECASE)
 _TYPE_NAMES = {
     **dict.fromkeys(("int", "integer", "int4"), "int4"),
     **dict.fromkeys(("smallint", "int2"), "int2"),
@@ -1314,22 +1314,17 @@ def _figured(expression: str) -> tuple[str, int]:  # noqa: PLR0911, PLR0912 - Po
         return _TYPE_NAMES.get(type_name, type_name.rsplit(".", 1)[-1]), 1
     if (collated := re.search(r"\s+COLLATE\s+\S+\s*$", masked, re.IGNORECASE)) is not None:
         return _figured(text[: collated.start()])
-    if (typed := _TYPED_LITERAL.fullmatch(masked[: masked.find("'") + 1])) is not None and masked.endswith(
-        "'"
-    ):
+    if (typed := _TYPED_LITERAL.fullmatch(masked)) is not None:  # interval '1 day'
         return _TYPE_NAMES.get(typed.group(1).lower(), typed.group(1).lower()), 1
-    if (called := _CAST.fullmatch(text)) is not None and text[:4].upper() == "CAST":
+    if _whole(masked, r"CAST\s*\(", ")") and (called := _CAST.fullmatch(text)) is not None:
         name, strength = _figured(called.group(1))
-        return (
-            (name, strength)
-            if strength > 1
-            else (_TYPE_NAMES.get(called.group(2).lower(), called.group(2).lower()), 1)
-        )
-    if re.match(r"CASE\b", masked, re.IGNORECASE) and re.search(r"\bEND$", masked, re.IGNORECASE):
+        type_name = called.group(2).lower()
+        return (name, strength) if strength > 1 else (_TYPE_NAMES.get(type_name, type_name), 1)
+    if _whole(masked, r"CASE\b", "END"):
         return "case", 1
-    if re.match(r"ARRAY\s*\[", masked, re.IGNORECASE):
+    if _whole(masked, r"ARRAY\s*\[", "]"):
         return "array", 2
-    if re.fullmatch(r"EXISTS\s*\(.*\)", masked, re.IGNORECASE | re.DOTALL):
+    if _whole(masked, r"EXISTS\s*\(", ")"):
         return "exists", 2
     if masked.lower() in ("true", "false"):  # PostgreSQL reads them as 't'::bool
         return "bool", 1
@@ -1344,6 +1339,22 @@ def _figured(expression: str) -> tuple[str, int]:  # noqa: PLR0911, PLR0912 - Po
     if (column := _COLUMN_REF.fullmatch(masked)) is not None and text[:1] != "'":
         return _unquoted(text[column.start(1) : column.end(1)]), 2
     return _UNNAMED, 0
+
+
+def _whole(masked: str, opening: str, close: str) -> bool:
+    """Whether an expression is one construct: `opening` at its start, and the bracket (or the
+    CASE's END) it opens closing at its end (`CAST(...)`, not `CAST(a AS int) + CAST(b AS int)`)."""
+    found = re.match(opening, masked, re.IGNORECASE)
+    if found is None:
+        return False
+    if close == "END":
+        depth = 0
+        for word in re.finditer(r"\b(CASE|END)\b", masked, re.IGNORECASE):
+            depth += 1 if word.group(1).upper() == "CASE" else -1
+            if depth == 0:
+                return word.end() == len(masked)
+        return False
+    return arrays.closing(masked, found.end() - 1, close) == len(masked) - 1
 
 
 def _last_cast(masked: str) -> int | None:

@@ -278,6 +278,11 @@ def test_the_times_a_subquery_or_a_cte_computes_are_typed_by_the_names_it_gives_
         ("null", "?column?"),
         ("ratings > 1", "?column?"),
         ("-ratings", "?column?"),
+        ("CAST(a AS int) + CAST(b AS int)", "?column?"),  # no one construct: an expression
+        ("CASE WHEN a THEN 1 END || CASE WHEN b THEN 2 END", "?column?"),
+        ("EXISTS (SELECT 1) AND x", "?column?"),
+        ("interval '1 day' || 'x'", "?column?"),
+        ("CASE WHEN a THEN CASE WHEN b THEN 1 END END", "case"),
     ],
 )
 def test_a_column_without_an_alias_is_named_as_postgresql_names_it(item: str, name: str) -> None:
