@@ -11,10 +11,14 @@ views job writes them (Spark's JSON: `2026-12-07T05:00:00.000Z`, a date `2026-12
   a literal in any ISO 8601 or PostgreSQL spelling (`'2026-12-07 04:00'`, `'2026-12-07T04:00:00Z'`,
   `'2026-12-07 06:00:00+01'`, what Grafana's `$__timeFilter` writes) selects the same rows; a
   literal without a zone is in the session's zone, as in PostgreSQL.
-- `now()`, `date_trunc(field, t)`, `date_part(field, t)`, `to_char(t, format)`, `pg_date(t)`
-  and `pg_shift(t, sign, interval)` (`shifted`) are functions of the reader's connections, in
-  the session's zone; `extract(field FROM t)` and `t ± interval '...'` (`rewritten`), and casts
-  to `timestamptz`, `timestamp` and `date` (`cast`), are written as SQLite reads them.
+- `now()`, `date_trunc(field, t)`, `date_part(field, t)`, `to_char(t, format)`, `pg_date(t)`,
+  `pg_shift(t, sign, interval)` (`shifted`) and `pg_interval(text)` (`interval`) are functions
+  of the reader's connections, in the session's zone; `extract(field FROM t)`, `t ± interval
+  '...'` and an interval literal standing alone (`rewritten`), and casts to `timestamptz`,
+  `timestamp`, `date` and `interval` (`cast`), are written as SQLite reads them.
+- An interval is PostgreSQL's text (`1 day 02:30:00`) that compares by length (the collation
+  `pg_interval`, `interval_order`); a driver's timestamp or date parameter is text marked with
+  its type (`TimeParameter`), so that the reader's arithmetic knows `$1 - t`.
 """
 
 import calendar
