@@ -10,7 +10,8 @@ SHOW...) do is `session`'s; this module speaks the protocol.
 - Simple queries, one statement each, and the extended protocol (Parse, Bind, Describe,
   Execute, Close, Sync: what psycopg, JDBC and pgx send), with `$1`, `$2`... parameters in text
   or binary (`portals`) and rows in text or binary. A portal executed with a row limit sends
-  that many rows, then PortalSuspended, as PostgreSQL does. A connection holds at most
+  that many rows, then PortalSuspended, as PostgreSQL does; first executed so, its rows are read
+  from one snapshot a page at a time (any number of them, as a cursor's). A connection holds at most
   MAX_PREPARED_BYTES of prepared statements and MAX_PORTALS portals (SQLSTATE 53000 past
   them). After an error in the extended protocol, messages are skipped until the client's Sync.
 - Every ReadyForQuery carries the session's transaction state (idle, in a transaction, or in
@@ -293,6 +294,7 @@ class PgServer:
                 await writer.drain()
         finally:
             session.close_cursors()  # their subscribers leave with the client
+            session.close_portals()  # their streams' snapshots too
 
     async def _answer(
         self, session: Session, kind: bytes, body: bytes, writer: asyncio.StreamWriter
@@ -313,7 +315,7 @@ class PgServer:
             return await self._simple(session, sql, writer)
         if kind == b"S":  # Sync: the end of an extended exchange
             session.skipping = False
-            session.portals.pop("", None)
+            session.close_portal("")
             return ready(session.state)
         if kind == b"H" or kind[0] in _EXTENDED:  # Flush, or answers past the bound: nothing more
             return b""
@@ -593,7 +595,7 @@ class PgServer:
         if what == b"S":
             session.close_statement(name)
         else:
-            session.portals.pop(name, None)
+            session.close_portal(name)
         return _message(b"3")  # CloseComplete
 
     @staticmethod
@@ -681,6 +683,14 @@ class PgServer:
             if isinstance(answer, str):
                 return status + _message(b"C", _cstr(answer))
             portal.result = answer
+        return await self._rows_out(session, portal, limit, held)
+
+    async def _rows_out(self, session: Session, portal: Portal, limit: int, held: "_Held") -> bytes:
+        """An Execute's rows: `limit` of them (0: the rest), then PortalSuspended or
+        CommandComplete; streamed (`_paged`) for a query first executed with a row limit."""
+        if portal.result is None and (limit > 0 or portal.rows is not None):
+            held.write()  # the exchange's answers so far, then the rows
+            return await self._paged(session, portal, limit, held.writer)
         result = await self._ran(session, portal)
         end = len(result.rows) if limit <= 0 else min(len(result.rows), portal.sent + limit)
         rows = data_rows(result, portal.result_formats, portal.sent, end)
@@ -692,6 +702,34 @@ class PgServer:
             out.append(_message(b"C", _cstr(result.tag(len(rows)))))
             portal.result, portal.sent = replace(result, rows=[]), 0  # run out: an Execute again gets none
         return b"".join(out)
+
+    async def _paged(
+        self, session: Session, portal: Portal, limit: int, writer: asyncio.StreamWriter
+    ) -> bytes:
+        """An Execute with a row limit (JDBC's fetch size, asyncpg's cursors): `limit` rows of
+        the portal's query (0: the rest), read from one snapshot a page at a time as the client
+        reads them, never the whole result held (nor capped at VIEWS_PG_MAX_ROWS); then
+        PortalSuspended, or CommandComplete once the rows have run out."""
+        if portal.rows is None:
+            session.refuse_if_aborted()
+            rows = cursors.Rows(await self._rows(portal.statement.sql, portal.params), hold=False)
+            told = portal.described
+            if told is not None and [c.name for c in told] == [c.name for c in rows.columns]:
+                rows.columns = told  # the types the client was told
+            portal.rows = rows
+        rows, sent = portal.rows, 0
+        with self._cancellable(session):
+            async with contextlib.aclosing(rows.pages(limit if limit > 0 else None)) as pages:
+                async for page in pages:
+                    data = data_rows(Result(rows.columns, page), portal.result_formats, 0, len(page))
+                    writer.write(b"".join(_message(b"D", row) for row in data))
+                    sent += len(page)
+                    await writer.drain()  # the client reads as fast as it likes, and no faster
+        if limit > 0 and sent == limit:
+            return _message(b"s")  # PortalSuspended: Execute again for more
+        portal.close()
+        portal.result = Result(rows.columns, [])  # run out: an Execute again gets none
+        return _message(b"C", _cstr(portal.result.tag(sent)))
 
 
 class _Held:

@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from services.views import timestamps
+from services.views.cursors import Rows
 from services.views.sql import PARAMETER, PG_TYPES, Column, Params, Result, SqlError
 
 __all__ = [
@@ -82,7 +83,8 @@ class Statement:
 
 @dataclass
 class Portal:
-    """A statement with its parameters bound, and once run, its rows and how many went out.
+    """A statement with its parameters bound, and once run, its rows and how many went out
+    (`result`), or, executed with a row limit, the stream its rows are read from (`rows`).
     `described`: the columns the client was told its statement gives, which its rows then keep
     (a computed column's type from the statement's text, not from the values found)."""
 
@@ -92,6 +94,13 @@ class Portal:
     described: tuple[Column, ...] | None = None
     result: Result | None = None
     sent: int = 0
+    rows: Rows | None = None  # read from one snapshot a page at a time, once executed with a row limit
+
+    def close(self) -> None:
+        """Its stream's snapshot let go, if it has one."""
+        if self.rows is not None:
+            self.rows.close()
+            self.rows = None
 
 
 def read_cstr(body: bytes, at: int) -> tuple[str, int]:

@@ -237,7 +237,17 @@ class Session:
             raise SqlError("42P03", f'portal "{name}" already exists')
         if name not in self.portals and len(self.portals) >= MAX_PORTALS:
             raise SqlError("53000", f"this connection has {MAX_PORTALS} portals open: close some")
+        self.close_portal(name)  # the unnamed one, bound again
         self.portals[name] = portal
+
+    def close_portal(self, name: str) -> None:
+        """The portal, if open, closed: its stream's snapshot let go."""
+        if (portal := self.portals.pop(name, None)) is not None:
+            portal.close()
+
+    def close_portals(self) -> None:
+        for name in list(self.portals):
+            self.close_portal(name)
 
     def cursor(self, name: str) -> Open:
         if name not in self.cursors:

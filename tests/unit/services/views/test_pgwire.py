@@ -1564,3 +1564,28 @@ def test_code_written_against_postgresql_reads_columns_by_postgresql_s_names(ser
             "SELECT count(*), max(ratings) AS Most, ratings > 20 FROM customer_ratings"
         ).fetchone()
         assert counted == {"count": 7, "most": 70, "?column?": True}
+
+
+def test_a_portal_executed_a_few_rows_at_a_time_reads_any_number_of_rows_without_the_row_cap(
+    served: Served,
+) -> None:
+    # JDBC's fetch size and asyncpg's cursors: 7 rows through a server capped at 5 a result
+    with _started(served.port) as sock:
+        query = b"SELECT user_id FROM customer_ratings ORDER BY user_id\0"
+        _send(
+            sock, (b"P", b"s\0" + query + b"\0\0"), _bind(b"c", b"s"), (b"E", b"c\0" + struct.pack("!i", 3))
+        )
+        _send(sock, (b"E", b"c\0" + struct.pack("!i", 3)), (b"E", b"c\0" + struct.pack("!i", 3)), SYNC)
+        answer = _until(sock, b"Z")
+        kinds = [k for k, _ in answer]
+        assert kinds == [b"1", b"2", *[b"D"] * 3, b"s", *[b"D"] * 3, b"s", b"D", b"C", b"Z"]
+        assert [int(body[6:]) for k, body in answer if k == b"D"] == [1, 2, 3, 4, 5, 6, 7]
+        assert answer[-2][1] == b"SELECT 1\0"
+        # a row limit, then the rest (Execute with 0), from the same snapshot
+        _send(sock, _bind(b"d", b"s"), (b"E", b"d\0" + struct.pack("!i", 2)), (b"E", b"d\0\0\0\0\0"), SYNC)
+        rest = _until(sock, b"Z")
+        assert [k for k, _ in rest] == [b"2", b"D", b"D", b"s", *[b"D"] * 5, b"C", b"Z"]
+        assert rest[-2][1] == b"SELECT 5\0"
+        # whole, as before, without a row limit: refused past the cap
+        _send(sock, _bind(b"", b"s"), (b"E", b"\0\0\0\0\0"), SYNC)
+        assert b"C54000" in _until(sock, b"Z")[-2][1]
