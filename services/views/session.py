@@ -54,7 +54,8 @@ __all__ = [
 SERVER_VERSION = "15.0 (ratings views)"  # what psql reads to choose its catalog queries
 MAX_PREPARED_BYTES = 4_000_000  # a connection's prepared statements, their text together
 # A connection's open portals: a portal suspended part way holds the rest of its rows (at most
-# VIEWS_PG_MAX_ROWS), one whose rows have all gone out holds none.
+# VIEWS_PG_MAX_ROWS) or, first executed with a row limit, its stream's snapshot; one whose rows
+# have all gone out holds none.
 MAX_PORTALS = 8
 # A transaction's words: the command tag, and the state a ReadyForQuery then says.
 _TRANSACTION = {
