@@ -22,7 +22,7 @@ from typing import Any
 
 from services.views import numbers
 
-__all__ = ["FUNCTIONS", "Refused", "closing", "is_array", "quote_ident", "rewritten", "text"]
+__all__ = ["FUNCTIONS", "Refused", "closing", "is_array", "list_text", "quote_ident", "rewritten", "text"]
 
 
 class Refused(ValueError):
@@ -62,7 +62,13 @@ def _element_text(element: Any) -> str:
 
 def text(value: bytes) -> str:
     """An array in PostgreSQL's text format: `{a,b,"c d",NULL}`."""
-    return "{" + ",".join(_element_text(e) for e in _elements(value) or []) + "}"
+    return list_text(_elements(value) or [])
+
+
+def list_text(elements: list[Any]) -> str:
+    """Values as an array in PostgreSQL's text format (a driver's binary array parameter, as the
+    text one it could have sent)."""
+    return "{" + ",".join(_element_text(e) for e in elements) + "}"
 
 
 def _pg_array(*elements: Any) -> bytes:

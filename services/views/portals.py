@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from services.views import timestamps
+from services.views import arrays, timestamps
 from services.views.cursors import Rows
 from services.views.sql import PARAMETER, PG_TYPES, Column, Params, Result, SqlError
 
@@ -51,6 +51,21 @@ _TIMESTAMP = 1114  # without a zone: no view's column has it; a driver may send 
 _TEXTS = {0, 18, 19, 25, 1042, 1043}  # unknown, char, name, text, bpchar, varchar
 _INTEGERS = {_INT2: "!h", _INT4: "!i", _INT8: "!q"}
 _FLOATS = {_FLOAT4: "!f", _FLOAT8: "!d"}
+# Each type's array type: a driver declares `$1::int[]` so, and sends its list in binary (asyncpg).
+_ARRAY_OF = {
+    _BOOL: 1000,
+    _INT2: 1005,
+    _INT4: 1007,
+    _TEXT: 1009,
+    _INT8: 1016,
+    _FLOAT4: 1021,
+    _FLOAT8: 1022,
+    _TIMESTAMP: 1115,
+    _DATE: 1182,
+    _TIMESTAMPTZ: 1185,
+    _NUMERIC: 1231,
+}
+_ELEMENT_OF = {array: element for element, array in _ARRAY_OF.items()} | {1015: 1043}  # varchar[]
 _TRUE = {"t", "true", "1", "yes", "on", "y"}
 _FALSE = {"f", "false", "0", "no", "off", "n"}
 
@@ -177,7 +192,8 @@ _BETWEEN = re.compile(
 _IN = re.compile(_NAME + r"\s+(?:NOT\s+)?IN\s*\(([^()]*)\)", re.IGNORECASE)
 _COUNTS = re.compile(r"\b(?:LIMIT|OFFSET)\s+\$([1-9][0-9]*)", re.IGNORECASE)
 _CAST = re.compile(
-    r"\$([1-9][0-9]*)\s*::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s+(?:precision|varying))?)", re.IGNORECASE
+    r"\$([1-9][0-9]*)\s*::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s+(?:precision|varying))?)(\s*\[\s*\])?",
+    re.IGNORECASE,
 )
 _CAST_TYPES = {
     **dict.fromkeys(("int", "integer", "int4"), _INT4),
@@ -202,9 +218,9 @@ def inferred_types(sql: str, columns: dict[str, int]) -> dict[int, int]:
     one of LIMIT or OFFSET an int8. A driver that prepares, then encodes each value by the type
     it is told (pgx), needs it, as PostgreSQL infers it."""
     types: dict[int, int] = {}
-    for number, name in _CAST.findall(sql):  # $1::INTEGER: the type it is cast to, first
+    for number, name, array in _CAST.findall(sql):  # $1::INTEGER: the type it is cast to, first
         if (oid := _CAST_TYPES.get(" ".join(name.lower().split()))) is not None:
-            types.setdefault(int(number), oid)
+            types.setdefault(int(number), _ARRAY_OF.get(oid, 0) if array else oid)
 
     def column(quoted: str, bare: str) -> int | None:
         return columns.get((quoted.replace('""', '"') if quoted else bare).lower())
@@ -294,9 +310,30 @@ def _binary(data: bytes, oid: int, number: int) -> Any:
         return data.decode()
     if (decoded := _DECODED.get(oid)) is not None:
         return decoded(data)
+    if oid in _ELEMENT_OF:
+        return _binary_array(data, number)
     raise SqlError(
         "0A000", f"parameter ${number}: binary values of type oid {oid} are not served; send it as text"
     )
+
+
+def _binary_array(data: bytes, number: int) -> str:
+    """PostgreSQL's binary array (dimensions, a null flag, the elements' type, each dimension's
+    size and lower bound, then each element's length and bytes) of one dimension, as its text
+    (`{1,2}`), which the SQL reader's arrays read as a text parameter's."""
+    dimensions, _nulls, element = struct.unpack_from("!iiI", data)
+    if dimensions == 0:
+        return "{}"
+    if dimensions != 1:
+        raise SqlError("0A000", f"parameter ${number}: arrays of {dimensions} dimensions are not served")
+    (count,) = struct.unpack_from("!i", data, 12)
+    at, elements = 20, []
+    for _ in range(count):
+        (length,) = struct.unpack_from("!i", data, at)
+        at += 4
+        elements.append(None if length < 0 else _binary(data[at : at + length], element, number))
+        at += max(length, 0)
+    return arrays.list_text(elements)
 
 
 def _numeric(data: bytes) -> int | float:

@@ -53,7 +53,8 @@ def test_a_jdbc_tool_browses_the_views_pulls_a_row_as_http_gives_it_and_follows_
         written,
         [{"club_status": "platinum", "channel": "web", "hour": "2026-11-24T03", "ratings": 7}],
     )
-    service = Service(stack_env, views, tmp_path).start()
+    # fewer rows a query than the view has: a fetch size's portal streams past the cap
+    service = Service(stack_env, views, tmp_path, VIEWS_PG_MAX_ROWS="8").start()
     service.wait_healthy()
     _, row = service.get("/views/customer_ratings/7")
     calls = _probe(stack_env, service.pg_port, "customer_ratings", 7)
@@ -105,5 +106,7 @@ def test_a_jdbc_tool_browses_the_views_pulls_a_row_as_http_gives_it_and_follows_
         *([f"{c['user_id']},{c['ratings']}"] for c in written[:3]),
     ]
     assert calls["copiedCount"] == [["3"]]
+    # 10 rows through a service capped at 8 a query: read 3 at a time from one snapshot
+    assert calls["fetched"] == [[str(c["user_id"])] for c in written]
     assert service.get("/views/customer_ratings/7") == (200, row)  # the write changed nothing
     assert service.stop() == 0

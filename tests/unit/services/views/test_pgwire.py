@@ -1589,3 +1589,22 @@ def test_a_portal_executed_a_few_rows_at_a_time_reads_any_number_of_rows_without
         # whole, as before, without a row limit: refused past the cap
         _send(sock, _bind(b"", b"s"), (b"E", b"\0\0\0\0\0"), SYNC)
         assert b"C54000" in _until(sock, b"Z")[-2][1]
+
+
+def test_an_array_parameter_sent_in_binary_is_read_as_its_text_would_be(served: Served) -> None:
+    # pgx and Npgsql send a list bound to `$1::int[]` in binary, as the type they are told
+    with _started(served.port) as sock:
+        query = b"SELECT user_id FROM customer_ratings WHERE user_id = ANY($1::int[]) ORDER BY 1\0"
+        _send(sock, (b"P", b"a\0" + query + b"\0\0"), (b"D", b"Sa\0"), SYNC)
+        described = _until(sock, b"Z")
+        assert described[1] == (b"t", struct.pack("!hI", 1, 1007))  # int4[], as PostgreSQL infers it
+        elements = [struct.pack("!ii", 4, 2), struct.pack("!i", -1), struct.pack("!ii", 4, 5)]  # 2, NULL, 5
+        array = struct.pack("!iiIii", 1, 1, 23, 3, 1) + b"".join(elements)
+        bind = b"\0a\0" + struct.pack("!hhhi", 1, 1, 1, len(array)) + array + struct.pack("!h", 0)
+        _send(sock, (b"B", bind), (b"E", b"\0\0\0\0\0"), SYNC)
+        rows = _until(sock, b"Z")
+        assert [body[6:] for kind, body in rows if kind == b"D"] == [b"2", b"5"]
+        empty = struct.pack("!iiI", 0, 0, 23)
+        bind = b"\0a\0" + struct.pack("!hhhi", 1, 1, 1, len(empty)) + empty + struct.pack("!h", 0)
+        _send(sock, (b"B", bind), (b"E", b"\0\0\0\0\0"), SYNC)
+        assert [k for k, _ in _until(sock, b"Z")] == [b"2", b"C", b"Z"]  # = ANY ('{}'): no row

@@ -97,6 +97,14 @@ public class JdbcProbe {
             } catch (SQLException e) {
                 error("subscribed", e);
             }
+            // A result read a few rows at a time, as a tool with a fetch size reads a large one
+            // (outside autocommit the driver executes a portal with a row limit)
+            try (Statement fetched = connection.createStatement()) {
+                fetched.setFetchSize(3);
+                print("fetched", fetched.executeQuery("SELECT user_id FROM " + view + " ORDER BY user_id"));
+            } catch (SQLException e) {
+                error("fetched", e);
+            }
             connection.rollback();
             connection.setAutoCommit(true);
             // An export as the driver's CopyManager makes it: COPY (...) TO STDOUT, in CSV
