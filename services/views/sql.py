@@ -434,12 +434,18 @@ def _time_casts(sql: str) -> str:
 
 def _casts(sql: str) -> str:
     """Each `x::type` as SQLite's `CAST`, `timestamps`' for its time types, `pg_array_in` for an
-    array type."""
-    masked = _masked(sql)
-    for found in reversed([m for m in _CAST_TYPE.finditer(sql) if masked[m.start()] == ":"]):
+    array type; the first first, so that a chained cast (`$1::text::int[]`) casts what the one
+    before it wrote."""
+    done = 0
+    while True:
+        masked = _masked(sql)
+        found = next((m for m in _CAST_TYPE.finditer(sql, done) if masked[m.start()] == ":"), None)
+        if found is None:
+            return sql
         start = _operand_start(masked, found.start())
         if start == found.start():
-            continue  # nothing before it to cast: SQLite says what is wrong
+            done = found.end()  # nothing before it to cast: SQLite says what is wrong
+            continue
         operand = sql[start : found.start()].strip()
         if found.group(3):  # to an array type: `'{1,2}'::int[]`
             cast = f"pg_array_in({operand}, {view_literal(found.group(1))})"
@@ -448,8 +454,7 @@ def _casts(sql: str) -> str:
                 f"CAST({operand} AS {found.group(1)}{found.group(2) or ''})"
             )
         sql = sql[:start] + cast + sql[found.end() :]
-        masked = masked[:start] + cast + masked[found.end() :]
-    return sql
+        done = start
 
 
 _ARITHMETIC = re.compile(r"[-+*/](?!-)")

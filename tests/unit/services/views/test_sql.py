@@ -110,6 +110,11 @@ def test_the_schema_public_is_taken_off_names_and_left_in_strings_comments_and_o
             "SELECT 'a::int', x FROM v -- y::int",
         ),  # strings and comments kept
         (
+            "SELECT '5'::text::int, $1::text::int[], (a::int + b::int)::text FROM v",
+            "SELECT CAST(CAST('5' AS text) AS int), pg_array_in(CAST($1 AS text), 'int'),"
+            " CAST((CAST(a AS int) + CAST(b AS int)) AS text) FROM v",
+        ),  # chained: each casts what the one before it wrote (written wrong before)
+        (
             "SELECT current_schema(),session_user, CURRENT_USER, current_catalog FROM v",
             "SELECT current_schema(),session_user(), current_user(), current_database() FROM v",
         ),  # PostgreSQL's calls without parentheses
