@@ -13,6 +13,7 @@ __all__ = [
     "metadata",
     "metrics",
     "numbers",
+    "patterns",
     "pgwire",
     "plans",
     "portals",

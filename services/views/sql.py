@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from foundation.errors import RatingsError
-from services.views import arrays, numbers, timestamps
+from services.views import arrays, numbers, patterns, timestamps
 from services.views.store import Store, column_sql, key_of, served, still_loading, utf8_bytes, view_literal
 
 __all__ = [
@@ -385,8 +385,9 @@ def pg_casts(sql: str) -> str:
     `count(*)::float`, `'7'::bigint`, `(a + b)::numeric(10, 2)`, `CASE ... END::text`),
     PostgreSQL's clock (`now() - interval '1 hour'`) and casts to its time types as
     `timestamps` writes them, `current_user` (`user`, `session_user`, `current_role`,
-    `current_catalog`, `current_timestamp`, `current_date`) as a call, and arrays, `= ANY (...)`
-    and functions in FROM as `arrays` writes them, outside strings and comments."""
+    `current_catalog`, `current_timestamp`, `current_date`) as a call, arrays, `= ANY (...)`
+    and functions in FROM as `arrays` writes them, and ILIKE as `patterns` does, outside
+    strings and comments."""
     if _NILADIC.search(sql) is not None:
         masked = _masked(sql)
         for found in reversed([m for m in _NILADIC.finditer(sql) if masked[m.start()] == sql[m.start()]]):
@@ -403,6 +404,8 @@ def pg_casts(sql: str) -> str:
         sql = _time_casts(sql)
     if _CLOCK.search(sql) is not None:  # after the casts: `'2026-12-07'::date + interval '1 day'`
         sql = timestamps.rewritten(sql, _masked, _operand_start)
+    if "ilike" in sql.lower():
+        sql = patterns.rewritten(sql, _masked)
     return sql
 
 
@@ -669,6 +672,9 @@ class SqlReader:
         for name, value in _SESSION_FUNCTIONS.items():  # what drivers and tools ask as they connect
             conn.create_function(name, 0, lambda v=value: v, deterministic=True)
         conn.create_collation(timestamps.COLLATION, timestamps.order)
+        for arguments in (2, 3):  # LIKE as PostgreSQL's: case-sensitive, `\` its escape
+            conn.create_function("like", arguments, _refusing(patterns.like, "22025"), deterministic=True)
+        conn.create_function("glob", 2, _refusing(patterns.glob, "22025"), deterministic=True)  # ILIKE
         conn.create_collation(timestamps.INTERVALS, timestamps.interval_order)
         conn.create_function(
             timestamps.INTERVALS, 1, _refusing(timestamps.interval, "22007"), deterministic=True

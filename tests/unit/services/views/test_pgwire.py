@@ -1608,3 +1608,16 @@ def test_an_array_parameter_sent_in_binary_is_read_as_its_text_would_be(served: 
         bind = b"\0a\0" + struct.pack("!hhhi", 1, 1, 1, len(empty)) + empty + struct.pack("!h", 0)
         _send(sock, (b"B", bind), (b"E", b"\0\0\0\0\0"), SYNC)
         assert [k for k, _ in _until(sock, b"Z")] == [b"2", b"C", b"Z"]  # = ANY ('{}'): no row
+
+
+def test_like_is_case_sensitive_with_a_backslash_escape_and_ilike_is_not(served: Served) -> None:
+    # SQLite's LIKE matched 'gold' to 'Gold%' and had no ILIKE: other rows than PostgreSQL's
+    assert served.rows("SELECT count(*) FROM customer_ratings WHERE club_status LIKE 'Gold%'") == ["0"]
+    assert served.rows("SELECT count(*) FROM customer_ratings WHERE club_status LIKE 'gold%'") == ["3"]
+    assert served.rows("SELECT count(*) FROM customer_ratings WHERE club_status ILIKE 'GOLD%'") == ["3"]
+    assert served.rows("SELECT count(*) FROM customer_ratings WHERE club_status NOT ILIKE 'g%'") == ["3"]
+    assert served.rows(
+        "SELECT 'a_c' LIKE 'a\\_c', 'abc' LIKE 'a\\_c', club_status ILIKE 'P%'"
+        " FROM customer_ratings WHERE user_id = 7"
+    ) == ["t|f|t"]
+    assert served.refused("SELECT 'a' LIKE 'a\\'") == "22025"
