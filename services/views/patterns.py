@@ -13,6 +13,8 @@ import functools
 import re
 from collections.abc import Callable
 
+from services.views import numbers
+
 __all__ = ["glob", "like", "rewritten"]
 
 _ILIKE = re.compile(r"\bILIKE\b", re.IGNORECASE)
@@ -35,8 +37,8 @@ def glob(pattern: str | None, value: object) -> int | None:
 def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))  # 4.0 matches '4%', as PostgreSQL's text of a number does
+    if isinstance(value, float):
+        return numbers.float8_text(value)  # 4.0 matches '4%', as PostgreSQL's text of 4 does
     return str(value)
 
 
