@@ -487,6 +487,11 @@ def age(later: str | None, earlier: str | None = None) -> str | None:
     return _interval_text(sign * months, sign * days, sign * micro)
 
 
+# Words before a sign, never an operand: `SELECT - interval '1 day'` negates the interval.
+_NO_OPERANDS = frozenset(
+    "select where and or not when then else on by as in is between having case like ilike values"
+    " distinct return returning".split()
+)
 # `± interval '...'` after any operand: `pg_shift`'s, compared by instant.
 _SHIFT = re.compile(r"([-+])\s*interval\s*'", re.IGNORECASE)
 
@@ -503,10 +508,10 @@ def _shifts(sql: str, masking: Callable[[str], str], operand_start: Callable[[st
             return sql
         close = masked.find("'", found.end())
         start = operand_start(masked, found.start())
-        if close < 0 or start == found.start():
-            done = found.end()  # no operand (`interval '1 day' + t`, a sign): SQLite says what is wrong
-            continue
         operand, literal = sql[start : found.start()].strip(), sql[found.end() - 1 : close + 1]
+        if close < 0 or not operand or operand.lower() in _NO_OPERANDS or operand.endswith(","):
+            done = found.end()  # no operand (`SELECT - interval '1 day'`, a sign): SQLite says what is wrong
+            continue
         call = f"(pg_shift({operand}, '{found.group(1)}', {literal}) COLLATE {COLLATION})"
         sql = sql[:start] + call + sql[close + 1 :]
         done = start + len(call)
