@@ -461,6 +461,7 @@ def _casts(sql: str) -> str:
 
 
 _ARITHMETIC = re.compile(r"[-+*/](?!-)")
+_NO_FACTOR = re.compile(r"\s*(?:FROM\b|,|\)|$)", re.IGNORECASE)  # what follows `*` in SELECT *
 _AFTER_OPERAND = re.compile(r"[\w)\"']")
 _NUMBERS = ("int", "long")
 
@@ -550,11 +551,12 @@ def _no_operator(operator: str, left_kind: str | None, right_kind: str | None) -
 
 
 def time_arithmetic(sql: str, kinds: dict[str, str]) -> str:
-    """`a - b` and `a + b` where either is a view's timestamp or date (a column, `max(t)`, a cast
-    literal: what `kinds`, the columns' types, say) as PostgreSQL computes them: the interval
-    between two timestamps (`pg_minus`), the days between two dates, a date moved by days; a
-    timestamp plus a number is refused, as in PostgreSQL. SQLite would add or subtract the two
-    texts' leading numbers (the years) and give a wrong number without a word."""
+    """`a - b`, `a + b`, `a * b` and `a / b` where either is a view's timestamp, date or an
+    interval (a column, `max(t)`, a cast literal, a parameter: what `kinds` say) as PostgreSQL
+    computes them: the interval between two timestamps (`pg_minus`), the days between two dates,
+    a date moved by days, a timestamp moved by an interval; a timestamp plus a number, or times
+    anything, is refused as in PostgreSQL, and an interval's own arithmetic as not served.
+    SQLite would compute with the texts' leading numbers (the years) without a word."""
     masked = _masked(sql)
     for found in reversed(list(_ARITHMETIC.finditer(masked))):
         at = found.start()
@@ -563,6 +565,8 @@ def time_arithmetic(sql: str, kinds: dict[str, str]) -> str:
             continue  # a sign, or a comment's
         if re.search(r"[0-9.][eE]$", before):
             continue  # an exponent: 1e-3
+        if found.group(0) == "*" and _NO_FACTOR.match(masked, at + 1):
+            continue  # SELECT *: every column, no product
         start, end = _operand_start(masked, at), _operand_end(masked, at + 1)
         left, right = sql[start:at].strip(), sql[at + 1 : end].strip()
         if not left or not right or right.lower().startswith("interval"):
@@ -1265,6 +1269,7 @@ _TYPE_NAMES = {
     **dict.fromkeys(("timestamp", "timestamp without time zone"), "timestamp"),
 }
 _UNNAMED = "?column?"
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")
 
 
 def aliased(item: str) -> tuple[str, str | None]:
@@ -1316,7 +1321,10 @@ def _figured(expression: str) -> tuple[str, int]:  # noqa: PLR0911, PLR0912 - Po
             return (_unquoted(alias), 2) if alias is not None else _figured(first)
         text = inner
     masked = _masked(text)
-    cast = _last_cast(masked)
+    if (column := _COLUMN_REF.fullmatch(masked)) is not None:  # the commonest: a name
+        word = _unquoted(text[column.start(1) : column.end(1)])
+        return (_UNNAMED, 0) if word == "null" else ("bool", 1) if word in ("true", "false") else (word, 2)
+    cast = _last_cast(masked) if "::" in masked else None
     if cast is not None:
         name, strength = _figured(text[:cast])
         if strength > 1:
@@ -1337,18 +1345,12 @@ def _figured(expression: str) -> tuple[str, int]:  # noqa: PLR0911, PLR0912 - Po
         return "array", 2
     if _whole(masked, r"EXISTS\s*\(", ")"):
         return "exists", 2
-    if masked.lower() in ("true", "false"):  # PostgreSQL reads them as 't'::bool
-        return "bool", 1
-    if masked.lower() == "null":
-        return _UNNAMED, 0
     if (call := _CALLED.match(masked)) is not None:
         close = arrays.closing(masked, call.end() - 1, ")")
         rest = masked[close + 1 :].strip() if close > 0 else "?"
         if not rest or re.match(r"(?:OVER|FILTER)\b", rest, re.IGNORECASE):
             word = _unquoted(text[call.start(1) : call.end(1)])
             return word, 2
-    if (column := _COLUMN_REF.fullmatch(masked)) is not None and text[:1] != "'":
-        return _unquoted(text[column.start(1) : column.end(1)]), 2
     return _UNNAMED, 0
 
 
@@ -1384,6 +1386,8 @@ def pg_names(sql: str, names: list[str]) -> list[str]:
     """The result's column names as PostgreSQL gives them: an alias as written (unquoted), an
     item without one named by `pg_name`; `names` (SQLite's) where the SELECT list is not the
     result's columns one for one (`*`, a set operation of several lists, VALUES)."""
+    if all(_PLAIN_NAME.fullmatch(name) and name not in ("true", "false", "null") for name in names):
+        return names  # columns by their names, or aliases in lower case: PostgreSQL's names too
     items = _aligned(_without_comments(sql).rstrip().rstrip(";"), len(names))
     if items is None:
         return names
