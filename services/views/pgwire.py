@@ -620,6 +620,15 @@ class PgServer:
         known = self._described(session, portal.statement.sql)
         if known is not None:
             return _message(b"T", row_description(known, portal.result_formats)) if known else _message(b"n")
+        if portal.result is None and portal.rows is None:
+            try:
+                await self._ran(session, portal)
+            except SqlError as err:  # more rows than a result holds: described without them, for
+                if err.sqlstate != "54000":  # an Execute with a row limit (JDBC's fetch size) to stream
+                    raise
+                if portal.described is None:
+                    portal.described = await asyncio.to_thread(self.reader.describe, portal.statement.sql)
+                return _message(b"T", row_description(portal.described, portal.result_formats))
         result = await self._ran(session, portal)
         return _message(b"T", row_description(result.columns, portal.result_formats))
 

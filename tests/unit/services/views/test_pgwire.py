@@ -1586,6 +1586,12 @@ def test_a_portal_executed_a_few_rows_at_a_time_reads_any_number_of_rows_without
         rest = _until(sock, b"Z")
         assert [k for k, _ in rest] == [b"2", b"D", b"D", b"s", *[b"D"] * 5, b"C", b"Z"]
         assert rest[-2][1] == b"SELECT 5\0"
+        # described first, as JDBC describes its portal before it executes it with its fetch size
+        _send(sock, _bind(b"e", b"s"), (b"D", b"Pe\0"), (b"E", b"e\0" + struct.pack("!i", 4)), SYNC)
+        described = _until(sock, b"Z")
+        assert [k for k, _ in described] == [b"2", b"T", *[b"D"] * 4, b"s", b"Z"]
+        _send(sock, (b"E", b"e\0" + struct.pack("!i", 4)), SYNC)
+        assert [k for k, _ in _until(sock, b"Z")] == [*[b"D"] * 3, b"C", b"Z"]
         # whole, as before, without a row limit: refused past the cap
         _send(sock, _bind(b"", b"s"), (b"E", b"\0\0\0\0\0"), SYNC)
         assert b"C54000" in _until(sock, b"Z")[-2][1]
