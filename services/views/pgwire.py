@@ -10,10 +10,10 @@ SHOW...) do is `session`'s; this module speaks the protocol.
 - Simple queries, one statement each, and the extended protocol (Parse, Bind, Describe,
   Execute, Close, Sync: what psycopg, JDBC and pgx send), with `$1`, `$2`... parameters in text
   or binary (`portals`) and rows in text or binary. A portal executed with a row limit sends
-  that many rows, then PortalSuspended, as PostgreSQL does; first executed so, its rows are read
-  from one snapshot a page at a time (any number of them, as a cursor's). A connection holds at most
-  MAX_PREPARED_BYTES of prepared statements and MAX_PORTALS portals (SQLSTATE 53000 past
-  them). After an error in the extended protocol, messages are skipped until the client's Sync.
+  that many rows, then PortalSuspended, as PostgreSQL does; first executed so, its rows are
+  read from one snapshot a page at a time (any number of them, as a cursor's). A connection
+  holds at most MAX_PREPARED_BYTES of prepared statements and MAX_PORTALS portals (SQLSTATE
+  53000 past them). After an error in the extended protocol, messages are skipped until the client's Sync.
 - Every ReadyForQuery carries the session's transaction state (idle, in a transaction, or in
   a failed one), as drivers that open a transaction before their first query expect.
 - Every refusal is an ErrorResponse with PostgreSQL's SQLSTATE: 25006 for a write, 54000 for
@@ -621,10 +621,12 @@ class PgServer:
         if known is not None:
             return _message(b"T", row_description(known, portal.result_formats)) if known else _message(b"n")
         if portal.result is None and portal.rows is None:
+            # Run once, here, within the cap; past it, described without its rows, which an
+            # Execute with a row limit (JDBC's fetch size, after this Describe) then streams.
             try:
                 await self._ran(session, portal)
-            except SqlError as err:  # more rows than a result holds: described without them, for
-                if err.sqlstate != "54000":  # an Execute with a row limit (JDBC's fetch size) to stream
+            except SqlError as err:
+                if err.sqlstate != "54000":
                     raise
                 if portal.described is None:
                     portal.described = await asyncio.to_thread(self.reader.describe, portal.statement.sql)

@@ -51,7 +51,7 @@ _TIMESTAMP = 1114  # without a zone: no view's column has it; a driver may send 
 _TEXTS = {0, 18, 19, 25, 1042, 1043}  # unknown, char, name, text, bpchar, varchar
 _INTEGERS = {_INT2: "!h", _INT4: "!i", _INT8: "!q"}
 _FLOATS = {_FLOAT4: "!f", _FLOAT8: "!d"}
-# Each type's array type: a driver declares `$1::int[]` so, and sends its list in binary (asyncpg).
+# Each type's array type: `$1::int[]` is declared so, and pgx or Npgsql then send a list in binary.
 _ARRAY_OF = {
     _BOOL: 1000,
     _INT2: 1005,
