@@ -1294,11 +1294,6 @@ def _written(name: str) -> str:
     return name[1:-1].replace('""', '"') if name.startswith('"') else name
 
 
-def _unquoted(name: str) -> str:
-    """An identifier as PostgreSQL reads it: a quoted one as written, any other in lower case."""
-    return name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
-
-
 def pg_name(expression: str) -> str:
     """The name PostgreSQL gives the column of a SELECT list's item without an alias: a column's
     name, a function's (`count(*)`: count), a cast's operand's or its type's (`'1'::int`:
@@ -1318,11 +1313,11 @@ def _figured(expression: str) -> tuple[str, int]:  # noqa: PLR0911, PLR0912 - Po
             if not items:
                 return _UNNAMED, 0
             first, alias = aliased(items[0])
-            return (_unquoted(alias), 2) if alias is not None else _figured(first)
+            return (identifier(alias), 2) if alias is not None else _figured(first)
         text = inner
     masked = _masked(text)
     if (column := _COLUMN_REF.fullmatch(masked)) is not None:  # the commonest: a name
-        word = _unquoted(text[column.start(1) : column.end(1)])
+        word = identifier(text[column.start(1) : column.end(1)])
         return (_UNNAMED, 0) if word == "null" else ("bool", 1) if word in ("true", "false") else (word, 2)
     cast = _last_cast(masked) if "::" in masked else None
     if cast is not None:
@@ -1349,7 +1344,7 @@ def _figured(expression: str) -> tuple[str, int]:  # noqa: PLR0911, PLR0912 - Po
         close = arrays.closing(masked, call.end() - 1, ")")
         rest = masked[close + 1 :].strip() if close > 0 else "?"
         if not rest or re.match(r"(?:OVER|FILTER)\b", rest, re.IGNORECASE):
-            word = _unquoted(text[call.start(1) : call.end(1)])
+            word = identifier(text[call.start(1) : call.end(1)])
             return word, 2
     return _UNNAMED, 0
 
@@ -1391,7 +1386,7 @@ def pg_names(sql: str, names: list[str]) -> list[str]:
     items = _aligned(_without_comments(sql).rstrip().rstrip(";"), len(names))
     if items is None:
         return names
-    return [_unquoted(alias) if (alias := aliased(item)[1]) is not None else pg_name(item) for item in items]
+    return [identifier(alias) if (alias := aliased(item)[1]) is not None else pg_name(item) for item in items]
 
 
 def _without_comments(sql: str) -> str:
