@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 from foundation.errors import RatingsError
 from services.views import arrays, numbers, patterns, timestamps
@@ -502,7 +502,7 @@ def _time_operation(operator: str, left: str, right: str, kinds: dict[str, str])
 
 def _moment_operation(
     operator: str, left: str, right: str, left_kind: str | None, right_kind: str | None
-) -> str | None:
+) -> str:
     """`left operator right` where one is a timestamp or a date and neither an interval."""
     found = {left_kind, right_kind}
     if operator in "*/":
@@ -516,7 +516,6 @@ def _moment_operation(
     if operator == "+" and left_kind in _NUMBERS and right_kind == "date":
         return f"date({right}, printf('%+d days', {left}))"
     _no_operator(operator, left_kind, right_kind)
-    return None
 
 
 def _interval_operation(
@@ -533,10 +532,10 @@ def _interval_operation(
             "0A000", f"interval arithmetic ({operator}) is not served: keep such a length in seconds"
         )
     _no_operator(operator, left_kind, right_kind)
-    raise AssertionError  # _no_operator raised
 
 
-def _no_operator(operator: str, left_kind: str | None, right_kind: str | None) -> None:
+def _no_operator(operator: str, left_kind: str | None, right_kind: str | None) -> NoReturn:
+    """42883, PostgreSQL's refusal of an operator for these operand types."""
     shown = {
         "timestamp": "timestamp with time zone",
         "int": "integer",
