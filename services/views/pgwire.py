@@ -491,16 +491,31 @@ class PgServer:
         count of any size, never held whole), then CommandComplete, returned to go out with what
         follows. An error part way (the client's cancel, the cursor's deadline) follows the rows
         already sent, as PostgreSQL's does."""
-        sent = 0
         head = _message(b"T", row_description(rows.columns)) if describe else b""  # with the first rows
+        sent, head = await self._pages_out(session, rows, asked.count, formats, writer, head=head)
+        return head + _message(b"C", _cstr(f"FETCH {sent}"))
+
+    async def _pages_out(
+        self,
+        session: Session,
+        rows: cursors.Rows,
+        count: int | None,
+        formats: Sequence[int],
+        writer: asyncio.StreamWriter,
+        *,
+        head: bytes = b"",
+    ) -> tuple[int, bytes]:
+        """The next `count` of `rows` (None: all) as DataRows, written a page at a time as the
+        client reads them, `head` with the first: how many went, and `head` if none did."""
+        sent = 0
         with self._cancellable(session):
-            async with contextlib.aclosing(rows.pages(asked.count)) as pages:
+            async with contextlib.aclosing(rows.pages(count)) as pages:
                 async for page in pages:
                     data = data_rows(Result(rows.columns, page), formats, 0, len(page))
                     writer.write(head + b"".join(_message(b"D", row) for row in data))
                     head, sent = b"", sent + len(page)
                     await writer.drain()  # the client reads as fast as it likes, and no faster
-        return head + _message(b"C", _cstr(f"FETCH {sent}"))
+        return sent, head
 
     async def _result(self, sql: str, params: Params, timeout_s: float | None = None) -> Result:
         """psql's \\d and \\d NAME, then a pull by key on the event loop, as over HTTP; anything else
@@ -728,14 +743,10 @@ class PgServer:
             if told is not None and [c.name for c in told] == [c.name for c in rows.columns]:
                 rows.columns = told  # the types the client was told
             portal.rows = rows
-        rows, sent = portal.rows, 0
-        with self._cancellable(session):
-            async with contextlib.aclosing(rows.pages(limit if limit > 0 else None)) as pages:
-                async for page in pages:
-                    data = data_rows(Result(rows.columns, page), portal.result_formats, 0, len(page))
-                    writer.write(b"".join(_message(b"D", row) for row in data))
-                    sent += len(page)
-                    await writer.drain()  # the client reads as fast as it likes, and no faster
+        rows = portal.rows
+        sent, _ = await self._pages_out(
+            session, rows, limit if limit > 0 else None, portal.result_formats, writer
+        )
         if limit > 0 and sent == limit:
             return _message(b"s")  # PortalSuspended: Execute again for more
         portal.close()
