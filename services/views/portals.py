@@ -309,7 +309,8 @@ def _binary(data: bytes, oid: int, number: int) -> Any:
     if oid in _TEXTS:
         return data.decode()
     if (decoded := _DECODED.get(oid)) is not None:
-        return decoded(data)
+        value = decoded(data)
+        return _TIME_PARAMETERS[oid](value) if oid in _TIME_PARAMETERS else value  # marked, as in text
     if oid in _ELEMENT_OF:
         return _binary_array(data, number)
     raise SqlError(
@@ -349,9 +350,9 @@ def _numeric(data: bytes) -> int | float:
 
 _DECODED: dict[int, Callable[[bytes], Any]] = {
     _NUMERIC: _numeric,
-    _TIMESTAMPTZ: lambda data: timestamps.TimeParameter(timestamps.timestamp_of_binary(data)),
-    _TIMESTAMP: lambda data: timestamps.TimeParameter(timestamps.timestamp_of_binary(data)),
-    _DATE: lambda data: timestamps.DateParameter(timestamps.date_of_binary(data)),
+    _TIMESTAMPTZ: timestamps.timestamp_of_binary,
+    _TIMESTAMP: timestamps.timestamp_of_binary,
+    _DATE: timestamps.date_of_binary,
 }
 _TIME_PARAMETERS: dict[int, Callable[[str], str]] = {
     _TIMESTAMPTZ: timestamps.TimeParameter,
