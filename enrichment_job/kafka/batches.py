@@ -30,6 +30,15 @@ def concat(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables).combine_chunks()
 
 
+def _code_stable(per_row: int) -> int:
+    """`per_row` rounded down to a power of two. The bound is a literal of the code Spark
+    generates for the batch's collect: a bound of its own every batch (it follows the batch's
+    records) made Spark compile that code again every batch, and the JIT then compile the new
+    class, a steady fifth of a core in the views job. Rounded, a few values cover every batch
+    and the compiled code is reused; rows up to half the bound may come in slices."""
+    return 1 << (per_row.bit_length() - 1) if per_row > 0 else per_row
+
+
 class Slices:
     """A micro-batch's rows (key, value, headers when it has them, and `extra` columns) taken to
     the driver a bounded number of bytes at a time, rather than in one collect: the rows of a
@@ -40,7 +49,8 @@ class Slices:
     Entering does all of the Spark work, before the batch's transaction opens (a transaction
     open longer than the producer's timeout is aborted by the broker). It collects every row
     whose key and value together are at most `max_bytes` divided by `max_rows` (a bound on the
-    rows the batch can have: its records times the rows each can change) whole, and of each
+    rows the batch can have: its records times the rows each can change), rounded down to a
+    power of two, whole, and of each
     longer row only its size, key hash (one of 1,024 buckets) and `extra` columns: at most
     `max_bytes` in all, and one Spark job, as before, when no row is longer. The longer rows are
     then collected a slice at a time, each slice's keys and values `max_bytes` at most (unless
@@ -62,7 +72,7 @@ class Slices:
         self.data = ["key", "value", *(["headers"] if "headers" in df.columns else [])]
         self.df, self.others = df, [*order_by, *extra]
         self.max_bytes, self.order_by = max_bytes, order_by
-        self.per_row = max_bytes // max_rows if max_rows else -1  # longer rows come in slices
+        self.per_row = _code_stable(max_bytes // max_rows) if max_rows else -1  # longer rows: slices
         self.rows = self.bytes = 0
         self.largest = 0  # the bytes of the largest collect
         self.plan: list[list[int]] = []  # the buckets of each slice of the longer rows

@@ -83,3 +83,12 @@ def test_without_a_bound_on_the_rows_every_row_comes_in_slices_and_an_empty_batc
     assert tables[0].num_rows == 0 and sorted(k for k, _ in _pairs(tables)) == [b"a", b"b"]
     with Slices(spark.createDataFrame([], "key string, value string"), 1_000_000, 0) as empty:
         assert [t.num_rows for t in empty] == [0] and empty.rows == empty.bytes == 0
+
+
+def test_the_bound_a_row_is_a_power_of_two_so_batches_of_different_sizes_share_their_code(spark: Any) -> None:
+    df = _rows(spark, {"a": 10})
+    bounds = {Slices(df, 128 << 20, records * 3).per_row for records in range(40_000, 43_000, 97)}
+    # 1,118 to 1,041 bytes a row, each batch's own: one bound, so one generated code for them all
+    assert bounds == {1024}
+    assert Slices(df, 1_000_000, 3).per_row == 262_144 <= 1_000_000 // 3
+    assert Slices(df, 100, 200).per_row == 0 and Slices(df, 100, None).per_row == -1
