@@ -636,15 +636,21 @@ class PgServer:
         if known is not None:
             return _message(b"T", row_description(known, portal.result_formats)) if known else _message(b"n")
         if portal.result is None and portal.rows is None:
-            # Run once, here, within the cap; past it, described without its rows, which an
-            # Execute with a row limit (JDBC's fetch size, after this Describe) then streams.
+            # Run once, here, within the cap; past it, its stream is opened now and typed by its
+            # first rows, as within the cap, and an Execute with a row limit (JDBC's fetch size,
+            # after this Describe) reads on from it; one without is refused, as before.
             try:
                 await self._ran(session, portal)
             except SqlError as err:
                 if err.sqlstate != "54000":
                     raise
-                if portal.described is None:
-                    portal.described = await asyncio.to_thread(self.reader.describe, portal.statement.sql)
+                if portal.ahead is None:
+                    portal.ahead = cursors.Rows(
+                        await self._rows(portal.statement.sql, portal.params), hold=False
+                    )
+                    if portal.described is not None:  # the statement's Describe told the types
+                        _keep_told(portal.ahead, portal.described)
+                portal.described = portal.ahead.columns
                 return _message(b"T", row_description(portal.described, portal.result_formats))
         result = await self._ran(session, portal)
         return _message(b"T", row_description(result.columns, portal.result_formats))
@@ -738,10 +744,11 @@ class PgServer:
         PortalSuspended, or CommandComplete once the rows have run out."""
         if portal.rows is None:
             session.refuse_if_aborted()
-            rows = cursors.Rows(await self._rows(portal.statement.sql, portal.params), hold=False)
-            told = portal.described
-            if told is not None and [c.name for c in told] == [c.name for c in rows.columns]:
-                rows.columns = told  # the types the client was told
+            rows, portal.ahead = portal.ahead, None  # opened by a Describe past the cap
+            if rows is None:
+                rows = cursors.Rows(await self._rows(portal.statement.sql, portal.params), hold=False)
+            if portal.described is not None:
+                _keep_told(rows, portal.described)
             portal.rows = rows
         rows = portal.rows
         sent, _ = await self._pages_out(
@@ -752,6 +759,12 @@ class PgServer:
         portal.close()
         portal.result = Result(rows.columns, [])  # run out: an Execute again gets none
         return _message(b"C", _cstr(portal.result.tag(sent)))
+
+
+def _keep_told(rows: cursors.Rows, told: tuple[Column, ...]) -> None:
+    """`rows` written as the types the client was told, when they are the same columns."""
+    if [c.name for c in told] == [c.name for c in rows.columns]:
+        rows.columns = told
 
 
 class _Held:

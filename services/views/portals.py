@@ -110,12 +110,15 @@ class Portal:
     result: Result | None = None
     sent: int = 0
     rows: Rows | None = None  # read from one snapshot a page at a time, once executed with a row limit
+    # Opened by a Describe past VIEWS_PG_MAX_ROWS, for its types: an Execute with a row limit reads it
+    ahead: Rows | None = None
 
     def close(self) -> None:
-        """Its stream's snapshot let go, if it has one."""
-        if self.rows is not None:
-            self.rows.close()
-            self.rows = None
+        """Its streams' snapshots let go, if it has any."""
+        for rows in (self.rows, self.ahead):
+            if rows is not None:
+                rows.close()
+        self.rows = self.ahead = None
 
 
 def read_cstr(body: bytes, at: int) -> tuple[str, int]:

@@ -1597,6 +1597,31 @@ def test_a_portal_executed_a_few_rows_at_a_time_reads_any_number_of_rows_without
         assert b"C54000" in _until(sock, b"Z")[-2][1]
 
 
+def test_a_portal_described_past_the_row_cap_is_typed_by_its_rows_as_within_it(served: Served) -> None:
+    # JDBC describes its portal, then executes it with its fetch size. A column the query computes
+    # was typed from the statement's text past the cap and by its values within it: the same
+    # statement's types changed with its number of rows
+    query = b"SELECT user_id, abs(user_id - 10) AS distance FROM customer_ratings ORDER BY user_id\0"
+    typed = [("user_id", 23), ("distance", 20)]  # the view's int4; by its values, int8: as under the cap
+    with _started(served.port) as sock:
+        _send(sock, (b"P", b"s\0" + query + b"\0\0"), _bind(b"c", b"s"), (b"D", b"Pc\0"), SYNC)
+        assert b"C54000" not in b"".join(body for _, body in _until(sock, b"Z"))  # 7 rows: past the cap
+        small = b"SELECT user_id, abs(user_id - 10) AS distance FROM customer_ratings WHERE user_id < 3\0"
+        _send(sock, (b"P", b"w\0" + small + b"\0\0"), _bind(b"", b"w"), (b"D", b"P\0"), SYNC)
+        assert _described(dict(_until(sock, b"Z"))[b"T"]) == typed
+        _send(sock, _bind(b"e", b"s"), (b"D", b"Pe\0"), (b"E", b"e\0" + struct.pack("!i", 4)), SYNC)
+        answer = _until(sock, b"Z")
+        assert [k for k, _ in answer] == [b"2", b"T", *[b"D"] * 4, b"s", b"Z"]
+        assert _described(answer[1][1]) == typed
+        _send(sock, (b"E", b"e\0" + struct.pack("!i", 4)), SYNC)
+        rest = _until(sock, b"Z")
+        assert [k for k, _ in rest] == [*[b"D"] * 3, b"C", b"Z"]
+        assert [body[-1:] for k, body in rest if k == b"D"] == [b"5", b"4", b"3"]  # users 5 to 7
+        # described, then executed whole without a row limit: refused past the cap, as before
+        _send(sock, _bind(b"", b"s"), (b"D", b"P\0"), (b"E", b"\0\0\0\0\0"), SYNC)
+        assert b"C54000" in _until(sock, b"Z")[-2][1]
+
+
 def test_an_array_parameter_sent_in_binary_is_read_as_its_text_would_be(served: Served) -> None:
     # pgx and Npgsql send a list bound to `$1::int[]` in binary, as the type they are told
     with _started(served.port) as sock:
