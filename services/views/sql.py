@@ -398,6 +398,8 @@ def pg_casts(sql: str) -> str:
         sql = arrays.rewritten(sql, _masked, _operand_start)
     except arrays.Refused as err:
         raise SqlError(err.sqlstate, str(err)) from None
+    if _TYPED_TIME.search(sql) is not None:
+        sql = _typed_literals(sql)
     if "::" in sql:
         sql = _casts(sql)
     if _TIME_CAST.search(sql) is not None:
@@ -413,6 +415,23 @@ _CAST_CALL = re.compile(r"\bCAST\s*\(", re.IGNORECASE)
 _TIME_TYPE = r"(timestamptz|timestamp(?:\s+with(?:out)?\s+time\s+zone)?|date|interval)"
 _TIME_CAST = re.compile(rf"\bAS\s+{_TIME_TYPE}\s*\)", re.IGNORECASE)
 _TIME_CAST_END = re.compile(rf"\s+AS\s+{_TIME_TYPE}\s*$", re.IGNORECASE)
+
+
+_TYPED_TIME = re.compile(rf"\b{_TIME_TYPE}\s*'", re.IGNORECASE)
+
+
+def _typed_literals(sql: str) -> str:
+    """Each of SQL's typed literals of a time type (`timestamptz '2026-12-07 04:00'`,
+    `timestamp with time zone '...'`, `date '2026-12-07'`; an interval's is `timestamps`') as
+    the cast of its text to the type: SQLite read `date '...'` as a column named date."""
+    masked = _masked(sql)
+    for found in reversed([m for m in _TYPED_TIME.finditer(masked) if masked[m.start()] == sql[m.start()]]):
+        close = masked.find("'", found.end())
+        typed = timestamps.cast(sql[found.end() - 1 : close + 1], found.group(1)) if close > 0 else None
+        if typed is None or found.group(1).lower() == "interval" or masked[: found.start()].endswith("."):
+            continue
+        sql = sql[: found.start()] + typed + sql[close + 1 :]
+    return sql
 
 
 def _time_casts(sql: str) -> str:
@@ -691,6 +710,11 @@ class SqlReader:
         for arguments in (1, 2):
             conn.create_function("age", arguments, timestamps.age)  # age(t): from today
         conn.create_function("to_char", 2, _refusing(timestamps.to_char, "22007"), deterministic=True)
+        for arguments in (1, 2):  # of seconds; of a text and its format (Superset's time filters)
+            conn.create_function(
+                "to_timestamp", arguments, _refusing(timestamps.to_timestamp, "22007"), deterministic=True
+            )
+        conn.create_function("to_date", 2, _refusing(timestamps.to_date, "22007"), deterministic=True)
         for arguments in (1, 2):
             conn.create_function("current_setting", arguments, _current_setting)
         for name in ("current_user", "session_user", "current_role"):
@@ -1084,8 +1108,8 @@ _FUNCTION_KINDS = {
     **dict.fromkeys(("count", "length", "instr"), "long"),
     **dict.fromkeys(("age", "pg_minus"), "string"),  # an interval, as text
     **dict.fromkeys(("avg", "total", "round", "date_part"), "double"),
-    **dict.fromkeys(("date", "pg_date"), "date"),
-    **dict.fromkeys(("now", "date_trunc"), "timestamp"),
+    **dict.fromkeys(("date", "pg_date", "to_date"), "date"),
+    **dict.fromkeys(("now", "date_trunc", "to_timestamp"), "timestamp"),
     **dict.fromkeys(
         ("upper", "lower", "substr", "trim", "replace", "printf", "format", "group_concat"), "string"
     ),

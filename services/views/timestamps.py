@@ -11,7 +11,8 @@ views job writes them (Spark's JSON: `2026-12-07T05:00:00.000Z`, a date `2026-12
   a literal in any ISO 8601 or PostgreSQL spelling (`'2026-12-07 04:00'`, `'2026-12-07T04:00:00Z'`,
   `'2026-12-07 06:00:00+01'`, what Grafana's `$__timeFilter` writes) selects the same rows; a
   literal without a zone is in the session's zone, as in PostgreSQL.
-- `now()`, `date_trunc(field, t)`, `date_part(field, t)`, `to_char(t, format)`, `pg_date(t)`,
+- `now()`, `date_trunc(field, t)`, `date_part(field, t)`, `to_char(t, format)`,
+  `to_timestamp(seconds)`, `to_timestamp(text, format)`, `to_date(text, format)`, `pg_date(t)`,
   `pg_shift(t, sign, interval)` (`shifted`) and `pg_interval(text)` (`interval`) are functions
   of the reader's connections, in the session's zone; `extract(field FROM t)`, `t ± interval
   '...'` and an interval literal standing alone (`rewritten`), and casts to `timestamptz`,
@@ -56,6 +57,8 @@ __all__ = [
     "stored",
     "timestamp_of_binary",
     "to_char",
+    "to_date",
+    "to_timestamp",
     "zone_named",
 ]
 
@@ -650,3 +653,99 @@ def to_char(value: str | None, format_text: str | None) -> str | None:
             out.append(pattern)
         fill = True
     return "".join(out)
+
+
+# to_timestamp's and to_date's fields: each pattern's digits at most, and what it sets.
+_READ_FIELDS = {
+    "YYYY": (4, "year"),
+    "MM": (2, "month"),
+    "DD": (2, "day"),
+    "HH24": (2, "hour"),
+    "HH12": (2, "hour12"),
+    "HH": (2, "hour12"),
+    "MI": (2, "minute"),
+    "SS": (2, "second"),
+    "MS": (3, "ms"),
+    "US": (6, "us"),
+}
+_DIGITS = re.compile(r"\d+")
+_UNREAD = frozenset(
+    "IYYY YYY YY Y MONTH MON DAY DDD DY ID D IW WW W Q A.M. P.M. AM PM TZ OF".split()
+)  # to_char's other patterns
+
+
+def _read(text: str, format_text: str, function: str) -> datetime:
+    """`text` read by a PostgreSQL format of numeric fields (`YYYY-MM-DD HH24:MI:SS.US`, what
+    Superset's time filters write), in the session's zone: a field takes up to its digits (fewer
+    when a separator comes first), any other character of the format skips one character of the
+    text, spaces skip spaces. ValueError naming a pattern that is not served (names of months,
+    ISO weeks, time zones) or text that does not fit."""
+    fields: dict[str, int] = {}
+    at = 0
+    for found in _PATTERN.finditer(format_text):
+        pattern = found.group(0).upper()
+        if pattern == "FM":
+            continue
+        if pattern in _READ_FIELDS:
+            width, field = _READ_FIELDS[pattern]
+            digits = _DIGITS.match(text, at, min(len(text), at + width))
+            if digits is None:
+                raise ValueError(f"{function}: {text[:40]!r} has no number for {found.group(0)} at {at + 1}")
+            value = digits.group(0)
+            if field in ("ms", "us"):  # a fraction of a second: `SS.MS` reads `12.3` as 300 ms
+                value = value.ljust(width, "0")
+            fields[field], at = int(value), digits.end()
+        elif pattern.startswith('"'):  # a quoted text: as many characters of the text
+            at += len(re.sub(r"\\(.)", r"\1", found.group(0)[1:-1]))
+        elif pattern in _UNREAD:
+            raise ValueError(
+                f"{function}: the pattern {found.group(0)} is not served (YYYY, MM, DD, HH24, HH12, MI, SS,"
+                " MS, US, quoted text and separators are)"
+            )
+        elif pattern.isspace():
+            while at < len(text) and text[at].isspace():
+                at += 1
+        elif at < len(text):
+            at += 1
+    if text[at:].strip():
+        raise ValueError(f"{function}: {text[:40]!r} goes on past its format {format_text[:40]!r}")
+    hour = fields.get("hour", fields.get("hour12", 0) % 12)
+    fraction = fields.get("us", fields.get("ms", 0) * 1000)
+    try:
+        read = datetime(
+            fields.get("year", 1),
+            fields.get("month", 1),
+            fields.get("day", 1),
+            hour,
+            fields.get("minute", 0),
+            fields.get("second", 0),
+            fraction,
+        )
+    except ValueError as err:
+        raise ValueError(f"{function}: {text[:40]!r} is no date: {err}") from None
+    return read.replace(tzinfo=ZONE.get()())
+
+
+def to_timestamp(value: str | float | None, *format_text: str | None) -> str | None:
+    """PostgreSQL's to_timestamp (SqlReader registers it): of seconds since 1970 (one argument),
+    or of text read by a format (`_read`), as a timestamp in the session's zone. Null in, null out."""
+    if value is None or None in format_text:
+        return None
+    if not format_text:
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise ValueError(f"to_timestamp: {str(value)[:40]!r} is not a number of seconds") from None
+        try:
+            found = _UNIX + timedelta(seconds=seconds)
+        except OverflowError:
+            raise ValueError(f"to_timestamp: {seconds} seconds is out of range") from None
+        return _shown(found.astimezone(ZONE.get()()))
+    return _shown(_read(str(value), str(format_text[0]), "to_timestamp"))
+
+
+def to_date(value: str | None, format_text: str | None) -> str | None:
+    """PostgreSQL's to_date(text, format) (SqlReader registers it): the date `_read` reads."""
+    if value is None or format_text is None:
+        return None
+    return _read(str(value), format_text, "to_date").date().isoformat()

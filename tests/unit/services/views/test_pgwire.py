@@ -1641,6 +1641,36 @@ def test_an_array_parameter_sent_in_binary_is_read_as_its_text_would_be(served: 
         assert [k for k, _ in _until(sock, b"Z")] == [b"2", b"C", b"Z"]  # = ANY ('{}'): no row
 
 
+def test_typed_time_literals_and_to_timestamp_filter_timestamps_as_postgresql_does(served: Served) -> None:
+    _two_hours(served)  # 03:00 and 05:00 on 2026-01-31, UTC
+    # SQLite read `timestamptz '...'` as a column named timestamptz; Superset's time filters
+    # call TO_TIMESTAMP, which SQLite does not have
+    assert served.rows("SELECT count(*) FROM hourly WHERE hour_start > timestamptz '2026-01-31 04:30Z'") == [
+        "1"
+    ]
+    superset = "TO_TIMESTAMP('2026-01-31 04:00:00.000000', 'YYYY-MM-DD HH24:MI:SS.US')"
+    assert served.rows(f"SELECT count(*) FROM hourly WHERE hour_start >= {superset}") == ["1"]  # noqa: S608
+    assert served.rows("SELECT count(*) FROM hourly WHERE day = TO_DATE('2026-01-31', 'YYYY-MM-DD')") == ["2"]
+    assert served.rows(
+        "SELECT timestamp with time zone '2026-01-01 13:00+01', date '2026-01-02', to_timestamp(0)"
+    ) == ["2026-01-01 12:00:00+00|2026-01-02|1970-01-01 00:00:00+00"]
+    assert served.refused("SELECT to_timestamp('Jan 2026', 'Mon YYYY')") == "22007"
+    with _connect(served, autocommit=True) as conn:
+        cur = conn.execute(
+            "SELECT timestamptz '2026-01-01 13:00Z', date '2026-01-02', to_date('2026-01-31', 'YYYY-MM-DD')"
+        )
+        assert [(d.name, d.type_code) for d in cur.description] == [
+            ("timestamptz", 1184),
+            ("date", 1082),
+            ("to_date", 1082),
+        ]
+        assert cur.fetchone() == (
+            datetime.datetime(2026, 1, 1, 13, tzinfo=datetime.UTC),
+            datetime.date(2026, 1, 2),
+            datetime.date(2026, 1, 31),
+        )
+
+
 def test_like_is_case_sensitive_with_a_backslash_escape_and_ilike_is_not(served: Served) -> None:
     # SQLite's LIKE matched 'gold' to 'Gold%' and had no ILIKE: other rows than PostgreSQL's
     assert served.rows("SELECT count(*) FROM customer_ratings WHERE club_status LIKE 'Gold%'") == ["0"]

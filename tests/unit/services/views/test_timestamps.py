@@ -36,6 +36,8 @@ from services.views.timestamps import (
     stored,
     timestamp_of_binary,
     to_char,
+    to_date,
+    to_timestamp,
     zone_named,
 )
 
@@ -429,3 +431,40 @@ def test_an_interval_literal_standing_alone_is_typed_as_an_interval() -> None:
         " 'interval ''1 day''' FROM v"
     )
     assert cast("'1 day'", "interval") == f"(pg_interval('1 day') COLLATE {INTERVALS})"
+
+
+def test_to_timestamp_reads_seconds_or_text_by_its_format_in_the_session_s_zone() -> None:
+    superset = "YYYY-MM-DD HH24:MI:SS.US"  # what Superset's time filters write
+    assert to_timestamp("2026-12-07 13:05:09.000000", superset) == "2026-12-07 13:05:09+00"
+    assert (
+        to_timestamp("2026-12-07 13:05:09.5", superset) == "2026-12-07 13:05:09.5+00"
+    )  # .5 s, as PostgreSQL
+    assert to_timestamp("07/12/2026 1:05", "DD/MM/YYYY HH12:MI") == "2026-12-07 01:05:00+00"
+    assert to_timestamp("2026-12-07T13:05", 'YYYY-MM-DD"T"HH24:MI') == "2026-12-07 13:05:00+00"
+    assert to_timestamp(1_700_000_000.25) == to_timestamp("1700000000.25") == "2023-11-14 22:13:20.25+00"
+    assert to_date("2026-12-07", "YYYY-MM-DD") == "2026-12-07"
+    assert to_timestamp(None) is None and to_timestamp("2026", None) is None and to_date(None, "YYYY") is None
+
+    def in_berlin() -> tuple[str | None, str | None]:
+        ZONE.set(lambda: zone_named("Europe/Berlin"))
+        return to_timestamp("2026-12-07 13:00", "YYYY-MM-DD HH24:MI"), to_timestamp(0)
+
+    assert contextvars.copy_context().run(in_berlin) == ("2026-12-07 13:00:00+01", "1970-01-01 01:00:00+01")
+
+
+@pytest.mark.parametrize(
+    ("text", "format_text", "says"),
+    [
+        ("Dec 2026", "Mon YYYY", "the pattern Mon is not served"),
+        ("2026-13-01", "YYYY-MM-DD", "is no date"),
+        ("2026-12-07 x", "YYYY-MM-DD", "goes on past its format"),
+        ("x", "YYYY", "has no number for YYYY at 1"),
+    ],
+)
+def test_text_that_does_not_fit_its_format_is_refused_and_says_why(
+    text: str, format_text: str, says: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        to_timestamp(text, format_text)
+    with pytest.raises(ValueError, match="not a number of seconds"):
+        to_timestamp("banana")
