@@ -512,8 +512,8 @@ def _shifts(sql: str, masking: Callable[[str], str], operand_start: Callable[[st
         close = masked.find("'", found.end())
         start = operand_start(masked, found.start())
         operand, literal = sql[start : found.start()].strip(), sql[found.end() - 1 : close + 1]
-        if close < 0 or not operand or operand.lower() in _NO_OPERANDS or operand.endswith(","):
-            done = found.end()  # no operand (`SELECT - interval '1 day'`, a sign): SQLite says what is wrong
+        if close < 0 or not operand or _unary(operand):
+            done = found.end()  # no operand (`SELECT - interval '1 day'`, `t + -interval ...`): a sign
             continue
         call = f"(pg_shift({operand}, '{found.group(1)}', {literal}) COLLATE {COLLATION})"
         sql = sql[:start] + call + sql[close + 1 :]
@@ -532,19 +532,37 @@ def rewritten(sql: str, masking: Callable[[str], str], operand_start: Callable[[
 _LITERAL = re.compile(r"\binterval\s*'", re.IGNORECASE)
 
 
+def _unary(before: str) -> bool:
+    """Whether a sign after `before` (what precedes it, stripped) is unary: no operand ends there."""
+    words = before.split()
+    return not words or before.endswith(_NOT_ENDING_OPERANDS) or words[-1].lower() in _NO_OPERANDS
+
+
+_NOT_ENDING_OPERANDS = ("(", ",", "+", "-", "*", "/", "%", "<", ">", "=", "|")
+
+
+def _negated(literal: str) -> str:
+    """An interval literal's text (quoted) negated, every part of it: PostgreSQL's `ago`."""
+    text = literal[1:-1].rstrip()
+    return f"'{text[:-4] if text.lower().endswith(' ago') else text + ' ago'}'"
+
+
 def _literals(sql: str, masking: Callable[[str], str]) -> str:
     """Each `interval '...'` that no shift took (compared, shown, `interval '1 day' + t`), as
     `pg_interval`'s text with its collation, which the SQL reader's arithmetic knows as an
-    interval (`* 2` is refused there); one after a sign (`- interval '1 day'`) is left for
-    SQLite to refuse, which would negate the text's leading number."""
+    interval (`* 2` is refused there); a unary minus before it (`- interval '1 day'`, `t +
+    -interval '1 day'`) negates it, where SQLite would negate the text's leading number."""
     masked = masking(sql)
     for found in reversed([m for m in _LITERAL.finditer(masked) if masked[m.start()] == sql[m.start()]]):
         close = masked.find("'", found.end())
         before, after = masked[: found.start()].rstrip(), masked[close + 1 :].lstrip()
-        if close < 0 or before.endswith(("+", "-")) or after.startswith("::"):
+        negated = before.endswith("-") and _unary(before[:-1].rstrip())
+        if close < 0 or (before.endswith(("+", "-")) and not negated) or after.startswith("::"):
             continue
-        call = f"(pg_interval({sql[found.end() - 1 : close + 1]}) COLLATE {INTERVALS})"
-        sql = sql[: found.start()] + call + sql[close + 1 :]
+        literal = sql[found.end() - 1 : close + 1]
+        start = len(before) - 1 if negated else found.start()
+        call = f"(pg_interval({_negated(literal) if negated else literal}) COLLATE {INTERVALS})"
+        sql = sql[:start] + call + sql[close + 1 :]
     return sql
 
 

@@ -1671,6 +1671,21 @@ def test_typed_time_literals_and_to_timestamp_filter_timestamps_as_postgresql_do
         )
 
 
+def test_a_minus_before_an_interval_negates_every_part_of_it(served: Served) -> None:
+    _two_hours(served)  # 03:00 and 05:00 on 2026-01-31, UTC
+    # SQLite read `- interval '1 hour'` as minus a column named interval (42703)
+    assert served.rows("SELECT -interval '1 hour', - interval '1 day 02:00', -interval '2 hours ago'") == [
+        "-01:00:00|-1 days -02:00:00|02:00:00"
+    ]
+    assert served.rows("SELECT hour_start + -interval '1 hour' FROM hourly ORDER BY 1") == [
+        "2026-01-31 02:00:00+00",
+        "2026-01-31 04:00:00+00",
+    ]
+    assert served.rows(
+        "SELECT now() - -interval '1 hour' > now(), (-interval '1 hour') < interval '0 s'"
+    ) == ["t|t"]
+
+
 def test_like_is_case_sensitive_with_a_backslash_escape_and_ilike_is_not(served: Served) -> None:
     # SQLite's LIKE matched 'gold' to 'Gold%' and had no ILIKE: other rows than PostgreSQL's
     assert served.rows("SELECT count(*) FROM customer_ratings WHERE club_status LIKE 'Gold%'") == ["0"]

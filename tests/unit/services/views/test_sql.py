@@ -116,8 +116,9 @@ def test_the_schema_public_is_taken_off_names_and_left_in_strings_comments_and_o
         ),  # chained: each casts what the one before it wrote (written wrong before)
         (
             "SELECT - interval '1 day', 1, - interval '2 days' FROM v",
-            "SELECT - interval '1 day', 1, - interval '2 days' FROM v",
-        ),  # a sign, not a shift: once pg_shift(SELECT, ...), now left for SQLite to refuse
+            "SELECT (pg_interval('1 day ago') COLLATE pg_interval), 1,"
+            " (pg_interval('2 days ago') COLLATE pg_interval) FROM v",
+        ),  # a sign, not a shift (once pg_shift(SELECT, ...)): the interval negated
         (
             "SELECT current_schema(),session_user, CURRENT_USER, current_catalog FROM v",
             "SELECT current_schema(),session_user(), current_user(), current_database() FROM v",
