@@ -34,7 +34,7 @@ def _code_stable(per_row: int) -> int:
     """`per_row` rounded down to a power of two. The bound is a literal of the code Spark
     generates for the batch's collect: a bound of its own every batch (it follows the batch's
     records) made Spark compile that code again every batch, and the JIT then compile the new
-    class, a steady fifth of a core in the views job. Rounded, a few values cover every batch
+    class: in the views job, a JIT that never settled. Rounded, a few values cover every batch
     and the compiled code is reused; rows up to half the bound may come in slices."""
     return 1 << (per_row.bit_length() - 1) if per_row > 0 else per_row
 
@@ -47,13 +47,12 @@ class Slices:
     200,000 changed rows could ask the driver for 200 GB.
 
     Entering does all of the Spark work, before the batch's transaction opens (a transaction
-    open longer than the producer's timeout is aborted by the broker). It collects every row
-    whose key and value together are at most `max_bytes` divided by `max_rows` (a bound on the
-    rows the batch can have: its records times the rows each can change), rounded down to a
-    power of two, whole, and of each
-    longer row only its size, key hash (one of 1,024 buckets) and `extra` columns: at most
-    `max_bytes` in all, and one Spark job, as before, when no row is longer. The longer rows are
-    then collected a slice at a time, each slice's keys and values `max_bytes` at most (unless
+    open longer than the producer's timeout is aborted by the broker). It collects whole every
+    row whose key and value together are at most `max_bytes` divided by `max_rows` (a bound on
+    the rows the batch can have: its records times the rows each can change) rounded down to a
+    power of two, and of each longer row only its size, key hash (one of 1,024 buckets) and
+    `extra` columns: at most `max_bytes` in all, and one Spark job, as before, when no row is
+    longer. The longer rows are then collected a slice at a time, each slice's keys and values `max_bytes` at most (unless
     one bucket alone weighs more: it is a slice of its own), the rows of one key in one slice,
     from the batch run again and persisted meanwhile; each slice goes to an Arrow file in a
     temporary folder (TMPDIR) as it comes, which iterating reads back one at a time and exiting
