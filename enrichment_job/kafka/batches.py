@@ -54,10 +54,10 @@ class Slices:
     `extra` columns: at most `max_bytes` in all, and one Spark job, as before, when no row is
     longer. The longer rows are then collected a slice at a time, each slice's keys and values
     `max_bytes` at most (unless one bucket alone weighs more: it is a slice of its own), the
-    rows of one key in one slice, from the batch run again and persisted meanwhile; each slice goes to an Arrow file in a
-    temporary folder (TMPDIR) as it comes, which iterating reads back one at a time and exiting
-    removes. `max_rows` None (no bound is known): every row is a longer one. Each slice is
-    sorted by `order_by`."""
+    rows of one key in one slice, from the batch run again and persisted meanwhile; each slice
+    goes to an Arrow file in a temporary folder (TMPDIR) as it comes, which iterating reads back
+    one at a time and exiting removes. `max_rows` None (no bound is known): every row is a
+    longer one. Each slice is sorted by `order_by`."""
 
     def __init__(
         self,
