@@ -648,8 +648,8 @@ class PgServer:
                     portal.ahead = cursors.Rows(
                         await self._rows(portal.statement.sql, portal.params), hold=False
                     )
-                    if portal.described is not None:  # the statement's Describe told the types
-                        _keep_told(portal.ahead, portal.described)
+                    if (told := _told(portal.ahead.columns, portal.described)) is not None:
+                        portal.ahead.columns = told  # what the statement's Describe said
                 portal.described = portal.ahead.columns
                 return _message(b"T", row_description(portal.described, portal.result_formats))
         result = await self._ran(session, portal)
@@ -684,9 +684,8 @@ class PgServer:
         if portal.result is None:
             session.refuse_if_aborted()
             result = await self._result(portal.statement.sql, portal.params, session.statement_timeout_s)
-            told = portal.described
-            if told is not None and [c.name for c in told] == [c.name for c in result.columns]:
-                result = replace(result, columns=told)  # the types the client was told
+            if (told := _told(result.columns, portal.described)) is not None:
+                result = replace(result, columns=told)
             portal.result = result
         return portal.result
 
@@ -747,8 +746,8 @@ class PgServer:
             rows, portal.ahead = portal.ahead, None  # opened by a Describe past the cap
             if rows is None:
                 rows = cursors.Rows(await self._rows(portal.statement.sql, portal.params), hold=False)
-            if portal.described is not None:
-                _keep_told(rows, portal.described)
+            if (told := _told(rows.columns, portal.described)) is not None:
+                rows.columns = told
             portal.rows = rows
         rows = portal.rows
         sent, _ = await self._pages_out(
@@ -761,10 +760,10 @@ class PgServer:
         return _message(b"C", _cstr(portal.result.tag(sent)))
 
 
-def _keep_told(rows: cursors.Rows, told: tuple[Column, ...]) -> None:
-    """`rows` written as the types the client was told, when they are the same columns."""
-    if [c.name for c in told] == [c.name for c in rows.columns]:
-        rows.columns = told
+def _told(columns: tuple[Column, ...], told: tuple[Column, ...] | None) -> tuple[Column, ...] | None:
+    """The columns the client was told (`told`), for rows that have `columns`: their types
+    are kept when they are the same columns; None when nothing was told or the columns differ."""
+    return told if told is not None and [c.name for c in told] == [c.name for c in columns] else None
 
 
 class _Held:

@@ -417,7 +417,7 @@ _TIME_CAST = re.compile(rf"\bAS\s+{_TIME_TYPE}\s*\)", re.IGNORECASE)
 _TIME_CAST_END = re.compile(rf"\s+AS\s+{_TIME_TYPE}\s*$", re.IGNORECASE)
 
 
-_TYPED_TIME = re.compile(rf"\b{_TIME_TYPE}\s*'", re.IGNORECASE)
+_TYPED_TIME = re.compile(rf"\b(?!interval){_TIME_TYPE}\s*'", re.IGNORECASE)
 
 
 def _typed_literals(sql: str) -> str:
@@ -428,7 +428,7 @@ def _typed_literals(sql: str) -> str:
     for found in reversed([m for m in _TYPED_TIME.finditer(masked) if masked[m.start()] == sql[m.start()]]):
         close = masked.find("'", found.end())
         typed = timestamps.cast(sql[found.end() - 1 : close + 1], found.group(1)) if close > 0 else None
-        if typed is None or found.group(1).lower() == "interval" or masked[: found.start()].endswith("."):
+        if typed is None or masked[: found.start()].endswith("."):
             continue
         sql = sql[: found.start()] + typed + sql[close + 1 :]
     return sql
